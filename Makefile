@@ -1,0 +1,48 @@
+# Two commands: `make demo` (the main job on generated data) and `make test`.
+# Each environment is built once from pinned requirements and then re-used (a stamp file makes it idempotent).
+PY ?= python3.11
+VENV := .venv
+VENV_LATEST := .venv-latest
+HOROVOD_FLAGS := HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_MPI=1 HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_MXNET=1 HOROVOD_WITHOUT_GLOO=1
+PYTEST_ARGS ?=
+
+.PHONY: env env-latest test test-latest demo bench clean-env
+
+env: $(VENV)/.stamp
+env-latest: $(VENV_LATEST)/.stamp
+
+$(VENV)/.stamp: tools/requirements-tf215.txt setup.cfg
+	@echo "== setting up $(VENV) (TF 2.15 + MPICH + Horovod 0.28.1; Horovod builds from source, ~3 min once)"
+	test -x $(VENV)/bin/python || $(PY) -m venv $(VENV)
+	$(VENV)/bin/pip install -q --upgrade pip wheel setuptools
+	$(VENV)/bin/pip install -q -r tools/requirements-tf215.txt
+	$(VENV)/bin/python -c "import horovod.tensorflow" 2>/dev/null || \
+	  PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(HOROVOD_FLAGS) $(VENV)/bin/pip install -q --no-build-isolation --no-cache-dir horovod==0.28.1
+	$(VENV)/bin/pip install -q --no-deps -e .
+	$(VENV)/bin/python -c "import horovod.tensorflow, tensorflow, mpi4py, h5py, pandas, pyarrow, darshan, dftracer"
+	touch $@
+
+$(VENV_LATEST)/.stamp: tools/requirements-latest.txt setup.cfg
+	@echo "== setting up $(VENV_LATEST) (newest TensorFlow, no Horovod)"
+	test -x $(VENV_LATEST)/bin/python || $(PY) -m venv $(VENV_LATEST)
+	$(VENV_LATEST)/bin/pip install -q --upgrade pip wheel setuptools
+	$(VENV_LATEST)/bin/pip install -q -r tools/requirements-latest.txt
+	$(VENV_LATEST)/bin/pip install -q --no-deps -e .
+	touch $@
+
+test: env
+	PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(VENV)/bin/python -m pytest -q $(PYTEST_ARGS)
+
+test-latest: env-latest
+	PATH=$(CURDIR)/$(VENV_LATEST)/bin:$$PATH $(VENV_LATEST)/bin/python -m pytest -q -m "not horovod" $(PYTEST_ARGS)
+
+demo: env
+	PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(VENV)/bin/python -m benchmarks.hepcnn demo --out runs/demo
+
+bench: env
+	PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(VENV)/bin/python benchmarks/perf/overhead.py
+	PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(VENV)/bin/python benchmarks/perf/merge_scale.py
+	PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(VENV)/bin/python benchmarks/perf/reader_efficiency.py
+
+clean-env:
+	rm -rf $(VENV) $(VENV_LATEST)

@@ -1,0 +1,160 @@
+"""The one frame schema (see ../shared/DESIGN.md, "The frame").
+
+Every reader returns rows in this layout; :func:`to_frame` is the only place that
+assigns dtypes, so readers build plain column dicts (lists or numpy arrays) and call it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+import numpy as np
+import pandas as pd
+
+LAYERS = ("app", "framework", "comm", "posix", "stdio", "mpiio", "hdf5")
+CATS = ("io", "preprocess", "compute", "comm", "checkpoint", "wait", "other")
+
+#: column -> dtype; order is the on-disk column order of ``merged.parquet``.
+FRAME_DTYPES: dict[str, str] = {
+    "layer": "category",
+    "cat": "category",
+    "name": "category",
+    "rank": "int64",
+    "pid": "int64",
+    "tid": "int64",
+    "host": "category",
+    "start_ns": "int64",
+    "end_ns": "int64",
+    "dur_ns": "int64",
+    "bytes": "Int64",
+    "offset": "Int64",
+    "file": "category",
+    "epoch": "Int64",
+    "step": "Int64",
+    "args": "string",
+}
+FRAME_COLUMNS = tuple(FRAME_DTYPES)
+
+COUNTER_DTYPES: dict[str, str] = {
+    "layer": "category",
+    "rank": "int64",
+    "file": "category",
+    "counter": "category",
+    "value": "float64",
+}
+COUNTER_COLUMNS = tuple(COUNTER_DTYPES)
+
+# Columns a reader may leave out; they are filled with nulls / defaults.
+_DEFAULTS: dict[str, Any] = {
+    "pid": 0,
+    "tid": 0,
+    "host": None,
+    "bytes": pd.NA,
+    "offset": pd.NA,
+    "file": None,
+    "epoch": pd.NA,
+    "step": pd.NA,
+    "args": None,
+}
+
+
+def to_frame(columns: Mapping[str, Any]) -> pd.DataFrame:
+    """Build a frame in the canonical schema.
+
+    Parameters
+    ----------
+    columns
+        Column name -> list/array. Required: ``layer, cat, name, rank, start_ns`` and
+        either ``end_ns`` or ``dur_ns`` (both int64 epoch/duration nanoseconds).
+        Missing optional columns are filled with nulls.
+
+    Returns
+    -------
+    pandas.DataFrame
+        Columns :data:`FRAME_COLUMNS` with :data:`FRAME_DTYPES`.
+    """
+    cols = dict(columns)
+    n = len(cols["start_ns"]) if "start_ns" in cols else 0
+    start = np.asarray(cols.get("start_ns", []), dtype=np.int64)
+    if "end_ns" in cols:
+        end = np.asarray(cols["end_ns"], dtype=np.int64)
+        dur = end - start
+    else:
+        dur = np.asarray(cols.get("dur_ns", np.zeros(n)), dtype=np.int64)
+        end = start + dur
+    cols["start_ns"], cols["end_ns"], cols["dur_ns"] = start, end, dur
+    data = {}
+    for name, dtype in FRAME_DTYPES.items():
+        value = cols.get(name)
+        if value is None:
+            value = [_DEFAULTS.get(name)] * n
+        elif np.isscalar(value) or isinstance(value, str):
+            value = [value] * n
+        data[name] = pd.Series(value).astype(dtype).array
+    return pd.DataFrame(data, columns=list(FRAME_COLUMNS))
+
+
+def empty_frame() -> pd.DataFrame:
+    """A zero-row frame with the canonical columns and dtypes."""
+    return to_frame({"layer": [], "cat": [], "name": [], "rank": [], "start_ns": [], "end_ns": []})
+
+
+def to_counters(columns: Mapping[str, Any]) -> pd.DataFrame:
+    """Build a ``counters`` table (``layer, rank, file, counter, value``)."""
+    n = len(columns["counter"])
+    data = {}
+    for name, dtype in COUNTER_DTYPES.items():
+        value = columns.get(name)
+        if value is None:
+            value = [None] * n
+        elif np.isscalar(value) or isinstance(value, str):
+            value = [value] * n
+        data[name] = pd.Series(value).astype(dtype).array
+    return pd.DataFrame(data, columns=list(COUNTER_COLUMNS))
+
+
+def empty_counters() -> pd.DataFrame:
+    return to_counters({"layer": [], "rank": [], "file": [], "counter": [], "value": []})
+
+
+def concat_frames(frames: list[pd.DataFrame]) -> pd.DataFrame:
+    """Concatenate schema frames keeping category dtypes (union of categories)."""
+    frames = [f for f in frames if len(f)]
+    if not frames:
+        return empty_frame()
+    from pandas.api.types import union_categoricals
+
+    out = {}
+    for name, dtype in FRAME_DTYPES.items():
+        if dtype == "category":
+            out[name] = union_categoricals([f[name].array for f in frames], ignore_order=True)
+        else:
+            out[name] = pd.concat([f[name] for f in frames], ignore_index=True).array
+    return pd.DataFrame(out, columns=list(FRAME_COLUMNS))
+
+
+@dataclass
+class SourceData:
+    """What one reader returns for one input file.
+
+    Attributes
+    ----------
+    frame
+        Interval rows in the schema. ``start_ns``/``end_ns`` are absolute epoch ns
+        in the *source's own* clock (before per-rank offsets are applied by
+        :mod:`trace_merge.align`).
+    counters
+        Non-interval counters (Darshan), or an empty counters table.
+    meta
+        Source metadata needed for alignment, e.g. ``rank``, ``world_size``, ``host``,
+        ``clock_offset_ns`` (this rank's clock minus rank 0's), ``tf_anchors``.
+    warnings
+        One-line, user-facing warnings (``"<path>: <cause>"``) for skipped parts.
+    """
+
+    path: str
+    kind: str
+    frame: pd.DataFrame
+    counters: pd.DataFrame = field(default_factory=empty_counters)
+    meta: dict = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
