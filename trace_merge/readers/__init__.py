@@ -1,0 +1,102 @@
+"""One reader per source; :func:`detect` tells which one a file needs, :func:`read_any` calls it.
+
+Kinds: ``timelogger`` and ``dftracer`` (both ``.pfw``/``.pfw.gz``, read by :mod:`.pfw`; told apart by
+the ``timelogger`` metadata event TimeLogger writes first), ``xplane`` (:mod:`.xplane`), ``horovod``
+(:mod:`.horovod`), ``darshan`` (:mod:`.darshan`).
+"""
+from __future__ import annotations
+
+import gzip
+import importlib
+import os
+from pathlib import Path
+from typing import Any
+
+from ..errors import TraceInputError
+from ..schema import SourceData
+
+KINDS = ("timelogger", "dftracer", "xplane", "horovod", "darshan")
+#: kind -> reader module (inside this package)
+_MODULES = {
+    "timelogger": "pfw",
+    "dftracer": "pfw",
+    "xplane": "xplane",
+    "horovod": "horovod",
+    "darshan": "darshan",
+}
+#: keyword arguments each reader accepts beyond ``path``
+_KWARGS = {"xplane": ("anchors", "rank"), "horovod": ("rank",)}
+_PEEK_BYTES = 8192
+_HOROVOD_HINTS = (b"start_time_since_epoch_in_micros", b"NEGOTIATE_", b"MPI_ALLREDUCE", b"ALLREDUCE")
+
+
+def _peek(path: Path) -> bytes:
+    opener = gzip.open if path.name.endswith(".gz") else open
+    try:
+        with opener(path, "rb") as fh:
+            return fh.read(_PEEK_BYTES)
+    except (OSError, EOFError) as exc:
+        raise TraceInputError(path, f"cannot read: {exc}") from None
+
+
+def detect(path: "str | os.PathLike[str]") -> str:
+    """Which reader a file needs, from its name and (for ``.pfw``/``.json``) its first bytes.
+
+    Returns
+    -------
+    str
+        One of :data:`KINDS`.
+
+    Raises
+    ------
+    TraceInputError
+        Missing file, directory, or a file no reader recognises.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise TraceInputError(path, "no such file")
+    if path.is_dir():
+        raise TraceInputError(path, "is a directory, not a trace file")
+    name = path.name
+    if name.endswith(".xplane.pb"):
+        return "xplane"
+    if name.endswith(".darshan"):
+        return "darshan"
+    if name.endswith((".pfw", ".pfw.gz")):
+        head = _peek(path)
+        # TimeLogger's first event after "[" is its `timelogger` metadata (docs/wire-format.md).
+        first = head.lstrip(b"[ \r\n").split(b"\n", 1)[0]
+        return "timelogger" if b'"timelogger"' in first else "dftracer"
+    if name.endswith((".json", ".json.gz")):
+        head = _peek(path)
+        if any(h in head for h in _HOROVOD_HINTS):
+            return "horovod"
+        raise TraceInputError(path, "JSON file that is not a Horovod timeline")
+    raise TraceInputError(
+        path, "unrecognised trace file (expected .pfw[.gz], .xplane.pb, .darshan or a Horovod timeline .json)"
+    )
+
+
+def reader_for(kind: str) -> Any:
+    """The reader module for ``kind`` (imported lazily: readers pull optional dependencies)."""
+    if kind not in _MODULES:
+        raise ValueError(f"unknown trace kind {kind!r}; expected one of {KINDS}")
+    return importlib.import_module(f"{__name__}.{_MODULES[kind]}")
+
+
+def read_any(path: "str | os.PathLike[str]", kind: "str | None" = None, **kw: Any) -> SourceData:
+    """Read any supported trace file.
+
+    Parameters
+    ----------
+    path
+        The file.
+    kind
+        Skip detection and use this reader.
+    **kw
+        Passed on to readers that take them: ``anchors``/``rank`` (xplane), ``rank`` (horovod);
+        ignored for the others.
+    """
+    kind = kind or detect(path)
+    accepted = {k: v for k, v in kw.items() if k in _KWARGS.get(kind, ()) and v is not None}
+    return reader_for(kind).read(path, **accepted)

@@ -1,0 +1,359 @@
+"""Reader for TensorFlow profiler output (``<host>.xplane.pb``) — the ``framework`` layer.
+
+Only the host plane (``/host:CPU``) is read: one row per TraceMe/op event, ``tid`` = the XLine id
+(one line per thread), times absolute epoch ns.
+
+Time base
+---------
+Line ``timestamp_ns`` values are relative to the profile start; each event adds ``offset_ps`` (ps).
+Newer TensorFlow (seen in 2.21) stores the start in the ``Task Environment`` plane
+(stat ``profile_start_time``, epoch ns). TensorFlow 2.15 stores no absolute time at all: the file is
+shifted so that the ``timelogger_anchor`` TraceMe that ``TimeLogger.tf_profile`` emits starts at the
+``marker_wall_ns`` recorded in the app file's ``tf_profile`` metadata (docs/wire-format.md). When both
+exist the Task Environment wins and the marker is a cross-check (``meta["anchor_check_ns"]``).
+
+Classification (``cat``)
+------------------------
+Threads whose line name starts with ``tf_data`` are tf.data producer threads; everything else is a
+consumer/compute thread.
+
+* ``wait`` — the consumer side of tf.data on a non-tf.data thread: ``*IteratorGetNext*``,
+  ``Iterator::*`` (the pipeline pulled inline by the consumer) and ``*Consume`` events.
+* ``io`` — on tf.data threads, iterators/ops that read data: leaf iterator names or ops matching
+  ``TFRecord``, ``FixedLengthRecord``, ``TextLine``, ``ReadFile``, ``Generator`` (``from_generator``)
+  and ``py_function``/``numpy_function`` (``EagerPyFunc``/``PyFunc``: in h5py pipelines that is where the
+  file read happens; the POSIX layer shows how much of it really is I/O).
+* ``preprocess`` — every other event on a tf.data thread (``Map``, ``ParallelMap``, ``MapAndBatch``,
+  ``Batch``, ``Shuffle``, prefetch producers and the ops of map functions).
+* ``comm`` — Horovod ops (``Horovod*``) and TF collectives (``Collective*``, ``Nccl*``).
+* ``compute`` — everything else: ``EagerLocalExecute: <op>``, ``__inference_*`` train-step functions,
+  kernels (``name:OpType``), executor events, user TraceMes such as Keras' ``train``.
+* ``other`` — a compute/comm event that *contains* a ``wait`` event on its own thread (e.g.
+  ``EagerExecute`` around ``IteratorGetNext``, or a Keras ``train`` step that fetches its batch): such a
+  wrapper is not compute for the time it waits, and its real work is covered by the kernel rows inside.
+  The anchor marker itself is ``other`` too.
+
+``step``/``epoch`` come from the ``step_num``/``epoch_num`` stats of the events that carry them (Keras'
+``train`` TraceMe, ``tf.profiler.experimental.Trace(..., step_num=)``); other stats go to ``args``.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+import numpy as np
+
+from ..errors import TraceInputError
+from ..schema import SourceData, to_frame
+
+log = logging.getLogger(__name__)
+
+KIND = "xplane"
+HOST_PLANE = "/host:CPU"
+TASK_ENV_PLANE = "Task Environment"
+ANCHOR_MARKER = "timelogger_anchor"
+#: an anchor that disagrees with the Task Environment by more than this gets a warning
+ANCHOR_TOLERANCE_NS = 1_000_000
+
+# Bookkeeping events of newer TF's thread-pool listener: zero-work markers, not workload.
+_SKIP_PREFIXES = ("ThreadpoolListener::",)
+_IO_RE = re.compile(r"TFRecord|FixedLengthRecord|TextLine|ReadFile|Generator|PyFunc|NumpyFunction", re.I)
+_COMM_RE = re.compile(r"Horovod|Collective|Nccl")
+# Line timestamps above this (1973 in epoch ns) are already absolute, not relative to the profile start.
+_ABSOLUTE_NS = 10**17
+
+
+def _load_xplane_pb2() -> Any:
+    """Import TensorFlow's XSpace protobuf module (lazily: TensorFlow is optional)."""
+    try:
+        from tensorflow.tsl.profiler.protobuf import xplane_pb2  # TF 2.15 .. 2.21
+    except ImportError:
+        try:
+            from tsl.profiler.protobuf import xplane_pb2  # layouts that ship tsl top-level
+        except ImportError as exc:
+            raise ImportError(
+                "reading TensorFlow profiles (xplane.pb) needs TensorFlow: pip install '.[tf]'"
+            ) from exc
+    return xplane_pb2
+
+
+def parse_xspace(path: "str | os.PathLike[str]") -> Any:
+    """Parse one ``xplane.pb`` into an ``XSpace`` message.
+
+    Raises
+    ------
+    TraceInputError
+        Unreadable, corrupt or truncated file, or no host plane.
+    """
+    xplane_pb2 = _load_xplane_pb2()
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise TraceInputError(path, f"cannot read: {exc.strerror or exc}") from None
+    if not data:
+        raise TraceInputError(path, "empty file (the profiler did not finish writing it)")
+    space = xplane_pb2.XSpace()
+    try:
+        space.ParseFromString(data)
+    except Exception as exc:  # google.protobuf.message.DecodeError, differs by protobuf version
+        raise TraceInputError(path, f"not a valid xplane.pb (corrupt or truncated): {exc}") from None
+    if not any(p.name == HOST_PLANE for p in space.planes):
+        names = ", ".join(repr(p.name) for p in space.planes) or "none"
+        raise TraceInputError(path, f"no {HOST_PLANE} plane (planes: {names}); corrupt or truncated profile")
+    return space
+
+
+def _stat_value(stat: Any, stat_meta: Mapping[int, Any]) -> Any:
+    kind = stat.WhichOneof("value")
+    if kind is None:
+        return None
+    value = getattr(stat, kind)
+    if kind == "ref_value":
+        ref = stat_meta.get(value)
+        return ref.name if ref is not None else value
+    if kind == "bytes_value":
+        return value.hex()
+    return value
+
+
+def _stats(stats: Iterable[Any], stat_meta: Mapping[int, Any]) -> dict[str, Any]:
+    out = {}
+    for st in stats:
+        meta = stat_meta.get(st.metadata_id)
+        if meta is not None:
+            out[meta.name] = _stat_value(st, stat_meta)
+    return out
+
+
+def profile_start_ns(space: Any) -> "int | None":
+    """``profile_start_time`` (epoch ns) of the ``Task Environment`` plane, or None (TF 2.15)."""
+    for plane in space.planes:
+        if plane.name == TASK_ENV_PLANE:
+            value = _stats(plane.stats, plane.stat_metadata).get("profile_start_time")
+            if value:
+                return int(value)
+    return None
+
+
+def _classify(name: str, tf_data_line: bool) -> str:
+    if name == ANCHOR_MARKER:
+        return "other"
+    if tf_data_line:
+        leaf = name.rsplit("::", 1)[-1]
+        return "io" if _IO_RE.search(leaf) else "preprocess"
+    if "IteratorGetNext" in name or name.startswith("Iterator::") or name.endswith("Consume"):
+        return "wait"
+    if _COMM_RE.search(name):
+        return "comm"
+    return "compute"
+
+
+def _pick_anchor(path: Path, anchors: Sequence[Mapping[str, Any]]) -> "Mapping[str, Any] | None":
+    """The ``tf_profile`` metadata that belongs to this file.
+
+    Prefer anchors whose ``logdir`` contains the file; among several sessions of one logdir take the
+    latest one that started before the file was written (the file is written when profiling stops).
+    """
+    usable = [a for a in anchors if a and a.get("marker_wall_ns") is not None]
+    if not usable:
+        return None
+    resolved = path.resolve()
+
+    def inside(anchor: Mapping[str, Any]) -> bool:
+        logdir = anchor.get("logdir")
+        if not logdir:
+            return False
+        try:
+            resolved.relative_to(Path(logdir).resolve())
+            return True
+        except ValueError:
+            return False
+
+    candidates = [a for a in usable if inside(a)] or usable
+    if len(candidates) == 1:
+        return candidates[0]
+    written_ns = path.stat().st_mtime_ns
+    before = [a for a in candidates if int(a.get("start_wall_ns") or a["marker_wall_ns"]) <= written_ns]
+    pool = before or candidates
+    return max(pool, key=lambda a: int(a.get("start_wall_ns") or a["marker_wall_ns"]))
+
+
+def _rank_from_path(path: Path) -> "int | None":
+    for part in reversed(path.parts):
+        m = re.fullmatch(r"rank-?(\d+)", part)
+        if m:
+            return int(m.group(1))
+    return None
+
+
+def read(
+    path: "str | os.PathLike[str]",
+    anchors: "Sequence[Mapping[str, Any]] | None" = None,
+    rank: "int | None" = None,
+) -> SourceData:
+    """Read the host plane of one TensorFlow ``xplane.pb``.
+
+    Parameters
+    ----------
+    path
+        ``.../plugins/profile/<run>/<host>.xplane.pb``.
+    anchors
+        ``tf_profile`` metadata dicts (``marker``, ``marker_wall_ns`` in epoch ns, ``logdir``,
+        ``start_wall_ns``; optional ``pid``) from the app files of the rank that wrote this profile.
+        Required on TensorFlow versions without a ``Task Environment`` plane (2.15).
+    rank
+        Rank of the profiled process; default: from a ``rank-<r>`` directory in ``path``, else 0.
+
+    Returns
+    -------
+    SourceData
+        ``frame``: layer ``framework`` rows with absolute epoch-ns ``start_ns``/``end_ns``,
+        ``tid`` = XLine id, ``host`` = the profiled host, ``step``/``epoch`` where the event carries
+        ``step_num``/``epoch_num``, other event stats in ``args`` (JSON).
+        ``meta``: ``rank``, ``host``, ``time_base`` (``"task_environment"``, ``"anchor"`` or
+        ``"absolute_lines"``), ``threads`` (tid -> thread name), ``anchor_check_ns`` when both time
+        sources exist, ``pid`` when the anchor carried one.
+
+    Raises
+    ------
+    TraceInputError
+        Corrupt/truncated file, no host plane, or no absolute time (TF 2.15 profile without a
+        ``timelogger_anchor`` marker and its ``tf_profile`` metadata).
+    """
+    path = Path(path)
+    space = parse_xspace(path)
+    host_plane = next(p for p in space.planes if p.name == HOST_PLANE)
+    ev_meta = host_plane.event_metadata
+    stat_meta = host_plane.stat_metadata
+    warnings: list[str] = []
+
+    names: list[str] = []
+    cats: list[str] = []
+    tids: list[int] = []
+    rel_start: list[int] = []
+    durs: list[int] = []
+    steps: list[Any] = []
+    epochs: list[Any] = []
+    args: list[Any] = []
+    threads: dict[int, str] = {}
+    cat_cache: dict[tuple[str, bool], str] = {}
+    marker_rel_ns: dict[str, int] = {}
+
+    for line in host_plane.lines:
+        line_name = line.display_name or line.name
+        threads[int(line.id)] = line_name
+        tf_data_line = line_name.startswith("tf_data")
+        base_ns = int(line.timestamp_ns)
+        first = len(names)
+        for ev in line.events:
+            meta = ev_meta.get(ev.metadata_id)
+            name = meta.name if meta is not None else str(ev.metadata_id)
+            if name.startswith(_SKIP_PREFIXES):
+                continue
+            key = (name, tf_data_line)
+            cat = cat_cache.get(key)
+            if cat is None:
+                cat = cat_cache[key] = _classify(name, tf_data_line)
+            start = base_ns + ev.offset_ps // 1000
+            if name not in marker_rel_ns:
+                marker_rel_ns[name] = start
+            names.append(name)
+            cats.append(cat)
+            tids.append(int(line.id))
+            rel_start.append(start)
+            durs.append(ev.duration_ps // 1000)
+            st = _stats(ev.stats, stat_meta) if len(ev.stats) else {}
+            step = st.pop("step_num", None)
+            epoch = st.pop("epoch_num", None)
+            steps.append(None if step is None else int(step))
+            epochs.append(None if epoch is None else int(epoch))
+            args.append(json.dumps(st, default=str) if st else None)
+        _mark_containers(cats, rel_start, durs, first)
+
+    start_arr = np.asarray(rel_start, dtype=np.int64)
+    task_start = profile_start_ns(space)
+    anchor = _pick_anchor(path, anchors or [])
+    meta_out: dict[str, Any] = {"threads": threads}
+    if anchor is not None and anchor.get("pid") is not None:
+        meta_out["pid"] = int(anchor["pid"])
+    marker_name = (anchor or {}).get("marker") or ANCHOR_MARKER
+    marker_rel = marker_rel_ns.get(marker_name)
+
+    if len(start_arr) and int(start_arr.min()) > _ABSOLUTE_NS:
+        offset = 0
+        meta_out["time_base"] = "absolute_lines"
+    elif task_start is not None:
+        offset = task_start
+        meta_out["time_base"] = "task_environment"
+    elif anchor is not None and marker_rel is not None:
+        offset = int(anchor["marker_wall_ns"]) - marker_rel
+        meta_out["time_base"] = "anchor"
+    else:
+        why = (
+            f"no {marker_name!r} marker event in the host plane"
+            if anchor is not None
+            else "no tf_profile anchor given"
+        )
+        raise TraceInputError(
+            path,
+            f"no absolute time: this TensorFlow writes no 'Task Environment' plane and {why}; "
+            "profile with timelogger tf_profile (TimeLogger.tf_profile) so the marker anchors the file",
+        )
+    if anchor is not None and marker_rel is not None and meta_out["time_base"] != "anchor":
+        check = offset + marker_rel - int(anchor["marker_wall_ns"])
+        meta_out["anchor_check_ns"] = int(check)
+        if abs(check) > ANCHOR_TOLERANCE_NS:
+            warnings.append(
+                f"{path}: timelogger_anchor marker is {check / 1e6:.3f} ms away from the profile's own "
+                "start time; using the profile's Task Environment time"
+            )
+
+    host = space.hostnames[0] if len(space.hostnames) else path.name.split(".xplane.pb")[0]
+    if rank is None:
+        rank = _rank_from_path(path)
+    rank = 0 if rank is None else int(rank)
+    meta_out.update(rank=rank, host=host, profile_start_ns=task_start)
+    start_abs = start_arr + offset
+    frame = to_frame(
+        {
+            "layer": "framework",
+            "cat": cats,
+            "name": names,
+            "rank": np.full(len(names), rank, dtype=np.int64),
+            "pid": meta_out.get("pid", 0),
+            "tid": np.asarray(tids, dtype=np.int64),
+            "host": host,
+            "start_ns": start_abs,
+            "dur_ns": np.asarray(durs, dtype=np.int64),
+            "epoch": epochs,
+            "step": steps,
+            "args": args,
+        }
+    )
+    log.debug("%s: %d framework rows, time base %s", path, len(frame), meta_out["time_base"])
+    return SourceData(path=str(path), kind=KIND, frame=frame, meta=meta_out, warnings=warnings)
+
+
+def _mark_containers(cats: list[str], starts: list[int], durs: list[int], first: int) -> None:
+    """Turn compute/comm events of one line that contain a ``wait`` event into ``other`` (in place).
+
+    Events of one line are one thread's nested TraceMes, so "contains" is: a wait event starts inside
+    ``[start, end)``. O(n log n) with a sorted array of wait starts.
+    """
+    line_cats = np.asarray(cats[first:], dtype=object)
+    if not len(line_cats):
+        return
+    is_wait = line_cats == "wait"
+    if not is_wait.any():
+        return
+    start = np.asarray(starts[first:], dtype=np.int64)
+    end = start + np.asarray(durs[first:], dtype=np.int64)
+    wait_starts = np.sort(start[is_wait])
+    n_inside = np.searchsorted(wait_starts, end, "left") - np.searchsorted(wait_starts, start, "left")
+    wrapper = ((line_cats == "compute") | (line_cats == "comm")) & (n_inside > 0)
+    for i in np.flatnonzero(wrapper):
+        cats[first + i] = "other"
