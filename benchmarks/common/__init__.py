@@ -1,0 +1,1 @@
+"""Pieces shared by the benchmarks: CLI error handling, launcher commands, progress, run finalisation."""

@@ -1,0 +1,41 @@
+"""The benchmarks' CLI contract for bad input: one line naming the file, exit status != 0, no traceback.
+
+Benchmarks raise :class:`trace_merge.errors.TraceInputError` (``"<path>: <cause>"``) for unusable inputs, the same
+error type every trace reader raises, so a user sees one message format across the toolkit.
+"""
+from __future__ import annotations
+
+import logging
+import sys
+from typing import Callable, Sequence
+
+from trace_merge.errors import OutputExistsError, TraceInputError
+
+__all__ = ["TraceInputError", "OutputExistsError", "BenchmarkError", "cli_main"]
+
+#: exit status for bad input (argparse also uses 2 for bad arguments)
+EXIT_BAD_INPUT = 2
+
+
+class BenchmarkError(Exception):
+    """A failure that is not about one input file (e.g. a sub-run that exited non-zero)."""
+
+
+def cli_main(main: Callable[[Sequence[str] | None], int], argv: Sequence[str] | None = None) -> int:
+    """Run ``main(argv)`` and turn known errors into one line on stderr and a non-zero status.
+
+    ``--debug`` anywhere in ``argv`` lets the traceback through (and turns on debug logging).
+    """
+    args = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in args
+    logging.basicConfig(level=logging.DEBUG if debug else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        return int(main(args) or 0)
+    except (TraceInputError, BenchmarkError) as err:
+        if debug:
+            raise
+        print(f"error: {err}", file=sys.stderr, flush=True)
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130

@@ -1,0 +1,115 @@
+"""The two input pipelines: the original whole-file loader and a tf.data pipeline.
+
+Both read whole files with h5py inside ``Load File (io) ⊃ HDF5 File Read (io)`` intervals (bytes = what h5py
+returned, file = path), transpose NCHW -> NHWC and permute the samples of a file; both deliver exactly ``steps`` full
+batches per epoch so that every rank steps the same number of times.
+"""
+from __future__ import annotations
+
+from typing import Any, Iterator, Sequence
+
+import numpy as np
+
+from benchmarks.hepcnn.shuffle import sample_order
+
+LOADERS = ("whole-file", "tfdata")
+Batch = tuple[np.ndarray, np.ndarray, np.ndarray]
+
+
+class FileReader:
+    """Reads one whole HEP-CNN file into NHWC arrays, recording the read in the TimeLogger ``tl``."""
+
+    def __init__(self, tl: Any, seed: int, rank: int) -> None:
+        self.tl = tl
+        self.seed = seed
+        self.rank = rank
+
+    def read(self, path: str, epoch: int, position: int) -> Batch:
+        """Return ``(x NHWC float32, label int32, normweight float32)`` with the samples permuted."""
+        import h5py
+
+        with self.tl.phase("Load File", cat="io") as load:
+            load.update(file=path)
+            with self.tl.phase("HDF5 File Read", cat="io") as read:
+                with h5py.File(path, "r") as f:
+                    dset = f["data"]
+                    data = np.empty(dset.shape, dtype=np.float32)
+                    dset.read_direct(data)
+                    label = f["label"][...].astype(np.int32, copy=False)
+                    weight = f["normweight"][...].astype(np.float32, copy=False)
+                read.update(bytes=int(data.nbytes + label.nbytes + weight.nbytes), file=path)
+            order = sample_order(len(label), self.seed, epoch, self.rank, position)
+            x = np.ascontiguousarray(data[order].transpose(0, 2, 3, 1))
+        return x, label[order], weight[order]
+
+
+class WholeFileLoader:
+    """The original loader: read a file, yield its (permuted) samples as batches, carry the remainder over."""
+
+    def __init__(self, reader: FileReader, batch: int) -> None:
+        self.reader = reader
+        self.batch = batch
+
+    def epoch(self, files: Sequence[str], epoch: int, steps: int) -> Iterator[Batch]:
+        """Exactly ``steps`` batches from ``files`` (read lazily, so reads happen inside the caller's wait)."""
+        if steps <= 0:
+            return
+        pending: list[Batch] = []
+        have = 0
+        made = 0
+        for position, path in enumerate(files):
+            part = self.reader.read(path, epoch, position)
+            pending.append(part)
+            have += len(part[1])
+            while have >= self.batch:
+                joined = tuple(np.concatenate(cols) for cols in zip(*pending)) if len(pending) > 1 else pending[0]
+                yield tuple(col[:self.batch] for col in joined)
+                made += 1
+                if made == steps:
+                    return
+                rest = tuple(col[self.batch:] for col in joined)
+                pending, have = [rest], len(rest[1])
+
+
+class TFDataLoader:
+    """tf.data: interleave over files with parallel reads through ``tf.numpy_function``, batch, prefetch (AUTOTUNE).
+
+    Reads run on tf.data's threads; their intervals carry those threads' ids, so overlap with compute is visible.
+    """
+
+    def __init__(self, reader: FileReader, batch: int, image_size: int, cycle_length: int = 2) -> None:
+        self.reader = reader
+        self.batch = batch
+        self.image_size = image_size
+        self.cycle_length = cycle_length
+
+    def epoch(self, files: Sequence[str], epoch: int, steps: int) -> Any:
+        """A ``tf.data.Dataset`` of exactly ``steps`` batches ``(x, label, weight)``."""
+        import tensorflow as tf
+
+        s = self.image_size
+
+        def read(path: Any, position: Any) -> Batch:
+            name = path.decode() if isinstance(path, bytes) else str(path)
+            return self.reader.read(name, epoch, int(position))
+
+        def one_file(path: Any, position: Any) -> Any:
+            x, y, w = tf.numpy_function(read, [path, position], [tf.float32, tf.int32, tf.float32],
+                                        stateful=False)
+            x.set_shape([None, s, s, 3])
+            y.set_shape([None])
+            w.set_shape([None])
+            return tf.data.Dataset.from_tensor_slices((x, y, w))
+
+        names = tf.data.Dataset.from_tensor_slices((list(files), np.arange(len(files), dtype=np.int64)))
+        ds = names.interleave(one_file, cycle_length=self.cycle_length, block_length=self.batch,
+                              num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+        return ds.batch(self.batch, drop_remainder=True).take(steps).prefetch(tf.data.AUTOTUNE)
+
+
+def make_loader(kind: str, reader: FileReader, batch: int, image_size: int) -> WholeFileLoader | TFDataLoader:
+    if kind == "whole-file":
+        return WholeFileLoader(reader, batch)
+    if kind == "tfdata":
+        return TFDataLoader(reader, batch, image_size)
+    raise ValueError(f"unknown --loader {kind!r}; expected one of {LOADERS}")
