@@ -1,0 +1,222 @@
+"""``timelogger run -o RUN_DIR [--posix [--posix-filter DIR]] [--horovod-timeline] [--force] -- CMD ...``
+
+Runs once per rank (``mpiexec -n N timelogger run ... -- python train.py`` or under ``srun``): prepares the run
+directory and the capture environment, records this rank's launch, lets rank 0 write ``manifest.json``, then
+replaces itself with CMD through ``os.execvpe`` so MPI's inherited descriptors and the launcher's signals reach the
+real program (DESIGN.md, "Launcher notes"). Nothing here changes what CMD computes: only environment variables
+that switch on capture are added.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import platform
+import re
+import sys
+import time
+from importlib import metadata
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence
+
+from ._env import detect_rank_world, hostname
+from .logger import ENV_DIR, VERSION
+
+_APP_FILE = re.compile(r"^rank-(\d+)-pid-\d+(?:-\d+)?\.pfw(?:\.gz)?$")
+_DARSHAN_HINT = (
+    "timelogger: Darshan is not enabled. On a cluster with Darshan, add it at launch (it cannot be switched on "
+    "later):\n"
+    "  export DARSHAN_ENABLE_NONMPI=1 DXT_ENABLE_IO_TRACE=1 DARSHAN_LOGPATH={darshan_dir}\n"
+    "  export LD_PRELOAD=/path/to/libdarshan.so${{LD_PRELOAD:+:$LD_PRELOAD}}   # e.g. $DARSHAN_ROOT/lib\n"
+    "  (or `module load darshan`; older Darshan: DARSHAN_LOG_DIR_PATH / DARSHAN_LOGFILE). Logs go to {darshan_dir}."
+)
+_VERSION_DISTS = ("tensorflow-cpu", "tensorflow", "keras", "horovod", "mpi4py", "mpich", "dftracer", "pydftracer",
+                  "darshan", "h5py", "numpy")
+
+
+class LaunchError(Exception):
+    """A problem with the command line or the run directory; reported as one line, exit status 2."""
+
+
+def setup_parser(sub: Optional[Any] = None) -> argparse.ArgumentParser:
+    """Parser of ``timelogger run`` (as a subparser of ``sub`` when given)."""
+    kwargs = dict(description="Run CMD with TimeLogger capture into RUN_DIR (once per rank).")
+    parser = sub.add_parser("run", help="run a command with capture enabled", **kwargs) if sub is not None \
+        else argparse.ArgumentParser(prog="timelogger run", **kwargs)
+    parser.add_argument("-o", "--output", required=True, metavar="RUN_DIR", help="run directory")
+    parser.add_argument("--posix", action="store_true",
+                        help="trace POSIX I/O with the DFTracer preload into RUN_DIR/posix/")
+    parser.add_argument("--posix-filter", metavar="DIR", default=None,
+                        help="only trace files under DIR (DFTRACER_DATA_DIR; default: all)")
+    parser.add_argument("--horovod-timeline", action="store_true",
+                        help="HOROVOD_TIMELINE=RUN_DIR/horovod/timeline.json (Horovod's rank 0 writes it)")
+    parser.add_argument("--force", action="store_true",
+                        help="reuse a run directory holding a previous run (its app files of this rank go)")
+    parser.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD ...", help="the program to run")
+    return parser
+
+
+def _dftracer_preload() -> Optional[Path]:
+    """``libdftracer_preload.so`` of the installed ``dftracer`` package, found without importing it."""
+    try:
+        spec = importlib.util.find_spec("dftracer")
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    for root in spec.submodule_search_locations:
+        for sub in ("lib64", "lib"):
+            so = Path(root) / sub / "libdftracer_preload.so"
+            if so.is_file():
+                return so
+    return None
+
+
+def _versions() -> Dict[str, str]:
+    out = {"python": platform.python_version(), "timelogger": VERSION}
+    for dist in _VERSION_DISTS:
+        try:
+            out[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            continue
+    return out
+
+
+def _atomic_json(path: Path, data: Dict[str, Any]) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data, indent=2, default=str) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def _darshan_enabled(env: Dict[str, str]) -> bool:
+    return "darshan" in env.get("LD_PRELOAD", "").lower() or any(k.startswith("DARSHAN_") for k in env)
+
+
+def _check_previous(run_dir: Path, rank: int, world: int, force: bool) -> List[Path]:
+    """App files of a previous run this rank is responsible for (its own rank; rank 0 also ranks >= world).
+
+    Each rank looks only at its own rank's files, so a fast rank that already started writing cannot make a slow
+    rank refuse.
+    """
+    app = run_dir / "app"
+    stale: List[Path] = []
+    if app.is_dir():
+        for p in app.iterdir():
+            m = _APP_FILE.match(p.name)
+            if m and (int(m.group(1)) == rank or (rank == 0 and int(m.group(1)) >= world)):
+                stale.append(p)
+    if stale and not force:
+        raise LaunchError(f"{app}: holds app files of a previous run (e.g. {stale[0].name}); "
+                          "use another -o or --force")
+    return stale
+
+
+def prepare(args: argparse.Namespace, env: Dict[str, str]) -> Dict[str, Any]:
+    """Create the run directory, extend ``env`` for capture, write the launch record (and, on rank 0, the manifest).
+
+    Returns the launch record of this rank.
+    """
+    if not args.cmd:
+        raise LaunchError("no command given: timelogger run -o RUN_DIR -- CMD ...")
+    run_dir = Path(args.output).expanduser().resolve()
+    rank, world, launcher = detect_rank_world(env)
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / "launch").mkdir(exist_ok=True)
+    except OSError as exc:
+        raise LaunchError(f"{run_dir}: cannot create run directory ({exc.strerror or exc})") from exc
+    for p in _check_previous(run_dir, rank, world, args.force):
+        p.unlink(missing_ok=True)
+
+    env[ENV_DIR] = str(run_dir)
+    layers: Dict[str, Any] = {"app": True, "posix": False, "horovod_timeline": False,
+                              "darshan": _darshan_enabled(env)}
+    if args.posix:
+        so = _dftracer_preload()
+        if so is None:
+            print("timelogger: --posix: the dftracer package is not installed (pip install .[posix]); "
+                  "continuing without POSIX tracing", file=sys.stderr)
+        else:
+            (run_dir / "posix").mkdir(exist_ok=True)
+            env["LD_PRELOAD"] = ":".join(x for x in (str(so), env.get("LD_PRELOAD", "")) if x)
+            env["DFTRACER_ENABLE"] = "1"
+            env["DFTRACER_INIT"] = "PRELOAD"
+            env["DFTRACER_LOG_FILE"] = str(run_dir / "posix" / "trace")
+            env["DFTRACER_DATA_DIR"] = str(Path(args.posix_filter).resolve()) if args.posix_filter else "all"
+            layers["posix"] = {"preload": str(so), "data_dir": env["DFTRACER_DATA_DIR"]}
+    elif args.posix_filter:
+        raise LaunchError("--posix-filter needs --posix")
+    if args.horovod_timeline:
+        (run_dir / "horovod").mkdir(exist_ok=True)
+        env["HOROVOD_TIMELINE"] = str(run_dir / "horovod" / "timeline.json")
+        layers["horovod_timeline"] = env["HOROVOD_TIMELINE"]
+    if rank == 0 and not layers["darshan"]:
+        print(_DARSHAN_HINT.format(darshan_dir=run_dir / "darshan"), file=sys.stderr)
+
+    p0 = time.perf_counter_ns()
+    wall = time.time_ns()
+    p1 = time.perf_counter_ns()
+    record = {
+        "rank": rank, "world_size": world, "launcher": launcher, "hostname": hostname(),
+        # exec keeps the pid, so this is also the pid in the rank's app file name
+        "pid": os.getpid(),
+        "clock": {"wall_ns": wall, "perf_ns": (p0 + p1) // 2},
+        "command": list(args.cmd), "cwd": os.getcwd(), "layers": layers,
+    }
+    _atomic_json(run_dir / "launch" / f"rank-{rank}.json", record)
+    if rank == 0:
+        known = []
+        for f in sorted((run_dir / "launch").glob("rank-*.json")):
+            try:
+                r = json.loads(f.read_text(encoding="utf-8"))
+                known.append({"rank": r["rank"], "hostname": r["hostname"], "pid": r["pid"]})
+            except (OSError, ValueError, KeyError):
+                continue  # another rank is mid-rename; its launch/ file remains the source
+        manifest = {
+            "tool": "timelogger", "created_wall_ns": wall, "command": list(args.cmd), "cwd": os.getcwd(),
+            "world_size": world, "launcher": launcher, "ranks": known, "ranks_dir": "launch",
+            "hostname": hostname(), "versions": _versions(), "clocks": record["clock"], "layers": layers,
+            "env": {k: env[k] for k in (ENV_DIR, "HOROVOD_TIMELINE", "DFTRACER_LOG_FILE", "DFTRACER_DATA_DIR",
+                                        "DARSHAN_LOGPATH", "SLURM_JOB_ID") if k in env},
+        }
+        _atomic_json(run_dir / "manifest.json", manifest)
+    return record
+
+
+def run(args: argparse.Namespace) -> int:
+    """Prepare and exec; returns only on failure."""
+    cmd = list(args.cmd)
+    if cmd and cmd[0] == "--":
+        cmd = cmd[1:]
+    args.cmd = cmd
+    env = dict(os.environ)
+    prepare(args, env)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        os.execvpe(cmd[0], cmd, env)
+    except OSError as exc:
+        print(f"timelogger: {cmd[0]}: cannot execute ({exc.strerror or exc})", file=sys.stderr)
+        return 127
+    return 127  # pragma: no cover - execvpe does not return
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Console script ``timelogger`` (also ``python -m timelogger``)."""
+    parser = argparse.ArgumentParser(prog="timelogger", description="TimeLogger capture launcher")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks")
+    sub = parser.add_subparsers(dest="command", required=True)
+    setup_parser(sub)
+    args = parser.parse_args(argv)
+    try:
+        return run(args)
+    except LaunchError as exc:
+        if args.debug:
+            raise
+        print(f"timelogger: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,798 @@
+"""The TimeLogger: per-phase intervals of a training process, written as DFTracer-style ``.pfw`` lines.
+
+Layout of the hot path (see STYLE.md item 4): ending an interval appends one tuple
+``(spec, t0_ns, t1_ns, tags[, args])`` to a list owned by the calling thread; a daemon thread turns the tuples
+into JSON lines every ``flush_interval`` seconds. Nothing on the hot path allocates more than that tuple, calls
+``json`` or takes a lock. File layout and time base: ``docs/wire-format.md``.
+"""
+from __future__ import annotations
+
+import atexit
+import json
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+import weakref
+from pathlib import Path
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple, TypeVar, Union
+
+from ._env import detect_rank_world, hostname
+
+__all__ = ["TimeLogger", "Phase", "CATS", "default_logger", "ENV_DIR"]
+
+_log = logging.getLogger(__name__)
+
+#: Phase classes of the frame schema (``trace_merge.schema.CATS``; repeated here so capture imports nothing).
+CATS = ("io", "preprocess", "compute", "comm", "checkpoint", "wait", "other")
+#: Environment variable naming the run directory of :func:`default_logger`.
+ENV_DIR = "TIMELOGGER_DIR"
+VERSION = "0.1.0"
+
+_pc = time.perf_counter_ns
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), default=str, ensure_ascii=False)
+
+
+def _us(ns: int) -> str:
+    """Nanoseconds as microseconds with exactly 3 decimals, without float rounding (epoch ns exceed 2**53)."""
+    if ns < 0:
+        return "-" + _us(-ns)
+    return f"{ns // 1000}.{ns % 1000:03d}"
+
+
+def _anchor() -> Tuple[int, int]:
+    """A ``(wall_ns, perf_ns)`` pair read as close together as Python allows (perf taken either side)."""
+    p0 = _pc()
+    wall = time.time_ns()
+    p1 = _pc()
+    return wall, (p0 + p1) // 2
+
+
+class _Spec:
+    """One (name, cat) pair with its JSON line prefix built once."""
+
+    __slots__ = ("name", "cat", "head")
+
+    def __init__(self, name: str, cat: str) -> None:
+        self.name = name
+        self.cat = cat
+        self.head = '{"name":' + _json(name) + ',"cat":' + _json(cat) + ',"ph":"X","ts":'
+
+
+class _Tags:
+    """Process-wide args every interval carries (rank, epoch, step), pre-serialised when they change."""
+
+    __slots__ = ("text", "values")
+
+    def __init__(self, values: Dict[str, int]) -> None:
+        self.values = values
+        self.text = _json(values)[1:-1]
+
+
+class _Local(threading.local):
+    """Per-thread buffer; ``append`` is the bound ``list.append`` of this thread's list."""
+
+    def __init__(self, register: Callable[[List[tuple]], None]) -> None:
+        buf: List[tuple] = []
+        self.append = buf.append
+        register(buf)
+
+
+class _BufEntry:
+    __slots__ = ("buf", "ident", "tid", "name", "thread", "announced")
+
+    def __init__(self, buf: List[tuple]) -> None:
+        th = threading.current_thread()
+        self.buf = buf
+        self.ident = threading.get_ident()
+        self.tid = threading.get_native_id()
+        self.name = th.name
+        self.thread = weakref.ref(th)
+        self.announced = False
+
+
+class Phase:
+    """One timed phase: a context manager, a decorator, and the place for late values (``update``).
+
+    Obtained from :meth:`TimeLogger.phase` or :meth:`TimeLogger.timed`. As a context manager the interval runs
+    from ``__enter__`` to ``__exit__`` (an exception still closes it and is named in ``args.exception``). As a
+    decorator it times every call of the function; the wrapper keeps no per-call state on this object, so the
+    decorated function may recurse or run in several threads.
+    """
+
+    __slots__ = ("_tl", "_spec", "_t0", "_args")
+
+    def __init__(self, tl: "TimeLogger", spec: _Spec) -> None:
+        self._tl = tl
+        self._spec = spec
+        self._t0: Optional[int] = None
+        self._args: Optional[Dict[str, Any]] = None
+
+    @property
+    def name(self) -> str:
+        return self._spec.name
+
+    @property
+    def cat(self) -> str:
+        return self._spec.cat
+
+    def __enter__(self) -> "Phase":
+        self._t0 = _pc()
+        return self
+
+    def __exit__(self, et: Any, ev: Any, tb: Any) -> None:
+        t1 = _pc()
+        t0 = self._t0
+        if t0 is None:
+            self._tl._warn_once("misuse", "timelogger: phase %r exited without being entered; ignored", self._spec.name)
+            return None
+        self._t0 = None
+        tl = self._tl
+        if not tl._on:
+            tl._ignored()
+            return None
+        args = self._args
+        if et is not None:
+            args = dict(args or ())
+            args["exception"] = et.__name__
+        if args is None:
+            tl._local.append((self._spec, t0, t1, tl._tags))
+        else:
+            self._args = None
+            tl._local.append((self._spec, t0, t1, tl._tags, args))
+        return None
+
+    def update(self, **values: Any) -> "Phase":
+        """Add values known only inside the phase (``bytes``, ``file``, ``offset``, anything JSON-able) to args."""
+        if self._args is None:
+            self._args = values
+        else:
+            self._args.update(values)
+        return self
+
+    def __call__(self, fn: _F) -> _F:
+        return self._tl._wrap(fn, self._spec)
+
+    def __repr__(self) -> str:
+        return f"Phase({self._spec.name!r}, cat={self._spec.cat!r})"
+
+
+class _NullPhase:
+    """What a disabled logger hands out: enter/exit/update do nothing, decorating returns the function."""
+
+    __slots__ = ()
+
+    def __enter__(self) -> "_NullPhase":
+        return self
+
+    def __exit__(self, et: Any, ev: Any, tb: Any) -> None:
+        return None
+
+    def update(self, **values: Any) -> "_NullPhase":
+        return self
+
+    def __call__(self, fn: _F) -> _F:
+        return fn
+
+
+_NULL = _NullPhase()
+
+
+class TimeLogger:
+    """Records named intervals of one process into ``<out_dir>/app/rank-<r>-pid-<p>.pfw``.
+
+    Parameters
+    ----------
+    out_dir
+        Run directory; the ``app/`` subdirectory is created. ``None`` gives a disabled logger whose phases,
+        decorators and iterators cost (almost) nothing.
+    rank, world_size
+        Position in the job; read from the launcher's environment when None (Open MPI, MPICH/Hydra ``PMI_*``,
+        ``PMIX_RANK``, Slurm, Horovod), else 0 and 1.
+    flush_interval
+        Seconds between background flushes (the most a ``kill -9`` can lose, plus one write).
+
+    Notes
+    -----
+    A logger that cannot create its file warns once and stays disabled; it never raises into the training job.
+    Decorating with a logger that is disabled from the start returns the function unchanged.
+    """
+
+    def __init__(
+        self,
+        out_dir: Union[str, os.PathLike, None],
+        rank: Optional[int] = None,
+        world_size: Optional[int] = None,
+        *,
+        flush_interval: float = 0.5,
+    ) -> None:
+        env_rank, env_world, _ = detect_rank_world()
+        self.rank = env_rank if rank is None else int(rank)
+        self.world_size = env_world if world_size is None else int(world_size)
+        self.out_dir: Optional[Path] = None if out_dir is None else Path(out_dir)
+        self.path: Optional[Path] = None
+        self.flush_interval = float(flush_interval)
+        self._on = False
+        self._closed = False
+        self._warned: set = set()
+        self._specs: Dict[Tuple[str, str], _Spec] = {}
+        self._epoch: Optional[int] = None
+        self._step: Optional[int] = None
+        self._tags = _Tags({"rank": self.rank})
+        self._fh: Any = None
+        self._thread: Optional[threading.Thread] = None
+        self._stop = threading.Event()
+        self._wlock = threading.Lock()
+        self._wowner: Optional[int] = None
+        self._reg_lock = threading.Lock()
+        self._entries: List[_BufEntry] = []
+        self._local = _Local(self._register)
+        self.events_written = 0
+        self.dropped = 0
+        if self.out_dir is not None:
+            self._open()
+
+    # ------------------------------------------------------------------ setup
+    def _register(self, buf: List[tuple]) -> None:
+        with self._reg_lock:
+            self._entries.append(_BufEntry(buf))
+
+    def _open(self) -> None:
+        """Create the file, write ``[`` and the header, start the flusher; on failure warn once and stay off."""
+        assert self.out_dir is not None
+        self.pid = os.getpid()
+        self.anchor = _anchor()
+        self._off = self.anchor[0] - self.anchor[1]
+        app = self.out_dir / "app"
+        try:
+            app.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            self._disable("open", "timelogger: cannot create %s (%s); logging disabled for this process", app, exc)
+            return
+        base = f"rank-{self.rank}-pid-{self.pid}"
+        fh = None
+        for k in range(1000):
+            path = app / (f"{base}.pfw" if k == 0 else f"{base}-{k}.pfw")
+            try:
+                fh = open(path, "x", encoding="utf-8")
+            except FileExistsError:
+                continue
+            except OSError as exc:
+                self._disable("open", "timelogger: cannot create %s (%s); logging disabled for this process",
+                              path, exc)
+                return
+            if k:
+                self._warn_once("collision", "timelogger: %s already exists; writing %s instead",
+                                app / f"{base}.pfw", path.name)
+            break
+        if fh is None:
+            self._disable("open", "timelogger: no free file name for %s in %s; logging disabled", base, app)
+            return
+        self.path = path
+        self._fh = fh
+        header = {
+            "rank": self.rank,
+            "world_size": self.world_size,
+            "hostname": hostname(),
+            "pid": self.pid,
+            "ppid": os.getppid(),
+            "anchor": {"wall_ns": self.anchor[0], "perf_ns": self.anchor[1]},
+            "versions": _versions(),
+            "argv": list(sys.argv),
+        }
+        try:
+            fh.write("[\n" + self._meta_line("timelogger", header, _pc()))
+            fh.flush()
+        except OSError as exc:
+            self._disable("write", "timelogger: cannot write %s (%s); logging disabled", path, exc)
+            return
+        self._on = True
+        self._stop = threading.Event()
+        self._start_flusher()
+        _register_live(self)
+
+    def _start_flusher(self) -> None:
+        t = threading.Thread(target=self._flusher, name="timelogger-flush", daemon=True)
+        self._thread = t
+        t.start()
+
+    def _flusher(self) -> None:
+        stop = self._stop
+        while not stop.wait(self.flush_interval):
+            self._flush(blocking=True)
+
+    # ------------------------------------------------------------------ warnings
+    def _warn_once(self, key: str, msg: str, *args: Any) -> None:
+        if key not in self._warned:
+            self._warned.add(key)
+            _log.warning(msg, *args)
+
+    def _disable(self, key: str, msg: str, *args: Any) -> None:
+        self._on = False
+        self._warn_once(key, msg, *args)
+
+    def _ignored(self) -> None:
+        """Called when an interval ends on a logger that is off; only a closed logger complains."""
+        if self._closed:
+            self.dropped += 1
+            self._warn_once("closed", "timelogger: interval recorded after close() of %s; ignored", self.path)
+
+    # ------------------------------------------------------------------ public API
+    @property
+    def enabled(self) -> bool:
+        """True while intervals are being recorded."""
+        return self._on
+
+    def _spec(self, name: str, cat: str) -> _Spec:
+        spec = self._specs.get((name, cat))
+        if spec is None:
+            if cat not in CATS:
+                self._warn_once("cat:" + str(cat), "timelogger: unknown cat %r for %r, using 'other' (one of %s)",
+                                cat, name, ", ".join(CATS))
+                spec = _Spec(str(name), "other")
+            else:
+                spec = _Spec(str(name), cat)
+            self._specs[(name, cat)] = spec
+        return spec
+
+    def phase(self, name: str, cat: str = "other") -> Phase:
+        """A phase usable as ``with tl.phase("Load File", cat="io") as p: ... p.update(bytes=n)``.
+
+        Parameters
+        ----------
+        name
+            Event name.
+        cat
+            One of :data:`CATS`.
+        """
+        if not self._on:
+            if self._closed:
+                self._ignored()
+            return _NULL  # type: ignore[return-value]
+        return Phase(self, self._specs.get((name, cat)) or self._spec(name, cat))
+
+    def timed(self, fn_or_name: Union[Callable, str, None] = None, cat: str = "other", *,
+              name: Optional[str] = None) -> Any:
+        """Decorator (bare or with arguments) and context manager.
+
+        ``@tl.timed`` names the interval after the function's ``__qualname__`` with cat ``other``;
+        ``@tl.timed("HDF5 File Read", cat="io")`` and ``with tl.timed("x"):`` behave like :meth:`phase`.
+        """
+        if callable(fn_or_name):
+            fn = fn_or_name
+            if not self._on and not self._closed:
+                return fn
+            return self._wrap(fn, self._spec(name or getattr(fn, "__qualname__", repr(fn)), cat))
+        label = fn_or_name if fn_or_name is not None else name
+        if label is None:
+            return _Deferred(self, cat)
+        if not self._on and not self._closed:
+            return _NULL
+        return Phase(self, self._spec(label, cat))
+
+    def _wrap(self, fn: _F, spec: _Spec) -> _F:
+        if not self._on and not self._closed:
+            return fn
+        tl = self
+        local = self._local
+        pc = _pc
+
+        def timed_call(*args: Any, **kwargs: Any) -> Any:
+            if not tl._on:
+                if tl._closed:
+                    tl._ignored()
+                return fn(*args, **kwargs)
+            t0 = pc()
+            try:
+                result = fn(*args, **kwargs)
+            except BaseException as exc:
+                local.append((spec, t0, pc(), tl._tags, {"exception": type(exc).__name__}))
+                raise
+            local.append((spec, t0, pc(), tl._tags))
+            return result
+
+        try:
+            timed_call.__wrapped__ = fn  # type: ignore[attr-defined]
+            for attr in ("__module__", "__name__", "__qualname__", "__doc__"):
+                setattr(timed_call, attr, getattr(fn, attr))
+            timed_call.__dict__.update(getattr(fn, "__dict__", {}))
+        except (AttributeError, TypeError):
+            pass
+        return timed_call  # type: ignore[return-value]
+
+    def iterate(self, iterable: Iterable[Any], name: str, cat: str = "wait") -> Iterator[Any]:
+        """Yield from ``iterable``, timing each ``next()`` (not the loop body) as one interval.
+
+        The final call that raises ``StopIteration`` is not recorded. A disabled logger returns ``iterable``.
+        """
+        if not self._on:
+            return iterable  # type: ignore[return-value]
+        return self._iterate(iter(iterable), self._spec(name, cat))
+
+    def _iterate(self, it: Iterator[Any], spec: _Spec) -> Iterator[Any]:
+        tl = self
+        local = self._local
+        pc = _pc
+        nxt = it.__next__
+        while True:
+            t0 = pc()
+            try:
+                item = nxt()
+            except StopIteration:
+                return
+            if tl._on:
+                local.append((spec, t0, pc(), tl._tags))
+            else:
+                tl._ignored()
+            yield item
+
+    def set_epoch(self, epoch: Optional[int]) -> None:
+        """Tag every later interval with ``args.epoch`` (None removes the tag)."""
+        self._epoch = None if epoch is None else int(epoch)
+        self._retag()
+
+    def set_step(self, step: Optional[int]) -> None:
+        """Tag every later interval with ``args.step`` (None removes the tag)."""
+        self._step = None if step is None else int(step)
+        self._retag()
+
+    def _retag(self) -> None:
+        values = {"rank": self.rank}
+        if self._epoch is not None:
+            values["epoch"] = self._epoch
+        if self._step is not None:
+            values["step"] = self._step
+        self._tags = _Tags(values)
+
+    def sync_clocks(self, comm: Any, rounds: int = 10) -> int:
+        """Measure this rank's ``time_ns`` offset to rank 0 by MPI ping-pong; write ``clock_sync`` metadata.
+
+        Collective over ``comm`` (an mpi4py communicator): every rank must call it, also ranks whose logger is
+        disabled. Returns the offset in ns (this rank's clock minus rank 0's; 0 on rank 0).
+        """
+        from .clocks import measure_offset
+
+        offset_ns, rtt_ns = measure_offset(comm, rounds=rounds)
+        self.write_metadata("clock_sync", {"clock_offset_ns": offset_ns, "rtt_ns": rtt_ns, "rounds": int(rounds),
+                                           "method": "mpi-pingpong", "comm_rank": comm.Get_rank(),
+                                           "comm_size": comm.Get_size()})
+        return offset_ns
+
+    def tf_profile(self, logdir: Union[str, os.PathLike, None] = None) -> Any:
+        """Context manager running the TF profiler into ``logdir`` with the wall-clock anchor marker.
+
+        ``logdir`` defaults to ``<run_dir>/tf/rank-<r>`` (each rank needs its own). See :mod:`timelogger.tf`.
+        """
+        from .tf import TFProfile
+
+        return TFProfile(self, logdir)
+
+    def write_metadata(self, name: str, args: Dict[str, Any]) -> None:
+        """Flush pending intervals, then write one ``"ph":"M"`` event ``name`` with ``args`` (JSON-able)."""
+        if not self._on:
+            if self._closed:
+                self._ignored()
+            return
+        self._flush(blocking=True, extra=self._meta_line(name, args, _pc()))
+
+    def flush(self) -> None:
+        """Write every interval recorded so far (the background thread does this every ``flush_interval``)."""
+        if self._on:
+            self._flush(blocking=True)
+
+    def close(self) -> None:
+        """Flush, write the ``timelogger_close`` metadata (second anchor pair) and close the file. Idempotent."""
+        if self._closed or self._fh is None:
+            self._closed = True
+            self._on = False
+            return
+        self._closed = True
+        was_on = self._on
+        self._on = False
+        self._stop.set()
+        t = self._thread
+        if t is not None and t is not threading.current_thread() and t.is_alive():
+            t.join(timeout=5.0)
+        wall, perf = _anchor()
+        if not self._acquire():
+            return  # re-entered from a signal handler inside our own write: the outer call finishes it
+        try:
+            out, n_x = self._drain() if was_on else ([], 0)
+            out.append(self._meta_line("timelogger_close", {
+                "anchor": {"wall_ns": wall, "perf_ns": perf},
+                "events": self.events_written + n_x,
+                "dropped": self.dropped}, perf))
+            self._write(out, n_x)
+            try:
+                self._fh.close()
+            except OSError:
+                pass
+        finally:
+            self._release()
+        _unregister_live(self)
+
+    def __enter__(self) -> "TimeLogger":
+        return self
+
+    def __exit__(self, et: Any, ev: Any, tb: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "on" if self._on else ("closed" if self._closed else "off")
+        return f"TimeLogger(path={str(self.path)!r}, rank={self.rank}, {state})"
+
+    # ------------------------------------------------------------------ writing
+    def _acquire(self) -> bool:
+        """Take the write lock, unless this thread already holds it (a signal handler interrupting a write)."""
+        me = threading.get_ident()
+        if self._wowner == me:
+            return False
+        self._wlock.acquire()
+        self._wowner = me
+        return True
+
+    def _release(self) -> None:
+        self._wowner = None
+        self._wlock.release()
+
+    def _meta_line(self, name: str, args: Dict[str, Any], perf_ns: int) -> str:
+        return ('{"name":' + _json(name) + ',"ph":"M","ts":' + _us(perf_ns + self._off) + ',"pid":'
+                + str(self.pid) + ',"tid":' + str(threading.get_native_id()) + ',"args":' + _json(args) + "}\n")
+
+    def _drain(self) -> Tuple[List[str], int]:
+        """Take everything out of the per-thread buffers and serialise it (caller holds the write lock).
+
+        Returns the lines and how many of them are intervals.
+        """
+        out: List[str] = []
+        n_x = 0
+        off = self._off
+        pid = self.pid
+        with self._reg_lock:
+            entries = list(self._entries)
+        dead = []
+        for ent in entries:
+            buf = ent.buf
+            n = len(buf)
+            if n:
+                # Appends only ever go to the end, so copying and deleting the first n items is safe under the
+                # GIL while the owning thread keeps appending.
+                items = buf[:n]
+                del buf[:n]
+                if not ent.announced:
+                    ent.announced = True
+                    out.append('{"name":"thread_name","ph":"M","ts":' + _us(items[0][1] + off) + ',"pid":'
+                               + str(pid) + ',"tid":' + str(ent.tid) + ',"args":'
+                               + _json({"name": ent.name, "tid": ent.tid}) + "}\n")
+                mid = ',"pid":' + str(pid) + ',"tid":' + str(ent.tid) + ',"args":{'
+                for item in items:
+                    try:
+                        t0 = item[1]
+                        ts = t0 + off
+                        d = item[2] - t0
+                        args = item[3].text if len(item) == 4 else self._args_text(item[3], item[4])
+                        out.append(item[0].head + f"{ts // 1000}.{ts % 1000:03d}"
+                                   + f',"dur":{d // 1000}.{d % 1000:03d}' + mid + args + "}}\n")
+                        n_x += 1
+                    except Exception as exc:  # a value json cannot take even with default=str
+                        self.dropped += 1
+                        self._warn_once("serialise", "timelogger: could not serialise an interval (%s); dropped",
+                                        exc)
+            else:
+                th = ent.thread()
+                if th is None or not th.is_alive():
+                    dead.append(ent)
+        if dead:
+            with self._reg_lock:
+                self._entries = [e for e in self._entries if e not in dead]
+        return out, n_x
+
+    @staticmethod
+    def _args_text(tags: _Tags, args: Dict[str, Any]) -> str:
+        """Inside of the ``args`` object: the tags, then the phase's own values (which win on a clash)."""
+        if not args:
+            return tags.text
+        for key in args:
+            if key in tags.values:
+                return _json({**tags.values, **args})[1:-1]
+        return tags.text + "," + _json(args)[1:-1]
+
+    def _write(self, lines: List[str], n_x: int) -> None:
+        """Write whole lines and hand them to the OS (so a ``kill -9`` after this loses nothing of them)."""
+        if not lines or self._fh is None:
+            return
+        try:
+            self._fh.write("".join(lines))
+            self._fh.flush()
+        except (OSError, ValueError) as exc:
+            self.dropped += n_x
+            self._disable("write", "timelogger: writing %s failed (%s); logging disabled, %d events lost",
+                          self.path, exc, n_x)
+            return
+        self.events_written += n_x
+
+    def _flush(self, blocking: bool = True, extra: Optional[str] = None) -> None:
+        if not self._acquire():
+            return
+        try:
+            if self._fh is None or self._fh.closed:
+                return
+            out, n_x = self._drain()
+            if extra is not None:
+                out.append(extra)
+            self._write(out, n_x)
+        finally:
+            self._release()
+
+    # ------------------------------------------------------------------ fork
+    def _after_fork_child(self) -> None:
+        """In a forked child: forget the parent's buffers and file, open our own file (same rank, new pid)."""
+        self._wlock = threading.Lock()
+        self._wowner = None
+        self._reg_lock = threading.Lock()
+        me = threading.get_ident()
+        keep = []
+        for ent in self._entries:
+            del ent.buf[:]
+            if ent.ident == me:
+                ent.tid = threading.get_native_id()
+                ent.name = threading.current_thread().name
+                ent.thread = weakref.ref(threading.current_thread())
+                ent.announced = False
+                keep.append(ent)
+        self._entries = keep
+        self._fh = None  # the parent's handle: its buffer is empty (we held the lock across fork); drop it
+        self._thread = None
+        self.events_written = 0
+        self.dropped = 0
+        self._warned = set()
+        self._on = False
+        self._open()
+
+
+class _Deferred:
+    """``@tl.timed(cat="io")`` without a name: the interval takes the function's ``__qualname__``."""
+
+    __slots__ = ("_tl", "_cat")
+
+    def __init__(self, tl: TimeLogger, cat: str) -> None:
+        self._tl = tl
+        self._cat = cat
+
+    def __call__(self, fn: _F) -> _F:
+        return self._tl.timed(fn, self._cat)
+
+
+def _versions() -> Dict[str, str]:
+    versions = {"python": sys.version.split()[0], "timelogger": VERSION}
+    # Report frameworks only if the program already imported them: capture must not import them itself.
+    for mod in ("tensorflow", "keras", "horovod", "mpi4py", "numpy", "h5py"):
+        m = sys.modules.get(mod)
+        v = getattr(m, "__version__", None) if m is not None else None
+        if isinstance(v, str):
+            versions[mod] = v
+    return versions
+
+
+# ---------------------------------------------------------------------- process-wide plumbing
+_live: "weakref.WeakSet[TimeLogger]" = weakref.WeakSet()
+_hooks_installed = False
+_hooks_lock = threading.Lock()
+_prev_sigterm: Any = None
+
+
+def _register_live(tl: TimeLogger) -> None:
+    global _hooks_installed
+    _live.add(tl)
+    with _hooks_lock:
+        if _hooks_installed:
+            return
+        _hooks_installed = True
+    atexit.register(_close_all)
+    os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_parent, after_in_child=_after_fork_child)
+    _install_sigterm()
+
+
+def _unregister_live(tl: TimeLogger) -> None:
+    _live.discard(tl)
+
+
+def _close_all() -> None:
+    for tl in list(_live):
+        try:
+            tl.close()
+        except Exception as exc:  # never let capture break interpreter shutdown
+            _log.warning("timelogger: closing %s failed: %s", tl.path, exc)
+
+
+def _flush_all() -> None:
+    for tl in list(_live):
+        try:
+            tl.flush()
+        except Exception as exc:
+            _log.warning("timelogger: flushing %s failed: %s", tl.path, exc)
+
+
+_forking: List[TimeLogger] = []
+
+
+def _before_fork() -> None:
+    # Hold every write lock across fork so the child never inherits a half-written buffer or a held lock.
+    for tl in list(_live):
+        if tl._wowner != threading.get_ident() and tl._wlock.acquire(timeout=5.0):
+            _forking.append(tl)
+
+
+def _after_fork_parent() -> None:
+    while _forking:
+        _forking.pop()._wlock.release()
+
+
+def _after_fork_child() -> None:
+    _forking.clear()
+    global _live
+    loggers = [tl for tl in list(_live) if tl._on]
+    _live = weakref.WeakSet()
+    for tl in loggers:
+        tl._after_fork_child()
+    mp_util = sys.modules.get("multiprocessing.util")
+    if loggers and mp_util is not None:
+        # multiprocessing children leave through os._exit(), which skips atexit; its own finalizers do run.
+        mp_util.Finalize(None, _close_all, exitpriority=-100)
+
+
+def _install_sigterm() -> None:
+    global _prev_sigterm
+    if threading.current_thread() is not threading.main_thread():
+        _log.debug("timelogger: not in the main thread, SIGTERM flush not installed")
+        return
+    try:
+        _prev_sigterm = signal.getsignal(signal.SIGTERM)
+        signal.signal(signal.SIGTERM, _on_sigterm)
+    except (ValueError, OSError) as exc:
+        _log.debug("timelogger: cannot install SIGTERM handler: %s", exc)
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    """Flush, then do what was there before: the previous Python handler, ignoring, or dying of SIGTERM."""
+    prev = _prev_sigterm
+    if callable(prev):
+        _flush_all()
+        prev(signum, frame)
+        return
+    if prev == signal.SIG_IGN:
+        _flush_all()
+        return
+    _close_all()
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
+# ---------------------------------------------------------------------- the default logger
+_default: Optional[TimeLogger] = None
+_default_lock = threading.Lock()
+
+
+def default_logger() -> TimeLogger:
+    """The process-wide logger writing to ``$TIMELOGGER_DIR`` (the run directory); disabled when unset.
+
+    Created on first call and cached; a forked child keeps using it (it opens its own file).
+    """
+    tl = _default
+    if tl is not None:
+        return tl
+    return _make_default()
+
+
+def _make_default() -> TimeLogger:
+    global _default
+    with _default_lock:
+        if _default is None:
+            _default = TimeLogger(os.environ.get(ENV_DIR) or None)
+        return _default

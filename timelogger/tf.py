@@ -1,0 +1,97 @@
+"""TF profiler window with a wall-clock anchor (``docs/wire-format.md``, "TF 2.15 anchor marker").
+
+TensorFlow is imported only when a profile starts, with an actionable message if it is missing.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Optional, Union
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .logger import TimeLogger
+
+__all__ = ["TFProfile", "MARKER"]
+
+_log = logging.getLogger(__name__)
+
+#: Name of the TraceMe whose wall time the ``tf_profile`` metadata event records.
+MARKER = "timelogger_anchor"
+
+
+class TFProfile:
+    """``with tl.tf_profile(logdir):`` — profile the block with ``tf.profiler.experimental``.
+
+    On entry: start the profiler into ``logdir``, emit the TraceMe :data:`MARKER` between two ``time.time_ns()``
+    readings ``t0, t1`` and write the ``tf_profile`` metadata event (``logdir``, ``marker``,
+    ``marker_wall_ns = (t0 + t1) // 2``, ``start_wall_ns`` = wall ns just before ``start()``, ``tf_version``).
+    On exit (also after an exception): stop the profiler, which writes
+    ``<logdir>/plugins/profile/<run>/<host>.xplane.pb``.
+
+    Parameters
+    ----------
+    tl
+        Logger receiving the metadata; its run directory gives the default logdir.
+    logdir
+        Profiler log directory; default ``<run_dir>/tf/rank-<r>``. Ranks must not share one (same-second runs on
+        one host overwrite each other's ``xplane.pb``).
+
+    Notes
+    -----
+    If the profiler cannot start (another profile running, no TF), a warning is logged and the block runs
+    unprofiled: profiling must never stop training.
+    """
+
+    def __init__(self, tl: "TimeLogger", logdir: Union[str, os.PathLike, None] = None) -> None:
+        self._tl = tl
+        if logdir is None and tl.out_dir is not None:
+            logdir = tl.out_dir / "tf" / f"rank-{tl.rank}"
+        self.logdir: Optional[Path] = None if logdir is None else Path(logdir)
+        self.active = False
+        self.marker_wall_ns: Optional[int] = None
+
+    def __enter__(self) -> "TFProfile":
+        if self.logdir is None:
+            _log.warning("timelogger: tf_profile() without logdir on a logger without run directory; not profiling")
+            return self
+        try:
+            import tensorflow as tf
+        except ImportError as exc:
+            _log.warning("timelogger: tf_profile needs TensorFlow (pip install .[tf]): %s; not profiling", exc)
+            return self
+        self.logdir.mkdir(parents=True, exist_ok=True)
+        start_wall_ns = time.time_ns()
+        try:
+            tf.profiler.experimental.start(str(self.logdir))
+        except Exception as exc:  # AlreadyExists / Unavailable: keep training, just without this profile
+            _log.warning("timelogger: could not start the TF profiler into %s: %s", self.logdir, exc)
+            return self
+        self.active = True
+        t0 = time.time_ns()
+        with tf.profiler.experimental.Trace(MARKER):
+            pass
+        t1 = time.time_ns()
+        self.marker_wall_ns = (t0 + t1) // 2
+        self._tl.write_metadata("tf_profile", {
+            "logdir": str(self.logdir.resolve()),
+            "marker": MARKER,
+            "marker_wall_ns": self.marker_wall_ns,
+            "marker_uncertainty_ns": t1 - t0,
+            "start_wall_ns": start_wall_ns,
+            "tf_version": getattr(tf, "__version__", "unknown"),
+        })
+        return self
+
+    def __exit__(self, et: Any, ev: Any, tb: Any) -> None:
+        if not self.active:
+            return None
+        self.active = False
+        import tensorflow as tf
+
+        try:
+            tf.profiler.experimental.stop()
+        except Exception as exc:
+            _log.warning("timelogger: stopping the TF profiler failed: %s", exc)
+        return None
