@@ -1,0 +1,321 @@
+"""The one clock-alignment module: every source's rows onto absolute epoch ns on rank 0's clock.
+
+Steps (:func:`align`):
+
+1. **Ranks for POSIX rows.** DFTracer does not know MPI ranks; its rows carry ``(host, pid)``. The app
+   (TimeLogger) files do: one file per process, forked children included, each with ``rank``, ``pid``
+   and ``hostname`` in its metadata. Rows of non-app sources whose ``(host, pid)`` (or, when the host is
+   missing on either side, ``pid``) matches an app process get that process's rank; otherwise a
+   ``rank-<r>`` / ``rank<r>`` in the file name decides; otherwise the reader's rank stays.
+2. **Different day.** A source whose median start time is more than 12 h from the app layer's median
+   is reported (``"<file>: ..."``) and left out: its clock or its run is not this one.
+3. **Rank clock offsets.** Each rank's ``clock_offset_ns`` (its ``time_ns`` minus rank 0's, from the
+   ``clock_sync`` metadata) is subtracted from every row of that rank, whatever the layer.
+4. **Alignment residual** (:func:`alignment_residual`): framework events that carry a step must fall
+   inside that step's app interval.
+5. **Epoch/step propagation** (:func:`propagate_steps`): non-app rows get the epoch/step of the
+   innermost tagged app interval of the same rank that contains them.
+"""
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from .schema import SourceData, concat_frames
+
+log = logging.getLogger(__name__)
+
+#: sources whose median time is further than this from the app layer's are a different run / clock
+DIFFERENT_DAY_NS = 12 * 3600 * 10**9
+#: framework events further than this outside their step's app interval count as "outside"
+RESIDUAL_TOLERANCE_NS = 1_000_000
+APP_KINDS = ("timelogger",)
+_RANK_IN_NAME = re.compile(r"rank[-_]?(\d+)", re.I)
+
+
+@dataclass
+class Process:
+    """One instrumented process, from an app file's metadata."""
+
+    rank: int
+    pid: int
+    host: "str | None"
+    clock_offset_ns: int = 0
+
+
+@dataclass
+class AlignResult:
+    """What :func:`align` returns: the aligned frame and what was found on the way."""
+
+    frame: pd.DataFrame
+    residual: dict[str, Any]
+    warnings: list[str] = field(default_factory=list)
+    dropped: list[str] = field(default_factory=list)
+    offsets: dict[int, int] = field(default_factory=dict)
+
+
+def meta_value(meta: Mapping[str, Any], *keys: str, default: Any = None) -> Any:
+    """First present, non-null value among ``keys`` in ``meta`` or its ``timelogger`` sub-dict."""
+    for scope in (meta, meta.get("timelogger") or {}):
+        for key in keys:
+            value = scope.get(key) if isinstance(scope, Mapping) else None
+            if value is not None:
+                return value
+    return default
+
+
+def processes(app_sources: Iterable[SourceData]) -> list[Process]:
+    """The instrumented processes described by app (TimeLogger) sources."""
+    out = []
+    for src in app_sources:
+        m = src.meta
+        rank = meta_value(m, "rank")
+        pid = meta_value(m, "pid")
+        if rank is None or pid is None:
+            continue
+        offset = meta_value(m, "clock_offset_ns", default=None)
+        if offset is None:
+            offset = (meta_value(m, "clock_sync", default={}) or {}).get("clock_offset_ns", 0)
+        out.append(Process(int(rank), int(pid), meta_value(m, "hostname", "host"), int(offset or 0)))
+    return out
+
+
+def rank_offsets(procs: Sequence[Process]) -> dict[int, int]:
+    """rank -> clock offset (ns) to subtract. A rank's processes share its clock; take any nonzero."""
+    offsets: dict[int, int] = {}
+    for p in procs:
+        if p.clock_offset_ns or p.rank not in offsets:
+            offsets[p.rank] = p.clock_offset_ns
+    return offsets
+
+
+def rank_from_name(path: str) -> "int | None":
+    """``rank-3``/``rank_3``/``rank3`` anywhere in the file's name or its directories."""
+    m = None
+    for m in _RANK_IN_NAME.finditer(str(path)):
+        pass
+    return int(m.group(1)) if m else None
+
+
+def assign_ranks(frame: pd.DataFrame, procs: Sequence[Process], path: str) -> pd.DataFrame:
+    """Give rows of a non-app source the rank of the app process with the same (host, pid).
+
+    Rows whose process is unknown get the rank named in ``path`` (``rank-<r>``) when there is one and
+    keep the reader's rank otherwise.
+    """
+    if not len(frame):
+        return frame
+    by_host_pid = {(p.host, p.pid): p.rank for p in procs if p.host}
+    by_pid: dict[int, int] = {}
+    for p in procs:
+        by_pid.setdefault(p.pid, p.rank)
+    ranks = frame["rank"].to_numpy().copy()
+    file_rank = rank_from_name(path)
+    # Unique (host, pid) pairs are few: map them, not the rows.
+    keys = pd.MultiIndex.from_arrays([frame["host"].astype(object), frame["pid"]])
+    codes, uniques = pd.factorize(keys)
+    mapped = np.empty(len(uniques), dtype=np.int64)
+    for i, (host, pid) in enumerate(uniques):
+        rank = by_host_pid.get((host, int(pid))) if isinstance(host, str) else None
+        if rank is None:
+            rank = by_pid.get(int(pid))
+        mapped[i] = -1 if rank is None else rank
+    row_rank = mapped[codes]
+    known = row_rank >= 0
+    ranks[known] = row_rank[known]
+    if file_rank is not None:
+        ranks[~known] = file_rank
+    out = frame.copy()
+    out["rank"] = ranks.astype(np.int64)
+    return out
+
+
+def apply_offsets(frame: pd.DataFrame, offsets: Mapping[int, int]) -> pd.DataFrame:
+    """Subtract each rank's clock offset (ns) from ``start_ns``/``end_ns`` of its rows."""
+    if not len(frame) or not any(offsets.values()):
+        return frame
+    ranks = frame["rank"].to_numpy()
+    shift = np.zeros(len(frame), dtype=np.int64)
+    for rank, off in offsets.items():
+        if off:
+            shift[ranks == rank] = off
+    out = frame.copy()
+    out["start_ns"] = frame["start_ns"].to_numpy() - shift
+    out["end_ns"] = frame["end_ns"].to_numpy() - shift
+    return out
+
+
+def _innermost(
+    starts: np.ndarray, ends: np.ndarray, q_start: np.ndarray, q_end: np.ndarray
+) -> np.ndarray:
+    """Index of the innermost interval containing each query ``[q_start, q_end]`` or -1.
+
+    ``starts`` must be sorted ascending (ties: longer first). Intervals are treated as a nesting
+    forest; a crossing interval's parent is the latest-started one still open when it starts.
+    O((n + m) log n) plus a few vectorised climbs of the nesting depth.
+    """
+    n = len(starts)
+    parent = np.full(n, -1, dtype=np.int64)
+    stack: list[int] = []
+    for i in range(n):  # one pass over the (few) tagged app intervals
+        s = starts[i]
+        while stack and ends[stack[-1]] <= s:
+            stack.pop()
+        parent[i] = stack[-1] if stack else -1
+        stack.append(i)
+    idx = np.searchsorted(starts, q_start, "right") - 1
+    while True:
+        valid = idx >= 0
+        bad = valid.copy()
+        bad[valid] = ends[idx[valid]] < q_end[valid]
+        if not bad.any():
+            return idx
+        idx[bad] = parent[idx[bad]]
+
+
+def propagate_steps(frame: pd.DataFrame) -> pd.DataFrame:
+    """Copy ``epoch``/``step`` from app intervals onto the non-app rows they contain (same rank).
+
+    For each of ``step`` and ``epoch`` separately, a row takes the value of the innermost app interval
+    of its rank that has that column set and contains the row in time. Rows contained in no such
+    interval keep what their reader gave them.
+    """
+    if not len(frame):
+        return frame
+    layer = frame["layer"].astype(object).to_numpy()
+    is_app = layer == "app"
+    if not is_app.any() or is_app.all():
+        return frame
+    out = frame.copy()
+    rank = frame["rank"].to_numpy()
+    start = frame["start_ns"].to_numpy()
+    end = frame["end_ns"].to_numpy()
+    for col in ("step", "epoch"):
+        values = frame[col].to_numpy(dtype="float64", na_value=np.nan)
+        result = frame[col].copy()
+        tagged = is_app & ~np.isnan(values)
+        for r in np.unique(rank[tagged]):
+            apps = np.flatnonzero(tagged & (rank == r))
+            order = np.lexsort((-(end[apps] - start[apps]), start[apps]))
+            apps = apps[order]
+            targets = np.flatnonzero(~is_app & (rank == r))
+            if not len(targets):
+                continue
+            hit = _innermost(start[apps], end[apps], start[targets], end[targets])
+            found = hit >= 0
+            src = apps[hit[found]]
+            result.iloc[targets[found]] = values[src].astype(np.int64)
+        out[col] = result.astype("Int64")
+    return out
+
+
+def alignment_residual(frame: pd.DataFrame, tolerance_ns: int = RESIDUAL_TOLERANCE_NS) -> dict[str, Any]:
+    """Check the alignment: framework events carrying a step vs that step's app interval.
+
+    A step's app window is ``[min start, max end]`` of the app intervals of the same rank with that
+    step (and the same epoch when both sides have one). Run this before :func:`propagate_steps`.
+
+    Returns
+    -------
+    dict
+        ``checked`` (framework events with a step that has an app window), ``outside`` (those ending
+        or starting more than ``tolerance_ns`` outside it), ``max_outside_ns``, ``median_outside_ns``,
+        ``unmatched`` (framework steps with no app interval), ``tolerance_ns``.
+    """
+    res: dict[str, Any] = {
+        "checked": 0,
+        "outside": 0,
+        "max_outside_ns": 0,
+        "median_outside_ns": 0,
+        "unmatched": 0,
+        "tolerance_ns": int(tolerance_ns),
+    }
+    if not len(frame):
+        return res
+    layer = frame["layer"].astype(object)
+    fw = frame[(layer == "framework").to_numpy() & frame["step"].notna().to_numpy()]
+    app = frame[(layer == "app").to_numpy() & frame["step"].notna().to_numpy()]
+    if not len(fw):
+        return res
+    if not len(app):
+        res["unmatched"] = int(len(fw))
+        return res
+    app_epoch = app["epoch"].astype("float64")
+    fw_epoch = fw["epoch"].astype("float64")
+    use_epoch = bool(app_epoch.notna().any() and fw_epoch.notna().any())
+    keys = ["rank", "step"] + (["epoch"] if use_epoch else [])
+    win = (
+        app.assign(step=app["step"].astype("int64"), epoch=app_epoch)
+        .groupby(keys, observed=True, dropna=False)
+        .agg(win_start=("start_ns", "min"), win_end=("end_ns", "max"))
+        .reset_index()
+    )
+    probe = fw[["rank", "start_ns", "end_ns"]].assign(step=fw["step"].astype("int64"), epoch=fw_epoch)
+    joined = probe.merge(win, on=keys, how="left")
+    matched = joined["win_start"].notna().to_numpy()
+    j = joined[matched]
+    before = (j["win_start"].to_numpy(np.int64) - j["start_ns"].to_numpy()).clip(min=0)
+    after = (j["end_ns"].to_numpy() - j["win_end"].to_numpy(np.int64)).clip(min=0)
+    out_by = np.maximum(before, after)
+    res.update(
+        checked=int(matched.sum()),
+        outside=int((out_by > tolerance_ns).sum()),
+        max_outside_ns=int(out_by.max()) if len(out_by) else 0,
+        median_outside_ns=int(np.median(out_by)) if len(out_by) else 0,
+        unmatched=int((~matched).sum()),
+    )
+    return res
+
+
+def _median_ns(frame: pd.DataFrame) -> "float | None":
+    return float(np.median(frame["start_ns"].to_numpy())) if len(frame) else None
+
+
+def align(sources: Sequence[SourceData]) -> AlignResult:
+    """Align all sources of one run (see the module docstring for the steps).
+
+    Parameters
+    ----------
+    sources
+        What the readers returned; app sources are those of kind ``timelogger``.
+
+    Returns
+    -------
+    AlignResult
+        ``frame``: all rows, rank-0 clock, epoch/step propagated. ``residual``: see
+        :func:`alignment_residual`. ``warnings``/``dropped``: sources left out (different day).
+    """
+    app_sources = [s for s in sources if s.kind in APP_KINDS]
+    procs = processes(app_sources)
+    offsets = rank_offsets(procs)
+    warnings: list[str] = []
+    dropped: list[str] = []
+
+    app_frames = [s.frame for s in app_sources if len(s.frame)]
+    app_median = _median_ns(concat_frames(app_frames)) if app_frames else None
+    frames = []
+    for src in sources:
+        frame = src.frame
+        if src.kind not in APP_KINDS:
+            frame = assign_ranks(frame, procs, src.path)
+            med = _median_ns(frame)
+            if app_median is not None and med is not None and abs(med - app_median) > DIFFERENT_DAY_NS:
+                hours = (med - app_median) / 3.6e12
+                warnings.append(
+                    f"{src.path}: timestamps are {hours:+.1f} h from the app layer's (a different run or a "
+                    "wrong clock); left out of the merge"
+                )
+                dropped.append(src.path)
+                continue
+        frames.append(apply_offsets(frame, offsets))
+    frame = concat_frames(frames)
+    residual = alignment_residual(frame)
+    frame = propagate_steps(frame)
+    frame = frame.sort_values(["start_ns", "layer"], kind="stable", ignore_index=True)
+    return AlignResult(frame=frame, residual=residual, warnings=warnings, dropped=dropped, offsets=offsets)

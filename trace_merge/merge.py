@@ -1,0 +1,306 @@
+"""Find every source of a run, read it, align it, and store the merged frame.
+
+A run directory (``manifest.json``, ``app/``, ``tf/rank-<r>/``, ``horovod/``, ``posix/``, ``darshan/``;
+see ../shared/DESIGN.md) or loose inputs: a bare directory of ``.pfw``/``.pfw.gz``/``.darshan``/
+``.xplane.pb`` files (searched recursively, e.g. a TF logdir) or a single file.
+
+A file that fails to read among others is skipped with a warning ``"<path>: <cause>"``; when nothing
+is usable :class:`~trace_merge.errors.TraceInputError` names the path and what was looked for.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+import pandas as pd
+
+from . import __version__
+from .align import APP_KINDS, align, meta_value, rank_from_name
+from .errors import OutputExistsError, TraceInputError
+from .readers import detect, read_any
+from .schema import (
+    COUNTER_DTYPES,
+    FRAME_DTYPES,
+    SourceData,
+    empty_counters,
+)
+
+log = logging.getLogger(__name__)
+
+MERGED = "merged.parquet"
+COUNTERS = "counters.parquet"
+MERGE_INFO = "merge_info.json"
+MANIFEST = "manifest.json"
+RUN_SUBDIRS = ("app", "tf", "horovod", "posix", "darshan")
+_LOOKED_FOR = "app/*.pfw[.gz], tf/**/*.xplane.pb, horovod/*.json, posix/*.pfw[.gz], darshan/*.darshan"
+_LOOSE_PATTERNS = ("*.pfw", "*.pfw.gz", "*.darshan", "*.xplane.pb", "*.json", "*.json.gz")
+
+
+@dataclass
+class MergeResult:
+    """A merged run.
+
+    Attributes
+    ----------
+    frame
+        All interval rows (schema :data:`trace_merge.schema.FRAME_DTYPES`), absolute epoch ns on
+        rank 0's clock, epoch/step propagated from the app layer.
+    counters
+        Counter rows (Darshan), :data:`trace_merge.schema.COUNTER_DTYPES`.
+    warnings
+        One line each, ``"<path>: <cause>"``: skipped files, missing ranks, dropped sources.
+    residual
+        Alignment check, see :func:`trace_merge.align.alignment_residual`.
+    manifest
+        ``manifest.json`` of the run, or None for loose inputs.
+    sources
+        Paths of the files that made it into the frame.
+    """
+
+    frame: pd.DataFrame
+    counters: pd.DataFrame
+    warnings: list[str] = field(default_factory=list)
+    residual: dict[str, Any] = field(default_factory=dict)
+    manifest: "dict[str, Any] | None" = None
+    sources: list[str] = field(default_factory=list)
+
+    def rows_per_layer(self) -> dict[str, int]:
+        counts = self.frame["layer"].value_counts()
+        return {str(k): int(v) for k, v in counts.items() if v}
+
+
+def is_run_dir(path: Path) -> bool:
+    """A run directory has a manifest or at least one of the per-layer subdirectories."""
+    return path.is_dir() and (
+        (path / MANIFEST).is_file() or any((path / d).is_dir() for d in RUN_SUBDIRS)
+    )
+
+
+def _files(root: Path, patterns: Iterable[str], recursive: bool) -> list[Path]:
+    found: set[Path] = set()
+    for pat in patterns:
+        found.update(p for p in (root.rglob(pat) if recursive else root.glob(pat)) if p.is_file())
+    return sorted(found)
+
+
+def discover(path: Path) -> "tuple[list[tuple[Path, str]], dict[str, Any] | None]":
+    """The trace files of a run directory or loose input, each with its kind (not yet read).
+
+    Returns
+    -------
+    (files, manifest)
+        ``files``: ``(path, kind)`` with app files first (their metadata anchors the others); a file
+        whose kind cannot be told is listed with kind ``""`` so the reader's error becomes a warning.
+    """
+    manifest = None
+    if path.is_file():
+        return [(path, "")], None
+    if not path.is_dir():
+        raise TraceInputError(path, "no such file or directory")
+    if is_run_dir(path):
+        if (path / MANIFEST).is_file():
+            try:
+                manifest = json.loads((path / MANIFEST).read_text())
+            except (OSError, ValueError) as exc:
+                raise TraceInputError(path / MANIFEST, f"unreadable manifest: {exc}") from None
+        files = [(p, "timelogger") for p in _files(path / "app", ("*.pfw", "*.pfw.gz"), False)]
+        files += [(p, "xplane") for p in _files(path / "tf", ("*.xplane.pb",), True)]
+        files += [(p, "horovod") for p in _files(path / "horovod", ("*.json", "*.json.gz"), False)]
+        files += [(p, "") for p in _files(path / "posix", ("*.pfw", "*.pfw.gz"), False)]
+        files += [(p, "darshan") for p in _files(path / "darshan", ("*.darshan",), False)]
+        return files, manifest
+    files = []
+    for p in _files(path, _LOOSE_PATTERNS, True):
+        if p.name.endswith((".json", ".json.gz")):
+            try:
+                kind = detect(p)
+            except TraceInputError:
+                continue  # unrelated JSON beside the traces (configs, summaries)
+            files.append((p, kind))
+        else:
+            files.append((p, ""))
+    app = [f for f in files if f[0].name.endswith((".pfw", ".pfw.gz"))]
+    rest = [f for f in files if f not in app]
+    return app + rest, None
+
+
+def _anchors(app: list[SourceData]) -> dict[int, list[dict[str, Any]]]:
+    """rank -> ``tf_profile`` metadata dicts of that rank's app files (with the writer's pid)."""
+    out: dict[int, list[dict[str, Any]]] = {}
+    for src in app:
+        rank = meta_value(src.meta, "rank")
+        found = meta_value(src.meta, "tf_anchors", "tf_profile", "tf_profiles", default=[])
+        if isinstance(found, dict):
+            found = [found]
+        for anchor in found or []:
+            a = dict(anchor)
+            a.setdefault("pid", meta_value(src.meta, "pid"))
+            out.setdefault(int(rank or 0), []).append(a)
+    return out
+
+
+def _read_all(
+    files: list[tuple[Path, str]], warnings: list[str]
+) -> list[SourceData]:
+    """Read app files first, then the others with the app files' anchors; failures become warnings."""
+
+    def attempt(fn: Callable[[], SourceData], p: Path) -> "SourceData | None":
+        try:
+            return fn()
+        except TraceInputError as exc:
+            warnings.append(str(exc))
+        except ImportError as exc:
+            warnings.append(f"{p}: {exc}")
+        return None
+
+    sources: list[SourceData] = []
+    later: list[tuple[Path, str]] = []
+    for p, kind in files:
+        try:
+            kind = kind or detect(p)
+        except TraceInputError as exc:
+            warnings.append(str(exc))
+            continue
+        if kind not in APP_KINDS:
+            later.append((p, kind))
+            continue
+        src = attempt(lambda: read_any(p, kind=kind), p)
+        if src is not None:
+            sources.append(src)
+    anchors = _anchors(sources)
+    all_anchors = [a for lst in anchors.values() for a in lst]
+    for p, kind in later:
+        kw: dict[str, Any] = {}
+        if kind == "xplane":
+            rank = rank_from_name(str(p))
+            kw = {"rank": rank, "anchors": anchors.get(rank, []) if rank is not None else all_anchors}
+        src = attempt(lambda: read_any(p, kind=kind, **kw), p)
+        if src is not None:
+            sources.append(src)
+    for src in sources:
+        warnings.extend(src.warnings)
+    return sources
+
+
+def _missing_ranks(path: Path, manifest: "dict[str, Any] | None", app: list[SourceData]) -> "str | None":
+    world = (manifest or {}).get("world_size")
+    for src in app:
+        world = world or meta_value(src.meta, "world_size")
+    if not world:
+        return None
+    present = {int(meta_value(s.meta, "rank")) for s in app if meta_value(s.meta, "rank") is not None}
+    missing = sorted(set(range(int(world))) - present)
+    if not missing:
+        return None
+    names = ", ".join(map(str, missing))
+    return f"{path}: no app (TimeLogger) files for rank(s) {names} of world_size {world}; their layers are unaligned"
+
+
+def merge_path(path: "str | os.PathLike[str]") -> MergeResult:
+    """Read, align and merge every trace under ``path``.
+
+    Parameters
+    ----------
+    path
+        A run directory, a directory of loose trace files (recursively), or one trace file.
+
+    Returns
+    -------
+    MergeResult
+
+    Raises
+    ------
+    TraceInputError
+        Nothing usable was found (the message lists what was looked for, and why files failed).
+    """
+    path = Path(path)
+    files, manifest = discover(path)
+    if not files:
+        raise TraceInputError(path, f"no trace files found (looked for {_LOOKED_FOR})")
+    warnings: list[str] = []
+    sources = _read_all(files, warnings)
+    usable = [s for s in sources if len(s.frame) or len(s.counters)]
+    if not usable:
+        why = "; ".join(warnings) if warnings else "all empty"
+        raise TraceInputError(path, f"no usable trace data ({why})")
+    app = [s for s in sources if s.kind in APP_KINDS]
+    if is_run_dir(path):
+        missing = _missing_ranks(path, manifest, app)
+        if missing:
+            warnings.append(missing)
+    aligned = align(sources)
+    warnings.extend(aligned.warnings)
+    counters = [s.counters for s in sources if len(s.counters) and s.path not in aligned.dropped]
+    counters_df = pd.concat(counters, ignore_index=True) if counters else empty_counters()
+    counters_df = counters_df.astype(COUNTER_DTYPES)
+    for w in warnings:
+        log.warning("%s", w)
+    return MergeResult(
+        frame=aligned.frame,
+        counters=counters_df,
+        warnings=warnings,
+        residual=aligned.residual,
+        manifest=manifest,
+        sources=[s.path for s in sources if s.path not in aligned.dropped],
+    )
+
+
+def _atomic_write(target: Path, write: Callable[[Path], None]) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
+    os.close(fd)
+    try:
+        write(Path(tmp))
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_merged(res: MergeResult, run_dir: "str | os.PathLike[str]", force: bool = False) -> dict[str, Path]:
+    """Write ``merged.parquet``, ``counters.parquet`` and ``merge_info.json`` into ``run_dir``.
+
+    Each file is written to a temporary name and renamed into place. Category, nullable-integer and
+    string dtypes survive the round trip (:func:`read_merged`).
+
+    Raises
+    ------
+    OutputExistsError
+        One of the outputs exists and ``force`` is False (nothing is written then).
+    """
+    run_dir = Path(run_dir)
+    targets = {"merged": run_dir / MERGED, "counters": run_dir / COUNTERS, "info": run_dir / MERGE_INFO}
+    if not force:
+        for t in targets.values():
+            if t.exists():
+                raise OutputExistsError(t)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    info = {
+        "trace_merge_version": __version__,
+        "sources": res.sources,
+        "warnings": res.warnings,
+        "residual": res.residual,
+        "rows_per_layer": res.rows_per_layer(),
+        "rows": int(len(res.frame)),
+        "counter_rows": int(len(res.counters)),
+    }
+    _atomic_write(targets["merged"], lambda p: res.frame.to_parquet(p, index=False, engine="pyarrow"))
+    _atomic_write(targets["counters"], lambda p: res.counters.to_parquet(p, index=False, engine="pyarrow"))
+    _atomic_write(targets["info"], lambda p: p.write_text(json.dumps(info, indent=2, default=str) + "\n"))
+    return targets
+
+
+def read_merged(run_dir: "str | os.PathLike[str]") -> "tuple[pd.DataFrame, pd.DataFrame, dict[str, Any]]":
+    """Load what :func:`write_merged` stored: ``(frame, counters, merge_info)`` with schema dtypes."""
+    run_dir = Path(run_dir)
+    try:
+        frame = pd.read_parquet(run_dir / MERGED, engine="pyarrow").astype(FRAME_DTYPES)
+        counters = pd.read_parquet(run_dir / COUNTERS, engine="pyarrow").astype(COUNTER_DTYPES)
+        info = json.loads((run_dir / MERGE_INFO).read_text())
+    except (OSError, ValueError) as exc:
+        raise TraceInputError(run_dir, f"cannot read merged outputs: {exc}") from None
+    return frame, counters, info
