@@ -1,0 +1,193 @@
+"""Figures for the analyses in :mod:`trace_merge.analysis` (compute/plot pairs).
+
+Each ``plot_*`` takes the DataFrame its ``*_df`` partner returns (the timeline takes the frame itself),
+draws on ``ax`` when given, and returns the :class:`matplotlib.figure.Figure`. Figures are made with
+:class:`~matplotlib.figure.Figure` directly, never through ``pyplot``, so library code neither opens windows
+nor changes the user's backend; save them with ``fig.savefig(...)``.
+"""
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Optional
+
+import numpy as np
+import pandas as pd
+
+from trace_merge.analysis import PRIORITY, SIZE_BINS
+
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+
+logger = logging.getLogger(__name__)
+
+#: One colour per cat, the same in every figure.
+CAT_COLOURS = {
+    "io": "#d62728", "comm": "#9467bd", "checkpoint": "#8c564b", "preprocess": "#ff7f0e",
+    "compute": "#2ca02c", "wait": "#1f77b4", "other": "#c7c7c7",
+}
+
+
+def _new_figure(size: tuple[float, float]) -> "Figure":
+    try:
+        from matplotlib.figure import Figure
+    except ImportError as exc:  # pragma: no cover - matplotlib is in the [merge] extra
+        raise ImportError("plots need matplotlib: pip install .[merge]") from exc
+    return Figure(figsize=size, layout="constrained")
+
+
+def _figure_and_axes(ax: "Optional[Axes]", size: tuple[float, float]) -> "tuple[Figure, Axes]":
+    if ax is not None:
+        return ax.figure, ax
+    fig = _new_figure(size)
+    return fig, fig.add_subplot()
+
+
+def _row_label(rank: int, epoch: object) -> str:
+    return f"rank {rank} · all" if pd.isna(epoch) else f"rank {rank} · epoch {epoch}"
+
+
+def plot_breakdown(df: pd.DataFrame, ax: "Optional[Axes]" = None, *, totals: bool = False) -> "Figure":
+    """Stacked horizontal bars of the exclusive shares, one bar per rank × epoch.
+
+    Parameters
+    ----------
+    df
+        :func:`trace_merge.analysis.breakdown_df` output.
+    ax
+        Axes to draw on; a new figure when ``None``.
+    totals
+        Draw the whole-run rows (``epoch`` missing) instead of the per-epoch rows. Falls back to the
+        whole-run rows when there are no per-epoch rows.
+    """
+    rows = df[df["epoch"].isna()] if totals else df[df["epoch"].notna()]
+    if not len(rows):
+        rows = df[df["epoch"].isna()]
+    fig, ax = _figure_and_axes(ax, (9, 1.2 + 0.35 * max(len(rows), 1)))
+    labels = [_row_label(r, e) for r, e in zip(rows["rank"], rows["epoch"])]
+    y = np.arange(len(rows))
+    left = np.zeros(len(rows))
+    for cat in PRIORITY:
+        width = rows[f"{cat}_pct"].to_numpy(dtype=float)
+        if not np.any(width > 0):
+            continue
+        ax.barh(y, width, left=left, color=CAT_COLOURS[cat], label=cat, edgecolor="white", linewidth=0.5)
+        left += width
+    ax.set_yticks(y, labels)
+    ax.invert_yaxis()
+    ax.set_xlim(0, 100)
+    ax.set_xlabel("share of wall time (%)")
+    ax.set_title("Where the time went (exclusive, per rank × epoch)", pad=22)
+    if len(rows):
+        ax.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=len(PRIORITY), frameon=False,
+                  fontsize="small")
+    return fig
+
+
+def plot_bandwidth(df: pd.DataFrame, ax: "Optional[Axes]" = None) -> "Figure":
+    """Read bandwidth per rank (MB/s, bars) with the bytes read written on each bar.
+
+    Parameters
+    ----------
+    df
+        :func:`trace_merge.analysis.bandwidth_df` output.
+    """
+    fig, ax = _figure_and_axes(ax, (7, 3.2))
+    x = np.arange(len(df))
+    bw = df["read_bw_MB_per_s"].to_numpy(dtype=float)
+    bars = ax.bar(x, np.nan_to_num(bw), color="#d62728")
+    for bar, nbytes, layer in zip(bars, df["read_bytes"], df["layer"]):
+        ax.annotate(f"{int(nbytes) / 1e6:.3g} MB\n{layer}", (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+                    ha="center", va="bottom", fontsize="x-small")
+    ax.set_xticks(x, [f"rank {r}" for r in df["rank"]])
+    ax.set_ylabel("read bandwidth (MB/s)")
+    ax.set_title("Read bandwidth per rank (bytes ÷ union of read time)")
+    ax.margins(y=0.25)
+    return fig
+
+
+def _excerpt(frame: pd.DataFrame, start_ns: Optional[int], end_ns: Optional[int],
+             max_events: int) -> tuple[int, int]:
+    t0, t1 = int(frame["start_ns"].min()), int(frame["end_ns"].max())
+    if start_ns is None and end_ns is None and len(frame) > max_events:
+        # Keep the picture readable: a leading slice holding roughly max_events events.
+        end_ns = t0 + int((t1 - t0) * max_events / len(frame))
+    return (t0 if start_ns is None else start_ns), (t1 if end_ns is None else end_ns)
+
+
+def plot_timeline(frame: pd.DataFrame, ax: "Optional[Axes]" = None, *, start_ns: Optional[int] = None,
+                  end_ns: Optional[int] = None, max_events: int = 3000) -> "Figure":
+    """Timeline excerpt: one lane per rank × layer, intervals coloured by cat.
+
+    Parameters
+    ----------
+    frame
+        Merged frame.
+    start_ns, end_ns
+        Absolute epoch ns of the excerpt; by default the whole run, or a leading slice of it holding about
+        ``max_events`` events when the run has more.
+    """
+    fig, ax = _figure_and_axes(ax, (11, 1.5 + 0.4 * max(frame.groupby(["rank", "layer"], observed=True).ngroups, 1)
+                                    if len(frame) else 2))
+    if not len(frame):
+        ax.set_title("Timeline (no events)")
+        return fig
+    lo, hi = _excerpt(frame, start_ns, end_ns, max_events)
+    rows = frame[((frame["end_ns"] >= lo) & (frame["start_ns"] <= hi)).to_numpy()]
+    lanes = rows.groupby(["rank", "layer"], observed=True, sort=True)
+    labels = []
+    for i, ((rank, layer), lane) in enumerate(lanes):
+        labels.append(f"rank {rank} · {layer}")
+        s = (np.maximum(lane["start_ns"].to_numpy(), lo) - lo) / 1e9
+        w = (np.minimum(lane["end_ns"].to_numpy(), hi) - lo) / 1e9 - s
+        cats = lane["cat"].astype(str).to_numpy()
+        for cat in PRIORITY[::-1]:  # high-priority (usually inner) intervals drawn on top
+            sel = cats == cat
+            if sel.any():
+                ax.broken_barh(list(zip(s[sel], np.maximum(w[sel], 0))), (i - 0.4, 0.8),
+                               facecolors=CAT_COLOURS[cat])
+    ax.set_yticks(np.arange(len(labels)), labels)
+    ax.invert_yaxis()
+    ax.set_xlim(0, (hi - lo) / 1e9)
+    ax.set_xlabel("seconds since excerpt start")
+    ax.set_title(f"Timeline excerpt ({(hi - lo) / 1e9:.3g} s)", pad=22)
+    from matplotlib.patches import Patch
+
+    ax.legend(handles=[Patch(color=CAT_COLOURS[c], label=c) for c in PRIORITY], loc="lower center",
+              bbox_to_anchor=(0.5, 1.0), ncol=len(PRIORITY), frameon=False, fontsize="small")
+    return fig
+
+
+def plot_access_pattern(df: pd.DataFrame, ax: "Optional[Axes]" = None) -> "Figure":
+    """Read-size histogram (Darshan's bins) and, without ``ax``, sequential/random reads per rank.
+
+    Parameters
+    ----------
+    df
+        :func:`trace_merge.analysis.access_pattern_df` output.
+    """
+    if ax is None:
+        fig = _new_figure((10, 3.4))
+        ax_size, ax_seq = fig.subplots(1, 2)
+    else:
+        fig, ax_size, ax_seq = ax.figure, ax, None
+    names = [b for b, _ in SIZE_BINS]
+    counts = [int(df[f"size_{b}"].sum()) if len(df) else 0 for b in names]
+    ax_size.bar(np.arange(len(names)), counts, color="#1f77b4")
+    ax_size.set_xticks(np.arange(len(names)), [n.replace("_", "–") for n in names], rotation=45, ha="right",
+                       fontsize="small")
+    ax_size.set_ylabel("reads")
+    ax_size.set_title("Read sizes (bytes)")
+    if ax_seq is not None:
+        per_rank = df.groupby("rank")[["consecutive", "sequential", "random"]].sum() if len(df) else None
+        if per_rank is not None and len(per_rank):
+            x = np.arange(len(per_rank))
+            seq_only = per_rank["sequential"] - per_rank["consecutive"]
+            ax_seq.bar(x, per_rank["consecutive"], color="#2ca02c", label="consecutive")
+            ax_seq.bar(x, seq_only, bottom=per_rank["consecutive"], color="#98df8a", label="sequential (gap)")
+            ax_seq.bar(x, per_rank["random"], bottom=per_rank["sequential"], color="#d62728", label="random")
+            ax_seq.set_xticks(x, [f"rank {r}" for r in per_rank.index])
+            ax_seq.legend(fontsize="small", frameon=False)
+        ax_seq.set_ylabel("reads")
+        ax_seq.set_title("Offsets after the previous read of the file")
+    return fig

@@ -1,0 +1,204 @@
+"""A profiled run as one object: ``Run.open(path)`` → frame, counters, warnings, analyses.
+
+``path`` may be a run directory (``merged.parquet`` is used when it is newer than every source file, else the
+sources are merged in memory), a bare directory of DFTracer ``.pfw[.gz]`` files, or a single trace file such
+as a ``.darshan`` log.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+import pandas as pd
+
+from trace_merge import analysis
+from trace_merge.errors import TraceInputError
+
+logger = logging.getLogger(__name__)
+
+
+def _newest_mtime(paths: Sequence[Path]) -> float:
+    return max((p.stat().st_mtime for p in paths if p.exists()), default=0.0)
+
+
+def _is_fresh(run_dir: Path) -> bool:
+    """``merged.parquet`` and friends exist and are newer than every source file of the run."""
+    from trace_merge import merge
+
+    outputs = [run_dir / merge.MERGED, run_dir / merge.COUNTERS, run_dir / merge.MERGE_INFO]
+    if not all(p.is_file() for p in outputs):
+        return False
+    files, _ = merge.discover(run_dir)
+    sources = [p for p, _ in files] + [run_dir / merge.MANIFEST]
+    return min(p.stat().st_mtime for p in outputs) >= _newest_mtime(sources)
+
+
+def _records(df: pd.DataFrame) -> list[dict[str, Any]]:
+    """JSON-able records (missing values become ``None``, numpy scalars plain numbers)."""
+    return json.loads(df.to_json(orient="records", double_precision=10)) if len(df) else []
+
+
+def _plain(obj: Any) -> Any:
+    """Make nested dicts/lists of scalars JSON-able (numpy scalars → numbers, NaN/NA → None)."""
+    if isinstance(obj, dict):
+        return {str(k): _plain(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_plain(v) for v in obj]
+    if hasattr(obj, "item") and not isinstance(obj, (str, bytes)):
+        obj = obj.item()
+    if obj is pd.NA or (isinstance(obj, float) and not math.isfinite(obj)):
+        return None
+    if obj is None or isinstance(obj, (str, int, float, bool)):
+        return obj
+    return str(obj)
+
+
+@dataclass
+class Run:
+    """One profiled run, merged onto one clock.
+
+    Attributes
+    ----------
+    path
+        What was opened.
+    frame
+        Interval rows (:mod:`trace_merge.schema`), absolute epoch ns.
+    counters
+        Counter rows (Darshan), possibly empty.
+    warnings
+        One-line ``"<path>: <cause>"`` warnings from reading and aligning (skipped files, missing ranks).
+    residual
+        Alignment check (see :func:`trace_merge.align.alignment_residual`), empty when nothing to check.
+    manifest
+        The run's ``manifest.json``, or ``None``.
+    sources
+        The files that made it into the frame.
+    cached
+        True when the frame came from a fresh ``merged.parquet``.
+    """
+
+    path: Path
+    frame: pd.DataFrame
+    counters: pd.DataFrame
+    warnings: list[str] = field(default_factory=list)
+    residual: dict[str, Any] = field(default_factory=dict)
+    manifest: Optional[dict[str, Any]] = None
+    sources: list[str] = field(default_factory=list)
+    cached: bool = False
+
+    @classmethod
+    def open(cls, path: "str | os.PathLike[str]") -> "Run":
+        """Open a run directory, a bare trace directory or a single trace file.
+
+        Raises
+        ------
+        TraceInputError
+            Nothing usable at ``path`` (the message names the file and the cause).
+        """
+        from trace_merge import merge
+
+        p = Path(path)
+        if not p.exists():
+            raise TraceInputError(p, "no such file or directory")
+        if p.is_dir() and _is_fresh(p):
+            frame, counters, info = merge.read_merged(p)
+            logger.info("%s: using %s", p, merge.MERGED)
+            return cls(path=p, frame=frame, counters=counters, warnings=list(info.get("warnings", [])),
+                       residual=dict(info.get("residual") or {}), manifest=_read_manifest(p),
+                       sources=list(info.get("sources", [])), cached=True)
+        res = merge.merge_path(p)
+        return cls(path=p, frame=res.frame, counters=res.counters, warnings=list(res.warnings),
+                   residual=dict(res.residual or {}), manifest=res.manifest, sources=list(res.sources))
+
+    @property
+    def label(self) -> str:
+        """Short name for tables: the directory or file name."""
+        return self.path.name or str(self.path)
+
+    def breakdown(self, layers: "str | Sequence[str] | None" = None, per_layer: bool = False) -> pd.DataFrame:
+        """:func:`trace_merge.analysis.breakdown_df` of this run."""
+        return analysis.breakdown_df(self.frame, layers, per_layer=per_layer)
+
+    def exposed_io(self, layers: "str | Sequence[str] | None" = None) -> pd.DataFrame:
+        """:func:`trace_merge.analysis.exposed_io_df` of this run."""
+        return analysis.exposed_io_df(self.frame, layers)
+
+    def bandwidth(self) -> pd.DataFrame:
+        """:func:`trace_merge.analysis.bandwidth_df` of this run (Darshan counters included)."""
+        return analysis.bandwidth_df(self.frame, self.counters)
+
+    def access_pattern(self) -> pd.DataFrame:
+        """:func:`trace_merge.analysis.access_pattern_df` of this run."""
+        return analysis.access_pattern_df(self.frame)
+
+    def event_stats(self) -> pd.DataFrame:
+        """:func:`trace_merge.analysis.event_stats_df` of this run."""
+        return analysis.event_stats_df(self.frame)
+
+    def verdict(self) -> dict:
+        """:func:`trace_merge.analysis.verdict` of this run."""
+        return analysis.verdict(self.frame)
+
+    def compare(self, *others: "Run") -> pd.DataFrame:
+        """This run and ``others`` side by side (:func:`trace_merge.analysis.compare_df`)."""
+        runs = (self, *others)
+        return analysis.compare_df([r.frame for r in runs], _unique_labels(runs), [r.counters for r in runs])
+
+    def analyse(self) -> dict:
+        """:func:`trace_merge.analysis.summarise` of this run (DataFrames and dicts)."""
+        return analysis.summarise(self.frame, self.counters)
+
+    def summary(self, parts: Optional[dict] = None) -> dict:
+        """Everything about the run as plain JSON-able data.
+
+        Parameters
+        ----------
+        parts
+            A result of :meth:`analyse` to reuse instead of computing it again.
+
+        Returns
+        -------
+        dict
+            ``path``, ``events``, ``ranks``, ``rows_per_layer``, ``sources``, ``metrics``, ``verdict``,
+            ``breakdown``, ``exposed_io``, ``input_bound``, ``bandwidth`` (``per_rank``, ``totals``),
+            ``event_stats`` (records), ``warnings``, ``alignment_residual``.
+        """
+        a = parts if parts is not None else self.analyse()
+        layers = self.frame["layer"].value_counts()
+        return {
+            "path": str(self.path),
+            "events": int(len(self.frame)),
+            "ranks": sorted(int(r) for r in self.frame["rank"].unique()) if len(self.frame) else [],
+            "rows_per_layer": {str(k): int(v) for k, v in layers.items() if v},
+            "counter_rows": int(len(self.counters)),
+            "sources": len(self.sources),
+            "metrics": _plain(a["metrics"]),
+            "verdict": _plain(a["verdict"]),
+            "breakdown": _records(a["breakdown"]),
+            "exposed_io": _records(a["exposed_io"]),
+            "input_bound": _records(a["input_bound"]),
+            "bandwidth": {"per_rank": _records(a["bandwidth"]), "totals": _plain(a["bandwidth_totals"])},
+            "event_stats": _records(a["event_stats"]),
+            "warnings": list(self.warnings),
+            "alignment_residual": _plain(self.residual),
+        }
+
+
+def _read_manifest(run_dir: Path) -> Optional[dict[str, Any]]:
+    p = run_dir / "manifest.json"
+    try:
+        return json.loads(p.read_text()) if p.is_file() else None
+    except (OSError, ValueError):
+        return None
+
+
+def _unique_labels(runs: Sequence[Run]) -> list[str]:
+    labels = [r.label for r in runs]
+    if len(set(labels)) == len(labels):
+        return labels
+    return [str(r.path) if labels.count(r.label) > 1 else r.label for r in runs]
