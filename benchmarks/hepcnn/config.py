@@ -38,7 +38,7 @@ SMOKE = TrainConfig(epochs=2, batch=8, width=8)
 SMOKE_DATA = GenSpec(files=4, samples_per_file=16, image_size=32, seed=0, validation_files=2)
 
 #: `make demo`: reads are a measurable share of an epoch on a 2-core machine, 2 ranks x 2 shuffle modes in minutes
-DEMO = TrainConfig(epochs=3, batch=16, width=16, tf_profile_steps=(3, 6))
+DEMO = TrainConfig(epochs=3, batch=16, width=16, tf_profile_steps=(40, 44))
 DEMO_DATA = GenSpec(files=16, samples_per_file=64, image_size=96, seed=0, validation_files=2)
 
 PRESETS = {"smoke": (SMOKE, SMOKE_DATA), "demo": (DEMO, DEMO_DATA)}

@@ -24,8 +24,9 @@ class FileReader:
         self.seed = seed
         self.rank = rank
 
-    def read(self, path: str, epoch: int, position: int) -> Batch:
-        """Return ``(x NHWC float32, label int32, normweight float32)`` with the samples permuted."""
+    def read(self, path: str, epoch: int | None, position: int) -> Batch:
+        """Return ``(x NHWC float32, label int32, normweight float32)``, the samples permuted unless ``epoch`` is
+        None (evaluation)."""
         import h5py
 
         with self.tl.phase("Load File", cat="io") as load:
@@ -38,6 +39,8 @@ class FileReader:
                     label = f["label"][...].astype(np.int32, copy=False)
                     weight = f["normweight"][...].astype(np.float32, copy=False)
                 read.update(bytes=int(data.nbytes + label.nbytes + weight.nbytes), file=path)
+            if epoch is None:
+                return np.ascontiguousarray(data.transpose(0, 2, 3, 1)), label, weight
             order = sample_order(len(label), self.seed, epoch, self.rank, position)
             x = np.ascontiguousarray(data[order].transpose(0, 2, 3, 1))
         return x, label[order], weight[order]

@@ -175,10 +175,14 @@ def train(cfg: TrainConfig, info: DatasetInfo, run_dir: Path, tl: Any, t0: float
     if rank == 0:
         (run_dir / SUMMARY).write_text(json.dumps(summary, indent=1) + "\n")
         if merge:
-            from benchmarks.common.runs import finalize_run, format_breakdown
+            from benchmarks.common.runs import finalize_run, format_bandwidth, format_breakdown
 
-            merged = finalize_run(run_dir)
-            print(format_breakdown(merged, title=f"{cfg.shuffle} shuffle, {size} rank(s)"), flush=True)
+            parts = finalize_run(run_dir)
+            print(format_breakdown(parts, title=f"breakdown, % of wall time ({cfg.shuffle} shuffle, {size} rank(s))"))
+            print(format_bandwidth(parts, title="read bandwidth"), flush=True)
+            if os.environ.get("DFTRACER_ENABLE") == "1":
+                print(f"note: the POSIX layer is complete only after every rank exits; "
+                      f"`trace-merge merge {run_dir} --force` then includes all of it", flush=True)
     return 0
 
 
@@ -251,7 +255,7 @@ def _validate(tf: Any, model: Any, info: DatasetInfo, dist: Any, tl: Any, cfg: T
     else:
         mine = names if dist.rank == 0 else []
     for position, path in enumerate(mine):
-        x, y, w = reader.read(path, -1, position)
+        x, y, w = reader.read(path, None, position)
         for lo in range(0, len(y), cfg.batch):
             logits = model(x[lo:lo + cfg.batch], training=False)
             yy, ww = tf.constant(y[lo:lo + cfg.batch]), tf.constant(w[lo:lo + cfg.batch])

@@ -1,0 +1,123 @@
+"""Finishing a run directory: merge every layer, add the I/O metrics to ``summary.json``, format tables.
+
+The metric definitions are trace_merge's (``trace_merge.analysis``); this module only picks the numbers a
+benchmark summary reports and lays tables out for a terminal.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import math
+from pathlib import Path
+from typing import Any, Sequence
+
+log = logging.getLogger(__name__)
+SUMMARY = "summary.json"
+#: breakdown columns shown in the terminal, in this order
+SHOWN = ("io", "wait", "compute", "comm", "checkpoint", "preprocess", "other")
+
+
+def finalize_run(run_dir: "str | Path") -> dict[str, Any]:
+    """Merge ``run_dir`` (replacing an earlier ``merged.parquet``, which is derived data) and update its summary.
+
+    Adds to ``summary.json`` (created if missing): ``read_bytes``, ``read_time_s`` (the slowest rank's union of
+    read time), ``read_bandwidth_bytes_per_s`` (Σ bytes ÷ that time), ``read_layer`` (the lowest layer that
+    measured the bytes), ``read_bw_over_wall_bytes_per_s``, ``breakdown_pct`` (whole-job shares),
+    ``exposed_io_pct``, ``input_bound`` verdict, ``merge_warnings``.
+
+    Returns
+    -------
+    dict
+        trace_merge's analysis of the run (``breakdown``, ``bandwidth`` frames, ``metrics`` ...) plus ``summary``.
+    """
+    from trace_merge.merge import merge_path, write_merged
+    from trace_merge.run import Run
+
+    run_dir = Path(run_dir)
+    write_merged(merge_path(run_dir), run_dir, force=True)
+    run = Run.open(run_dir)
+    parts = dict(run.analyse())
+    metrics, totals, bw = parts["metrics"], parts["bandwidth_totals"], parts["bandwidth"]
+    summary_path = run_dir / SUMMARY
+    summary = json.loads(summary_path.read_text()) if summary_path.is_file() else {}
+    read_time = totals.get("slowest_read_time_s")
+    summary.update({
+        "read_bytes": int(totals.get("read_bytes") or 0),
+        "read_time_s": read_time,
+        "read_bandwidth_bytes_per_s": (totals["read_bytes"] / read_time) if read_time else None,
+        "read_bw_over_wall_bytes_per_s": _mb_to_bytes(totals.get("bw_over_job_wall_MB_per_s")),
+        "read_layer": ",".join(sorted(set(str(x) for x in bw["layer"]))) if len(bw) else None,
+        "breakdown_pct": {c: metrics.get(f"{c}_pct") for c in SHOWN},
+        "exposed_io_pct": metrics.get("exposed_io_pct"),
+        "input_bound": metrics.get("verdict"),
+        "merge_warnings": list(run.warnings),
+    })
+    summary_path.write_text(json.dumps(_plain(summary), indent=1) + "\n")
+    parts["summary"] = summary
+    parts["run"] = run
+    return parts
+
+
+def _mb_to_bytes(value: float | None) -> float | None:
+    return None if value is None else value * 1e6
+
+
+def _plain(obj: Any) -> Any:
+    if isinstance(obj, dict):
+        return {str(k): _plain(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_plain(v) for v in obj]
+    if hasattr(obj, "item"):  # numpy scalars
+        obj = obj.item()
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    return obj
+
+
+def format_breakdown(parts: dict[str, Any], title: str = "") -> str:
+    """The per-rank x epoch breakdown (exclusive % of wall time) as a text table; ``all`` = whole run."""
+    bd = parts["breakdown"]
+    cols = [c for c in SHOWN if f"{c}_pct" in bd.columns]
+    head = f"{'rank':>4} {'epoch':>5} {'wall s':>7} " + " ".join(f"{c[:7] + ' %':>9}" for c in cols)
+    lines = [title, head] if title else [head]
+    for _, row in bd.iterrows():
+        epoch = "all" if row["epoch"] is None or _isna(row["epoch"]) else str(int(row["epoch"]))
+        cells = " ".join(f"{row[f'{c}_pct']:9.2f}" for c in cols)
+        lines.append(f"{int(row['rank']):>4} {epoch:>5} {row['wall_s']:7.2f} {cells}")
+    return "\n".join(lines)
+
+
+def format_bandwidth(parts: dict[str, Any], title: str = "") -> str:
+    """Read bytes, union read time and bandwidth per rank, and the job aggregate."""
+    bw = parts["bandwidth"]
+    lines = [title] if title else []
+    lines.append(f"{'rank':>4} {'layer':>7} {'reads':>6} {'MiB':>8} {'read s':>8} {'MB/s':>9}")
+    for _, row in bw.iterrows():
+        lines.append(f"{int(row['rank']):>4} {str(row['layer']):>7} {int(row['reads']):>6} "
+                     f"{row['read_bytes'] / 2**20:8.2f} {row['read_time_s']:8.4f} {row['read_bw_MB_per_s']:9.1f}")
+    s = parts.get("summary", {})
+    if s.get("read_bandwidth_bytes_per_s"):
+        lines.append(f"aggregate: {s['read_bytes'] / 2**20:.2f} MiB in {s['read_time_s']:.4f} s (slowest rank) = "
+                     f"{s['read_bandwidth_bytes_per_s'] / 1e6:.1f} MB/s")
+    return "\n".join(lines)
+
+
+def _isna(value: Any) -> bool:
+    try:
+        import pandas as pd
+
+        return bool(pd.isna(value))
+    except (TypeError, ValueError):
+        return False
+
+
+def side_by_side(blocks: Sequence[str], gap: int = 4) -> str:
+    """Text blocks next to each other, top-aligned."""
+    split = [b.splitlines() for b in blocks]
+    widths = [max((len(x) for x in lines), default=0) for lines in split]
+    height = max((len(lines) for lines in split), default=0)
+    out = []
+    for i in range(height):
+        cells = [(lines[i] if i < len(lines) else "").ljust(w) for lines, w in zip(split, widths)]
+        out.append((" " * gap).join(cells).rstrip())
+    return "\n".join(out)

@@ -1,0 +1,93 @@
+"""``python -m benchmarks.hepcnn demo`` (``make demo``): the whole toolkit on a small generated dataset.
+
+Generates the demo dataset once (deterministic; re-used on later runs), runs HEP-CNN on 2 ranks with Horovod for
+local and global shuffle with every local layer on (TimeLogger, a TF profiler window, the Horovod timeline, the
+DFTracer POSIX preload), merges each run, prints the two breakdowns side by side with the read bandwidths, and
+writes the HTML report and a Perfetto trace of each run. Every invocation writes a fresh ``OUT/<timestamp>/``;
+``OUT/latest`` points at the newest.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import time
+from pathlib import Path
+from typing import Sequence
+
+from benchmarks.common.errors import BenchmarkError
+from benchmarks.common.launch import stream, venv_tool
+from benchmarks.common.runs import format_bandwidth, format_breakdown, side_by_side
+from benchmarks.hepcnn.config import DEMO_DATA
+from benchmarks.hepcnn.data import generate
+from benchmarks.hepcnn.sweep import Point, comparison_rows, format_comparison, layers_for, run_point
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.hepcnn demo", description=__doc__.splitlines()[0])
+    p.add_argument("--out", type=Path, default=Path("runs/demo"), help="demo directory (data/ and one "
+                                                                        "<timestamp>/ per invocation)")
+    p.add_argument("--ranks", type=int, default=2)
+    p.add_argument("--force", action="store_true", help="regenerate OUT/data if it holds a different dataset")
+    p.add_argument("--debug", action="store_true")
+    args, train_args = p.parse_known_args(argv)
+    if importlib.util.find_spec("horovod") is None:
+        raise BenchmarkError("the demo runs on Horovod, which is not importable here; build the environment with "
+                             "`make env` (or run `python -m benchmarks.hepcnn sweep --dist mpi ...`)")
+    t0 = time.perf_counter()
+    out = args.out
+    data = out / "data"
+    print(f"== dataset {data}: {DEMO_DATA.files} train files x {DEMO_DATA.samples_per_file} samples of "
+          f"3x{DEMO_DATA.image_size}x{DEMO_DATA.image_size} (generated once, then re-used)", flush=True)
+    generate(data, DEMO_DATA, force=args.force)
+    stamp = out / time.strftime("%Y%m%d-%H%M%S")
+    while stamp.exists():  # two demos in one second: never reuse a directory
+        stamp = stamp.with_name(stamp.name + "-1")
+    layers = layers_for(data, posix=True, horovod_timeline=True)
+    points = [Point(args.ranks, mode) for mode in ("local", "global")]
+    results = {}
+    for point in points:
+        results[point] = run_point(point, data, stamp / point.shuffle, ["--demo-preset", *train_args], layers,
+                                   dist="horovod")
+    _link_latest(out, stamp)
+
+    print("\n== where the time went: exclusive share of each rank's epoch wall time (%), app layer")
+    print(side_by_side([format_breakdown(results[pt], title=f"{pt.shuffle} shuffle ({pt.ranks} ranks)")
+                        for pt in points]))
+    print("\n== read bandwidth (bytes from the lowest layer that measured them; time = union of read intervals)")
+    print(side_by_side([format_bandwidth(results[pt], title=f"{pt.shuffle} shuffle") for pt in points]))
+    rows = comparison_rows(points, [results[pt] for pt in points])
+    print("\n== comparison")
+    print(format_comparison(rows))
+    (stamp / "comparison.txt").write_text(format_comparison(rows) + "\n")
+    (stamp / "comparison.json").write_text(json.dumps(rows, indent=1) + "\n")
+
+    print("\n== report and trace", flush=True)
+    written = []
+    for pt in points:
+        run_dir = stamp / pt.shuffle
+        report, trace = run_dir / "report.html", run_dir / "trace.perfetto.json.gz"
+        stream([venv_tool("trace-merge"), "report", str(run_dir), "-o", str(report)], prefix="  ")
+        stream([venv_tool("trace-merge"), "export", str(run_dir), "--perfetto", str(trace)], prefix="  ")
+        written += [report, trace]
+    for pt in points:
+        warnings = results[pt]["summary"].get("merge_warnings") or []
+        for w in warnings:
+            print(f"warning ({pt.shuffle}): {w}")
+    print(f"\nruns:     {stamp / 'local'}  {stamp / 'global'}   (latest: {out / 'latest'})")
+    for path in written:
+        print(f"wrote     {path}")
+    print("open the .html in a browser; load the .json.gz at https://ui.perfetto.dev")
+    print(f"demo took {time.perf_counter() - t0:.0f} s")
+    return 0
+
+
+def _link_latest(out: Path, stamp: Path) -> None:
+    link = out / "latest"
+    if link.is_symlink() or not link.exists():
+        tmp = out / ".latest.tmp"
+        if tmp.is_symlink():
+            tmp.unlink()
+        tmp.symlink_to(stamp.name)
+        os.replace(tmp, link)
