@@ -215,18 +215,42 @@ def propagate_steps(frame: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
+#: the app phase a training step is (TimeLogger's Keras callback and the benchmarks use it)
+STEP_PHASE = "Training Iteration"
+
+
+def _outside_by(fw: pd.DataFrame, app: pd.DataFrame, keys: list[str]) -> "tuple[np.ndarray, int]":
+    """ns each framework event lies outside its step window, and how many found no window."""
+    win = (
+        app.groupby(keys, observed=True, dropna=False)
+        .agg(win_start=("start_ns", "min"), win_end=("end_ns", "max"))
+        .reset_index()
+    )
+    joined = fw.merge(win, on=keys, how="left")
+    matched = joined["win_start"].notna().to_numpy()
+    j = joined[matched]
+    before = (j["win_start"].to_numpy(np.int64) - j["start_ns"].to_numpy(np.int64)).clip(min=0)
+    after = (j["end_ns"].to_numpy(np.int64) - j["win_end"].to_numpy(np.int64)).clip(min=0)
+    return np.maximum(before, after), int((~matched).sum())
+
+
 def alignment_residual(frame: pd.DataFrame, tolerance_ns: int = RESIDUAL_TOLERANCE_NS) -> dict[str, Any]:
     """Check the alignment: framework events carrying a step vs that step's app interval.
 
     A step's app window is ``[min start, max end]`` of the app intervals of the same rank with that
-    step (and the same epoch when both sides have one). Run this before :func:`propagate_steps`.
+    step (and epoch, when the framework event has one): the ``Training Iteration`` intervals when the
+    app layer has them, else every app interval with a step. Step numbering differs between tools
+    (Keras' ``train`` TraceMe counts steps per epoch, TimeLogger's callback globally), so both
+    ``"global"`` and ``"per_epoch"`` (app step minus the epoch's first step) are tried and the one
+    matching more events with fewer outside is reported. Run this before :func:`propagate_steps`.
 
     Returns
     -------
     dict
-        ``checked`` (framework events with a step that has an app window), ``outside`` (those ending
-        or starting more than ``tolerance_ns`` outside it), ``max_outside_ns``, ``median_outside_ns``,
-        ``unmatched`` (framework steps with no app interval), ``tolerance_ns``.
+        ``checked`` (framework events with a step that has an app window), ``outside`` (those starting
+        or ending more than ``tolerance_ns`` outside it), ``max_outside_ns``, ``median_outside_ns``,
+        ``unmatched`` (framework events whose step has no app interval), ``numbering``,
+        ``tolerance_ns``.
     """
     res: dict[str, Any] = {
         "checked": 0,
@@ -234,41 +258,48 @@ def alignment_residual(frame: pd.DataFrame, tolerance_ns: int = RESIDUAL_TOLERAN
         "max_outside_ns": 0,
         "median_outside_ns": 0,
         "unmatched": 0,
+        "numbering": None,
         "tolerance_ns": int(tolerance_ns),
     }
     if not len(frame):
         return res
-    layer = frame["layer"].astype(object)
-    fw = frame[(layer == "framework").to_numpy() & frame["step"].notna().to_numpy()]
-    app = frame[(layer == "app").to_numpy() & frame["step"].notna().to_numpy()]
+    layer = frame["layer"].astype(object).to_numpy()
+    has_step = frame["step"].notna().to_numpy()
+    fw = frame[(layer == "framework") & has_step]
+    app = frame[(layer == "app") & has_step]
     if not len(fw):
         return res
+    steps_app = app[app["name"].astype(object) == STEP_PHASE]
+    app = steps_app if len(steps_app) else app
     if not len(app):
         res["unmatched"] = int(len(fw))
         return res
-    app_epoch = app["epoch"].astype("float64")
-    fw_epoch = fw["epoch"].astype("float64")
-    use_epoch = bool(app_epoch.notna().any() and fw_epoch.notna().any())
-    keys = ["rank", "step"] + (["epoch"] if use_epoch else [])
-    win = (
-        app.assign(step=app["step"].astype("int64"), epoch=app_epoch)
-        .groupby(keys, observed=True, dropna=False)
-        .agg(win_start=("start_ns", "min"), win_end=("end_ns", "max"))
-        .reset_index()
+    app = app[["rank", "start_ns", "end_ns"]].assign(
+        step=app["step"].astype("int64"), epoch=app["epoch"].astype("float64")
     )
-    probe = fw[["rank", "start_ns", "end_ns"]].assign(step=fw["step"].astype("int64"), epoch=fw_epoch)
-    joined = probe.merge(win, on=keys, how="left")
-    matched = joined["win_start"].notna().to_numpy()
-    j = joined[matched]
-    before = (j["win_start"].to_numpy(np.int64) - j["start_ns"].to_numpy()).clip(min=0)
-    after = (j["end_ns"].to_numpy() - j["win_end"].to_numpy(np.int64)).clip(min=0)
-    out_by = np.maximum(before, after)
+    fw = fw[["rank", "start_ns", "end_ns"]].assign(
+        step=fw["step"].astype("int64"), epoch=fw["epoch"].astype("float64")
+    )
+    with_epoch = bool(fw["epoch"].notna().any() and app["epoch"].notna().any())
+    keys = ["rank", "step"] + (["epoch"] if with_epoch else [])
+    schemes = {"global": app}
+    if app["epoch"].notna().any():
+        first = app.groupby(["rank", "epoch"], dropna=False)["step"].transform("min")
+        schemes["per_epoch"] = app.assign(step=app["step"] - first)
+    best = None
+    for numbering, windows in schemes.items():
+        out_by, unmatched = _outside_by(fw, windows, keys)
+        score = (-len(out_by), int((out_by > tolerance_ns).sum()))
+        if best is None or score < best[0]:
+            best = (score, numbering, out_by, unmatched)
+    _, numbering, out_by, unmatched = best
     res.update(
-        checked=int(matched.sum()),
+        checked=int(len(out_by)),
         outside=int((out_by > tolerance_ns).sum()),
         max_outside_ns=int(out_by.max()) if len(out_by) else 0,
         median_outside_ns=int(np.median(out_by)) if len(out_by) else 0,
-        unmatched=int((~matched).sum()),
+        unmatched=unmatched,
+        numbering=numbering if len(out_by) else None,
     )
     return res
 

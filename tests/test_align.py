@@ -1,0 +1,181 @@
+"""Clock alignment, rank mapping and epoch/step propagation on a real TimeLogger + DFTracer run.
+
+The workload (no TensorFlow, so it is fast) reads files inside nested app phases, in the main process
+and in a forked child, under the DFTracer preload.
+"""
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from trace_merge import align as al
+from trace_merge.readers import read_any
+from trace_merge.schema import concat_frames
+
+READ_LOOP = textwrap.dedent(
+    """
+    import os, sys, time
+    from pathlib import Path
+    from timelogger import TimeLogger
+
+    run, data = Path(sys.argv[1]), Path(sys.argv[2])
+    files = sorted(data.glob("*.bin"))
+    tl = TimeLogger(run, rank=0, world_size=1)
+
+    def read(path):
+        with tl.phase("Load File", cat="io") as p:
+            with open(path, "rb") as fh:
+                p.update(bytes=len(fh.read()), file=str(path))
+
+    with tl.phase("Train Loop"):
+        for epoch in range(2):
+            tl.set_epoch(epoch)
+            with tl.phase("Epoch"):
+                for step in range(2):
+                    tl.set_step(epoch * 2 + step)
+                    with tl.phase("Training Iteration", cat="compute"):
+                        read(files[step])
+                        time.sleep(0.005)
+                tl.set_step(None)
+                with tl.phase("Checkpoint", cat="checkpoint"):
+                    read(files[2])
+        pid = os.fork()
+        if pid == 0:  # a loader worker: its own app file, the parent's rank
+            with tl.phase("Worker Read", cat="io"):
+                read(files[0])
+            tl.close()
+            os._exit(0)
+        os.waitpid(pid, 0)
+    tl.close()
+    """
+)
+
+
+def preload_env(log_prefix: Path, data_dir: Path) -> dict:
+    lib = Path(sys.executable).parents[1] / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}"
+    so = lib / "site-packages" / "dftracer" / "lib64" / "libdftracer_preload.so"
+    if not so.exists():
+        pytest.skip(f"no DFTracer preload library at {so}")
+    return dict(os.environ, LD_PRELOAD=str(so), DFTRACER_ENABLE="1", DFTRACER_INIT="PRELOAD",
+                DFTRACER_LOG_FILE=str(log_prefix), DFTRACER_DATA_DIR=str(data_dir), TF_CPP_MIN_LOG_LEVEL="2")
+
+
+def make_data(data: Path, n: int = 3, size: int = 1 << 18) -> None:
+    data.mkdir(parents=True, exist_ok=True)
+    for i in range(n):
+        (data / f"f{i}.bin").write_bytes(os.urandom(size))
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    tmp = tmp_path_factory.mktemp("align")
+    run, data = tmp / "run", tmp / "data"
+    make_data(data)
+    (run / "posix").mkdir(parents=True)
+    script = tmp / "read_loop.py"
+    script.write_text(READ_LOOP)
+    subprocess.run([sys.executable, str(script), str(run), str(data)], check=True, timeout=120,
+                   env=preload_env(run / "posix" / "trace", data), capture_output=True)
+    return run
+
+
+def sources(run: Path) -> list:
+    files = sorted((run / "app").glob("*.pfw")) + sorted((run / "posix").glob("*.pfw*"))
+    return [read_any(p) for p in files]
+
+
+def test_posix_rows_get_rank_epoch_step_from_app(run: Path) -> None:
+    srcs = sources(run)
+    app = [s for s in srcs if s.kind == "timelogger"]
+    assert len(app) == 2, "main process and forked child each write an app file"
+    posix = [s for s in srcs if s.kind == "dftracer"]
+    assert posix and all((s.frame["rank"] == -1).all() for s in posix)  # DFTracer knows no rank
+    res = al.align(srcs)
+    f = res.frame
+    px = f[f["layer"] == "posix"]
+    assert len(px) and (px["rank"] == 0).all(), "rank mapped through (host, pid) of the app files"
+    assert set(px["pid"]) == {int(s.meta["pid"]) for s in app}, "the forked child's reads are traced too"
+    reads = px[px["name"].astype(str).isin(["read", "pread64", "open64", "open"])]
+    iters = f[(f["layer"] == "app") & (f["name"] == "Training Iteration")]
+    for it in iters.itertuples():
+        inside = reads[(reads["start_ns"] >= it.start_ns) & (reads["end_ns"] <= it.end_ns)]
+        assert len(inside), f"reads of step {it.step}"
+        assert (inside["step"] == it.step).all() and (inside["epoch"] == it.epoch).all()
+    # the checkpoint read after set_step(None) gets the epoch of its enclosing phase but no step
+    ckpt = f[(f["layer"] == "app") & (f["name"] == "Checkpoint")]
+    for c in ckpt.itertuples():
+        inside = reads[(reads["start_ns"] >= c.start_ns) & (reads["end_ns"] <= c.end_ns)]
+        assert len(inside) and inside["step"].isna().all() and (inside["epoch"] == c.epoch).all()
+    # reads outside every tagged interval keep nulls (the child's read after the epochs)
+    worker = f[(f["layer"] == "app") & (f["name"] == "Worker Read")].iloc[0]
+    wr = reads[(reads["start_ns"] >= worker.start_ns) & (reads["end_ns"] <= worker.end_ns)]
+    assert len(wr) and (wr["pid"] == worker.pid).all()
+
+
+def test_innermost_interval_wins() -> None:
+    # parent [0, 100] step 1; children [10, 20] step 2, [30, 60] step 3 with grandchild [40, 50] step 4
+    starts = np.array([0, 10, 30, 40])
+    ends = np.array([100, 20, 60, 50])
+    q_start = np.array([5, 12, 35, 41, 55, 70, 20, 150])
+    q_end = np.array([6, 18, 36, 49, 58, 80, 35, 160])
+    got = al._innermost(starts, ends, q_start, q_end)
+    assert got.tolist() == [0, 1, 2, 3, 2, 0, 0, -1]
+
+
+def test_clock_offset_subtracted_per_rank(run: Path) -> None:
+    srcs = sources(run)
+    raw = {s.path: s.frame for s in srcs}
+    for s in srcs:
+        if s.kind == "timelogger":
+            s.meta["clock_offset_ns"] = 2_500_000  # this rank's clock runs 2.5 ms ahead of rank 0's
+    res = al.align(srcs)
+    assert res.offsets == {0: 2_500_000}
+    merged_starts = np.sort(res.frame["start_ns"].to_numpy())
+    raw_starts = np.sort(pd.concat([f["start_ns"] for f in raw.values()]).to_numpy())
+    np.testing.assert_array_equal(merged_starts, raw_starts - 2_500_000)
+
+
+def test_different_day_source_left_out(run: Path, tmp_path: Path) -> None:
+    """A DFTracer trace whose clock is 30 h off (wrong node clock / wrong run) is reported and dropped."""
+    src = max((run / "posix").glob("*.pfw.gz"), key=lambda p: p.stat().st_size)  # the main process
+    shifted = tmp_path / src.name
+    with gzip.open(src, "rt") as fin, gzip.open(shifted, "wt") as fout:
+        for line in fin:
+            text = line.strip().rstrip(",")
+            if text.startswith("{"):
+                ev = json.loads(text)
+                if "ts" in ev:
+                    ev["ts"] = int(ev["ts"]) + 30 * 3600 * 10**6
+                line = json.dumps(ev) + "\n"
+            fout.write(line)
+    app = [read_any(p) for p in sorted((run / "app").glob("*.pfw"))]
+    res = al.align(app + [read_any(shifted)])
+    assert res.dropped == [str(shifted)]
+    assert len(res.warnings) == 1 and res.warnings[0].startswith(f"{shifted}: timestamps are +30.0 h")
+    assert set(res.frame["layer"].astype(str)) == {"app"}
+
+
+def test_residual_counts_events_outside_their_step(run: Path) -> None:
+    """Framework rows carrying a step: inside their app step -> not outside; shifted 5 ms -> outside."""
+    app = [read_any(p) for p in sorted((run / "app").glob("*.pfw"))]
+    frame = concat_frames([s.frame for s in app])
+    iters = frame[frame["name"] == "Training Iteration"]
+    fw = iters.copy()
+    fw["layer"] = pd.Categorical(["framework"] * len(fw))
+    fw["start_ns"] = fw["start_ns"] + 1000
+    fw["end_ns"] = fw["end_ns"] - 1000
+    ok = al.alignment_residual(concat_frames([frame, fw]))
+    assert ok["checked"] == len(iters) and ok["outside"] == 0 and ok["max_outside_ns"] == 0
+    fw["start_ns"] += 5_000_000
+    fw["end_ns"] += 5_000_000
+    bad = al.alignment_residual(concat_frames([frame, fw]), tolerance_ns=1_000_000)
+    assert bad["outside"] == len(iters) and bad["max_outside_ns"] >= 5_000_000 - 1000 - 1_000_000
