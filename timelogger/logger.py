@@ -32,6 +32,7 @@ ENV_DIR = "TIMELOGGER_DIR"
 VERSION = "0.1.0"
 
 _pc = time.perf_counter_ns
+_new = object.__new__
 _F = TypeVar("_F", bound=Callable[..., Any])
 
 
@@ -54,25 +55,9 @@ def _anchor() -> Tuple[int, int]:
     return wall, (p0 + p1) // 2
 
 
-class _Spec:
-    """One (name, cat) pair with its JSON line prefix built once."""
-
-    __slots__ = ("name", "cat", "head")
-
-    def __init__(self, name: str, cat: str) -> None:
-        self.name = name
-        self.cat = cat
-        self.head = '{"name":' + _json(name) + ',"cat":' + _json(cat) + ',"ph":"X","ts":'
-
-
-class _Tags:
-    """Process-wide args every interval carries (rank, epoch, step), pre-serialised when they change."""
-
-    __slots__ = ("text", "values")
-
-    def __init__(self, values: Dict[str, int]) -> None:
-        self.values = values
-        self.text = _json(values)[1:-1]
+def _head(name: str, cat: str) -> str:
+    """JSON line prefix of an interval (its "spec"), built once per (name, cat)."""
+    return '{"name":' + _json(name) + ',"cat":' + _json(cat) + ',"ph":"X","ts":'
 
 
 class _Local(threading.local):
@@ -108,7 +93,7 @@ class Phase:
 
     __slots__ = ("_tl", "_spec", "_t0", "_args")
 
-    def __init__(self, tl: "TimeLogger", spec: _Spec) -> None:
+    def __init__(self, tl: "TimeLogger", spec: str) -> None:
         self._tl = tl
         self._spec = spec
         self._t0: Optional[int] = None
@@ -116,11 +101,11 @@ class Phase:
 
     @property
     def name(self) -> str:
-        return self._spec.name
+        return self._tl._spec_names[self._spec][0]
 
     @property
     def cat(self) -> str:
-        return self._spec.cat
+        return self._tl._spec_names[self._spec][1]
 
     def __enter__(self) -> "Phase":
         self._t0 = _pc()
@@ -130,7 +115,7 @@ class Phase:
         t1 = _pc()
         t0 = self._t0
         if t0 is None:
-            self._tl._warn_once("misuse", "timelogger: phase %r exited without being entered; ignored", self._spec.name)
+            self._tl._warn_once("misuse", "timelogger: phase %r exited without being entered; ignored", self.name)
             return None
         self._t0 = None
         tl = self._tl
@@ -160,7 +145,7 @@ class Phase:
         return self._tl._wrap(fn, self._spec)
 
     def __repr__(self) -> str:
-        return f"Phase({self._spec.name!r}, cat={self._spec.cat!r})"
+        return f"Phase({self.name!r}, cat={self.cat!r})"
 
 
 class _NullPhase:
@@ -221,10 +206,13 @@ class TimeLogger:
         self._on = False
         self._closed = False
         self._warned: set = set()
-        self._specs: Dict[Tuple[str, str], _Spec] = {}
+        self._specs: Dict[str, Dict[str, str]] = {c: {} for c in CATS}  # cat -> name -> head
+        self._spec_names: Dict[str, Tuple[str, str]] = {}  # head -> (name, cat)
+        self._tag_values: Dict[str, Dict[str, int]] = {}  # tags text -> values
         self._epoch: Optional[int] = None
         self._step: Optional[int] = None
-        self._tags = _Tags({"rank": self.rank})
+        self._tags = ""
+        self._retag()
         self._fh: Any = None
         self._thread: Optional[threading.Thread] = None
         self._stop = threading.Event()
@@ -329,16 +317,18 @@ class TimeLogger:
         """True while intervals are being recorded."""
         return self._on
 
-    def _spec(self, name: str, cat: str) -> _Spec:
-        spec = self._specs.get((name, cat))
+    def _spec(self, name: str, cat: str) -> str:
+        by_name = self._specs.get(cat)
+        if by_name is None:
+            self._warn_once("cat:" + str(cat), "timelogger: unknown cat %r for %r, using 'other' (one of %s)",
+                            cat, name, ", ".join(CATS))
+            by_name = self._specs["other"]
+            cat = "other"
+        spec = by_name.get(name)
         if spec is None:
-            if cat not in CATS:
-                self._warn_once("cat:" + str(cat), "timelogger: unknown cat %r for %r, using 'other' (one of %s)",
-                                cat, name, ", ".join(CATS))
-                spec = _Spec(str(name), "other")
-            else:
-                spec = _Spec(str(name), cat)
-            self._specs[(name, cat)] = spec
+            spec = _head(str(name), cat)
+            self._spec_names[spec] = (str(name), cat)
+            by_name[name] = spec
         return spec
 
     def phase(self, name: str, cat: str = "other") -> Phase:
@@ -355,7 +345,14 @@ class TimeLogger:
             if self._closed:
                 self._ignored()
             return _NULL  # type: ignore[return-value]
-        return Phase(self, self._specs.get((name, cat)) or self._spec(name, cat))
+        # Built without __init__: this runs once per interval and a Python-level __init__ frame is measurable.
+        p = _new(Phase)
+        p._tl = self
+        by_name = self._specs.get(cat)
+        p._spec = (by_name.get(name) if by_name is not None else None) or self._spec(name, cat)
+        p._t0 = None
+        p._args = None
+        return p
 
     def timed(self, fn_or_name: Union[Callable, str, None] = None, cat: str = "other", *,
               name: Optional[str] = None) -> Any:
@@ -376,7 +373,7 @@ class TimeLogger:
             return _NULL
         return Phase(self, self._spec(label, cat))
 
-    def _wrap(self, fn: _F, spec: _Spec) -> _F:
+    def _wrap(self, fn: _F, spec: str) -> _F:
         if not self._on and not self._closed:
             return fn
         tl = self
@@ -415,7 +412,7 @@ class TimeLogger:
             return iterable  # type: ignore[return-value]
         return self._iterate(iter(iterable), self._spec(name, cat))
 
-    def _iterate(self, it: Iterator[Any], spec: _Spec) -> Iterator[Any]:
+    def _iterate(self, it: Iterator[Any], spec: str) -> Iterator[Any]:
         tl = self
         local = self._local
         pc = _pc
@@ -448,7 +445,9 @@ class TimeLogger:
             values["epoch"] = self._epoch
         if self._step is not None:
             values["step"] = self._step
-        self._tags = _Tags(values)
+        text = _json(values)[1:-1]
+        self._tag_values[text] = values
+        self._tags = text
 
     def sync_clocks(self, comm: Any, rounds: int = 10) -> int:
         """Measure this rank's ``time_ns`` offset to rank 0 by MPI ping-pong; write ``clock_sync`` metadata.
@@ -576,8 +575,8 @@ class TimeLogger:
                         t0 = item[1]
                         ts = t0 + off
                         d = item[2] - t0
-                        args = item[3].text if len(item) == 4 else self._args_text(item[3], item[4])
-                        out.append(item[0].head + f"{ts // 1000}.{ts % 1000:03d}"
+                        args = item[3] if len(item) == 4 else self._args_text(item[3], item[4])
+                        out.append(item[0] + f"{ts // 1000}.{ts % 1000:03d}"
                                    + f',"dur":{d // 1000}.{d % 1000:03d}' + mid + args + "}}\n")
                         n_x += 1
                     except Exception as exc:  # a value json cannot take even with default=str
@@ -593,15 +592,15 @@ class TimeLogger:
                 self._entries = [e for e in self._entries if e not in dead]
         return out, n_x
 
-    @staticmethod
-    def _args_text(tags: _Tags, args: Dict[str, Any]) -> str:
+    def _args_text(self, tags: str, args: Dict[str, Any]) -> str:
         """Inside of the ``args`` object: the tags, then the phase's own values (which win on a clash)."""
         if not args:
-            return tags.text
+            return tags
+        values = self._tag_values[tags]
         for key in args:
-            if key in tags.values:
-                return _json({**tags.values, **args})[1:-1]
-        return tags.text + "," + _json(args)[1:-1]
+            if key in values:
+                return _json({**values, **args})[1:-1]
+        return tags + "," + _json(args)[1:-1]
 
     def _write(self, lines: List[str], n_x: int) -> None:
         """Write whole lines and hand them to the OS (so a ``kill -9`` after this loses nothing of them)."""
@@ -743,7 +742,21 @@ def _after_fork_child() -> None:
         tl._after_fork_child()
     mp_util = sys.modules.get("multiprocessing.util")
     if loggers and mp_util is not None:
-        # multiprocessing children leave through os._exit(), which skips atexit; its own finalizers do run.
+        # multiprocessing children leave through os._exit(), which skips atexit; its exit finalizers do run. The
+        # child's bootstrap clears the finalizer registry after this hook, so register from its after-fork step.
+        mp_util.register_after_fork(_MP_TOKEN, _register_mp_finalizer)
+
+
+class _Token:
+    """A weak-referenceable key for ``multiprocessing.util.register_after_fork``."""
+
+
+_MP_TOKEN = _Token()
+
+
+def _register_mp_finalizer(_token: object) -> None:
+    mp_util = sys.modules.get("multiprocessing.util")
+    if mp_util is not None:
         mp_util.Finalize(None, _close_all, exitpriority=-100)
 
 

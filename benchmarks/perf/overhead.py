@@ -1,0 +1,221 @@
+"""Cost of one recorded interval: TimeLogger vs. a bare call, two clock reads, pydftracer and TF's TraceMe.
+
+Run: ``python benchmarks/perf/overhead.py [--smoke]``. Prints one JSON line; all ``*_ns`` values are nanoseconds
+per interval (minimum over repeats of the mean over ``calls``), ``*_net_ns`` are net of the matching bare
+construct (bare function call, empty ``with`` body, plain iteration) measured in the same run.
+
+What is measured:
+
+* ``tl_*_enabled``: the application thread's cost (the hot path: two clock reads and one tuple appended to the
+  thread's buffer). Serialising and writing happen later in the background flusher; that cost is reported
+  separately as ``tl_flush_ns_per_event`` (timed around ``flush()``), so the total CPU per event is the sum.
+  The flusher is slowed to one flush per hour during the timed loops so that it does not run inside them.
+* ``tl_*_disabled``: a logger without run directory, i.e. what library code decorated with
+  ``timelogger.timed`` costs when ``TIMELOGGER_DIR`` is unset (a decorator then returns the function itself).
+  ``tl_*_off_after_decoration`` is the flag check paid by functions decorated while logging was on.
+* ``dftracer_dft_fn_enabled``: pydftracer's ``dft_fn(...).log`` decorator with DFTracer really enabled, writing
+  to a temporary directory.
+* ``tf_trace_*``: ``tf.profiler.experimental.Trace`` with the profiler off and on.
+
+Targets (issue #2): enabled <= 500 ns and disabled <= 100 ns per interval, net of the bare construct.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+import timeit
+from dataclasses import asdict, dataclass
+from typing import Any, Callable, Dict
+
+# pydftracer reads its switches at import time.
+os.environ.setdefault("DFTRACER_ENABLE", "1")
+os.environ.setdefault("DFTRACER_INIT", "FUNCTION")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+from timelogger import TimeLogger  # noqa: E402
+
+TARGET_ENABLED_NS = 500.0
+TARGET_DISABLED_NS = 100.0
+
+
+@dataclass(frozen=True)
+class Config:
+    """How much to measure."""
+
+    calls: int = 200_000
+    repeats: int = 5
+    foreign_calls: int = 50_000
+    with_tf: bool = True
+    with_dftracer: bool = True
+
+    @classmethod
+    def smoke(cls) -> "Config":
+        return cls(calls=20_000, repeats=3, foreign_calls=5_000)
+
+
+def _per_call_ns(fn: Callable[[], Any], calls: int, repeats: int, between: Callable[[], Any] = lambda: None) -> float:
+    best = float("inf")
+    for _ in range(repeats):
+        between()
+        t0 = time.perf_counter_ns()
+        fn()
+        best = min(best, (time.perf_counter_ns() - t0) / calls)
+    between()
+    return best
+
+
+def _compile_loop(stmt: str, calls: int, ns: Dict[str, Any]) -> Callable[[], Any]:
+    src = f"def _run(_it=range({calls})):\n    for _i in _it:\n        {stmt}\n"
+    code: Dict[str, Any] = {}
+    exec(compile(src, "<overhead>", "exec"), ns, code)
+    return code["_run"]
+
+
+def _iter_loop(make: Callable[[], Any]) -> Callable[[], None]:
+    def _run() -> None:
+        for _x in make():
+            pass
+    return _run
+
+
+def measure(cfg: Config) -> Dict[str, Any]:
+    n, r = cfg.calls, cfg.repeats
+    out: Dict[str, Any] = {"config": asdict(cfg), "python": sys.version.split()[0]}
+    tmp = tempfile.mkdtemp(prefix="tl-overhead-")
+    try:
+        def f() -> None:
+            pass
+
+        data = list(range(n))
+        on = TimeLogger(os.path.join(tmp, "on"), rank=0, world_size=1, flush_interval=3600.0)
+        off = TimeLogger(None)
+        late = TimeLogger(os.path.join(tmp, "late"), rank=0, world_size=1, flush_interval=3600.0)
+        ns = {"f": f, "pc": time.perf_counter_ns, "data": data,
+              "g_on": on.timed(f), "g_named": on.timed("HDF5 File Read", cat="io")(f), "g_off": off.timed(f),
+              "g_late": late.timed(f), "on": on, "off": off}
+        late._on = False  # what a function decorated while logging was on pays after logging stops (flag check)
+
+        flush_ns = []
+
+        def drain() -> None:
+            t0 = time.perf_counter_ns()
+            before = on.events_written
+            on.flush()
+            k = on.events_written - before
+            if k:
+                flush_ns.append((time.perf_counter_ns() - t0) / k)
+
+        bare = _per_call_ns(_compile_loop("f()", n, ns), n, r)
+        empty = _per_call_ns(_compile_loop("pass", n, ns), n, r)
+        out["bare_call_ns"] = bare
+        out["two_perf_counter_ns_ns"] = _per_call_ns(_compile_loop("pc(); pc()", n, ns), n, r) - empty
+        out["tl_decorator_enabled_ns"] = _per_call_ns(_compile_loop("g_on()", n, ns), n, r, drain)
+        out["tl_decorator_named_enabled_ns"] = _per_call_ns(_compile_loop("g_named()", n, ns), n, r, drain)
+        out["tl_context_enabled_ns"] = _per_call_ns(
+            _compile_loop("with on.phase('Load File', cat='io'): pass", n, ns), n, r, drain)
+        out["tl_context_update_enabled_ns"] = _per_call_ns(
+            _compile_loop("with on.phase('Load File', cat='io') as p: p.update(bytes=4096)", n, ns), n, r, drain)
+        it_bare = _per_call_ns(_iter_loop(lambda: data), n, r)
+        out["plain_iteration_ns"] = it_bare
+        out["tl_iterate_enabled_ns"] = _per_call_ns(
+            _iter_loop(lambda: on.iterate(data, "Call to Next Batch")), n, r, drain)
+        out["tl_decorator_disabled_ns"] = _per_call_ns(_compile_loop("g_off()", n, ns), n, r)
+        out["tl_decorator_off_after_decoration_ns"] = _per_call_ns(_compile_loop("g_late()", n, ns), n, r)
+        out["tl_context_disabled_ns"] = _per_call_ns(
+            _compile_loop("with off.phase('Load File', cat='io'): pass", n, ns), n, r)
+        out["tl_iterate_disabled_ns"] = _per_call_ns(
+            _iter_loop(lambda: off.iterate(data, "Call to Next Batch")), n, r)
+        out["tl_flush_ns_per_event"] = min(flush_ns) if flush_ns else None
+        on.close()
+        late.close()
+
+        if cfg.with_dftracer:
+            out.update(_dftracer(cfg, tmp, bare))
+        if cfg.with_tf:
+            out.update(_tf(cfg, tmp, empty))
+
+        net = {
+            "tl_decorator_enabled_net_ns": out["tl_decorator_enabled_ns"] - bare,
+            "tl_context_enabled_net_ns": out["tl_context_enabled_ns"] - empty,
+            "tl_iterate_enabled_net_ns": out["tl_iterate_enabled_ns"] - it_bare,
+            "tl_decorator_disabled_net_ns": out["tl_decorator_disabled_ns"] - bare,
+            "tl_decorator_off_after_decoration_net_ns": out["tl_decorator_off_after_decoration_ns"] - bare,
+            "tl_context_disabled_net_ns": out["tl_context_disabled_ns"] - empty,
+            "tl_iterate_disabled_net_ns": out["tl_iterate_disabled_ns"] - it_bare,
+        }
+        out.update(net)
+        enabled = [v for k, v in net.items() if "enabled" in k]
+        disabled = [v for k, v in net.items() if "disabled" in k or "off_after" in k]
+        out["target_enabled_ns"] = TARGET_ENABLED_NS
+        out["target_disabled_ns"] = TARGET_DISABLED_NS
+        out["target_enabled_met"] = max(enabled) <= TARGET_ENABLED_NS
+        out["target_disabled_met"] = max(disabled) <= TARGET_DISABLED_NS
+        if out.get("dftracer_dft_fn_enabled_net_ns"):
+            out["ratio_dftracer_to_tl_decorator"] = (out["dftracer_dft_fn_enabled_net_ns"]
+                                                     / max(net["tl_decorator_enabled_net_ns"], 1e-9))
+        if out.get("tf_trace_profiler_on_net_ns"):
+            out["ratio_tf_trace_on_to_tl_context"] = (out["tf_trace_profiler_on_net_ns"]
+                                                      / max(net["tl_context_enabled_net_ns"], 1e-9))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return {k: (round(v, 1) if isinstance(v, float) else v) for k, v in out.items()}
+
+
+def _dftracer(cfg: Config, tmp: str, bare: float) -> Dict[str, Any]:
+    try:
+        from dftracer.python import dft_fn, dftracer
+    except ImportError as exc:
+        return {"dftracer_error": f"pydftracer not importable ({exc}); pip install pydftracer"}
+    log = dftracer.initialize_log(logfile=os.path.join(tmp, "dft", "trace"), data_dir=None, process_id=-1)
+
+    def f() -> None:
+        pass
+
+    g = dft_fn("bench").log(f)
+    n = cfg.foreign_calls
+    t = _per_call_ns(_compile_loop("g()", n, {"g": g}), n, cfg.repeats)
+    log.finalize()
+    files = [os.path.join(d, x) for d, _, xs in os.walk(os.path.join(tmp, "dft")) for x in xs if "trace" in x]
+    return {"dftracer_dft_fn_enabled_ns": t, "dftracer_dft_fn_enabled_net_ns": t - bare,
+            "dftracer_trace_bytes": sum(os.path.getsize(p) for p in files)}
+
+
+def _tf(cfg: Config, tmp: str, empty: float) -> Dict[str, Any]:
+    try:
+        import tensorflow as tf
+    except ImportError as exc:
+        return {"tf_error": f"TensorFlow not importable ({exc}); pip install .[tf]"}
+    n = cfg.foreign_calls
+    ns = {"Trace": tf.profiler.experimental.Trace}
+    loop = _compile_loop("with Trace('Load File'): pass", n, ns)
+    res: Dict[str, Any] = {"tf_version": tf.__version__}
+    res["tf_trace_profiler_off_ns"] = _per_call_ns(loop, n, cfg.repeats)
+    tf.profiler.experimental.start(os.path.join(tmp, "tf"))
+    try:
+        res["tf_trace_profiler_on_ns"] = _per_call_ns(loop, n, cfg.repeats)
+    finally:
+        tf.profiler.experimental.stop()
+    res["tf_trace_profiler_off_net_ns"] = res["tf_trace_profiler_off_ns"] - empty
+    res["tf_trace_profiler_on_net_ns"] = res["tf_trace_profiler_on_ns"] - empty
+    return res
+
+
+def main(argv: Any = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--smoke", action="store_true", help="small preset (seconds)")
+    parser.add_argument("--no-tf", action="store_true", help="skip the TensorFlow TraceMe reference")
+    args = parser.parse_args(argv)
+    cfg = Config.smoke() if args.smoke else Config()
+    if args.no_tf:
+        cfg = Config(**{**asdict(cfg), "with_tf": False})
+    print(json.dumps(measure(cfg)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,142 @@
+"""Process life cycle: fork, kill -9, SIGTERM, atexit — each in a real child interpreter."""
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from test_timelogger_util import app_files, clean_env, intervals, meta, read_pfw, run_py
+
+
+@pytest.mark.parametrize("ending", ["close_join", "terminate"])
+def test_fork_pool_children_write_own_files(tmp_path: Path, ending: str) -> None:
+    # close+join: workers leave normally (multiprocessing finalizers); terminate: workers get SIGTERM
+    finish = "pool.close(); pool.join()" if ending == "close_join" else "pool.terminate(); pool.join()"
+    script = f"""
+import multiprocessing as mp, os, time
+from timelogger import TimeLogger
+tl = TimeLogger({str(tmp_path)!r}, rank=3, world_size=4)
+
+@tl.timed("Time to Read Single Image", cat="io")
+def read_one(i):
+    time.sleep(0.01)
+    return os.getpid()
+
+if __name__ == "__main__":
+    with tl.phase("Parallel Read Images", cat="io"):
+        pool = mp.get_context("fork").Pool(2)
+        pids = set(pool.map(read_one, range(8), chunksize=1))
+        {finish}
+    print("CHILDREN", sorted(pids))
+    tl.close()
+"""
+    out = run_py(script, tmp_path)
+    children = {int(x) for x in out.stdout.split("CHILDREN")[1].strip(" []\n").split(",")}
+    files = {int(p.name.split("-")[3].split(".")[0]): p for p in app_files(tmp_path)}
+    parent_pid = next(pid for pid in files if pid not in children)
+    assert children <= set(files) and len(files) == len(children) + 1
+    total = 0
+    for pid in children:
+        ev = read_pfw(files[pid])
+        hdr = ev[0]["args"]
+        assert files[pid].name.startswith("rank-3-pid-")
+        assert hdr["rank"] == 3 and hdr["pid"] == pid and hdr["ppid"] == parent_pid
+        assert hdr["anchor"]["wall_ns"] > read_pfw(files[parent_pid])[0]["args"]["anchor"]["wall_ns"]
+        reads = intervals(ev, "Time to Read Single Image")
+        assert all(e["pid"] == pid and e["args"]["rank"] == 3 for e in reads)
+        total += len(reads)
+        assert ev[-1]["name"] == "timelogger_close"  # closed by multiprocessing's exit finalizers
+    assert total == 8
+    parent = read_pfw(files[parent_pid])
+    assert len(intervals(parent, "Parallel Read Images")) == 1
+    assert not intervals(parent, "Time to Read Single Image")  # nothing duplicated into the parent
+
+
+_BUSY = """
+import sys, time
+from timelogger import TimeLogger
+tl = TimeLogger(sys.argv[1], flush_interval=0.5)
+with tl.phase("early", cat="io"):
+    pass
+print("READY", flush=True)
+i = 0
+while True:
+    with tl.phase("busy", cat="compute") as p:
+        p.update(i=i)
+    i += 1
+    time.sleep(0.001)
+"""
+
+
+def _start_busy(tmp_path: Path, script: str = _BUSY) -> subprocess.Popen:
+    proc = subprocess.Popen([sys.executable, "-c", script, str(tmp_path)], env=clean_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "READY", proc.stderr.read()
+    return proc
+
+
+def test_kill_9_loses_at_most_the_last_second(tmp_path: Path) -> None:
+    proc = _start_busy(tmp_path)
+    time.sleep(2.0)
+    kill_us = time.time_ns() / 1000
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=10)
+    assert proc.returncode == -signal.SIGKILL
+    (path,) = app_files(tmp_path)
+    ev = read_pfw(path, allow_partial_last=True)
+    assert intervals(ev, "early") and not meta(ev, "timelogger_close")
+    busy = intervals(ev, "busy")
+    assert [e["args"]["i"] for e in busy] == list(range(len(busy)))  # a gap-free prefix
+    last_end = busy[-1]["ts"] + busy[-1]["dur"]
+    assert kill_us - last_end < 1_000_000, f"lost {(kill_us - last_end) / 1e6:.2f} s before kill -9"
+
+
+def test_sigterm_flushes_and_exits_like_default(tmp_path: Path) -> None:
+    proc = _start_busy(tmp_path)
+    time.sleep(0.3)
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(timeout=10)
+    assert proc.returncode == -signal.SIGTERM  # still dies of SIGTERM, as without timelogger
+    (path,) = app_files(tmp_path)
+    ev = read_pfw(path)
+    close = meta(ev, "timelogger_close")
+    assert len(close) == 1 and ev[-1] is close[0]
+    busy = intervals(ev, "busy")
+    assert busy and close[0]["args"]["events"] == len(busy) + 1
+    assert [e["args"]["i"] for e in busy] == list(range(len(busy)))
+
+
+def test_sigterm_chains_existing_handler(tmp_path: Path) -> None:
+    script = """
+import signal, sys
+def mine(signum, frame):
+    print("MINE", flush=True)
+    sys.exit(7)
+signal.signal(signal.SIGTERM, mine)
+""" + _BUSY
+    proc = _start_busy(tmp_path, script)
+    time.sleep(0.3)
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=10)
+    assert proc.returncode == 7 and "MINE" in out
+    (path,) = app_files(tmp_path)
+    ev = read_pfw(path)
+    assert ev[-1]["name"] == "timelogger_close" and intervals(ev, "busy")  # closed by atexit after sys.exit
+
+
+def test_atexit_flushes_without_close(tmp_path: Path) -> None:
+    run_py(f"""
+from timelogger import TimeLogger
+tl = TimeLogger({str(tmp_path)!r}, flush_interval=60)
+for i in range(100):
+    with tl.phase("p", cat="io") as p:
+        p.update(i=i)
+""", tmp_path)
+    (path,) = app_files(tmp_path)
+    ev = read_pfw(path)
+    assert len(intervals(ev, "p")) == 100
+    assert ev[-1]["name"] == "timelogger_close" and ev[-1]["args"]["events"] == 100
