@@ -261,6 +261,22 @@ def _atomic_write(target: Path, write: Callable[[Path], None]) -> None:
         raise
 
 
+def _to_parquet(df: pd.DataFrame, path: Path) -> None:
+    """Write ``df`` so that every dtype comes back from ``pd.read_parquet``.
+
+    An all-null category column becomes ``dictionary<null>`` in Arrow, which reads back as ``object``;
+    such columns are stored as ``dictionary<string>`` instead.
+    """
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pa.Table.from_pandas(df, preserve_index=False)
+    for i, fld in enumerate(table.schema):
+        if pa.types.is_dictionary(fld.type) and pa.types.is_null(fld.type.value_type):
+            table = table.set_column(i, fld.name, table.column(i).cast(pa.dictionary(pa.int32(), pa.string())))
+    pq.write_table(table, path)
+
+
 def write_merged(res: MergeResult, run_dir: "str | os.PathLike[str]", force: bool = False) -> dict[str, Path]:
     """Write ``merged.parquet``, ``counters.parquet`` and ``merge_info.json`` into ``run_dir``.
 
@@ -288,8 +304,8 @@ def write_merged(res: MergeResult, run_dir: "str | os.PathLike[str]", force: boo
         "rows": int(len(res.frame)),
         "counter_rows": int(len(res.counters)),
     }
-    _atomic_write(targets["merged"], lambda p: res.frame.to_parquet(p, index=False, engine="pyarrow"))
-    _atomic_write(targets["counters"], lambda p: res.counters.to_parquet(p, index=False, engine="pyarrow"))
+    _atomic_write(targets["merged"], lambda p: _to_parquet(res.frame, p))
+    _atomic_write(targets["counters"], lambda p: _to_parquet(res.counters, p))
     _atomic_write(targets["info"], lambda p: p.write_text(json.dumps(info, indent=2, default=str) + "\n"))
     return targets
 
