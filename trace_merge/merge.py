@@ -60,6 +60,8 @@ class MergeResult:
         ``manifest.json`` of the run, or None for loose inputs.
     sources
         Paths of the files that made it into the frame.
+    clock_offsets_ns
+        rank -> the clock offset (ns, that rank's clock minus rank 0's) subtracted from its rows.
     """
 
     frame: pd.DataFrame
@@ -68,6 +70,7 @@ class MergeResult:
     residual: dict[str, Any] = field(default_factory=dict)
     manifest: "dict[str, Any] | None" = None
     sources: list[str] = field(default_factory=list)
+    clock_offsets_ns: dict[int, int] = field(default_factory=dict)
 
     def rows_per_layer(self) -> dict[str, int]:
         counts = self.frame["layer"].value_counts()
@@ -247,6 +250,7 @@ def merge_path(path: "str | os.PathLike[str]") -> MergeResult:
         residual=aligned.residual,
         manifest=manifest,
         sources=[s.path for s in sources if s.path not in aligned.dropped],
+        clock_offsets_ns=aligned.offsets,
     )
 
 
@@ -300,6 +304,7 @@ def write_merged(res: MergeResult, run_dir: "str | os.PathLike[str]", force: boo
         "sources": res.sources,
         "warnings": res.warnings,
         "residual": res.residual,
+        "clock_offsets_ns": {str(r): int(o) for r, o in res.clock_offsets_ns.items()},
         "rows_per_layer": res.rows_per_layer(),
         "rows": int(len(res.frame)),
         "counter_rows": int(len(res.counters)),

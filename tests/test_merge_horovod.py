@@ -1,0 +1,94 @@
+"""Merging a real 2-rank Horovod run launched as ``mpiexec -n 2 timelogger run --horovod-timeline``."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from test_reader_horovod import mpiexec
+
+from trace_merge.merge import merge_path
+from trace_merge.readers import read_any
+
+pytestmark = [pytest.mark.horovod, pytest.mark.mpi, pytest.mark.tf]
+
+HVD_TRAIN = textwrap.dedent(
+    """
+    import time
+    from mpi4py import MPI
+    import tensorflow as tf
+    import horovod.tensorflow as hvd
+    from timelogger import default_logger
+
+    hvd.init()
+    tl = default_logger()
+    tl.sync_clocks(MPI.COMM_WORLD)
+    x = tf.ones([1024])
+    with tl.phase("Train Loop"):
+        tl.set_epoch(0)
+        for step in range(4):
+            tl.set_step(step)
+            with tl.phase("Training Iteration", cat="compute"):
+                y = hvd.allreduce(x * (hvd.rank() + 1), op=hvd.Sum, name="grad")
+                time.sleep(0.01)
+    time.sleep(0.3)  # let Horovod's timeline writer catch up before shutdown
+    tl.close()
+    """
+)
+
+
+@pytest.fixture(scope="module")
+def hvd_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    pytest.importorskip("horovod.tensorflow")
+    tmp = tmp_path_factory.mktemp("hvdrun")
+    script = tmp / "train.py"
+    script.write_text(HVD_TRAIN)
+    run = tmp / "run"
+    bindir = Path(sys.executable).parent
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PATH=f"{bindir}{os.pathsep}{os.environ.get('PATH', '')}")
+    subprocess.run([mpiexec(), "-n", "2", str(bindir / "timelogger"), "run", "-o", str(run),
+                    "--horovod-timeline", "--", sys.executable, str(script)],
+                   check=True, env=env, timeout=300, capture_output=True)
+    return run
+
+
+def test_two_rank_run(hvd_run: Path) -> None:
+    res = merge_path(hvd_run)
+    assert res.manifest is not None and res.manifest["world_size"] == 2
+    assert not [w for w in res.warnings if "never ended" not in w]
+    f = res.frame
+    app = f[f["layer"] == "app"]
+    assert set(app["rank"]) == {0, 1}
+    comm = f[f["layer"] == "comm"]
+    assert len(comm) and (comm["rank"] == 0).all()
+    loop = app[(app["name"] == "Train Loop") & (app["rank"] == 0)].iloc[0]
+    assert comm["start_ns"].min() >= loop.start_ns and comm["end_ns"].max() <= loop.end_ns
+    # each ALLREDUCE ran inside a Training Iteration of rank 0 and carries its step
+    allreduce = comm[comm["name"] == "ALLREDUCE"]
+    assert len(allreduce) >= 3 and allreduce["step"].notna().all()
+    assert set(allreduce["step"]) <= {0, 1, 2, 3} and (allreduce["epoch"] == 0).all()
+    # both ranks ran tl.sync_clocks: rank 1's measured offset (tiny on one host) is what was subtracted
+    assert set(res.clock_offsets_ns) == {0, 1} and res.clock_offsets_ns[0] == 0
+    assert abs(res.clock_offsets_ns[1]) < 1_000_000
+    (rank1,) = (hvd_run / "app").glob("rank-1-*.pfw")
+    raw = read_any(rank1).frame
+    merged1 = app[app["rank"] == 1].sort_values(["start_ns", "name"])
+    expected = sorted(raw["start_ns"] - res.clock_offsets_ns[1])
+    assert sorted(merged1["start_ns"]) == expected
+
+
+def test_one_rank_app_files_missing(hvd_run: Path, tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    shutil.copytree(hvd_run, run)
+    for p in (run / "app").glob("rank-1-*.pfw*"):
+        p.unlink()
+    res = merge_path(run)
+    missing = [w for w in res.warnings if "rank(s) 1" in w]
+    assert missing == [f"{run}: no app (TimeLogger) files for rank(s) 1 of world_size 2; their layers are unaligned"]
+    assert set(res.frame[res.frame["layer"] == "app"]["rank"]) == {0}
+    assert len(res.frame[res.frame["layer"] == "comm"])
