@@ -6,7 +6,7 @@ from dataclasses import asdict, dataclass, fields, replace
 
 from benchmarks.hepcnn.data import GenSpec
 from benchmarks.hepcnn.dist import BACKENDS
-from benchmarks.hepcnn.loaders import LOADERS
+from benchmarks.hepcnn.loaders import LOADERS, READ_METHODS
 from benchmarks.hepcnn.shuffle import MODES
 
 
@@ -23,6 +23,7 @@ class TrainConfig:
     image_size: int | None = None
     shuffle: str = "local"
     loader: str = "whole-file"
+    read_method: str = "h5py"
     dist: str = "auto"
     seed: int = 0
     checkpoint_every: int = 1
@@ -67,6 +68,9 @@ def add_train_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--image-size", type=int, help="expected image size; files that differ are an error")
     p.add_argument("--shuffle", choices=MODES)
     p.add_argument("--loader", choices=LOADERS)
+    p.add_argument("--read-method", choices=READ_METHODS,
+                   help="h5py: read 'data' through HDF5 (original); direct: HDF5 for metadata, one plain read "
+                        "of the contiguous bytes")
     p.add_argument("--dist", choices=BACKENDS)
     p.add_argument("--seed", type=int)
     p.add_argument("--checkpoint-every", type=int, help="epochs between checkpoints on rank 0; 0 = none")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Iterator, Sequence
 
+import h5py
 import numpy as np
 
 from benchmarks.hepcnn.shuffle import sample_order
@@ -16,34 +17,62 @@ LOADERS = ("whole-file", "tfdata")
 Batch = tuple[np.ndarray, np.ndarray, np.ndarray]
 
 
-class FileReader:
-    """Reads one whole HEP-CNN file into NHWC arrays, recording the read in the TimeLogger ``tl``."""
+READ_METHODS = ("h5py", "direct")
 
-    def __init__(self, tl: Any, seed: int, rank: int) -> None:
+
+class FileReader:
+    """Reads one whole HEP-CNN file into NHWC arrays, recording the read in the TimeLogger ``tl``.
+
+    ``method="h5py"`` reads ``data`` with h5py (the original loader). ``method="direct"`` asks HDF5 only for the
+    metadata (where the contiguous ``data`` starts) and reads its bytes with one plain ``readinto`` into the
+    array -- HDF5's own read path copies through its buffers and runs at about half the speed of a raw read on a
+    warm page cache (see ``benchmarks/perf/reader_efficiency.py``).
+    """
+
+    def __init__(self, tl: Any, seed: int, rank: int, method: str = "h5py") -> None:
+        if method not in READ_METHODS:
+            raise ValueError(f"unknown read method {method!r}; expected one of {READ_METHODS}")
         self.tl = tl
         self.seed = seed
         self.rank = rank
+        self.method = method
 
     def read(self, path: str, epoch: int | None, position: int) -> Batch:
         """Return ``(x NHWC float32, label int32, normweight float32)``, the samples permuted unless ``epoch`` is
         None (evaluation)."""
-        import h5py
-
         with self.tl.phase("Load File", cat="io") as load:
             load.update(file=path)
             with self.tl.phase("HDF5 File Read", cat="io") as read:
                 with h5py.File(path, "r") as f:
                     dset = f["data"]
                     data = np.empty(dset.shape, dtype=np.float32)
-                    dset.read_direct(data)
+                    offset = dset.id.get_offset() if self.method == "direct" else None
+                    if offset is None:
+                        dset.read_direct(data)
                     label = f["label"][...].astype(np.int32, copy=False)
                     weight = f["normweight"][...].astype(np.float32, copy=False)
+                if offset is not None:
+                    _read_at(path, offset, data)
                 read.update(bytes=int(data.nbytes + label.nbytes + weight.nbytes), file=path)
             if epoch is None:
                 return np.ascontiguousarray(data.transpose(0, 2, 3, 1)), label, weight
             order = sample_order(len(label), self.seed, epoch, self.rank, position)
             x = np.ascontiguousarray(data[order].transpose(0, 2, 3, 1))
         return x, label[order], weight[order]
+
+
+def _read_at(path: str, offset: int, out: np.ndarray) -> None:
+    """Fill ``out`` with the bytes of ``path`` from ``offset`` (a contiguous, uncompressed HDF5 dataset)."""
+    with open(path, "rb", buffering=0) as f:
+        f.seek(offset)
+        got = f.readinto(out)  # one read(2) for a regular file
+        if got != out.nbytes:  # short read: finish it, or the file is truncated
+            view = memoryview(out).cast("B")
+            while got < out.nbytes:
+                n = f.readinto(view[got:])
+                if not n:
+                    raise OSError(f"{path}: file ends {out.nbytes - got} bytes before the end of 'data'")
+                got += n
 
 
 class WholeFileLoader:

@@ -34,6 +34,8 @@ def setup_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data", required=True, help="directory of hep_train_chunk<k>.h5 files")
     p.add_argument("--run-dir", help="run directory (default: $TIMELOGGER_DIR, set by `timelogger run -o`)")
     p.add_argument("--no-merge", action="store_true", help="do not merge the run on rank 0 at the end")
+    p.add_argument("--no-timelogger", action="store_true",
+                   help="disable the app layer (overhead baseline); summary.json is still written")
     p.add_argument("--debug", action="store_true")
     add_train_flags(p)
 
@@ -49,12 +51,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     from timelogger import TimeLogger
 
     Path(run_dir).mkdir(parents=True, exist_ok=True)
-    tl = TimeLogger(run_dir)
+    tl = TimeLogger(None if args.no_timelogger else run_dir)
     try:
         with tl.phase("Parse Arguments", cat="other"):
             cfg = config_from_args(args)
             info = check_dataset(args.data, env_world_size(), cfg.image_size)
-        return train(cfg, info, Path(run_dir), tl, t0, merge=not args.no_merge)
+        return train(cfg, info, Path(run_dir), tl, t0, merge=not (args.no_merge or args.no_timelogger))
     finally:
         tl.close()
 
@@ -99,7 +101,7 @@ def train(cfg: TrainConfig, info: DatasetInfo, run_dir: Path, tl: Any, t0: float
             ckpt_manager = tf.train.CheckpointManager(ckpt, str(run_dir / "checkpoints"), max_to_keep=2)
 
     with tl.phase("Setup Iterators", cat="other"):
-        reader = FileReader(tl, cfg.seed, rank)
+        reader = FileReader(tl, cfg.seed, rank, cfg.read_method)
         loader = make_loader(cfg.loader, reader, cfg.batch, info.image_size)
         files = info.train_files
         counts = info.samples_per_file
@@ -247,7 +249,7 @@ def _validate(tf: Any, model: Any, info: DatasetInfo, dist: Any, tl: Any, cfg: T
     """Weighted loss and accuracy over the validation files, sharded over ranks."""
     from benchmarks.hepcnn.model import weighted_correct, weighted_loss
 
-    reader = FileReader(tl, cfg.seed, dist.rank)
+    reader = FileReader(tl, cfg.seed, dist.rank, cfg.read_method)
     names = [f.path for f in info.validation]
     sums = np.zeros(3)
     if len(names) >= dist.size:

@@ -1,0 +1,203 @@
+"""Reader efficiency and capture overhead of the HEP-CNN benchmark; prints one JSON line.
+
+1. Read bandwidth of each loader on the demo dataset against a raw sequential read (``read()`` of every whole file)
+   measured in the same run, warm page cache, and cold when dropping the cache is possible
+   (``echo 3 > /proc/sys/vm/drop_caches`` as root; whether it worked is reported). Target: the whole-file
+   loader's read >= 90 % of raw.
+   * ``whole_file_read``: the loader's HDF5 File Read (h5py read of data, label, weight) -- what the benchmark
+     reports as read time;
+   * ``direct_read``: the same with ``--read-method direct`` (HDF5 for metadata, one plain read of ``data``);
+   * ``whole_file_loader``: the full Load File (read + NCHW->NHWC transpose + sample permutation);
+   * ``tfdata``: one epoch of the tf.data pipeline (interleave + numpy_function reads + batch + prefetch).
+2. Slowdown of the 2-rank benchmark (demo preset, steady-state epochs, best of ``--repeat``) with the TimeLogger
+   alone and with every layer on (launcher POSIX preload + Horovod timeline + TF profiler window) against no
+   capture at all. Targets: TimeLogger <= 0.5 %, all layers <= 3 %.
+
+Usage: ``python benchmarks/perf/reader_efficiency.py [--data DIR] [--repeat N] [--skip-overhead]``
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from benchmarks.common.launch import Layers, run_command, stream  # noqa: E402
+from benchmarks.hepcnn.config import DEMO, DEMO_DATA  # noqa: E402
+from benchmarks.hepcnn.data import check_dataset, generate  # noqa: E402
+from benchmarks.hepcnn.loaders import FileReader, TFDataLoader  # noqa: E402
+
+READ_TARGET = 0.90
+TL_TARGET_PCT = 0.5
+ALL_TARGET_PCT = 3.0
+
+
+def drop_caches() -> bool:
+    """Drop the page cache; False when not permitted (containers, non-root)."""
+    try:
+        os.sync()
+        with open("/proc/sys/vm/drop_caches", "w") as f:
+            f.write("3\n")
+        return True
+    except OSError:
+        return False
+
+
+def raw_read(files: list[str]) -> tuple[int, float]:
+    """Plain sequential ``read()`` of each whole file: (bytes, seconds)."""
+    n = 0
+    t0 = time.perf_counter()
+    for path in files:
+        with open(path, "rb", buffering=0) as f:
+            n += len(f.read())
+    return n, time.perf_counter() - t0
+
+
+class _ReadTimer:
+    """Collects the HDF5 File Read intervals of a FileReader through the same phase API the benchmark uses."""
+
+    def __init__(self) -> None:
+        self.bytes = 0
+        self.seconds = 0.0
+
+    def phase(self, name: str, cat: str = "other") -> "_Interval":
+        return _Interval(self, name)
+
+
+class _Interval:
+    def __init__(self, owner: _ReadTimer, name: str) -> None:
+        self.owner, self.name, self.n = owner, name, 0
+
+    def __enter__(self) -> "_Interval":
+        self.t0 = time.perf_counter()
+        return self
+
+    def update(self, **values: object) -> "_Interval":
+        self.n = int(values.get("bytes", 0) or 0)  # type: ignore[arg-type]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.name == "HDF5 File Read":
+            self.owner.seconds += time.perf_counter() - self.t0
+            self.owner.bytes += self.n
+
+
+def whole_file(files: list[str], method: str = "h5py") -> dict[str, float]:
+    timer = _ReadTimer()
+    reader = FileReader(timer, seed=0, rank=0, method=method)
+    t0 = time.perf_counter()
+    for i, path in enumerate(files):
+        reader.read(path, 0, i)
+    total = time.perf_counter() - t0
+    return {"read_bytes": timer.bytes, "read_s": timer.seconds, "loader_s": total}
+
+
+def tfdata(files: list[str], image_size: int, samples: int, batch: int) -> dict[str, float]:
+    import tensorflow as tf  # noqa: F401  (imported before timing)
+
+    timer = _ReadTimer()
+    loader = TFDataLoader(FileReader(timer, seed=0, rank=0), batch, image_size)
+    steps = samples // batch
+    t0 = time.perf_counter()
+    for _ in loader.epoch(files, 0, steps):
+        pass
+    return {"read_bytes": timer.bytes, "loader_s": time.perf_counter() - t0}
+
+
+def _best(runs: list[dict[str, float]]) -> dict[str, float]:
+    return {k: (min(r[k] for r in runs) if k.endswith("_s") else runs[0][k]) for k in runs[0]}
+
+
+def bandwidths(files: list[str], image_size: int, samples: int, batch: int, passes: int = 5) -> dict[str, float]:
+    """Warm-cache bandwidths, best of ``passes`` (one pass over the dataset takes only tens of ms here)."""
+    raw_bytes, raw_s = min((raw_read(files) for _ in range(passes)), key=lambda r: r[1])
+    wf = _best([whole_file(files) for _ in range(passes)])
+    direct = _best([whole_file(files, "direct") for _ in range(passes)])
+    td = _best([tfdata(files, image_size, samples, batch) for _ in range(passes)])
+    raw_bw = raw_bytes / raw_s
+    out = {"raw_bytes_per_s": raw_bw,
+           "whole_file_read_bytes_per_s": wf["read_bytes"] / wf["read_s"],
+           "whole_file_loader_bytes_per_s": wf["read_bytes"] / wf["loader_s"],
+           "direct_read_bytes_per_s": direct["read_bytes"] / direct["read_s"],
+           "tfdata_bytes_per_s": td["read_bytes"] / td["loader_s"]}
+    for key in ("whole_file_read", "whole_file_loader", "direct_read", "tfdata"):
+        out[f"{key}_vs_raw"] = out[f"{key}_bytes_per_s"] / raw_bw
+    return out
+
+
+def overhead(data: Path, repeat: int) -> dict[str, float]:
+    """Steady-state seconds per epoch (epochs after the first, best of ``repeat``) for three capture settings."""
+    base = [sys.executable, "-m", "benchmarks.hepcnn", "train", "--data", str(data), "--demo-preset",
+            "--no-merge", "--checkpoint-every", "0", "--dist", "auto"]
+    settings = {
+        "none": (base + ["--no-timelogger", "--tf-profile-steps", "1000000:1000001"], Layers()),
+        "timelogger": (base + ["--tf-profile-steps", "1000000:1000001"], Layers()),
+        "all": (base, Layers(posix=True, posix_filter=str(data.resolve()), horovod_timeline=True,
+                             extra_env={"DFTRACER_INC_METADATA": "1"})),
+    }
+    best: dict[str, float] = {}
+    with tempfile.TemporaryDirectory(prefix="hepcnn-overhead-") as tmp:
+        for i in range(repeat):
+            for name, (program, layers) in settings.items():  # interleaved so drifts hit all settings alike
+                run_dir = Path(tmp) / f"{name}-{i}"
+                stream(run_command(2, run_dir, program, layers), env=layers.extra_env, prefix=f"  {name}/{i} ")
+                detail = json.loads((run_dir / "summary.json").read_text())["epochs_detail"]
+                steady = sum(e["time_s"] for e in detail[1:])
+                best[name] = min(best.get(name, float("inf")), steady)
+    return {
+        "epoch_s_none": best["none"], "epoch_s_timelogger": best["timelogger"], "epoch_s_all": best["all"],
+        "timelogger_slowdown_pct": 100.0 * (best["timelogger"] / best["none"] - 1.0),
+        "all_layers_slowdown_pct": 100.0 * (best["all"] / best["none"] - 1.0),
+    }
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--data", type=Path, default=Path("runs/demo/data"), help="demo dataset (generated if absent)")
+    p.add_argument("--repeat", type=int, default=2)
+    p.add_argument("--skip-overhead", action="store_true")
+    args = p.parse_args()
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    generate(args.data, DEMO_DATA, show_progress=False)
+    info = check_dataset(args.data)
+    files = info.train_files
+    samples = sum(f.samples for f in info.train)
+    result: dict[str, object] = {"benchmark": "hepcnn_reader_efficiency", "files": len(files),
+                                 "dataset_bytes": sum(Path(f).stat().st_size for f in files)}
+    raw_bytes, _ = raw_read(files)  # warm the cache once so "warm" means warm for every reader
+    warm = bandwidths(files, info.image_size, samples, DEMO.batch)
+    result.update({f"warm_{k}": v for k, v in warm.items()})
+    cold_ok = drop_caches()
+    result["cold_cache_dropped"] = cold_ok
+    if cold_ok:  # each reader starts cold: drop before each of them
+        raw_bytes, raw_s = raw_read(files)
+        drop_caches()
+        wf = whole_file(files)
+        drop_caches()
+        direct = whole_file(files, "direct")
+        drop_caches()
+        td = tfdata(files, info.image_size, samples, DEMO.batch)
+        raw_bw = raw_bytes / raw_s
+        result.update({"cold_raw_bytes_per_s": raw_bw,
+                       "cold_whole_file_read_vs_raw": wf["read_bytes"] / wf["read_s"] / raw_bw,
+                       "cold_whole_file_loader_vs_raw": wf["read_bytes"] / wf["loader_s"] / raw_bw,
+                       "cold_direct_read_vs_raw": direct["read_bytes"] / direct["read_s"] / raw_bw,
+                       "cold_tfdata_vs_raw": td["read_bytes"] / td["loader_s"] / raw_bw})
+    result["read_target_met_h5py"] = warm["whole_file_read_vs_raw"] >= READ_TARGET
+    result["read_target_met_direct"] = warm["direct_read_vs_raw"] >= READ_TARGET
+    if not args.skip_overhead:
+        o = overhead(args.data, args.repeat)
+        result.update(o)
+        result["timelogger_target_met"] = o["timelogger_slowdown_pct"] <= TL_TARGET_PCT
+        result["all_layers_target_met"] = o["all_layers_slowdown_pct"] <= ALL_TARGET_PCT
+    print(json.dumps(result), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

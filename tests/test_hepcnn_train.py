@@ -1,0 +1,150 @@
+"""HEP-CNN runs for real: 2 ranks under mpiexec with Horovod and the DFTracer POSIX preload (checked from the POSIX
+layer of the merged frame), the mpi4py backend (also on the newest TF), and a single-process learnability run."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from benchmarks.hepcnn.config import SMOKE_DATA
+from benchmarks.hepcnn.data import GenSpec, check_dataset, generate
+from benchmarks.hepcnn.shuffle import epoch_files
+from benchmarks.hepcnn.sweep import Point, layers_for, run_point
+
+REPO = Path(__file__).resolve().parents[1]
+EPOCHS = 3
+
+
+@pytest.fixture(scope="module")
+def smoke_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return generate(tmp_path_factory.mktemp("hepdata") / "data", SMOKE_DATA, show_progress=False)
+
+
+@pytest.fixture(scope="module")
+def hvd_runs(smoke_data: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
+    pytest.importorskip("horovod.tensorflow")
+    out = tmp_path_factory.mktemp("hepruns")
+    layers = layers_for(smoke_data, posix=True, horovod_timeline=True)
+    runs = {}
+    for mode in ("local", "global"):
+        runs[mode] = run_point(Point(2, mode), smoke_data, out / mode, ["--smoke", "--epochs", str(EPOCHS)],
+                               layers, dist="horovod")
+    return runs
+
+
+def _posix_reads(frame: pd.DataFrame, data_dir: Path) -> pd.DataFrame:
+    """POSIX read calls on training files, with the epoch propagated from the app intervals."""
+    posix = frame[(frame["layer"] == "posix") & frame["bytes"].notna() & frame["epoch"].notna()]
+    posix = posix[posix["name"].astype(str).str.contains("read")]
+    files = posix["file"].astype(str)
+    return posix[files.str.startswith(str(data_dir.resolve())) & files.str.contains("hep_train_")]
+
+
+def _sets(reads: pd.DataFrame) -> dict[tuple[int, int], frozenset]:
+    return {(int(r), int(e)): frozenset(Path(f).name for f in g["file"].astype(str))
+            for (r, e), g in reads.groupby(["rank", "epoch"], observed=True)}
+
+
+@pytest.mark.horovod
+@pytest.mark.mpi
+@pytest.mark.slow
+def test_global_shuffle_moves_files_between_ranks(hvd_runs: dict, smoke_data: Path) -> None:
+    run = hvd_runs["global"]["run"]
+    sets = _sets(_posix_reads(run.frame, smoke_data))
+    every = frozenset(Path(p).name for p in check_dataset(smoke_data).train_files)
+    assert sorted(sets) == [(r, e) for r in range(2) for e in range(EPOCHS)]
+    for epoch in range(EPOCHS):
+        assert sets[(0, epoch)] | sets[(1, epoch)] == every  # the ranks cover the dataset every epoch
+        for rank in range(2):  # and read what the global permutation assigns
+            want = epoch_files(sorted(every), rank, 2, epoch, "global", seed=0)
+            assert sets[(rank, epoch)] == frozenset(want)
+    assert any(sets[(0, e)] != sets[(0, e + 1)] for e in range(EPOCHS - 1))  # a rank's files change
+
+
+@pytest.mark.horovod
+@pytest.mark.mpi
+@pytest.mark.slow
+def test_local_shuffle_keeps_files_and_bytes_match(hvd_runs: dict, smoke_data: Path) -> None:
+    run = hvd_runs["local"]["run"]
+    reads = _posix_reads(run.frame, smoke_data)
+    sets = _sets(reads)
+    for rank in range(2):
+        assert len({sets[(rank, e)] for e in range(EPOCHS)}) == 1  # fixed shard
+    assert sets[(0, 0)].isdisjoint(sets[(1, 0)])
+    # bytes read per epoch = the files' data (+ labels, weights and HDF5 metadata: a few KiB per file)
+    info = check_dataset(smoke_data)
+    data_bytes = sum(f.data_bytes for f in info.train)
+    n = len(info.train)
+    for epoch, got in reads.groupby("epoch", observed=True)["bytes"].sum().items():
+        assert data_bytes <= int(got) <= data_bytes + n * 16 * 1024, (epoch, got, data_bytes)
+
+
+@pytest.mark.horovod
+@pytest.mark.mpi
+@pytest.mark.slow
+def test_breakdown_rows_sum_to_100_and_summary(hvd_runs: dict) -> None:
+    for mode, parts in hvd_runs.items():
+        bd = parts["run"].breakdown()
+        pct = bd[[c for c in bd.columns if c.endswith("_pct")]].sum(axis=1).to_numpy(dtype=float)
+        assert len(bd) >= 2 * EPOCHS and np.allclose(pct, 100.0, atol=0.01), (mode, pct)
+        s = json.loads((parts["run"].path / "summary.json").read_text())
+        assert s["ranks"] == 2 and s["dist"] == "horovod" and s["shuffle"] == mode and s["epochs"] == EPOCHS
+        assert s["read_layer"] == "posix" and s["read_bytes"] > 0 and s["read_bandwidth_bytes_per_s"] > 0
+        assert s["throughput_samples_per_s"] > 0 and 0 <= s["final_accuracy"] <= 1
+        run_dir = parts["run"].path
+        assert (run_dir / "horovod" / "timeline.json").is_file()
+        assert {p.parent.parent.parent.name for p in run_dir.glob("tf/rank-*/plugins/profile/*/*.xplane.pb")} \
+            <= {"rank-0", "rank-1"}
+        assert set(parts["run"].frame["layer"].astype(str)) >= {"app", "posix", "comm"}
+
+
+def _launch(args: list[str], run_dir: Path, ranks: int = 2) -> subprocess.CompletedProcess:
+    bindir = Path(sys.executable).parent
+    cmd = [str(bindir / "mpiexec"), "-n", str(ranks), str(bindir / "timelogger"), "run", "-o", str(run_dir), "--",
+           sys.executable, "-m", "benchmarks.hepcnn", "train", *args]
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.mpi
+@pytest.mark.slow
+def test_mpi4py_backend_two_ranks(smoke_data: Path, tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    proc = _launch(["--data", str(smoke_data), "--smoke", "--dist", "mpi", "--shuffle", "global"], run_dir)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "breakdown, % of wall time" in proc.stdout  # rank 0 merged and printed the table
+    s = json.loads((run_dir / "summary.json").read_text())
+    assert s["dist"] == "mpi" and s["ranks"] == 2 and s["epochs"] == 2
+    # no POSIX layer here: bytes come from the app layer's HDF5 File Read, i.e. exactly what h5py returned
+    info = check_dataset(smoke_data)
+    per_file = info.train[0].data_bytes + 2 * 4 * info.train[0].samples
+    val = sum(f.data_bytes + 8 * f.samples for f in info.validation)
+    assert s["read_layer"] == "app" and s["read_bytes"] == 2 * len(info.train) * per_file + val
+    from trace_merge.run import Run
+
+    frame = Run.open(run_dir).frame
+    comm = frame[(frame["layer"] == "app") & (frame["name"] == "Allreduce Gradients")]
+    assert sorted(comm["rank"].unique()) == [0, 1] and (comm["bytes"] > 0).all()
+
+
+@pytest.mark.tf
+@pytest.mark.slow
+def test_learns_better_than_chance(tmp_path: Path) -> None:
+    data = generate(tmp_path / "data", GenSpec(files=6, samples_per_file=32, image_size=32, seed=5,
+                                               validation_files=2), show_progress=False)
+    run_dir = tmp_path / "run"
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.hepcnn", "train", "--data", str(data), "--run-dir",
+                           str(run_dir), "--dist", "none", "--epochs", "5", "--batch", "16", "--width", "16",
+                           "--checkpoint-every", "0", "--no-merge"], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    s = json.loads((run_dir / "summary.json").read_text())
+    assert s["final_metrics_on"] == "validation"
+    assert s["final_accuracy"] > 0.75, s  # balanced classes: chance is 0.5
