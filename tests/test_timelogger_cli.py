@@ -1,0 +1,164 @@
+"""``timelogger run``: in-process preparation and refusals, plus real runs (DFTracer preload, ``mpiexec -n 2``)."""
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from test_timelogger_util import app_files, clean_env, intervals, meta, read_pfw
+from timelogger import cli
+
+
+def _args(run_dir: Path, *extra: str, cmd: tuple = ("python", "train.py")) -> argparse.Namespace:
+    return cli.setup_parser().parse_args(["-o", str(run_dir), *extra, "--", *cmd])
+
+
+def test_prepare_sets_env_and_writes_manifest(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    env = {"PATH": "/usr/bin", "PMI_RANK": "0", "PMI_SIZE": "2"}
+    args = _args(tmp_path / "run", "--posix", "--posix-filter", str(tmp_path), "--horovod-timeline")
+    args.cmd = args.cmd[1:] if args.cmd[0] == "--" else args.cmd
+    record = cli.prepare(args, env)
+    run_dir = (tmp_path / "run").resolve()
+    assert env["TIMELOGGER_DIR"] == str(run_dir)
+    assert env["HOROVOD_TIMELINE"] == str(run_dir / "horovod" / "timeline.json")
+    assert env["LD_PRELOAD"].endswith("libdftracer_preload.so") and Path(env["LD_PRELOAD"]).is_file()
+    assert env["DFTRACER_ENABLE"] == "1" and env["DFTRACER_INIT"] == "PRELOAD"
+    assert env["DFTRACER_LOG_FILE"] == str(run_dir / "posix" / "trace")
+    assert env["DFTRACER_DATA_DIR"] == str(tmp_path.resolve())
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["command"] == ["python", "train.py"] and manifest["world_size"] == 2
+    assert manifest["launcher"] == "mpich-hydra" and manifest["layers"]["app"] is True
+    assert manifest["layers"]["posix"]["data_dir"] == str(tmp_path.resolve())
+    assert set(manifest["clocks"]) == {"wall_ns", "perf_ns"} and manifest["versions"]["timelogger"]
+    assert json.loads((run_dir / "launch" / "rank-0.json").read_text()) == record
+    assert not list(run_dir.rglob("*.tmp"))
+
+
+def test_non_zero_rank_writes_no_manifest(tmp_path: Path) -> None:
+    env = {"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "2"}
+    rec = cli.prepare(_args(tmp_path), env)
+    assert rec["rank"] == 1 and (tmp_path / "launch" / "rank-1.json").is_file()
+    assert not (tmp_path / "manifest.json").exists()
+
+
+def test_refuses_previous_run_without_force(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    old = tmp_path / "app" / "rank-0-pid-123.pfw"
+    old.parent.mkdir(parents=True)
+    old.write_text("[\n")
+    assert cli.main(["run", "-o", str(tmp_path), "--", "true"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and str(tmp_path / "app") in err[0] and "--force" in err[0]
+    assert old.exists()
+    cli.prepare(_args(tmp_path, "--force"), {})  # with --force this rank's old files go
+    assert not old.exists()
+
+
+def test_missing_command_is_an_error(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    assert cli.main(["run", "-o", str(tmp_path)]) == 2
+    assert "no command" in capsys.readouterr().err
+
+
+def test_unwritable_run_dir_is_an_error(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    assert cli.main(["run", "-o", str(blocker / "run"), "--", "true"]) == 2
+    err = capsys.readouterr().err
+    assert str(blocker / "run") in err and "Traceback" not in err
+
+
+def _run(cmd: list, cwd: Path, timeout: float = 90) -> subprocess.CompletedProcess:
+    p = subprocess.run(cmd, cwd=cwd, env=clean_env(), capture_output=True, text=True, timeout=timeout)
+    assert p.returncode == 0, f"rc={p.returncode}\nstdout:\n{p.stdout}\nstderr:\n{p.stderr}"
+    return p
+
+
+_READER = """
+import os, sys, timelogger
+data = sys.argv[1]
+for epoch in range(2):
+    for name in sorted(os.listdir(data)):
+        with timelogger.phase("Load File", cat="io") as p:
+            with open(os.path.join(data, name), "rb") as f:
+                n = len(f.read())
+            p.update(bytes=n, file=name)
+"""
+
+
+def test_run_with_posix_preload_writes_dftracer_trace(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    for i in range(3):
+        (data / f"sample-{i}.bin").write_bytes(bytes(65536))
+    (tmp_path / "reader.py").write_text(_READER)
+    run_dir = tmp_path / "run"
+    p = _run([sys.executable, "-m", "timelogger", "run", "-o", str(run_dir), "--posix", "--posix-filter", str(data),
+              "--", sys.executable, "reader.py", str(data)], tmp_path)
+    assert "DARSHAN_ENABLE_NONMPI=1" in p.stderr  # the hint, since Darshan is not preloaded here
+    (app,) = app_files(run_dir)
+    assert len(intervals(read_pfw(app), "Load File")) == 6
+    traces = list((run_dir / "posix").glob("*.pfw*"))
+    assert traces and all(t.stat().st_size > 0 for t in traces)
+    text = "".join(gzip.open(t, "rt").read() if t.suffix == ".gz" else t.read_text() for t in traces)
+    events = [json.loads(line) for line in text.splitlines() if line.startswith("{")]
+    assert any(str(data / "sample-0.bin") in json.dumps(e.get("args", {})) for e in events)
+    reads = [e for e in events if e.get("cat") == "POSIX" and "read" in e.get("name", "")]
+    assert len(reads) >= 6
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["layers"]["posix"]["data_dir"] == str(data.resolve())
+
+
+_MPI_SCRIPT = """
+import sys
+from mpi4py import MPI
+import timelogger
+comm = MPI.COMM_WORLD
+tl = timelogger.default_logger()
+offset = tl.sync_clocks(comm)
+with timelogger.phase("Training Iteration", cat="compute"):
+    comm.Barrier()
+# one file per rank: Hydra interleaves the ranks' stdout in the middle of lines
+with open(f"result-{comm.Get_rank()}.txt", "w") as f:
+    f.write(f"{comm.Get_rank()} {tl.rank} {tl.world_size} {offset}")
+"""
+
+
+@pytest.mark.mpi
+def test_run_under_mpiexec_two_ranks(tmp_path: Path) -> None:
+    pytest.importorskip("mpi4py")
+    mpiexec = Path(sys.executable).parent / "mpiexec"
+    if not mpiexec.exists():
+        pytest.skip(f"{mpiexec} not found (pip install mpich)")
+    (tmp_path / "train.py").write_text(_MPI_SCRIPT)
+    run_dir = tmp_path / "run"
+    _run([str(mpiexec), "-n", "2", "timelogger", "run", "-o", str(run_dir), "--", "python", "train.py"],
+         tmp_path, timeout=120)
+    ranks = sorted((tmp_path / f"result-{r}.txt").read_text().split()[:3] for r in (0, 1))
+    assert ranks == [["0", "0", "2"], ["1", "1", "2"]]
+    files = app_files(run_dir)
+    assert sorted(f.name.split("-pid-")[0] for f in files) == ["rank-0", "rank-1"]
+    for f in files:
+        ev = read_pfw(f)
+        rank = ev[0]["args"]["rank"]
+        assert ev[0]["args"]["world_size"] == 2
+        (sync,) = meta(ev, "clock_sync")
+        args = sync["args"]
+        assert args["method"] == "mpi-pingpong" and args["rounds"] == 10
+        if rank == 0:
+            assert args["clock_offset_ns"] == 0 and args["rtt_ns"] == 0
+        else:
+            assert 0 < args["rtt_ns"] < 50_000_000 and abs(args["clock_offset_ns"]) < args["rtt_ns"] + 1_000_000
+        assert len(intervals(ev, "Training Iteration")) == 1 and ev[-1]["name"] == "timelogger_close"
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["world_size"] == 2 and manifest["launcher"] == "mpich-hydra"
+    assert manifest["command"] == ["python", "train.py"]
+    launches = {json.loads(f.read_text())["rank"]: json.loads(f.read_text()) for f in (run_dir / "launch").glob("*.json")}
+    assert set(launches) == {0, 1}
+    for f in files:  # exec kept the pid: the launch record names the process that wrote the app file
+        ev = read_pfw(f)
+        assert launches[ev[0]["args"]["rank"]]["pid"] == ev[0]["args"]["pid"]
