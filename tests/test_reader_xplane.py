@@ -22,17 +22,18 @@ from trace_merge.readers import detect, read_any, xplane  # noqa: E402
 
 pytestmark = pytest.mark.tf
 
-# A tiny tf.data + tf.function training loop profiled with the wire-format anchor
-# (docs/wire-format.md, "TF 2.15 anchor marker"): profiler start, TraceMe `timelogger_anchor` between
-# two time_ns() readings, marker_wall_ns = midpoint. A known 50 ms sleep runs inside an app-side wall
-# clock window and inside the TraceMe `sleep_marker`.
+# A tiny tf.data + tf.function training loop profiled through TimeLogger.tf_profile, which writes the
+# wire-format anchor (docs/wire-format.md, "TF 2.15 anchor marker") into the app file. A known 50 ms
+# sleep runs inside a wall-clock window measured by the script and inside the TraceMe `sleep_marker`.
 WORKLOAD = textwrap.dedent(
     """
     import json, sys, time
     from pathlib import Path
     import tensorflow as tf
+    from timelogger import TimeLogger
 
-    logdir, out = Path(sys.argv[1]), Path(sys.argv[2])
+    run, out = Path(sys.argv[1]), Path(sys.argv[2])
+    tl = TimeLogger(run, rank=0, world_size=1)
     ds = (tf.data.Dataset.range(48)
           .map(lambda x: tf.cast(x, tf.float32) * 2.0, num_parallel_calls=2)
           .batch(8).prefetch(1))
@@ -45,49 +46,52 @@ WORKLOAD = textwrap.dedent(
         w.assign_sub(0.001 * tape.gradient(loss, w))
         return loss
 
-    start_wall_ns = time.time_ns()
-    tf.profiler.experimental.start(str(logdir))
-    t0 = time.time_ns()
-    with tf.profiler.experimental.Trace("timelogger_anchor"):
-        pass
-    t1 = time.time_ns()
-    anchor = {"logdir": str(logdir.resolve()), "marker": "timelogger_anchor",
-              "marker_wall_ns": (t0 + t1) // 2, "start_wall_ns": start_wall_ns,
-              "tf_version": tf.__version__}
     steps = []
-    for i, x in enumerate(ds):
-        s0 = time.time_ns()
-        with tf.profiler.experimental.Trace("train", step_num=i, _r=1):
-            train_step(x)
-        steps.append([s0, time.time_ns()])
-    p0 = time.time_ns()
-    with tf.profiler.experimental.Trace("sleep_marker"):
-        time.sleep(0.05)
-    p1 = time.time_ns()
-    tf.profiler.experimental.stop()
-    out.write_text(json.dumps({"anchor": anchor, "sleep_phase": [p0, p1], "steps": steps,
-                               "tf_version": tf.__version__}))
+    with tl.tf_profile(run / "tf" / "rank-0"):
+        for i, x in enumerate(ds):
+            s0 = time.time_ns()
+            with tf.profiler.experimental.Trace("train", step_num=i, _r=1):
+                train_step(x)
+            steps.append([s0, time.time_ns()])
+        p0 = time.time_ns()
+        with tf.profiler.experimental.Trace("sleep_marker"):
+            time.sleep(0.05)
+        p1 = time.time_ns()
+    tl.close()
+    out.write_text(json.dumps({"sleep_phase": [p0, p1], "steps": steps, "tf_version": tf.__version__}))
     """
 )
 
 
-def run_workload(tmp: Path, logdir: Path) -> dict:
+def tf_profile_anchors(run: Path) -> list:
+    """The ``tf_profile`` metadata events of the run's app files (docs/wire-format.md)."""
+    anchors = []
+    for app in sorted((run / "app").glob("*.pfw")):
+        for line in app.read_text().splitlines():
+            if '"tf_profile"' in line:
+                anchors.append(json.loads(line.rstrip(","))["args"])
+    return anchors
+
+
+def run_workload(tmp: Path, run: Path) -> dict:
     """Profile :data:`WORKLOAD` in a fresh interpreter (the profiler is process-global)."""
     script = tmp / "workload.py"
     script.write_text(WORKLOAD)
     out = tmp / "workload.json"
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-    subprocess.run([sys.executable, str(script), str(logdir), str(out)], check=True, env=env, timeout=300,
+    subprocess.run([sys.executable, str(script), str(run), str(out)], check=True, env=env, timeout=300,
                    capture_output=True)
-    return json.loads(out.read_text())
+    info = json.loads(out.read_text())
+    (info["anchor"],) = tf_profile_anchors(run)
+    return info
 
 
 @pytest.fixture(scope="module")
 def profile(tmp_path_factory: pytest.TempPathFactory) -> dict:
     tmp = tmp_path_factory.mktemp("xplane")
-    logdir = tmp / "tf" / "rank-0"
-    info = run_workload(tmp, logdir)
-    (pb,) = sorted(logdir.glob("plugins/profile/*/*.xplane.pb"))
+    run = tmp / "run"
+    info = run_workload(tmp, run)
+    (pb,) = sorted(run.glob("tf/rank-0/plugins/profile/*/*.xplane.pb"))
     info["path"] = pb
     return info
 
