@@ -39,7 +39,7 @@ from typing import Iterable, Optional, Sequence
 import numpy as np
 import pandas as pd
 
-from trace_merge.schema import CATS, LAYERS
+from trace_merge.schema import LAYERS
 
 logger = logging.getLogger(__name__)
 
@@ -900,7 +900,7 @@ def summarise(frame: pd.DataFrame, counters: Optional[pd.DataFrame] = None,
 
 
 __all__ = [
-    "PRIORITY", "READ_LAYER_ORDER", "SIZE_BINS", "CATS",
+    "PRIORITY", "READ_LAYER_ORDER", "SIZE_BINS",
     "merge_intervals", "union_ns", "intersect_intervals", "subtract_intervals", "covered_ns",
     "grouped_union_ns", "read_rows", "breakdown_df", "exposed_io_df", "input_bound_df", "verdict",
     "verdict_label", "accelerator_utilisation", "bandwidth_df", "bandwidth_totals", "job_wall_ns",

@@ -100,6 +100,8 @@ def plot_bandwidth(df: pd.DataFrame, ax: "Optional[Axes]" = None) -> "Figure":
         ax.annotate(f"{int(nbytes) / 1e6:.3g} MB\n{layer}", (bar.get_x() + bar.get_width() / 2, bar.get_height()),
                     ha="center", va="bottom", fontsize="x-small")
     ax.set_xticks(x, [f"rank {r}" for r in df["rank"]])
+    pad = max(0.0, (4 - len(df)) / 2)  # keep one or two bars from filling the whole width
+    ax.set_xlim(-0.6 - pad, len(df) - 0.4 + pad)
     ax.set_ylabel("read bandwidth (MB/s)")
     ax.set_title("Read bandwidth per rank (bytes ÷ union of read time)")
     ax.margins(y=0.25)

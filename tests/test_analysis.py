@@ -1,0 +1,310 @@
+"""trace_merge.analysis: interval arithmetic, breakdown, exposed I/O, verdict, bandwidth, access pattern, stats.
+
+Pure-arithmetic tests build frames with ``trace_merge.schema.to_frame`` and check against a brute-force
+raster or hand-computed values; the rest run on real traces (DFTracer generator, TimeLogger + DFTracer preload).
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+
+import numpy as np
+import pandas as pd
+import pytest
+from test_run_fixtures import BIN, dftracer_set, real_run, tool_env  # noqa: F401  (fixtures)
+
+from trace_merge import analysis as A
+from trace_merge.schema import to_frame
+
+PCT = [f"{c}_pct" for c in A.PRIORITY]
+
+
+def raster(starts, ends, size=1000) -> np.ndarray:
+    cover = np.zeros(size, dtype=bool)
+    for s, e in zip(starts, ends):
+        cover[s:e] = True
+    return cover
+
+
+def random_intervals(rng, n, size=1000, max_len=80):
+    s = rng.integers(0, size - 1, n)
+    e = np.minimum(s + rng.integers(0, max_len, n), size)
+    return s, e
+
+
+# -- interval primitives --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_merge_intervals_matches_raster_and_union_le_sum(seed):
+    rng = np.random.default_rng(seed)
+    s, e = random_intervals(rng, 60)
+    ms, me = A.merge_intervals(s, e)
+    assert np.all(me > ms)
+    assert np.all(ms[1:] > me[:-1])  # sorted, disjoint, not touching
+    assert A.union_ns(s, e) == raster(s, e).sum() == (me - ms).sum()
+    assert A.union_ns(s, e) <= (e - s).sum()
+
+
+def test_merge_intervals_joins_touching_and_drops_empty():
+    ms, me = A.merge_intervals([0, 10, 30, 40], [10, 20, 30, 45])
+    assert ms.tolist() == [0, 40] and me.tolist() == [20, 45]
+    assert A.merge_intervals([], [])[0].size == 0
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_intersect_and_subtract_match_raster(seed):
+    rng = np.random.default_rng(100 + seed)
+    a = A.merge_intervals(*random_intervals(rng, 40))
+    b = A.merge_intervals(*random_intervals(rng, 40))
+    ra, rb = raster(*a), raster(*b)
+    inter = A.intersect_intervals(*a, *b)
+    diff = A.subtract_intervals(*a, *b)
+    assert np.array_equal(raster(*inter), ra & rb)
+    assert np.array_equal(raster(*diff), ra & ~rb)
+    assert np.all(inter[0][1:] >= inter[1][:-1]) and np.all(diff[0][1:] >= diff[1][:-1])
+
+
+def test_grouped_union_equals_union_per_group():
+    rng = np.random.default_rng(7)
+    s, e = random_intervals(rng, 300)
+    g = rng.integers(0, 5, s.size)
+    s = s + 10 ** 18 * (g % 2)  # groups far apart in absolute time must not matter
+    e = e + 10 ** 18 * (g % 2)
+    got = A.grouped_union_ns(g, s, e, 6)
+    want = [A.union_ns(s[g == k], e[g == k]) for k in range(6)]
+    assert got.tolist() == want
+
+
+def test_covered_ns_counts_coverage_inside_each_window():
+    ms, me = A.merge_intervals([10, 50], [30, 60])
+    got = A.covered_ns(ms, me, np.array([0, 20, 55, 70, 0]), np.array([100, 55, 58, 80, 10]))
+    assert got.tolist() == [30, 15, 3, 0, 0]
+
+
+# -- attribution of wall time -----------------------------------------------------------------------------
+
+
+def nested_frame() -> pd.DataFrame:
+    """Thread 1: Epoch(other) ⊃ Training Iteration(compute) ⊃ Call to Next Batch(wait) ⊃ Load File(io);
+    thread 2: a prefetch read (io) while thread 1 computes. Times in ns."""
+    return to_frame({
+        "layer": "app",
+        "cat": ["other", "compute", "wait", "io", "io"],
+        "name": ["Epoch", "Training Iteration", "Call to Next Batch", "Load File", "prefetch"],
+        "rank": 0, "pid": 1, "tid": [1, 1, 1, 1, 2],
+        "start_ns": [0, 0, 10, 20, 50], "end_ns": [120, 100, 40, 30, 70],
+        "epoch": [0, 0, 0, 0, 0], "step": [pd.NA, 0, 0, 0, 0],
+        "bytes": [pd.NA, pd.NA, pd.NA, 1000, 2000],
+    })
+
+
+def test_breakdown_innermost_phase_per_thread_then_priority_across_threads():
+    bd = A.breakdown_df(nested_frame())
+    assert bd["epoch"].tolist()[0] == 0 and pd.isna(bd["epoch"].tolist()[1])  # per epoch + whole-run row
+    row = bd.iloc[0]
+    assert row["wall_s"] == pytest.approx(120e-9)
+    # io: Load File [20,30] + prefetch [50,70] = 30; compute: [0,10]+[40,100] minus [50,70] (io wins) = 50;
+    # wait: [10,20]+[30,40] = 20; other: Epoch's own [100,120] = 20.
+    assert row["io_pct"] == pytest.approx(100 * 30 / 120)
+    assert row["compute_pct"] == pytest.approx(100 * 50 / 120)
+    assert row["wait_pct"] == pytest.approx(100 * 20 / 120)
+    assert row["other_pct"] == pytest.approx(100 * 20 / 120)
+    assert row[PCT].sum() == pytest.approx(100.0)
+    # union per cat counts a parent's whole length
+    assert row["compute_s"] == pytest.approx(100e-9) and row["wait_s"] == pytest.approx(30e-9)
+
+
+def test_breakdown_per_layer_adds_a_layer_column():
+    f = nested_frame()
+    posix = to_frame({"layer": "posix", "cat": "io", "name": "read", "rank": 0, "pid": 1, "tid": 1,
+                      "start_ns": [21], "end_ns": [29], "epoch": [0], "bytes": [1000]})
+    from trace_merge.schema import concat_frames
+
+    both = concat_frames([f, posix])
+    per = A.breakdown_df(both, "all", per_layer=True)
+    assert set(per["layer"]) == {"app", "posix"}
+    assert A.breakdown_df(both).equals(A.breakdown_df(f))  # default: app layer only
+    np.testing.assert_allclose(per[PCT].sum(axis=1), 100.0)
+
+
+def random_frame(seed: int, ranks: int = 3, threads: int = 2, n: int = 400) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    s = rng.integers(0, 10 ** 7, n)
+    e = s + rng.integers(1, 10 ** 6, n)
+    return to_frame({
+        "layer": "app", "cat": rng.choice(list(A.PRIORITY), n), "name": "x",
+        "rank": rng.integers(0, ranks, n), "pid": 1, "tid": rng.integers(0, threads, n),
+        "start_ns": s + 1_700_000_000 * 10 ** 9, "end_ns": e + 1_700_000_000 * 10 ** 9,
+        "epoch": s // (4 * 10 ** 6), "step": s // 10 ** 5,
+    })
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_breakdown_rows_sum_to_100_and_exclusive_le_union_le_sum(seed):
+    f = random_frame(seed)
+    bd = A.breakdown_df(f)
+    np.testing.assert_allclose(bd[PCT].sum(axis=1), 100.0, atol=1e-9)
+    assert (bd[PCT] >= -1e-9).all().all()
+    for c in A.PRIORITY[:-1]:
+        assert (bd[f"{c}_pct"] / 100 * bd["wall_s"] <= bd[f"{c}_s"] + 1e-12).all()
+    tot = bd[bd["epoch"].isna()].set_index("rank")
+    for (rank, cat), rows in f.groupby(["rank", "cat"], observed=True):
+        union = A.union_ns(rows["start_ns"], rows["end_ns"])
+        assert tot.loc[rank, f"{cat}_s"] == pytest.approx(union / 1e9)
+        assert union <= rows["dur_ns"].sum()
+
+
+def test_exposed_io_and_verdict_exact():
+    f = nested_frame()
+    exp = A.exposed_io_df(f).iloc[0]
+    # input = io ∪ wait self time = [10,40] ∪ [50,70] = 50; compute self = [0,10] ∪ [40,100] = 70;
+    # overlap = [50,70] (thread 2 reads while thread 1 computes) = 20; exposed = 30
+    assert (exp["input_s"], exp["compute_s"], exp["overlap_s"], exp["exposed_s"]) == pytest.approx(
+        (50e-9, 70e-9, 20e-9, 30e-9))
+    ib = A.input_bound_df(f).iloc[0]
+    # step window = rows tagged step 0 = [0,100]: exposed input 30 of 100, compute 70 of 100
+    assert ib["basis"] == "step"
+    assert ib["input_pct"] == pytest.approx(30.0) and ib["au_pct"] == pytest.approx(70.0)
+    v = A.verdict(f)
+    assert v["verdict"] == "highly input-bound" and v["input_pct"] == pytest.approx(30.0)
+    assert A.accelerator_utilisation(f) == pytest.approx(0.7)
+
+
+@pytest.mark.parametrize("pct,label", [(0.0, "not input-bound"), (4.99, "not input-bound"),
+                                       (5.0, "moderately input-bound"), (19.9, "moderately input-bound"),
+                                       (20.0, "highly input-bound"), (float("nan"), "unknown")])
+def test_verdict_thresholds(pct, label):
+    assert A.verdict_label(pct) == label
+
+
+def test_verdict_falls_back_to_epoch_windows_without_steps():
+    f = nested_frame().assign(step=pd.array([pd.NA] * 5, dtype="Int64"))
+    assert A.input_bound_df(f)["basis"].tolist() == ["epoch"]
+
+
+# -- bytes ------------------------------------------------------------------------------------------------
+
+
+def bytes_frame() -> pd.DataFrame:
+    """Rank 0: app phase (bytes 100) plus two overlapping posix preads (bytes 60 + 40) on two threads;
+    rank 1: app phase only (bytes 300, 3 s)."""
+    sec = 10 ** 9
+    return to_frame({
+        "layer": ["app", "posix", "posix", "posix", "app"],
+        "cat": ["io", "io", "io", "io", "io"],
+        "name": ["Load File", "pread64", "pread64", "close", "Load File"],
+        "rank": [0, 0, 0, 0, 1], "tid": [1, 1, 2, 1, 1],
+        "start_ns": [0, 0, 1 * sec, 4 * sec, 0], "end_ns": [5 * sec, 2 * sec, 3 * sec, 5 * sec, 3 * sec],
+        "bytes": [100, 60, 40, pd.NA, 300], "offset": [pd.NA, 0, 60, pd.NA, pd.NA],
+        "file": ["f", "f", "f", "f", "g"],
+    })
+
+
+def test_bandwidth_is_bytes_over_union_read_time_from_lowest_layer():
+    bw = A.bandwidth_df(bytes_frame()).set_index("rank")
+    assert bw.loc[0, "layer"] == "posix" and bw.loc[1, "layer"] == "app"
+    assert bw.loc[0, "read_bytes"] == 100 and bw.loc[0, "read_time_s"] == pytest.approx(3.0)  # union [0,3]
+    assert bw.loc[0, "read_sum_s"] == pytest.approx(4.0)
+    assert bw.loc[0, "read_bw_MB_per_s"] == pytest.approx(100 / 3.0 / 1e6)
+    assert bw.loc[1, "read_bw_MB_per_s"] == pytest.approx(300 / 3.0 / 1e6)
+    tot = A.bandwidth_totals(bytes_frame())
+    assert tot["read_bytes"] == 400 and tot["slowest_read_time_s"] == pytest.approx(3.0)
+    assert tot["aggregate_bw_MB_per_s"] == pytest.approx(400 / 3.0 / 1e6)
+    assert tot["bw_over_job_wall_MB_per_s"] == pytest.approx(400 / 5.0 / 1e6)
+
+
+def test_access_pattern_follows_darshan_sequentiality():
+    # after [0,100): 100 consecutive; 300 leaves a gap (sequential); 50 goes back (random); 150 = 50 + 100
+    offsets = [0, 100, 300, 50, 150]
+    f = to_frame({"layer": "posix", "cat": "io", "name": "pread64", "rank": 0,
+                  "start_ns": np.arange(5) * 10, "end_ns": np.arange(5) * 10 + 5,
+                  "bytes": [100, 100, 100, 100, 2_000_000], "offset": offsets, "file": "f", "epoch": 0})
+    ap = A.access_pattern_df(f).iloc[0]
+    assert (ap["files"], ap["reads"], ap["classified"]) == (1, 5, 4)
+    assert (ap["consecutive"], ap["sequential"], ap["random"]) == (2, 3, 1)
+    assert ap["size_100_1K"] == 4 and ap["size_1M_4M"] == 1
+
+
+def test_event_stats_exact():
+    st = A.event_stats_df(bytes_frame(), by=("layer", "name")).set_index(["layer", "name"])
+    row = st.loc[("posix", "pread64")]
+    assert row["count"] == 2 and row["sum_us"] == 4e6 and row["min_us"] == 2e6 and row["max_us"] == 2e6
+    assert row["bytes"] == 100 and pd.isna(st.loc[("posix", "close"), "bytes"])
+
+
+def test_compare_df_puts_runs_side_by_side():
+    table = A.compare_df([nested_frame(), bytes_frame()], ["nested", "bytes"])
+    assert list(table.columns) == ["nested", "bytes"]
+    assert table.loc["read_bytes", "bytes"] == 400
+    assert table.loc["io_pct", "nested"] == pytest.approx(25.0)
+    with pytest.raises(ValueError):
+        A.compare_df([nested_frame()], ["a", "b"])
+
+
+# -- real traces ------------------------------------------------------------------------------------------
+
+
+def test_event_stats_match_dftracer_stats_per_name(dftracer_set, tmp_path):
+    from trace_merge.merge import merge_path
+
+    frame = merge_path(dftracer_set).frame
+    ours = A.event_stats_df(frame, by=("name",)).set_index("name")
+    out = subprocess.run([str(BIN / "dftracer_stats"), "-d", str(dftracer_set), "--index-dir", str(tmp_path),
+                          "--report", "detailed", "--json"], capture_output=True, text=True, check=True,
+                         env=tool_env())
+    theirs: dict[str, dict] = {}
+    sizes: dict[str, int] = {}
+    for per_file in json.loads(out.stdout):
+        det = per_file["detailed"]
+        for name, d in det["grouped_duration"].items():
+            acc = theirs.setdefault(name, {"count": 0, "sum": 0, "min": np.inf, "max": -np.inf})
+            acc["count"] += d["count"]
+            acc["sum"] += d["sum"]
+            acc["min"] = min(acc["min"], d["min"])
+            acc["max"] = max(acc["max"], d["max"])
+        for name, d in det.get("grouped_io", {}).items():
+            sizes[name] = sizes.get(name, 0) + d["size"]["sum"]
+    assert set(theirs) == set(ours.index.astype(str))
+    for name, d in theirs.items():
+        row = ours.loc[name]
+        assert (row["count"], row["sum_us"], row["min_us"], row["max_us"]) == (
+            d["count"], d["sum"], d["min"], d["max"]), name
+    assert sizes and all(ours.loc[name, "bytes"] == size for name, size in sizes.items())
+
+
+def test_bandwidth_on_a_real_read_equals_bytes_read_over_read_time(real_run):
+    from trace_merge.run import Run
+
+    run_dir, files = real_run
+    run = Run.open(run_dir)
+    bw = run.bandwidth()
+    expected_bytes = 2 * sum(p.stat().st_size for p in files)  # two epochs read every file whole
+    assert bw["layer"].tolist() == ["posix"] and bw["read_bytes"].tolist() == [expected_bytes]
+    reads = run.frame[(run.frame["layer"] == "posix") & (run.frame["name"] == "read")]
+    union = A.union_ns(reads["start_ns"], reads["end_ns"])
+    assert bw["read_time_s"].iloc[0] == pytest.approx(union / 1e9)
+    assert bw["read_bw_MB_per_s"].iloc[0] == pytest.approx(expected_bytes / 1e6 / (union / 1e9))
+    # the app layer alone (TimeLogger's own bytes) gives the same bytes over its Load File phases
+    app = run.frame[run.frame["layer"] == "app"]
+    app_bw = A.bandwidth_df(app)
+    load = app[app["name"] == "Load File"]
+    assert app_bw["read_bytes"].tolist() == [expected_bytes]
+    assert app_bw["read_time_s"].iloc[0] == pytest.approx(load["dur_ns"].sum() / 1e9)
+
+
+def test_breakdown_of_a_real_run(real_run):
+    from trace_merge.run import Run
+
+    run = Run.open(real_run[0])
+    bd = run.breakdown()
+    per_epoch = bd[bd["epoch"].notna()]
+    assert per_epoch["epoch"].tolist() == [0, 1] and per_epoch["rank"].tolist() == [0, 0]
+    np.testing.assert_allclose(bd[PCT].sum(axis=1), 100.0)
+    assert (per_epoch["io_pct"] > 0).all() and (per_epoch["compute_pct"] > 0).all()
+    app = run.frame[run.frame["layer"] == "app"]
+    for epoch, rows in app.groupby("epoch"):
+        load = rows[rows["name"] == "Load File"]
+        row = per_epoch[per_epoch["epoch"] == epoch].iloc[0]
+        assert row["io_s"] == pytest.approx(load["dur_ns"].sum() / 1e9)
+        assert row["wall_s"] == pytest.approx((rows["end_ns"].max() - rows["start_ns"].min()) / 1e9)

@@ -1,0 +1,53 @@
+"""plots: each figure checked through its axes (bars, labels, lanes), drawn from real-run analyses."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from test_run_fixtures import real_run  # noqa: F401  (fixture)
+
+from trace_merge import analysis as A
+from trace_merge import plots
+from trace_merge.run import Run
+
+
+@pytest.fixture(scope="module")
+def run(real_run):
+    return Run.open(real_run[0])
+
+
+def test_plot_breakdown_stacks_shares_per_rank_epoch(run):
+    bd = run.breakdown()
+    fig = plots.plot_breakdown(bd)
+    ax = fig.axes[0]
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["rank 0 · epoch 0", "rank 0 · epoch 1"]
+    widths = {}
+    for container, label in zip(ax.containers, [t.get_text() for t in ax.get_legend().get_texts()]):
+        widths[label] = [p.get_width() for p in container.patches]
+    per_epoch = bd[bd["epoch"].notna()]
+    for cat, w in widths.items():
+        np.testing.assert_allclose(w, per_epoch[f"{cat}_pct"])
+    np.testing.assert_allclose(np.sum(list(widths.values()), axis=0), 100.0)
+
+
+def test_plot_bandwidth_bar_heights(run):
+    bw = run.bandwidth()
+    ax = plots.plot_bandwidth(bw).axes[0]
+    np.testing.assert_allclose([p.get_height() for p in ax.patches], bw["read_bw_MB_per_s"])
+
+
+def test_plot_timeline_lanes_per_rank_and_layer(run):
+    ax = plots.plot_timeline(run.frame).axes[0]
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["rank 0 · app", "rank 0 · posix"]
+    assert ax.get_xlim()[1] == pytest.approx(A.job_wall_ns(run.frame) / 1e9)
+
+
+def test_plot_access_pattern_histogram_and_draws_on_given_axes(run):
+    ap = run.access_pattern()
+    fig = plots.plot_access_pattern(ap)
+    counts = [p.get_height() for p in fig.axes[0].patches]
+    assert sum(counts) == ap["reads"].sum()
+    from matplotlib.figure import Figure
+
+    own = Figure()
+    ax = own.add_subplot()
+    assert plots.plot_access_pattern(ap, ax=ax) is own and len(ax.patches) == len(A.SIZE_BINS)

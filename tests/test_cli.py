@@ -1,0 +1,155 @@
+"""``trace-merge`` CLI: every subcommand in-process on real inputs, bad input, and one real subprocess run."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+from test_run_fixtures import BIN, DARSHAN_LOGS, dftracer_set, make_real_run, real_run, tool_env  # noqa: F401
+
+from trace_merge.cli import SUBCOMMANDS, main
+from trace_merge.errors import TraceInputError
+
+
+@pytest.fixture()
+def run_copy(real_run, tmp_path):
+    """A private copy of the real run directory (tests below write into it)."""
+    dst = tmp_path / "run"
+    shutil.copytree(real_run[0], dst)
+    return dst
+
+
+def one_line_error(err: str, *needles: str) -> None:
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("trace-merge: error: ")
+    assert "Traceback" not in err
+    for n in needles:
+        assert n in lines[0], (n, lines[0])
+
+
+def test_every_subcommand_is_registered_with_setup_parser_and_main():
+    assert [c.name for c in SUBCOMMANDS] == ["merge", "summary", "report", "export", "compare"]
+    assert all(callable(c.setup_parser) and callable(c.main) for c in SUBCOMMANDS)
+
+
+def test_summary_text_of_a_run_directory(run_copy, capsys):
+    assert main(["summary", str(run_copy)]) == 0
+    out = capsys.readouterr().out
+    assert "verdict:" in out and "breakdown" in out and "read bandwidth per rank" in out
+    assert "Load File" in out and "posix" in out
+
+
+def test_summary_json_of_a_bare_dftracer_directory(dftracer_set, capsys):
+    assert main(["summary", str(dftracer_set), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["ranks"] == [0, 1] and doc["events"] > 0
+    names = {s["name"] for s in doc["event_stats"]}
+    assert {"pread", "read", "fread", "open"} <= names
+    assert {r["rank"] for r in doc["bandwidth"]["per_rank"]} == {0, 1}
+    assert doc["bandwidth"]["totals"]["read_bytes"] == sum(r["read_bytes"] for r in doc["bandwidth"]["per_rank"])
+    assert all(abs(sum(r[f"{c}_pct"] for c in ("io", "comm", "checkpoint", "preprocess", "compute", "wait",
+                                                "other")) - 100) < 1e-6 for r in doc["breakdown"])
+
+
+@pytest.mark.parametrize("log", ["dxt.darshan", "ior_hdf5_example.darshan"])
+def test_summary_of_a_single_darshan_log(log, capsys):
+    pytest.importorskip("trace_merge.readers.darshan", reason="Darshan reader (helper R1) not in the tree yet")
+    assert main(["summary", str(DARSHAN_LOGS / log), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["events"] + doc["counter_rows"] > 0
+    assert doc["bandwidth"]["totals"]["read_bytes"] >= 0
+
+
+def test_merge_writes_outputs_and_refuses_to_overwrite(run_copy, capsys):
+    assert main(["merge", str(run_copy)]) == 0
+    merged = run_copy / "merged.parquet"
+    assert merged.is_file() and (run_copy / "counters.parquet").is_file()
+    before = merged.stat().st_mtime_ns, merged.read_bytes()
+    capsys.readouterr()
+    assert main(["merge", str(run_copy)]) == 2
+    one_line_error(capsys.readouterr().err, "merged.parquet", "--force")
+    assert (merged.stat().st_mtime_ns, merged.read_bytes()) == before
+    assert main(["merge", str(run_copy), "--force"]) == 0
+
+
+def test_report_default_output_and_no_overwrite(run_copy, capsys):
+    assert main(["report", str(run_copy)]) == 0
+    out = run_copy / "report.html"
+    assert out.read_text(encoding="utf-8").startswith("<!DOCTYPE html>")
+    out.write_text("mine")
+    capsys.readouterr()
+    assert main(["report", str(run_copy)]) == 2
+    one_line_error(capsys.readouterr().err, str(out), "already exists")
+    assert out.read_text() == "mine"
+    assert main(["report", str(run_copy), "-o", str(out), "--force"]) == 0
+    assert out.read_text(encoding="utf-8") != "mine"
+
+
+def test_export_perfetto(run_copy, tmp_path, capsys):
+    out = tmp_path / "trace.json.gz"
+    assert main(["export", str(run_copy), "--perfetto", str(out)]) == 0
+    import gzip
+
+    with gzip.open(out, "rt") as fh:
+        assert json.load(fh)["traceEvents"]
+    assert main(["export", str(run_copy), "--perfetto", str(out)]) == 2
+    one_line_error(capsys.readouterr().err, str(out))
+    assert main(["export", str(run_copy), "--perfetto", str(tmp_path / "trace.txt")]) == 2
+
+
+def test_compare_two_runs(real_run, tmp_path, capsys):
+    other, _ = make_real_run(tmp_path / "b", sizes=(1_000_000,), epochs=1, posix=False)
+    assert main(["compare", str(real_run[0]), str(other), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert len(doc) == 2
+    a, b = (doc[k] for k in doc)
+    assert a["read_bytes"] == 16_000_000 and b["read_bytes"] == 1_000_000
+    assert main(["compare", str(real_run[0]), str(other)]) == 0
+    out = capsys.readouterr().out
+    assert "read_bytes" in out and "verdict" in out
+
+
+# -- bad input ------------------------------------------------------------------------------------------
+
+
+def test_empty_run_directory(tmp_path, capsys):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert main(["summary", str(empty)]) == 2
+    one_line_error(capsys.readouterr().err, str(empty))
+
+
+def test_missing_path(tmp_path, capsys):
+    assert main(["summary", str(tmp_path / "nope")]) == 2
+    one_line_error(capsys.readouterr().err, "nope", "no such file")
+
+
+def test_garbage_darshan_log(tmp_path, capsys):
+    bad = tmp_path / "garbage.darshan"
+    bad.write_bytes(os.urandom(4096))
+    assert main(["summary", str(bad)]) == 2
+    one_line_error(capsys.readouterr().err, str(bad))
+
+
+def test_debug_lets_the_traceback_through(tmp_path):
+    with pytest.raises(TraceInputError):
+        main(["--debug", "summary", str(tmp_path / "nope")])
+
+
+# -- real subprocess ---------------------------------------------------------------------------------------
+
+
+def test_console_script_and_module_smoke(dftracer_set, tmp_path):
+    env = tool_env()
+    res = subprocess.run([str(BIN / "trace-merge"), "summary", str(dftracer_set)], capture_output=True, text=True,
+                         env=env, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert "read bandwidth per rank" in res.stdout
+    bad = subprocess.run([sys.executable, "-m", "trace_merge", "summary", str(tmp_path / "none")],
+                         capture_output=True, text=True, env=env, timeout=120)
+    assert bad.returncode == 2
+    one_line_error(bad.stderr, "none")

@@ -1,0 +1,273 @@
+"""``trace-merge``: merge, summarise, report, export and compare profiled runs.
+
+Each subcommand is a ``setup_parser``/``main`` pair of functions registered in :data:`SUBCOMMANDS`.
+Errors are one line ``trace-merge: error: <file>: <cause>`` on stderr with exit status 2 (a traceback only
+with ``--debug``); no output file is overwritten without ``--force``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from pathlib import Path
+from typing import Callable, NamedTuple, Optional, Sequence
+
+import pandas as pd
+
+from trace_merge import __version__
+from trace_merge.errors import OutputExistsError, TraceInputError
+
+logger = logging.getLogger(__name__)
+PROG = "trace-merge"
+
+
+def _out(text: str = "") -> None:
+    sys.stdout.write(text + "\n")
+
+
+def _frame_text(df: pd.DataFrame) -> str:
+    if not len(df):
+        return "  (none)"
+    return df.to_string(index=False, float_format=lambda x: f"{x:.4g}", na_rep="-")
+
+
+def _open_run(path: str):
+    from trace_merge.run import Run
+
+    return Run.open(path)
+
+
+def _refuse_existing(path: Path, force: bool) -> None:
+    """Fail before any work when the output exists, so nothing is half-done or overwritten."""
+    if path.exists() and not force:
+        raise OutputExistsError(path)
+
+
+# -- merge ---------------------------------------------------------------------------------------------
+
+
+def merge_setup_parser(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("run_dir", metavar="RUN_DIR", help="run directory (manifest.json, app/, posix/, ...)")
+    parser.add_argument("--force", action="store_true", help="overwrite merged.parquet etc. if present")
+
+
+def merge_main(args: argparse.Namespace) -> int:
+    from trace_merge import merge
+
+    run_dir = Path(args.run_dir)
+    if not run_dir.is_dir():
+        raise TraceInputError(run_dir, "not a directory (merge writes merged.parquet into the run directory)")
+    if not args.force:
+        for name in (merge.MERGED, merge.COUNTERS, merge.MERGE_INFO):
+            _refuse_existing(run_dir / name, False)
+    res = merge.merge_path(run_dir)
+    written = merge.write_merged(res, run_dir, force=args.force)
+    layers = ", ".join(f"{k}: {v:,}" for k, v in res.rows_per_layer().items())
+    _out(f"{run_dir}: merged {len(res.frame):,} rows ({layers or 'no intervals'}), "
+         f"{len(res.counters):,} counter rows from {len(res.sources)} files, {len(res.warnings)} warnings")
+    for path in written.values():
+        _out(f"  wrote {path}")
+    return 0
+
+
+# -- summary -------------------------------------------------------------------------------------------
+
+
+def summary_setup_parser(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("path", metavar="PATH",
+                        help="run directory, directory of DFTracer .pfw[.gz] files, or one trace file (.darshan)")
+    parser.add_argument("--json", action="store_true", help="print the summary as JSON")
+
+
+def _summary_text(run, parts: dict) -> str:
+    from trace_merge.analysis import PRIORITY
+
+    m, v = parts["metrics"], parts["verdict"]
+    layers = ", ".join(f"{k} {n:,}" for k, n in run.frame["layer"].value_counts().items() if n)
+    lines = [f"{run.path}: {m['events']:,} events, {m['ranks']} rank(s), layers: {layers or 'none'}; "
+             f"{len(run.counters):,} counter rows; job wall time {m['job_wall_s']:.4g} s"]
+    if v["input_pct"] is not None:
+        lines.append(f"verdict: {v['verdict']} ({v['input_pct']:.1f} % of step time waiting for input; "
+                     f"AU {v['au_pct']:.1f} %; basis {v['basis']})")
+    else:
+        lines.append("verdict: unknown (no steps or phases to measure)")
+    if run.warnings:
+        lines.append(f"warnings ({len(run.warnings)}):")
+        lines += [f"  - {w}" for w in run.warnings]
+    if run.residual:
+        lines.append("alignment residual: " + json.dumps(run.residual, default=str))
+    bd = parts["breakdown"]
+    lines += ["", "breakdown (% of wall time, exclusive; epoch '-' = whole run):",
+              _frame_text(bd[["rank", "epoch", "wall_s", *[f"{c}_pct" for c in PRIORITY]]] if len(bd) else bd)]
+    lines += ["", "exposed I/O:", _frame_text(parts["exposed_io"])]
+    lines += ["", "read bandwidth per rank:", _frame_text(parts["bandwidth"])]
+    t = parts["bandwidth_totals"]
+    if t["read_bytes"]:
+        lines.append(f"aggregate: {t['read_bytes']:,} bytes ÷ slowest rank's read time "
+                     f"{t['slowest_read_time_s']:.4g} s = {t['aggregate_bw_MB_per_s'] or float('nan'):.4g} MB/s; "
+                     f"÷ job wall time = {t['bw_over_job_wall_MB_per_s'] or float('nan'):.4g} MB/s")
+    stats = parts["event_stats"]
+    if len(stats):
+        stats = stats.sort_values("sum_us", ascending=False).head(25)
+    lines += ["", "events by total time (top 25):", _frame_text(stats)]
+    return "\n".join(lines)
+
+
+def summary_main(args: argparse.Namespace) -> int:
+    run = _open_run(args.path)
+    parts = run.analyse()
+    if args.json:
+        _out(json.dumps(run.summary(parts), indent=1))
+    else:
+        _out(_summary_text(run, parts))
+    return 0
+
+
+# -- report --------------------------------------------------------------------------------------------
+
+
+def report_setup_parser(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("run_dir", metavar="RUN_DIR", help="run directory (or any input `summary` accepts)")
+    parser.add_argument("-o", "--output", metavar="FILE",
+                        help="HTML file to write (default: RUN_DIR/report.html)")
+    parser.add_argument("--force", action="store_true", help="overwrite FILE if it exists")
+
+
+def report_main(args: argparse.Namespace) -> int:
+    from trace_merge.report import write_report
+
+    src = Path(args.run_dir)
+    out = Path(args.output) if args.output else (
+        src / "report.html" if src.is_dir() else src.with_name(src.name + ".report.html"))
+    _refuse_existing(out, args.force)
+    run = _open_run(args.run_dir)
+    write_report(run, out, force=args.force)
+    _out(f"wrote {out}")
+    return 0
+
+
+# -- export --------------------------------------------------------------------------------------------
+
+
+def export_setup_parser(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("run_dir", metavar="RUN_DIR", help="run directory (or any input `summary` accepts)")
+    parser.add_argument("--perfetto", metavar="OUT", required=True,
+                        help="Chrome-trace JSON for ui.perfetto.dev (.json or .json.gz)")
+    parser.add_argument("--force", action="store_true", help="overwrite OUT if it exists")
+
+
+def export_main(args: argparse.Namespace) -> int:
+    from trace_merge.perfetto import export_perfetto
+
+    out = Path(args.perfetto)
+    if not out.name.endswith((".json", ".json.gz")):
+        raise TraceInputError(out, "output must end in .json or .json.gz")
+    _refuse_existing(out, args.force)
+    run = _open_run(args.run_dir)
+    export_perfetto(run.frame, out, force=args.force, meta={"run": str(run.path), "warnings": run.warnings})
+    _out(f"wrote {out} ({len(run.frame):,} events)")
+    return 0
+
+
+# -- compare -------------------------------------------------------------------------------------------
+
+
+def compare_setup_parser(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("runs", metavar="RUN", nargs="+", help="two or more runs (any input `summary` accepts)")
+    parser.add_argument("--json", action="store_true", help="print the comparison as JSON")
+
+
+def compare_main(args: argparse.Namespace) -> int:
+    if len(args.runs) < 2:
+        raise TraceInputError(args.runs[0], "compare needs at least two runs")
+    runs = [_open_run(p) for p in args.runs]
+    table = runs[0].compare(*runs[1:])
+    if args.json:
+        from trace_merge.run import _plain
+
+        _out(json.dumps({str(c): _plain(table[c].to_dict()) for c in table.columns}, indent=1))
+    else:
+        shown = table.map(lambda x: f"{x:.4g}" if isinstance(x, float) else ("-" if x is None else x))
+        _out(shown.to_string())
+    return 0
+
+
+# -- registry and entry point -------------------------------------------------------------------------
+
+
+class Subcommand(NamedTuple):
+    name: str
+    help: str
+    setup_parser: Callable[[argparse.ArgumentParser], None]
+    main: Callable[[argparse.Namespace], int]
+
+
+SUBCOMMANDS: tuple[Subcommand, ...] = (
+    Subcommand("merge", "read, align and store a run directory (merged.parquet)", merge_setup_parser, merge_main),
+    Subcommand("summary", "breakdown, bandwidth and verdict of a run or trace set", summary_setup_parser,
+               summary_main),
+    Subcommand("report", "write a self-contained HTML report", report_setup_parser, report_main),
+    Subcommand("export", "export to Chrome-trace JSON for Perfetto", export_setup_parser, export_main),
+    Subcommand("compare", "runs side by side", compare_setup_parser, compare_main),
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=PROG, description=__doc__.splitlines()[0])
+    parser.add_argument("--debug", action="store_true", help="show tracebacks and debug logging")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for cmd in SUBCOMMANDS:
+        p = sub.add_parser(cmd.name, help=cmd.help, description=cmd.help)
+        cmd.setup_parser(p)
+        p.set_defaults(func=cmd.main)
+    return parser
+
+
+class _OneLine(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        return f"{PROG}: {record.levelname.lower()}: {record.getMessage()}"
+
+
+def _configure_logging(debug: bool) -> logging.Handler:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s") if debug else _OneLine())
+    root = logging.getLogger("trace_merge")
+    root.addHandler(handler)
+    root.setLevel(logging.DEBUG if debug else logging.WARNING)
+    return handler
+
+
+def _error(message: str) -> int:
+    sys.stderr.write(f"{PROG}: error: {message}\n")
+    return 2
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Run the CLI; returns the exit status (0 ok, 2 error)."""
+    args = build_parser().parse_args(argv)
+    handler = _configure_logging(args.debug)
+    try:
+        return args.func(args)
+    except TraceInputError as exc:  # includes OutputExistsError
+        if args.debug:
+            raise
+        return _error(str(exc))
+    except OSError as exc:
+        if args.debug:
+            raise
+        where = exc.filename if exc.filename is not None else "i/o"
+        return _error(f"{where}: {exc.strerror or exc}")
+    except KeyboardInterrupt:
+        return _error("interrupted")
+    except Exception as exc:  # a bug: still one line for users, the traceback with --debug
+        if args.debug:
+            raise
+        return _error(f"internal error: {type(exc).__name__}: {exc} (rerun with --debug for the traceback)")
+    finally:
+        logging.getLogger("trace_merge").removeHandler(handler)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

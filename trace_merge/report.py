@@ -1,0 +1,182 @@
+"""Self-contained HTML report of one run: verdict, warnings, alignment residual, figures and tables.
+
+The file has no external references: figures are PNGs embedded as base64 ``data:`` URIs and the styling is
+inline, so it can be mailed or attached to a ticket as is.
+"""
+from __future__ import annotations
+
+import base64
+import datetime as _dt
+import html
+import io
+import json
+import logging
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Optional
+
+import pandas as pd
+
+from trace_merge import __version__, analysis, plots
+from trace_merge.errors import OutputExistsError
+from trace_merge.outputs import atomic_output
+
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    from matplotlib.figure import Figure
+
+    from trace_merge.run import Run
+
+logger = logging.getLogger(__name__)
+
+_CSS = """
+body{font-family:system-ui,-apple-system,"Segoe UI",sans-serif;margin:24px auto;max-width:1150px;color:#222}
+h1{font-size:1.5em;margin-bottom:0} h2{font-size:1.15em;border-bottom:1px solid #ddd;padding-bottom:3px;margin-top:28px}
+.sub{color:#666;margin-top:4px} table{border-collapse:collapse;font-size:12px;margin:6px 0}
+th,td{border:1px solid #ddd;padding:3px 7px;text-align:right} th{background:#f3f3f3}
+td:first-child,th:first-child{text-align:left}
+.verdict{font-size:1.1em;padding:10px 14px;border-radius:6px;display:inline-block;margin:8px 0}
+.v-not{background:#e6f4ea} .v-moderately{background:#fff4e5} .v-highly{background:#fdecea} .v-unknown{background:#eee}
+.warn{color:#8a4b00} img{max-width:100%;border:1px solid #eee;margin:6px 0} details{margin:6px 0}
+.kv td:first-child{font-weight:600}
+"""
+
+
+def _png(fig: "Figure") -> str:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=90)
+    return base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+def _fmt(x: Any) -> str:
+    if x is None or (isinstance(x, float) and pd.isna(x)) or x is pd.NA:
+        return "–"
+    if isinstance(x, float):
+        return f"{x:,.4g}" if abs(x) < 1e6 else f"{x:,.0f}"
+    if isinstance(x, int) and not isinstance(x, bool):
+        return f"{x:,}"
+    return str(x)
+
+
+def _table(df: pd.DataFrame, max_rows: int = 200) -> str:
+    if not len(df):
+        return "<p><i>no data</i></p>"
+    shown = df.head(max_rows)
+    head = "".join(f"<th>{html.escape(str(c))}</th>" for c in shown.columns)
+    body = "".join(
+        "<tr>" + "".join(f"<td>{html.escape(_fmt(v.item() if hasattr(v, 'item') else v))}</td>" for v in row)
+        + "</tr>" for row in shown.itertuples(index=False))
+    more = f"<p><i>{len(df) - max_rows} more rows not shown</i></p>" if len(df) > max_rows else ""
+    return f"<table><tr>{head}</tr>{body}</table>{more}"
+
+
+def _kv(d: dict[str, Any]) -> str:
+    if not d:
+        return "<p><i>none</i></p>"
+    rows = "".join(f"<tr><td>{html.escape(str(k))}</td><td>{html.escape(_fmt(v) if not isinstance(v, (dict, list)) else json.dumps(v, default=str))}</td></tr>"
+                   for k, v in d.items())
+    return f'<table class="kv">{rows}</table>'
+
+
+def _figure(title: str, make) -> str:
+    try:
+        fig = make()
+    except Exception as exc:  # a figure that cannot be drawn must not cost the user the whole report
+        logger.warning("report: figure %r not drawn: %s", title, exc)
+        return f'<p class="warn">{html.escape(title)}: not drawn ({html.escape(str(exc))})</p>'
+    return f'<img alt="{html.escape(title)}" src="data:image/png;base64,{_png(fig)}">'
+
+
+def render_report(run: "Run", parts: Optional[dict] = None) -> str:
+    """The report of ``run`` as one HTML string.
+
+    Parameters
+    ----------
+    run
+        An opened :class:`trace_merge.run.Run`.
+    parts
+        A result of ``run.analyse()`` to reuse.
+    """
+    a = parts if parts is not None else run.analyse()
+    frame = run.frame
+    v = a["verdict"]
+    m = a["metrics"]
+    css_class = "v-" + (v["verdict"].split()[0] if v["verdict"] != "unknown" else "unknown")
+    verdict_text = html.escape(v["verdict"])
+    if v["input_pct"] is not None:
+        verdict_text += (f" — {v['input_pct']:.1f} % of step time waiting for input (exposed I/O), "
+                         f"AU {v['au_pct']:.1f} %, basis: {html.escape(str(v['basis']))}")
+    facts = {
+        "path": str(run.path),
+        "events": len(frame),
+        "ranks": m["ranks"],
+        "rows per layer": ", ".join(f"{k}: {n:,}" for k, n in frame["layer"].value_counts().items() if n),
+        "counter rows": len(run.counters),
+        "source files": len(run.sources),
+        "job wall time (s)": m["job_wall_s"],
+        "read bytes": m["read_bytes"],
+        "aggregate read bandwidth (MB/s)": m["aggregate_bw_MB_per_s"],
+        "bytes ÷ job wall time (MB/s)": m["bw_over_job_wall_MB_per_s"],
+        "exposed I/O (% of wall)": m["exposed_io_pct"],
+    }
+    warnings = "".join(f"<li>{html.escape(w)}</li>" for w in run.warnings) or "<li>none</li>"
+    breakdown = a["breakdown"]
+    pct_cols = ["rank", "epoch", "wall_s", *[f"{c}_pct" for c in analysis.PRIORITY]]
+    union_cols = ["rank", "epoch", "wall_s", *[f"{c}_s" for c in analysis.PRIORITY]]
+    access = analysis.access_pattern_df(frame)
+    stats = a["event_stats"].sort_values("sum_us", ascending=False) if len(a["event_stats"]) else a["event_stats"]
+    sections = [
+        f"<h1>trace-merge report — {html.escape(run.label)}</h1>",
+        f'<p class="sub">generated {_dt.datetime.now(_dt.timezone.utc):%Y-%m-%d %H:%M UTC} by trace_merge '
+        f"{__version__}</p>",
+        f'<div class="verdict {css_class}"><b>Input-bound verdict:</b> {verdict_text}</div>',
+        "<h2>Run</h2>", _kv(facts),
+        f"<h2>Warnings ({len(run.warnings)})</h2><ul class='warn'>{warnings}</ul>",
+        "<h2>Alignment residual</h2>",
+        "<p>Framework events of a training step must fall inside the app interval of that step after "
+        "alignment; what is left over is shown here.</p>", _kv(run.residual),
+        "<h2>Breakdown per rank × epoch</h2>",
+        "<p>Exclusive share of each epoch's wall time: the innermost phase on each thread, then priority "
+        f"{' &gt; '.join(analysis.PRIORITY)} across threads; rows sum to 100 %. Rows with epoch “–” cover "
+        "the rank's whole traced time.</p>",
+        _figure("breakdown", lambda: plots.plot_breakdown(breakdown)) if len(breakdown) else "",
+        _table(breakdown[pct_cols]) if len(breakdown) else _table(breakdown),
+        "<details><summary>Union time per category (seconds, overlapping phases counted in each)</summary>",
+        _table(breakdown[union_cols]) if len(breakdown) else "", "</details>",
+        "<h2>Exposed I/O and overlap</h2>", _table(a["exposed_io"]),
+        "<h2>Steps: input wait and accelerator utilisation</h2>", _table(a["input_bound"]),
+        "<h2>Read bandwidth</h2>",
+        _figure("bandwidth", lambda: plots.plot_bandwidth(a["bandwidth"])) if len(a["bandwidth"]) else "",
+        _table(a["bandwidth"]), _kv(a["bandwidth_totals"]),
+        "<h2>Access pattern</h2>",
+        _figure("access pattern", lambda: plots.plot_access_pattern(access)) if len(access) else "",
+        _table(access),
+        "<h2>Timeline excerpt</h2>",
+        _figure("timeline", lambda: plots.plot_timeline(frame)) if len(frame) else "<p><i>no events</i></p>",
+        "<h2>Events per layer, category and name (top 50 by total time)</h2>", _table(stats, 50),
+    ]
+    if run.manifest:
+        sections.append("<h2>Manifest</h2><details><summary>manifest.json</summary><pre>"
+                        + html.escape(json.dumps(run.manifest, indent=2, default=str)) + "</pre></details>")
+    body = "\n".join(sections)
+    return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+            f"<title>trace-merge report — {html.escape(run.label)}</title><style>{_CSS}</style></head>"
+            f"<body>\n{body}\n</body></html>\n")
+
+
+def write_report(run: "Run", path: "str | os.PathLike[str]", force: bool = False,
+                 parts: Optional[dict] = None) -> Path:
+    """Write the HTML report of ``run`` to ``path``.
+
+    Raises
+    ------
+    OutputExistsError
+        ``path`` exists and ``force`` is False.
+    """
+    path = Path(path)
+    if path.exists() and not force:
+        raise OutputExistsError(path)  # before the (slow) rendering
+    text = render_report(run, parts)
+    with atomic_output(path, force) as tmp:
+        tmp.write_text(text, encoding="utf-8")
+    logger.info("wrote %s", path)
+    return path
