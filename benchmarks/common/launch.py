@@ -83,7 +83,7 @@ def stream(cmd: Sequence[str], env: dict[str, str] | None = None, prefix: str = 
                     sink.flush()
                 if line.strip():
                     last = line.rstrip()
-                print(prefix + line, end="", flush=True)
+                    print(prefix + line, end="", flush=True)
             rc = proc.wait()
     finally:
         if sink is not None:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import Sequence
 
@@ -32,6 +33,8 @@ def _generate(argv: Sequence[str]) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    # TF's C++ INFO lines (oneDNN, CPU features) would drown the progress lines; a user's setting wins.
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     args = list(sys.argv[1:] if argv is None else argv)
     if not args or args[0] not in COMMANDS:
         print(f"usage: python -m benchmarks.hepcnn {{{','.join(COMMANDS)}}} ... (-h for help)", file=sys.stderr)

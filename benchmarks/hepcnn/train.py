@@ -152,11 +152,13 @@ def train(cfg: TrainConfig, info: DatasetInfo, run_dir: Path, tl: Any, t0: float
                 if ckpt_manager is not None and ((epoch + 1) % cfg.checkpoint_every == 0 or epoch + 1 == cfg.epochs):
                     with tl.phase("Checkpoint", cat="checkpoint") as c:
                         c.update(file=ckpt_manager.save(checkpoint_number=epoch))
+        # Intervals take the tags in force when they end: untag before Train Loop (and validation) end, so that
+        # neither stretches the last epoch's window.
+        tl.set_epoch(None)
+        tl.set_step(None)
     train_time = time.perf_counter() - t_train
 
     final = {"loss": epoch_stats[-1]["loss"], "accuracy": epoch_stats[-1]["accuracy"], "on": "train"}
-    tl.set_epoch(None)  # validation reads belong to no training epoch
-    tl.set_step(None)
     if info.validation:
         with tl.phase("Validation", cat="other"):
             final = _validate(tf, model, info, dist, tl, cfg)
