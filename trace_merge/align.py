@@ -19,7 +19,6 @@ Steps (:func:`align`):
 from __future__ import annotations
 
 import logging
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
@@ -27,6 +26,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from .readers import rank_from_name
 from .schema import SourceData, concat_frames
 
 log = logging.getLogger(__name__)
@@ -36,7 +36,6 @@ DIFFERENT_DAY_NS = 12 * 3600 * 10**9
 #: framework events further than this outside their step's app interval count as "outside"
 RESIDUAL_TOLERANCE_NS = 1_000_000
 APP_KINDS = ("timelogger",)
-_RANK_IN_NAME = re.compile(r"rank[-_]?(\d+)", re.I)
 
 
 @dataclass
@@ -93,14 +92,6 @@ def rank_offsets(procs: Sequence[Process]) -> dict[int, int]:
         if p.clock_offset_ns or p.rank not in offsets:
             offsets[p.rank] = p.clock_offset_ns
     return offsets
-
-
-def rank_from_name(path: str) -> "int | None":
-    """``rank-3``/``rank_3``/``rank3`` anywhere in the file's name or its directories."""
-    m = None
-    for m in _RANK_IN_NAME.finditer(str(path)):
-        pass
-    return int(m.group(1)) if m else None
 
 
 def assign_ranks(frame: pd.DataFrame, procs: Sequence[Process], path: str) -> pd.DataFrame:

@@ -20,9 +20,9 @@ from typing import Any, Callable, Iterable
 import pandas as pd
 
 from . import __version__
-from .align import APP_KINDS, align, meta_value, rank_from_name
+from .align import APP_KINDS, align, meta_value
 from .errors import OutputExistsError, TraceInputError
-from .readers import detect, read_any
+from .readers import detect, rank_from_name, read_any
 from .schema import (
     COUNTER_DTYPES,
     FRAME_DTYPES,

@@ -9,6 +9,7 @@ from __future__ import annotations
 import gzip
 import importlib
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,7 @@ _MODULES = {
 #: keyword arguments each reader accepts beyond ``path``
 _KWARGS = {"xplane": ("anchors", "rank"), "horovod": ("rank",)}
 _PEEK_BYTES = 8192
+_RANK_IN_NAME = re.compile(r"(?<![a-z])rank[-_]?(\d+)", re.I)
 _HOROVOD_HINTS = (b"start_time_since_epoch_in_micros", b"NEGOTIATE_", b"MPI_ALLREDUCE", b"ALLREDUCE")
 
 
@@ -37,6 +39,12 @@ def _peek(path: Path) -> bytes:
             return fh.read(_PEEK_BYTES)
     except (OSError, EOFError) as exc:
         raise TraceInputError(path, f"cannot read: {exc}") from None
+
+
+def rank_from_name(path: "str | os.PathLike[str]") -> "int | None":
+    """``rank-3``/``rank_3``/``rank3`` in the file's name or its directories (the last one wins)."""
+    found = _RANK_IN_NAME.findall(str(path))
+    return int(found[-1]) if found else None
 
 
 def detect(path: "str | os.PathLike[str]") -> str:

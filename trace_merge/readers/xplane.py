@@ -49,6 +49,7 @@ import numpy as np
 
 from ..errors import TraceInputError
 from ..schema import SourceData, to_frame
+from . import rank_from_name
 
 log = logging.getLogger(__name__)
 
@@ -182,14 +183,6 @@ def _pick_anchor(path: Path, anchors: Sequence[Mapping[str, Any]]) -> "Mapping[s
     return max(pool, key=lambda a: int(a.get("start_wall_ns") or a["marker_wall_ns"]))
 
 
-def _rank_from_path(path: Path) -> "int | None":
-    for part in reversed(path.parts):
-        m = re.fullmatch(r"rank-?(\d+)", part)
-        if m:
-            return int(m.group(1))
-    return None
-
-
 def read(
     path: "str | os.PathLike[str]",
     anchors: "Sequence[Mapping[str, Any]] | None" = None,
@@ -314,7 +307,7 @@ def read(
 
     host = space.hostnames[0] if len(space.hostnames) else path.name.split(".xplane.pb")[0]
     if rank is None:
-        rank = _rank_from_path(path)
+        rank = rank_from_name(path)
     rank = 0 if rank is None else int(rank)
     meta_out.update(rank=rank, host=host, profile_start_ns=task_start)
     start_abs = start_arr + offset
