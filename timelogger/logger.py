@@ -491,6 +491,13 @@ class TimeLogger:
             self._closed = True
             self._on = False
             return
+        entered = _busy_enter()
+        try:
+            self._close()
+        finally:
+            _busy_exit(entered)
+
+    def _close(self) -> None:
         self._closed = True
         was_on = self._on
         self._on = False
@@ -617,6 +624,13 @@ class TimeLogger:
         self.events_written += n_x
 
     def _flush(self, blocking: bool = True, extra: Optional[str] = None) -> None:
+        entered = _busy_enter()
+        try:
+            self._flush_locked(extra)
+        finally:
+            _busy_exit(entered)
+
+    def _flush_locked(self, extra: Optional[str]) -> None:
         if not self._acquire():
             return
         try:
@@ -772,8 +786,37 @@ def _install_sigterm() -> None:
         _log.debug("timelogger: cannot install SIGTERM handler: %s", exc)
 
 
+# Signal handlers run in the main thread between bytecodes, possibly in the middle of our own close()/flush()
+# (e.g. a multiprocessing worker closing at exit when Pool.terminate() signals it). Then the handler only notes
+# the signal and the interrupted call re-delivers it when done, so the file is never cut short by our own kill.
+_main_busy = 0
+_pending_signal: Optional[int] = None
+
+
+def _busy_enter() -> bool:
+    global _main_busy
+    if threading.get_ident() != threading.main_thread().ident:
+        return False
+    _main_busy += 1
+    return True
+
+
+def _busy_exit(entered: bool) -> None:
+    global _main_busy, _pending_signal
+    if not entered:
+        return
+    _main_busy -= 1
+    if _main_busy == 0 and _pending_signal is not None:
+        signum, _pending_signal = _pending_signal, None
+        _on_sigterm(signum, None)
+
+
 def _on_sigterm(signum: int, frame: Any) -> None:
     """Flush, then do what was there before: the previous Python handler, ignoring, or dying of SIGTERM."""
+    global _pending_signal
+    if _main_busy:
+        _pending_signal = signum
+        return
     prev = _prev_sigterm
     if callable(prev):
         _flush_all()
