@@ -88,6 +88,20 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return run
 
 
+def shift_dftracer_trace(src: Path, dest: Path, hours: int) -> Path:
+    """Copy a real DFTracer trace with every ``ts`` moved by ``hours`` (a node with a wrong clock)."""
+    with gzip.open(src, "rt") as fin, gzip.open(dest, "wt") as fout:
+        for line in fin:
+            text = line.strip().rstrip(",")
+            if text.startswith("{"):
+                ev = json.loads(text)
+                if "ts" in ev:
+                    ev["ts"] = int(ev["ts"]) + hours * 3600 * 10**6
+                line = json.dumps(ev) + "\n"
+            fout.write(line)
+    return dest
+
+
 def sources(run: Path) -> list:
     files = sorted((run / "app").glob("*.pfw")) + sorted((run / "posix").glob("*.pfw*"))
     return [read_any(p) for p in files]
@@ -147,16 +161,7 @@ def test_clock_offset_subtracted_per_rank(run: Path) -> None:
 def test_different_day_source_left_out(run: Path, tmp_path: Path) -> None:
     """A DFTracer trace whose clock is 30 h off (wrong node clock / wrong run) is reported and dropped."""
     src = max((run / "posix").glob("*.pfw.gz"), key=lambda p: p.stat().st_size)  # the main process
-    shifted = tmp_path / src.name
-    with gzip.open(src, "rt") as fin, gzip.open(shifted, "wt") as fout:
-        for line in fin:
-            text = line.strip().rstrip(",")
-            if text.startswith("{"):
-                ev = json.loads(text)
-                if "ts" in ev:
-                    ev["ts"] = int(ev["ts"]) + 30 * 3600 * 10**6
-                line = json.dumps(ev) + "\n"
-            fout.write(line)
+    shifted = shift_dftracer_trace(src, tmp_path / src.name, hours=30)
     app = [read_any(p) for p in sorted((run / "app").glob("*.pfw"))]
     res = al.align(app + [read_any(shifted)])
     assert res.dropped == [str(shifted)]

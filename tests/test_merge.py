@@ -18,7 +18,7 @@ import pytest
 
 pytest.importorskip("tensorflow")
 
-from test_align import make_data, preload_env  # noqa: E402
+from test_align import make_data, preload_env, shift_dftracer_trace  # noqa: E402
 
 from trace_merge.errors import OutputExistsError, TraceInputError  # noqa: E402
 from trace_merge.merge import merge_path, read_merged, write_merged  # noqa: E402
@@ -182,6 +182,18 @@ def test_corrupt_profile_among_others_is_skipped(run_dir: Path, tmp_path: Path) 
     assert len(res.warnings) == 1 and res.warnings[0].startswith(f"{bad}: ")
     assert "corrupt or truncated" in res.warnings[0]
     assert str(bad) not in res.sources and len(res.frame) == len(merge_path(run_dir).frame)
+
+
+def test_source_from_another_day_is_left_out(run_dir: Path, tmp_path: Path) -> None:
+    run = copy_run(run_dir, tmp_path / "run")
+    (trace,) = run.glob("posix/*.pfw.gz")
+    moved = shift_dftracer_trace(trace, run / "posix" / "node2-trace.pfw.gz", hours=-26)
+    res = merge_path(run)
+    assert [w for w in res.warnings if "h from the app layer" in w] == [
+        f"{moved}: timestamps are -26.0 h from the app layer's (a different run or a wrong clock); "
+        "left out of the merge"]
+    assert str(moved) not in res.sources and str(trace) in res.sources
+    assert len(res.frame) == len(merge_path(run_dir).frame)
 
 
 def test_empty_run_directory(tmp_path: Path) -> None:
