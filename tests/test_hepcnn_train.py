@@ -148,3 +148,28 @@ def test_learns_better_than_chance(tmp_path: Path) -> None:
     s = json.loads((run_dir / "summary.json").read_text())
     assert s["final_metrics_on"] == "validation"
     assert s["final_accuracy"] > 0.75, s  # balanced classes: chance is 0.5
+
+
+@pytest.mark.horovod
+@pytest.mark.mpi
+@pytest.mark.slow
+def test_comparison_table_and_figure(hvd_runs: dict) -> None:
+    from benchmarks.common.runs import format_breakdown, side_by_side
+    from benchmarks.hepcnn.plots import sweep_figure
+    from benchmarks.hepcnn.sweep import comparison_rows, format_comparison
+
+    points = [Point(2, mode) for mode in hvd_runs]
+    rows = comparison_rows(points, [hvd_runs[p.shuffle] for p in points])
+    assert [r["point"] for r in rows] == ["n2-local", "n2-global"]
+    assert all(r["read_bandwidth_bytes_per_s"] > 0 and r["read_layer"] == "posix" for r in rows)
+    text = format_comparison(rows)
+    assert text.splitlines()[1].startswith("n2-local") and len(text.splitlines()) == 3
+    tables = [format_breakdown(hvd_runs[p.shuffle], title=p.shuffle) for p in points]
+    both = side_by_side(tables).splitlines()
+    assert len(both) == max(len(t.splitlines()) for t in tables) and both[0].split() == ["local", "global"]
+    fig = sweep_figure(rows, {p.name: hvd_runs[p.shuffle]["breakdown"] for p in points})
+    axes = fig.get_axes()
+    assert len(axes) == 3 and axes[-1].get_xlabel() == "ranks"
+    lines = {line.get_label(): line for line in axes[-1].get_lines()}
+    assert set(lines) == {"local shuffle", "local: ideal linear", "global shuffle", "global: ideal linear"}
+    assert list(lines["local shuffle"].get_xdata()) == [2]
