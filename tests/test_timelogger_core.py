@@ -350,3 +350,24 @@ def test_default_logger_enabled_by_env(tmp_path: Path) -> None:
 def test_import_timelogger_and_keras_module_without_tensorflow(tmp_path: Path) -> None:
     run_py("import sys, timelogger, timelogger.keras, timelogger.tf, timelogger.cli, timelogger.clocks\n"
            "assert 'tensorflow' not in sys.modules and 'keras' not in sys.modules, sorted(sys.modules)\n", tmp_path)
+
+
+def test_disabled_logger_phase_is_a_working_no_op(tmp_path: Path) -> None:
+    tl = TimeLogger(None)
+    assert not tl.enabled
+    with tl.phase("x", cat="io") as p:
+        assert p.update(bytes=1) is p
+    with pytest.raises(ZeroDivisionError):  # exceptions are not swallowed by the no-op exit
+        with tl.phase("x"):
+            1 / 0
+
+    def f() -> int:
+        return 1
+
+    assert tl.timed(f) is f and tl.timed("n", cat="io")(f) is f
+    data = [1, 2]
+    assert tl.iterate(data, "n") is data
+    tl.set_epoch(1)
+    tl.flush()
+    tl.close()
+    assert not list(tmp_path.iterdir())
