@@ -181,13 +181,11 @@ class _Axis:
     def __init__(self, groups: np.ndarray, starts: np.ndarray, ends: np.ndarray, ngroups: int) -> None:
         lo = np.zeros(ngroups, dtype=_I8)
         hi = np.zeros(ngroups, dtype=_I8)
-        if groups.size:
-            order = np.argsort(groups, kind="stable")
-            g_sorted = groups[order]
-            present = np.flatnonzero(np.r_[True, g_sorted[1:] != g_sorted[:-1]])
-            ids = g_sorted[present]
-            lo[ids] = np.minimum.reduceat(starts[order], present)
-            hi[ids] = np.maximum.reduceat(ends[order], present)
+        if groups.size:  # hash group-by: O(n), no sort
+            lo_s = pd.Series(starts).groupby(groups).min()
+            hi_s = pd.Series(ends).groupby(groups).max()
+            lo[lo_s.index.to_numpy()] = lo_s.to_numpy()
+            hi[hi_s.index.to_numpy()] = hi_s.to_numpy()
         width = hi - lo + 1
         self.offset = np.concatenate(([0], np.cumsum(width)[:-1])).astype(_I8)
         if ngroups and int(self.offset[-1]) + int(width[-1]) > 2 ** 62:
@@ -246,14 +244,14 @@ def _is_read_name(name: str) -> bool:
     return bool(_READ_NAME.search(name)) and not _NOT_READ_NAME.search(name)
 
 
-def read_rows(frame: pd.DataFrame) -> pd.DataFrame:
+def read_rows(frame: pd.DataFrame, columns: Optional[Sequence[str]] = None) -> pd.DataFrame:
     """Rows that read data and carry the number of bytes, from the lowest layer that measured them per rank.
 
     A row is a read when its name contains ``read`` (``read``, ``pread64``, ``fread``, ``H5Dread``,
     ``MPI_File_read_at``, ``HDF5 File Read``; not ``readdir``/``readlink``/``thread``) or, in the app layer,
     when its cat is ``io`` and its name does not say ``write``; and ``bytes`` is known. For each rank only the
     first layer group of :data:`READ_LAYER_ORDER` that has such rows is kept, so a read counted by both
-    DFTracer and the app's own timer is counted once.
+    DFTracer and the app's own timer is counted once. ``columns`` limits the columns copied out.
     """
     if not len(frame):
         return frame
@@ -261,7 +259,8 @@ def read_rows(frame: pd.DataFrame) -> pd.DataFrame:
     app_io = ((frame["layer"] == "app") & (frame["cat"] == "io")).to_numpy(dtype=bool, na_value=False)
     app_io &= ~_category_mask(frame["name"], lambda n: bool(_WRITE_NAME.search(n)))
     mask = (named | app_io) & frame["bytes"].notna().to_numpy()
-    rows = frame[mask]
+    cols = list(frame.columns) if columns is None else list(dict.fromkeys(["layer", "rank", *columns]))
+    rows = frame.loc[mask, cols]
     if not len(rows):
         return rows
     level_of = {layer: i for i, group in enumerate(READ_LAYER_ORDER) for layer in group}
@@ -288,22 +287,28 @@ class _Attribution:
         cat -> merged list of instants whose innermost phase (on some thread) has that cat.
     raw
         cat -> merged list of the raw intervals of that cat.
-    rows
-        The rows used, with ``_r`` (rank code) added.
     """
+
+    #: Columns the attribution needs; only these are copied out of a (possibly huge, wide) frame.
+    COLUMNS = ["rank", "pid", "tid", "cat", "start_ns", "end_ns", "epoch", "step"]
 
     def __init__(self, rows: pd.DataFrame) -> None:
         s = rows["start_ns"].to_numpy(dtype=_I8)
         e = rows["end_ns"].to_numpy(dtype=_I8)
-        rank_codes, ranks = pd.factorize(rows["rank"], sort=True)
+        rank_codes, ranks = pd.factorize(rows["rank"].to_numpy(), sort=True)
         self.ranks = np.asarray(ranks, dtype=_I8)
-        self.rows = rows.assign(_r=rank_codes)
+        self._r = rank_codes.astype(_I8)
+        self._s, self._e = s, e
+        self._tags = {k: (rows[k].to_numpy(dtype=_I8, na_value=0), rows[k].notna().to_numpy())
+                      for k in ("epoch", "step")}
         cat_idx = self._cat_index(rows["cat"])
-        self.axis = _Axis(rank_codes.astype(_I8), s, e, len(self.ranks))
-        rs = self.axis.to_axis(rank_codes, s)
-        re_ = self.axis.to_axis(rank_codes, e)
+        self.axis = _Axis(self._r, s, e, len(self.ranks))
+        rs = self.axis.to_axis(self._r, s)
+        re_ = self.axis.to_axis(self._r, e)
         self.raw = {c: merge_intervals(rs[cat_idx == i], re_[cat_idx == i]) for i, c in enumerate(PRIORITY)}
-        self.self_time = self._self_time(rows, s, e, cat_idx, rank_codes)
+        thread = _combined_codes(self._r, rows["pid"].to_numpy(), rows["tid"].to_numpy())
+        self.self_time = self._self_time(thread, s, e, cat_idx)
+        self._windows: dict[tuple[str, ...], pd.DataFrame] = {}
 
     @staticmethod
     def _cat_index(cats: pd.Series) -> np.ndarray:
@@ -311,12 +316,11 @@ class _Attribution:
                            for c in cats.cat.categories] + [PRIORITY.index("other")], dtype=_I8)
         return lookup[cats.cat.codes.to_numpy()]  # code -1 (missing) picks the trailing "other"
 
-    def _self_time(self, rows: pd.DataFrame, s: np.ndarray, e: np.ndarray, cat_idx: np.ndarray,
-                   rank_codes: np.ndarray) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-        thread = rows.groupby(["rank", "pid", "tid"], sort=True, observed=True).ngroup().to_numpy(dtype=_I8)
+    def _self_time(self, thread: np.ndarray, s: np.ndarray, e: np.ndarray, cat_idx: np.ndarray
+                   ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
         nthreads = int(thread.max()) + 1 if thread.size else 0
         thread_rank = np.zeros(nthreads, dtype=_I8)
-        thread_rank[thread] = rank_codes
+        thread_rank[thread] = self._r
         taxis = _Axis(thread, s, e, nthreads)
         ts = taxis.to_axis(thread, s)
         te = taxis.to_axis(thread, e)
@@ -341,16 +345,27 @@ class _Attribution:
         return result
 
     def windows(self, keys: Sequence[str]) -> pd.DataFrame:
-        """``[start, end]`` of the rows per ``(rank, *keys)`` (keys non-null), with axis coordinates."""
-        rows = self.rows
+        """``[start, end]`` of the rows per ``(rank, *keys)`` (keys non-null), with axis coordinates.
+
+        Returns
+        -------
+        pandas.DataFrame
+            ``_r`` (rank code), ``*keys``, ``start_ns``, ``end_ns``, ``rank``, ``_ws``, ``_we``.
+        """
+        if tuple(keys) in self._windows:
+            return self._windows[tuple(keys)]
+        keep = np.ones(self._s.size, dtype=bool)
         for k in keys:
-            rows = rows[rows[k].notna().to_numpy()]
-        g = rows.groupby(["_r", *keys], sort=True, observed=True)
-        w = g.agg(start_ns=("start_ns", "min"), end_ns=("end_ns", "max")).reset_index()
+            keep &= self._tags[k][1]
+        data = pd.DataFrame({"_r": self._r[keep], **{k: self._tags[k][0][keep] for k in keys},
+                             "start_ns": self._s[keep], "end_ns": self._e[keep]})
+        w = data.groupby(["_r", *keys], sort=True).agg(start_ns=("start_ns", "min"), end_ns=("end_ns", "max"))
+        w = w.reset_index()
         r = w["_r"].to_numpy(dtype=_I8)
         w["rank"] = self.ranks[r] if len(w) else np.zeros(0, dtype=_I8)
         w["_ws"] = self.axis.to_axis(r, w["start_ns"].to_numpy(dtype=_I8))
         w["_we"] = self.axis.to_axis(r, w["end_ns"].to_numpy(dtype=_I8))
+        self._windows[tuple(keys)] = w
         return w
 
     def self_union(self, cats: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
@@ -365,11 +380,22 @@ def _nesting_depth(s: np.ndarray, e: np.ndarray) -> np.ndarray:
     return pos - np.searchsorted(np.sort(e), s, side="right")
 
 
+def _combined_codes(*keys: np.ndarray) -> np.ndarray:
+    """One dense int64 code per distinct tuple of the key arrays (hash-based, O(n))."""
+    code = np.zeros(keys[0].size, dtype=_I8)
+    for k in keys:
+        kc, uniq = pd.factorize(k)
+        code, _ = pd.factorize(code * len(uniq) + kc)
+    return code.astype(_I8)
+
+
 def _attribution(frame: pd.DataFrame, layers: "str | Sequence[str] | None") -> Optional[_Attribution]:
     """The attribution of the rows of ``layers`` (see :func:`breakdown_df`), ``None`` when there are none."""
+    if not len(frame):
+        return None
     use = _layers_for(frame, layers)
-    rows = frame[frame["layer"].isin(use).to_numpy()] if len(frame) else frame
-    rows = rows[(rows["end_ns"] > rows["start_ns"]).to_numpy()] if len(rows) else rows
+    keep = frame["layer"].isin(use).to_numpy() & (frame["end_ns"].to_numpy() > frame["start_ns"].to_numpy())
+    rows = frame.loc[keep, _Attribution.COLUMNS]
     return _Attribution(rows) if len(rows) else None
 
 
@@ -536,6 +562,8 @@ def _input_bound(att: Optional[_Attribution]) -> pd.DataFrame:
     chosen = []
     done = np.zeros(len(att.ranks), dtype=bool)
     for basis, keys in (("step", ["epoch", "step"]), ("step", ["step"]), ("epoch", ["epoch"]), ("run", [])):
+        if done.all():
+            break
         w = att.windows(keys)
         w = w[~done[w["_r"].to_numpy(dtype=_I8)]]
         if len(w):
@@ -655,7 +683,7 @@ def bandwidth_df(frame: pd.DataFrame, counters: Optional[pd.DataFrame] = None) -
         ``read_bytes``, ``reads``, ``read_time_s`` (union), ``read_sum_s`` (plain sum),
         ``read_bw_MB_per_s`` (10^6 bytes per second).
     """
-    rows = read_rows(frame)
+    rows = read_rows(frame, ["start_ns", "end_ns", "bytes"])
     parts = []
     if len(rows):
         codes, ranks = pd.factorize(rows["rank"], sort=True)
@@ -664,7 +692,9 @@ def bandwidth_df(frame: pd.DataFrame, counters: Optional[pd.DataFrame] = None) -
         e = rows["end_ns"].to_numpy(dtype=_I8)
         union = grouped_union_ns(codes, s, e, len(ranks))
         g = rows.assign(_dur=e - s).groupby(codes)
-        layer = rows["layer"].astype(str).groupby(codes).agg(lambda x: ",".join(sorted(set(x))))
+        pairs = pd.DataFrame({"r": codes, "layer": rows["layer"].cat.codes.to_numpy()}).drop_duplicates()
+        names = rows["layer"].cat.categories
+        layer = pairs.groupby("r")["layer"].agg(lambda x: ",".join(sorted(str(names[i]) for i in x)))
         parts.append(pd.DataFrame({
             "rank": np.asarray(ranks, dtype=_I8),
             "layer": layer.to_numpy(),
@@ -740,7 +770,7 @@ def access_pattern_df(frame: pd.DataFrame) -> pd.DataFrame:
         ``consecutive``, ``sequential``, ``random``, and ``size_<bin>`` read counts for Darshan's size bins
         (:data:`SIZE_BINS`).
     """
-    rows = read_rows(frame)
+    rows = read_rows(frame, ["start_ns", "bytes", "offset", "file", "epoch"])
     size_cols = [f"size_{b}" for b, _ in SIZE_BINS]
     cols = ["rank", "epoch", "files", "reads", "read_bytes", "classified", "consecutive", "sequential",
             "random", *size_cols]

@@ -37,7 +37,7 @@ td:first-child,th:first-child{text-align:left}
 .verdict{font-size:1.1em;padding:10px 14px;border-radius:6px;display:inline-block;margin:8px 0}
 .v-not{background:#e6f4ea} .v-moderately{background:#fff4e5} .v-highly{background:#fdecea} .v-unknown{background:#eee}
 .warn{color:#8a4b00} img{max-width:100%;border:1px solid #eee;margin:6px 0} details{margin:6px 0}
-.kv td:first-child{font-weight:600}
+.kv td:first-child{font-weight:600} .scroll{overflow-x:auto}
 """
 
 
@@ -66,7 +66,7 @@ def _table(df: pd.DataFrame, max_rows: int = 200) -> str:
         "<tr>" + "".join(f"<td>{html.escape(_fmt(v.item() if hasattr(v, 'item') else v))}</td>" for v in row)
         + "</tr>" for row in shown.itertuples(index=False))
     more = f"<p><i>{len(df) - max_rows} more rows not shown</i></p>" if len(df) > max_rows else ""
-    return f"<table><tr>{head}</tr>{body}</table>{more}"
+    return f'<div class="scroll"><table><tr>{head}</tr>{body}</table></div>{more}'
 
 
 def _kv(d: dict[str, Any]) -> str:
@@ -123,6 +123,7 @@ def render_report(run: "Run", parts: Optional[dict] = None) -> str:
     pct_cols = ["rank", "epoch", "wall_s", *[f"{c}_pct" for c in analysis.PRIORITY]]
     union_cols = ["rank", "epoch", "wall_s", *[f"{c}_s" for c in analysis.PRIORITY]]
     access = analysis.access_pattern_df(frame)
+    empty_bins = [c for c in access.columns if c.startswith("size_") and not access[c].any()]
     stats = a["event_stats"].sort_values("sum_us", ascending=False) if len(a["event_stats"]) else a["event_stats"]
     sections = [
         f"<h1>trace-merge report — {html.escape(run.label)}</h1>",
@@ -149,7 +150,7 @@ def render_report(run: "Run", parts: Optional[dict] = None) -> str:
         _table(a["bandwidth"]), _kv(a["bandwidth_totals"]),
         "<h2>Access pattern</h2>",
         _figure("access pattern", lambda: plots.plot_access_pattern(access)) if len(access) else "",
-        _table(access),
+        _table(access.drop(columns=empty_bins)),
         "<h2>Timeline excerpt</h2>",
         _figure("timeline", lambda: plots.plot_timeline(frame)) if len(frame) else "<p><i>no events</i></p>",
         "<h2>Events per layer, category and name (top 50 by total time)</h2>", _table(stats, 50),
