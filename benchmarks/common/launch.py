@@ -12,7 +12,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
+from typing import Sequence, TextIO
 
 from benchmarks.common.errors import BenchmarkError
 
@@ -50,8 +50,10 @@ def run_command(ranks: int, run_dir: Path, program: Sequence[str], layers: Layer
     return cmd + ["--", *program]
 
 
-def stream(cmd: Sequence[str], env: dict[str, str] | None = None, prefix: str = "", log: Path | None = None) -> float:
-    """Run ``cmd``, echoing its output line by line as it comes (with ``prefix``); copy it to ``log``.
+def stream(cmd: Sequence[str], env: dict[str, str] | None = None, prefix: str = "", log: Path | None = None,
+           echo: TextIO | None = None) -> float:
+    """Run ``cmd``, echoing its output line by line as it comes (with ``prefix``) to ``echo`` (default stdout);
+    copy it to ``log``.
 
     Returns
     -------
@@ -83,7 +85,7 @@ def stream(cmd: Sequence[str], env: dict[str, str] | None = None, prefix: str = 
                     sink.flush()
                 if line.strip():
                     last = line.rstrip()
-                    print(prefix + line, end="", flush=True)
+                    print(prefix + line, end="", flush=True, file=echo or sys.stdout)
             rc = proc.wait()
     finally:
         if sink is not None:

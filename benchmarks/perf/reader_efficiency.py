@@ -113,6 +113,19 @@ def _best(runs: list[dict[str, float]]) -> dict[str, float]:
     return {k: (min(r[k] for r in runs) if k.endswith("_s") else runs[0][k]) for k in runs[0]}
 
 
+def hdf5_open_s(files: list[str]) -> float:
+    """Seconds per file for what HDF5 costs besides the bulk read: open, find the datasets, read the small ones."""
+    import h5py
+
+    t0 = time.perf_counter()
+    for path in files:
+        with h5py.File(path, "r") as f:
+            f["data"].id.get_offset()
+            f["label"][...]
+            f["normweight"][...]
+    return (time.perf_counter() - t0) / len(files)
+
+
 def bandwidths(files: list[str], image_size: int, samples: int, batch: int, passes: int = 5) -> dict[str, float]:
     """Warm-cache bandwidths, best of ``passes`` (one pass over the dataset takes only tens of ms here)."""
     raw_bytes, raw_s = min((raw_read(files) for _ in range(passes)), key=lambda r: r[1])
@@ -127,6 +140,8 @@ def bandwidths(files: list[str], image_size: int, samples: int, batch: int, pass
            "tfdata_bytes_per_s": td["read_bytes"] / td["loader_s"]}
     for key in ("whole_file_read", "whole_file_loader", "direct_read", "tfdata"):
         out[f"{key}_vs_raw"] = out[f"{key}_bytes_per_s"] / raw_bw
+    out["raw_s_per_file"] = raw_s / len(files)
+    out["hdf5_open_metadata_s_per_file"] = min(hdf5_open_s(files) for _ in range(passes))
     return out
 
 
@@ -140,19 +155,24 @@ def overhead(data: Path, repeat: int) -> dict[str, float]:
         "all": (base, Layers(posix=True, posix_filter=str(data.resolve()), horovod_timeline=True,
                              extra_env={"DFTRACER_INC_METADATA": "1"})),
     }
-    best: dict[str, float] = {}
+    times: dict[str, list[float]] = {name: [] for name in settings}
     with tempfile.TemporaryDirectory(prefix="hepcnn-overhead-") as tmp:
         for i in range(repeat):
             for name, (program, layers) in settings.items():  # interleaved so drifts hit all settings alike
                 run_dir = Path(tmp) / f"{name}-{i}"
-                stream(run_command(2, run_dir, program, layers), env=layers.extra_env, prefix=f"  {name}/{i} ")
+                stream(run_command(2, run_dir, program, layers), env=layers.extra_env, prefix=f"  {name}/{i} ",
+                       echo=sys.stderr)  # stdout carries only the JSON line
                 detail = json.loads((run_dir / "summary.json").read_text())["epochs_detail"]
-                steady = sum(e["time_s"] for e in detail[1:])
-                best[name] = min(best.get(name, float("inf")), steady)
+                times[name].append(sum(e["time_s"] for e in detail[1:]))
+    best = {name: min(v) for name, v in times.items()}
     return {
-        "epoch_s_none": best["none"], "epoch_s_timelogger": best["timelogger"], "epoch_s_all": best["all"],
+        "steady_epochs_s_none": best["none"], "steady_epochs_s_timelogger": best["timelogger"],
+        "steady_epochs_s_all": best["all"],
         "timelogger_slowdown_pct": 100.0 * (best["timelogger"] / best["none"] - 1.0),
         "all_layers_slowdown_pct": 100.0 * (best["all"] / best["none"] - 1.0),
+        # Spread of repeated identical runs: a slowdown smaller than this is not resolved on this machine.
+        "resolution_pct": max(100.0 * (max(v) / min(v) - 1.0) for v in times.values()),
+        "repeats": repeat,
     }
 
 
