@@ -114,7 +114,10 @@ class Phase:
 
     def __exit__(self, et: Any, ev: Any, tb: Any) -> None:
         t1 = _pc()
-        t0 = self._t0
+        try:
+            t0 = self._t0  # unset until the first __enter__ (saves a store per phase on the hot path)
+        except AttributeError:
+            t0 = None
         if t0 is None:
             self._tl._warn_once("misuse", "timelogger: phase %r exited without being entered; ignored", self.name)
             return None
@@ -124,6 +127,9 @@ class Phase:
             tl._ignored()
             return None
         args = self._args
+        if args is None and et is None:
+            tl._local.append((self._spec, t0, t1, tl._tags))
+            return None
         if et is not None:
             args = dict(args or ())
             args["exception"] = et.__name__
@@ -349,9 +355,10 @@ class TimeLogger:
         # Built without __init__: this runs once per interval and a Python-level __init__ frame is measurable.
         p = _new(Phase)
         p._tl = self
-        by_name = self._specs.get(cat)
-        p._spec = (by_name.get(name) if by_name is not None else None) or self._spec(name, cat)
-        p._t0 = None
+        try:
+            p._spec = self._specs[cat][name]
+        except (KeyError, TypeError):
+            p._spec = self._spec(name, cat)
         p._args = None
         return p
 
@@ -584,8 +591,8 @@ class TimeLogger:
                         ts = t0 + off
                         d = item[2] - t0
                         args = item[3] if len(item) == 4 else self._args_text(item[3], item[4])
-                        out.append(item[0] + f"{ts // 1000}.{ts % 1000:03d}"
-                                   + f',"dur":{d // 1000}.{d % 1000:03d}' + mid + args + "}}\n")
+                        out.append(f'{item[0]}{ts // 1000}.{ts % 1000:03d},"dur":{d // 1000}.{d % 1000:03d}'
+                                   f'{mid}{args}}}}}\n')
                         n_x += 1
                     except Exception as exc:  # a value json cannot take even with default=str
                         self.dropped += 1

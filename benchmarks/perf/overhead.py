@@ -53,12 +53,13 @@ class Config:
     calls: int = 20_000  # per timed chunk; short chunks so the minimum finds a quiet moment on a shared machine
     repeats: int = 30
     foreign_calls: int = 20_000
+    foreign_repeats: int = 5  # pydftracer and TF are 10-100x slower; fewer chunks keep the run under a minute
     with_tf: bool = True
     with_dftracer: bool = True
 
     @classmethod
     def smoke(cls) -> "Config":
-        return cls(calls=10_000, repeats=5, foreign_calls=5_000)
+        return cls(calls=10_000, repeats=5, foreign_calls=5_000, foreign_repeats=3)
 
 
 def _per_call_ns(fn: Callable[[], Any], calls: int, repeats: int, between: Callable[[], Any] = lambda: None) -> float:
@@ -188,7 +189,7 @@ def _dftracer(cfg: Config, tmp: str, bare: float) -> Dict[str, Any]:
 
     g = dft_fn("bench").log(f)
     n = cfg.foreign_calls
-    t = _per_call_ns(_compile_loop("g()", n, {"g": g}), n, cfg.repeats)
+    t = _per_call_ns(_compile_loop("g()", n, {"g": g}), n, cfg.foreign_repeats)
     log.finalize()
     files = [os.path.join(d, x) for d, _, xs in os.walk(os.path.join(tmp, "dft")) for x in xs if "trace" in x]
     return {"dftracer_dft_fn_enabled_ns": t, "dftracer_dft_fn_enabled_net_ns": t - bare,
@@ -204,10 +205,10 @@ def _tf(cfg: Config, tmp: str, empty: float) -> Dict[str, Any]:
     ns = {"Trace": tf.profiler.experimental.Trace}
     loop = _compile_loop("with Trace('Load File'): pass", n, ns)
     res: Dict[str, Any] = {"tf_version": tf.__version__}
-    res["tf_trace_profiler_off_ns"] = _per_call_ns(loop, n, cfg.repeats)
+    res["tf_trace_profiler_off_ns"] = _per_call_ns(loop, n, cfg.foreign_repeats)
     tf.profiler.experimental.start(os.path.join(tmp, "tf"))
     try:
-        res["tf_trace_profiler_on_ns"] = _per_call_ns(loop, n, cfg.repeats)
+        res["tf_trace_profiler_on_ns"] = _per_call_ns(loop, n, cfg.foreign_repeats)
     finally:
         tf.profiler.experimental.stop()
     res["tf_trace_profiler_off_net_ns"] = res["tf_trace_profiler_off_ns"] - empty
