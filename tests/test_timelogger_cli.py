@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -20,6 +21,7 @@ def _args(run_dir: Path, *extra: str, cmd: tuple = ("python", "train.py")) -> ar
 
 def test_prepare_sets_env_and_writes_manifest(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(cli, "_WAIT_RANKS_S", 0.1)  # rank 1 never checks in here
     env = {"PATH": "/usr/bin", "PMI_RANK": "0", "PMI_SIZE": "2"}
     args = _args(tmp_path / "run", "--posix", "--posix-filter", str(tmp_path), "--horovod-timeline")
     args.cmd = args.cmd[1:] if args.cmd[0] == "--" else args.cmd
@@ -38,6 +40,7 @@ def test_prepare_sets_env_and_writes_manifest(tmp_path: Path, monkeypatch: pytes
     assert set(manifest["clocks"]) == {"wall_ns", "perf_ns"} and manifest["versions"]["timelogger"]
     assert json.loads((run_dir / "launch" / "rank-0.json").read_text()) == record
     assert not list(run_dir.rglob("*.tmp"))
+    assert manifest["ranks"] == [{"rank": 0, "hostname": record["hostname"], "pid": record["pid"]}]
 
 
 def test_non_zero_rank_writes_no_manifest(tmp_path: Path) -> None:
@@ -156,6 +159,7 @@ def test_run_under_mpiexec_two_ranks(tmp_path: Path) -> None:
         assert len(intervals(ev, "Training Iteration")) == 1 and ev[-1]["name"] == "timelogger_close"
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert manifest["world_size"] == 2 and manifest["launcher"] == "mpich-hydra"
+    assert sorted(r["rank"] for r in manifest["ranks"]) == [0, 1] and manifest["hosts"] == [socket.gethostname()]
     assert manifest["command"] == ["python", "train.py"]
     launches = {json.loads(f.read_text())["rank"]: json.loads(f.read_text()) for f in (run_dir / "launch").glob("*.json")}
     assert set(launches) == {0, 1}

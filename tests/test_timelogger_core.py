@@ -90,6 +90,20 @@ def test_iterate_times_next_only_and_skips_stop(tmp_path: Path) -> None:
     assert starts == sorted(starts) and starts[1] - starts[0] >= 39_000
 
 
+def test_iterate_records_a_failing_next(tmp_path: Path) -> None:
+    tl = TimeLogger(tmp_path)
+
+    def broken():
+        yield 1
+        raise OSError("disk gone")
+
+    with pytest.raises(OSError):
+        for _ in tl.iterate(broken(), "next", cat="wait"):
+            pass
+    nexts = intervals(_events(tl), "next")
+    assert len(nexts) == 2 and nexts[1]["args"]["exception"] == "OSError"
+
+
 def test_epoch_step_tags(tmp_path: Path) -> None:
     tl = TimeLogger(tmp_path, rank=1, world_size=2)
     with tl.phase("before"):

@@ -35,6 +35,9 @@ _VERSION_DISTS = ("tensorflow-cpu", "tensorflow", "keras", "horovod", "mpi4py", 
                   "darshan", "h5py", "numpy")
 
 
+_WAIT_RANKS_S = 2.0
+
+
 class LaunchError(Exception):
     """A problem with the command line or the run directory; reported as one line, exit status 2."""
 
@@ -167,6 +170,11 @@ def prepare(args: argparse.Namespace, env: Dict[str, str]) -> Dict[str, Any]:
     _atomic_json(run_dir / "launch" / f"rank-{rank}.json", record)
     if rank == 0:
         known = []
+        # Give the other ranks' launchers a moment to check in, so the manifest lists their hosts; launch/ stays
+        # the complete record for ranks that come later.
+        deadline = time.monotonic() + _WAIT_RANKS_S
+        while len(list((run_dir / "launch").glob("rank-*.json"))) < world and time.monotonic() < deadline:
+            time.sleep(0.05)
         for f in sorted((run_dir / "launch").glob("rank-*.json")):
             try:
                 r = json.loads(f.read_text(encoding="utf-8"))
@@ -176,6 +184,7 @@ def prepare(args: argparse.Namespace, env: Dict[str, str]) -> Dict[str, Any]:
         manifest = {
             "tool": "timelogger", "created_wall_ns": wall, "command": list(args.cmd), "cwd": os.getcwd(),
             "world_size": world, "launcher": launcher, "ranks": known, "ranks_dir": "launch",
+            "hosts": sorted({r["hostname"] for r in known}),
             "hostname": hostname(), "versions": _versions(), "clocks": record["clock"], "layers": layers,
             "env": {k: env[k] for k in (ENV_DIR, "HOROVOD_TIMELINE", "DFTRACER_LOG_FILE", "DFTRACER_DATA_DIR",
                                         "DARSHAN_LOGPATH", "SLURM_JOB_ID") if k in env},

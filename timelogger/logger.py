@@ -300,7 +300,10 @@ class TimeLogger:
     def _flusher(self) -> None:
         stop = self._stop
         while not stop.wait(self.flush_interval):
-            self._flush(blocking=True)
+            try:
+                self._flush(blocking=True)
+            except Exception as exc:  # keep flushing: one bad batch must not end crash safety for the run
+                self._warn_once("flusher", "timelogger: background flush of %s failed: %s", self.path, exc)
 
     # ------------------------------------------------------------------ warnings
     def _warn_once(self, key: str, msg: str, *args: Any) -> None:
@@ -431,6 +434,10 @@ class TimeLogger:
                 item = nxt()
             except StopIteration:
                 return
+            except BaseException as exc:
+                if tl._on:
+                    local.append((spec, t0, pc(), tl._tags, {"exception": type(exc).__name__}))
+                raise
             if tl._on:
                 local.append((spec, t0, pc(), tl._tags))
             else:
