@@ -184,3 +184,17 @@ def test_residual_counts_events_outside_their_step(run: Path) -> None:
     fw["end_ns"] += 5_000_000
     bad = al.alignment_residual(concat_frames([frame, fw]), tolerance_ns=1_000_000)
     assert bad["outside"] == len(iters) and bad["max_outside_ns"] >= 5_000_000 - 1000 - 1_000_000
+
+
+def test_enclosing_phase_tag_is_not_propagated() -> None:
+    """An Epoch phase tagged (at its end) with its last step must not lend that step to what it holds."""
+    # Epoch [0, 100] ends tagged step 7; its iterations [10, 20] step 6 and [30, 40] step 7;
+    # an outer Train Loop [0, 200] with step 7 as well.
+    starts = np.array([0, 0, 10, 30])
+    ends = np.array([200, 100, 20, 40])
+    steps = np.array([7.0, 7.0, 6.0, 7.0])
+    parent = al._nesting_parents(starts, ends)
+    assert parent.tolist() == [-1, 0, 1, 1]
+    assert al._spans_several(parent, steps).tolist() == [True, True, False, False]
+    # one step everywhere: nothing spans several
+    assert not al._spans_several(parent, np.full(4, 3.0)).any()

@@ -142,24 +142,30 @@ def apply_offsets(frame: pd.DataFrame, offsets: Mapping[int, int]) -> pd.DataFra
     return out
 
 
+def _nesting_parents(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Parent of each interval in a nesting forest (-1 for roots); ``starts`` sorted, ties longer first.
+
+    A crossing interval's parent is the latest-started one still open when it starts.
+    """
+    parent = np.full(len(starts), -1, dtype=np.int64)
+    stack: list[int] = []
+    for i in range(len(starts)):  # one pass over the (few) tagged app intervals
+        while stack and ends[stack[-1]] <= starts[i]:
+            stack.pop()
+        parent[i] = stack[-1] if stack else -1
+        stack.append(i)
+    return parent
+
+
 def _innermost(
     starts: np.ndarray, ends: np.ndarray, q_start: np.ndarray, q_end: np.ndarray
 ) -> np.ndarray:
     """Index of the innermost interval containing each query ``[q_start, q_end]`` or -1.
 
-    ``starts`` must be sorted ascending (ties: longer first). Intervals are treated as a nesting
-    forest; a crossing interval's parent is the latest-started one still open when it starts.
-    O((n + m) log n) plus a few vectorised climbs of the nesting depth.
+    ``starts`` must be sorted ascending (ties: longer first). O((n + m) log n) plus a few vectorised
+    climbs of the nesting depth.
     """
-    n = len(starts)
-    parent = np.full(n, -1, dtype=np.int64)
-    stack: list[int] = []
-    for i in range(n):  # one pass over the (few) tagged app intervals
-        s = starts[i]
-        while stack and ends[stack[-1]] <= s:
-            stack.pop()
-        parent[i] = stack[-1] if stack else -1
-        stack.append(i)
+    parent = _nesting_parents(starts, ends)
     idx = np.searchsorted(starts, q_start, "right") - 1
     while True:
         valid = idx >= 0
@@ -170,12 +176,34 @@ def _innermost(
         idx[bad] = parent[idx[bad]]
 
 
+def _spans_several(parent: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Intervals that contain a descendant with a different value.
+
+    TimeLogger tags an interval when it *ends*, so an enclosing phase (``Epoch``, ``Train Loop``)
+    carries the last step it saw; such a tag says nothing about the rows inside it.
+    """
+    several = np.zeros(len(values), dtype=bool)
+    child = np.flatnonzero(parent >= 0)
+    several[parent[child[values[child] != values[parent[child]]]]] = True
+    marked = np.flatnonzero(several)
+    while len(marked):  # an ancestor with the same value as a marked interval contains the same mismatch
+        up = parent[marked]
+        keep = (up >= 0)
+        up, marked = up[keep], marked[keep]
+        new = up[(values[up] == values[marked]) & ~several[up]]
+        several[new] = True
+        marked = new
+    return several
+
+
 def propagate_steps(frame: pd.DataFrame) -> pd.DataFrame:
     """Copy ``epoch``/``step`` from app intervals onto the non-app rows they contain (same rank).
 
     For each of ``step`` and ``epoch`` separately, a row takes the value of the innermost app interval
-    of its rank that has that column set and contains the row in time. Rows contained in no such
-    interval keep what their reader gave them.
+    of its rank that has that column set and contains the row in time. App intervals that contain
+    intervals with other values (an ``Epoch`` phase around its steps) are not used: their tag is
+    only the value current when they ended. Rows contained in no usable interval keep what their
+    reader gave them (e.g. the TF profiler's own ``step_num``).
     """
     if not len(frame):
         return frame
@@ -192,16 +220,16 @@ def propagate_steps(frame: pd.DataFrame) -> pd.DataFrame:
         result = frame[col].copy()
         tagged = is_app & ~np.isnan(values)
         for r in np.unique(rank[tagged]):
-            apps = np.flatnonzero(tagged & (rank == r))
-            order = np.lexsort((-(end[apps] - start[apps]), start[apps]))
-            apps = apps[order]
             targets = np.flatnonzero(~is_app & (rank == r))
             if not len(targets):
                 continue
+            apps = np.flatnonzero(tagged & (rank == r))
+            apps = apps[np.lexsort((-(end[apps] - start[apps]), start[apps]))]
+            several = _spans_several(_nesting_parents(start[apps], end[apps]), values[apps])
+            apps = apps[~several]
             hit = _innermost(start[apps], end[apps], start[targets], end[targets])
             found = hit >= 0
-            src = apps[hit[found]]
-            result.iloc[targets[found]] = values[src].astype(np.int64)
+            result.iloc[targets[found]] = values[apps[hit[found]]].astype(np.int64)
         out[col] = result.astype("Int64")
     return out
 

@@ -14,11 +14,13 @@ exist the Task Environment wins and the marker is a cross-check (``meta["anchor_
 
 Classification (``cat``)
 ------------------------
-Threads whose line name starts with ``tf_data`` are tf.data producer threads; everything else is a
-consumer/compute thread.
+Threads whose line name starts with ``tf_data`` are tf.data producer threads, except
+``tf_data_iterator_get_next``, where a ``tf.function`` such as Keras' ``train_function`` fetches its
+batch: the consumer side, like the Python and ``tf_Compute`` threads.
 
-* ``wait`` — the consumer side of tf.data on a non-tf.data thread: ``*IteratorGetNext*``,
-  ``Iterator::*`` (the pipeline pulled inline by the consumer) and ``*Consume`` events.
+* ``wait`` — the consumer side of tf.data: ``*IteratorGetNext*``, ``Iterator::*`` (the pipeline
+  pulled inline by the consumer) and ``*Consume`` events on consumer threads. Other events on the
+  get-next thread are the pipeline's functions run inline: ``preprocess`` (``io`` as below).
 * ``io`` — on tf.data threads, iterators/ops that read data: leaf iterator names or ops matching
   ``TFRecord``, ``FixedLengthRecord``, ``TextLine``, ``ReadFile``, ``Generator`` (``from_generator``)
   and ``py_function``/``numpy_function`` (``EagerPyFunc``/``PyFunc``: in h5py pipelines that is where the
@@ -28,10 +30,10 @@ consumer/compute thread.
 * ``comm`` — Horovod ops (``Horovod*``) and TF collectives (``Collective*``, ``Nccl*``).
 * ``compute`` — everything else: ``EagerLocalExecute: <op>``, ``__inference_*`` train-step functions,
   kernels (``name:OpType``), executor events, user TraceMes such as Keras' ``train``.
-* ``other`` — a compute/comm event that *contains* a ``wait`` event on its own thread (e.g.
-  ``EagerExecute`` around ``IteratorGetNext``, or a Keras ``train`` step that fetches its batch): such a
-  wrapper is not compute for the time it waits, and its real work is covered by the kernel rows inside.
-  The anchor marker itself is ``other`` too.
+* ``other`` — a compute/comm event that *contains* a ``wait`` event on any thread (e.g.
+  ``EagerExecute`` around ``IteratorGetNext``, or a Keras ``train``/``train_function`` step that fetches
+  its batch): such a wrapper is not compute for the time it waits, and its real work is covered by the
+  kernel rows inside. The anchor marker itself is ``other`` too.
 
 ``step``/``epoch`` come from the ``step_num``/``epoch_num`` stats of the events that carry them (Keras'
 ``train`` TraceMe, ``tf.profiler.experimental.Trace(..., step_num=)``); other stats go to ``args``.
@@ -57,6 +59,7 @@ KIND = "xplane"
 HOST_PLANE = "/host:CPU"
 TASK_ENV_PLANE = "Task Environment"
 ANCHOR_MARKER = "timelogger_anchor"
+GET_NEXT_LINE = "tf_data_iterator_get_next"
 #: an anchor that disagrees with the Task Environment by more than this gets a warning
 ANCHOR_TOLERANCE_NS = 1_000_000
 
@@ -140,14 +143,17 @@ def profile_start_ns(space: Any) -> "int | None":
     return None
 
 
-def _classify(name: str, tf_data_line: bool) -> str:
+def _classify(name: str, line_kind: str) -> str:
+    """``cat`` of one event; ``line_kind`` is ``"producer"`` (tf.data threads), ``"get_next"`` or ``"main"``."""
     if name == ANCHOR_MARKER:
         return "other"
-    if tf_data_line:
+    if line_kind == "producer":
         leaf = name.rsplit("::", 1)[-1]
         return "io" if _IO_RE.search(leaf) else "preprocess"
     if "IteratorGetNext" in name or name.startswith("Iterator::") or name.endswith("Consume"):
         return "wait"
+    if line_kind == "get_next":  # map functions run inline by the fetch: input work
+        return "io" if _IO_RE.search(name) else "preprocess"
     if _COMM_RE.search(name):
         return "comm"
     return "compute"
@@ -233,24 +239,29 @@ def read(
     epochs: list[Any] = []
     args: list[Any] = []
     threads: dict[int, str] = {}
-    cat_cache: dict[tuple[str, bool], str] = {}
+    cat_cache: dict[tuple[str, str], str] = {}
     marker_rel_ns: dict[str, int] = {}
 
     for line in host_plane.lines:
         line_name = line.display_name or line.name
         threads[int(line.id)] = line_name
-        tf_data_line = line_name.startswith("tf_data")
+        # tf.data producer threads; the get-next thread is the consumer side (Keras' input fetch)
+        if line_name.startswith(GET_NEXT_LINE):
+            line_kind = "get_next"
+        elif line_name.startswith("tf_data"):
+            line_kind = "producer"
+        else:
+            line_kind = "main"
         base_ns = int(line.timestamp_ns)
-        first = len(names)
         for ev in line.events:
             meta = ev_meta.get(ev.metadata_id)
             name = meta.name if meta is not None else str(ev.metadata_id)
             if name.startswith(_SKIP_PREFIXES):
                 continue
-            key = (name, tf_data_line)
+            key = (name, line_kind)
             cat = cat_cache.get(key)
             if cat is None:
-                cat = cat_cache[key] = _classify(name, tf_data_line)
+                cat = cat_cache[key] = _classify(name, line_kind)
             start = base_ns + ev.offset_ps // 1000
             if name not in marker_rel_ns:
                 marker_rel_ns[name] = start
@@ -265,9 +276,10 @@ def read(
             steps.append(None if step is None else int(step))
             epochs.append(None if epoch is None else int(epoch))
             args.append(json.dumps(st, default=str) if st else None)
-        _mark_containers(cats, rel_start, durs, first)
 
     start_arr = np.asarray(rel_start, dtype=np.int64)
+    dur_arr = np.asarray(durs, dtype=np.int64)
+    _mark_wrappers(cats, start_arr, start_arr + dur_arr)
     task_start = profile_start_ns(space)
     anchor = _pick_anchor(path, anchors or [])
     meta_out: dict[str, Any] = {"threads": threads}
@@ -321,7 +333,7 @@ def read(
             "tid": np.asarray(tids, dtype=np.int64),
             "host": host,
             "start_ns": start_abs,
-            "dur_ns": np.asarray(durs, dtype=np.int64),
+            "dur_ns": dur_arr,
             "epoch": epochs,
             "step": steps,
             "args": args,
@@ -331,22 +343,25 @@ def read(
     return SourceData(path=str(path), kind=KIND, frame=frame, meta=meta_out, warnings=warnings)
 
 
-def _mark_containers(cats: list[str], starts: list[int], durs: list[int], first: int) -> None:
-    """Turn compute/comm events of one line that contain a ``wait`` event into ``other`` (in place).
+def _mark_wrappers(cats: list[str], starts: np.ndarray, ends: np.ndarray) -> None:
+    """Turn compute/comm events that wrap a ``wait`` event into ``other`` (in place).
 
-    Events of one line are one thread's nested TraceMes, so "contains" is: a wait event starts inside
-    ``[start, end)``. O(n log n) with a sorted array of wait starts.
+    A wrapper is an event inside which a wait both starts and ends, on any thread (Keras runs
+    ``IteratorGetNext`` on the ``tf_data_iterator_get_next`` thread while ``train_function`` waits on
+    the Python thread). Only the first wait starting inside each event is tested, which keeps this
+    O(n log n): waits of one consumer do not overlap, so that is the one that matters.
     """
-    line_cats = np.asarray(cats[first:], dtype=object)
-    if not len(line_cats):
-        return
-    is_wait = line_cats == "wait"
+    cat_arr = np.asarray(cats, dtype=object)
+    is_wait = cat_arr == "wait"
     if not is_wait.any():
         return
-    start = np.asarray(starts[first:], dtype=np.int64)
-    end = start + np.asarray(durs[first:], dtype=np.int64)
-    wait_starts = np.sort(start[is_wait])
-    n_inside = np.searchsorted(wait_starts, end, "left") - np.searchsorted(wait_starts, start, "left")
-    wrapper = ((line_cats == "compute") | (line_cats == "comm")) & (n_inside > 0)
-    for i in np.flatnonzero(wrapper):
-        cats[first + i] = "other"
+    order = np.argsort(starts[is_wait], kind="stable")
+    w_start = starts[is_wait][order]
+    w_end = ends[is_wait][order]
+    candidates = np.flatnonzero((cat_arr == "compute") | (cat_arr == "comm"))
+    first = np.searchsorted(w_start, starts[candidates], "left")
+    has = first < len(w_start)
+    first = np.minimum(first, len(w_start) - 1)
+    wraps = has & (w_start[first] < ends[candidates]) & (w_end[first] <= ends[candidates])
+    for i in candidates[wraps]:
+        cats[i] = "other"
