@@ -542,7 +542,8 @@ def input_bound_df(frame: pd.DataFrame, layers: "str | Sequence[str] | None" = N
 
     Step time is the union of the windows of the ``(epoch, step)`` pairs tagged on the rows (``basis`` =
     ``"step"``); a rank without step tags falls back to its epoch windows (``"epoch"``), then to its whole
-    traced time (``"run"``).
+    traced time (``"run"``, e.g. a bare Darshan log), where the numbers are shown but the verdict is
+    ``"unknown"``: without training positions there is no step time to be input-bound in.
 
     Returns
     -------
@@ -582,24 +583,26 @@ def _input_bound(att: Optional[_Attribution]) -> pd.DataFrame:
         return acc
 
     step_ns = per_rank(steps[1] - steps[0])
+    rank_basis = basis.reindex(range(n)).to_numpy()
     wait_ns = per_rank(covered_ns(*exposed, *steps))
     comp_ns = per_rank(covered_ns(*att.self_time["compute"], *steps))
     safe = np.where(step_ns > 0, step_ns, np.nan).astype(np.float64)
     input_pct = np.nan_to_num(100.0 * wait_ns / safe)
     return pd.DataFrame({
         "rank": att.ranks,
-        "basis": basis.reindex(range(n)).to_numpy(),
+        "basis": rank_basis,
         "step_s": step_ns / 1e9,
         "input_wait_s": wait_ns / 1e9,
         "input_pct": input_pct,
         "compute_s": comp_ns / 1e9,
         "au_pct": np.nan_to_num(100.0 * comp_ns / safe),
-        "verdict": [verdict_label(p) for p in input_pct],
+        # without tagged training positions there is no step time to be input-bound in
+        "verdict": [verdict_label(p) if b != "run" else "unknown" for p, b in zip(input_pct, rank_basis)],
     })
 
 
 def verdict(frame: pd.DataFrame, layers: "str | Sequence[str] | None" = None) -> dict:
-    """Job-level input-bound verdict: Σ exposed input wait ÷ Σ step time over ranks.
+    """Job-level input-bound verdict: Σ exposed input wait ÷ Σ step time over ranks with steps or epochs.
 
     Returns
     -------
@@ -611,7 +614,8 @@ def verdict(frame: pd.DataFrame, layers: "str | Sequence[str] | None" = None) ->
 
 
 def _verdict(per: pd.DataFrame) -> dict:
-    step = float(per["step_s"].sum())
+    per = per[per["basis"] != "run"] if len(per) else per
+    step = float(per["step_s"].sum()) if len(per) else 0.0
     if not len(per) or step <= 0:
         return {"input_pct": None, "verdict": "unknown", "au_pct": None, "basis": None,
                 "worst_rank": None, "worst_rank_input_pct": None}
@@ -704,7 +708,9 @@ def bandwidth_df(frame: pd.DataFrame, counters: Optional[pd.DataFrame] = None) -
             "read_time_s": union / 1e9,
             "read_sum_s": g["_dur"].sum().to_numpy(dtype=np.float64) / 1e9,
         }))
-    extra = _counter_bandwidth(counters, set(int(r) for r in parts[0]["rank"]) if parts else set())
+    # Darshan's rank -1 records are shared files reduced over all ranks: with per-rank intervals they would
+    # count the same bytes twice.
+    extra = _counter_bandwidth(counters, set(int(r) for r in parts[0]["rank"]) | {-1} if parts else set())
     if len(extra):
         parts.append(extra)
     cols = ["rank", "layer", "basis", "read_bytes", "reads", "read_time_s", "read_sum_s", "read_bw_MB_per_s"]

@@ -32,6 +32,10 @@ def _frame_text(df: pd.DataFrame) -> str:
     return df.to_string(index=False, float_format=lambda x: f"{x:.4g}", na_rep="-")
 
 
+def _num(x: Optional[float]) -> str:
+    return "unknown" if x is None or x != x else f"{x:.4g}"
+
+
 def _open_run(path: str):
     from trace_merge.run import Run
 
@@ -91,7 +95,7 @@ def _summary_text(run, parts: dict) -> str:
         lines.append(f"verdict: {v['verdict']} ({v['input_pct']:.1f} % of step time waiting for input; "
                      f"AU {v['au_pct']:.1f} %; basis {v['basis']})")
     else:
-        lines.append("verdict: unknown (no steps or phases to measure)")
+        lines.append("verdict: unknown (no training steps or epochs tagged in the trace)")
     if run.warnings:
         lines.append(f"warnings ({len(run.warnings)}):")
         lines += [f"  - {w}" for w in run.warnings]
@@ -105,8 +109,8 @@ def _summary_text(run, parts: dict) -> str:
     t = parts["bandwidth_totals"]
     if t["read_bytes"]:
         lines.append(f"aggregate: {t['read_bytes']:,} bytes ÷ slowest rank's read time "
-                     f"{t['slowest_read_time_s']:.4g} s = {t['aggregate_bw_MB_per_s'] or float('nan'):.4g} MB/s; "
-                     f"÷ job wall time = {t['bw_over_job_wall_MB_per_s'] or float('nan'):.4g} MB/s")
+                     f"{_num(t['slowest_read_time_s'])} s = {_num(t['aggregate_bw_MB_per_s'])} MB/s; "
+                     f"÷ job wall time = {_num(t['bw_over_job_wall_MB_per_s'])} MB/s")
     stats = parts["event_stats"]
     if len(stats):
         stats = stats.sort_values("sum_us", ascending=False).head(25)

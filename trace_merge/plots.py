@@ -110,11 +110,24 @@ def plot_bandwidth(df: pd.DataFrame, ax: "Optional[Axes]" = None) -> "Figure":
 
 def _excerpt(frame: pd.DataFrame, start_ns: Optional[int], end_ns: Optional[int],
              max_events: int) -> tuple[int, int]:
+    """The window to draw: the given bounds, else the whole run when it is small, else the framework
+    (TF profiler) window when there is one, else about ``max_events`` events from the first training step."""
     t0, t1 = int(frame["start_ns"].min()), int(frame["end_ns"].max())
-    if start_ns is None and end_ns is None and len(frame) > max_events:
-        # Keep the picture readable: a leading slice holding roughly max_events events.
-        end_ns = t0 + int((t1 - t0) * max_events / len(frame))
-    return (t0 if start_ns is None else start_ns), (t1 if end_ns is None else end_ns)
+    if start_ns is not None or end_ns is not None:
+        return (t0 if start_ns is None else start_ns), (t1 if end_ns is None else end_ns)
+    if len(frame) <= max_events:
+        return t0, t1
+    fw = frame[(frame["layer"] == "framework").to_numpy()]
+    if len(fw):
+        lo, hi = int(fw["start_ns"].min()), int(fw["end_ns"].max())
+        pad = (hi - lo) // 10
+        return lo - pad, hi + pad
+    stepped = frame["step"].notna().to_numpy()
+    anchor = int(frame["start_ns"][stepped].min()) if stepped.any() else t0
+    starts = np.sort(frame["start_ns"].to_numpy())
+    first = int(np.searchsorted(starts, anchor))
+    last = min(first + max_events, len(starts) - 1)
+    return anchor, max(int(starts[last]), anchor + 1)
 
 
 def plot_timeline(frame: pd.DataFrame, ax: "Optional[Axes]" = None, *, start_ns: Optional[int] = None,
