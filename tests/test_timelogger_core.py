@@ -380,7 +380,8 @@ def test_disabled_logger_phase_is_a_working_no_op(tmp_path: Path) -> None:
 
     assert tl.timed(f) is f and tl.timed("n", cat="io")(f) is f
     data = [1, 2]
-    assert tl.iterate(data, "n") is data
+    it = tl.iterate(data, "n")
+    assert next(it) == 1 and list(it) == [2]
     tl.set_epoch(1)
     tl.flush()
     tl.close()

@@ -33,6 +33,7 @@ ENV_DIR = "TIMELOGGER_DIR"
 VERSION = "0.1.0"
 
 _pc = time.perf_counter_ns
+_TAG_KEYS = frozenset(("rank", "epoch", "step"))
 _new = object.__new__
 _F = TypeVar("_F", bound=Callable[..., Any])
 
@@ -215,7 +216,6 @@ class TimeLogger:
         self._warned: set = set()
         self._specs: Dict[str, Dict[str, str]] = {c: {} for c in CATS}  # cat -> name -> head
         self._spec_names: Dict[str, Tuple[str, str]] = {}  # head -> (name, cat)
-        self._tag_values: Dict[str, Dict[str, int]] = {}  # tags text -> values
         self._epoch: Optional[int] = None
         self._step: Optional[int] = None
         self._tags = ""
@@ -230,6 +230,9 @@ class TimeLogger:
         self._local = _Local(self._register)
         self.events_written = 0
         self.dropped = 0
+        self.pid = os.getpid()
+        self.anchor = _anchor()
+        self._off = self.anchor[0] - self.anchor[1]
         if self.out_dir is not None:
             self._open()
 
@@ -285,6 +288,11 @@ class TimeLogger:
             fh.write("[\n" + self._meta_line("timelogger", header, _pc()))
             fh.flush()
         except OSError as exc:
+            self._fh = None
+            try:
+                fh.close()
+            except OSError:
+                pass
             self._disable("write", "timelogger: cannot write %s (%s); logging disabled", path, exc)
             return
         self._on = True
@@ -301,7 +309,7 @@ class TimeLogger:
         stop = self._stop
         while not stop.wait(self.flush_interval):
             try:
-                self._flush(blocking=True)
+                self._flush()
             except Exception as exc:  # keep flushing: one bad batch must not end crash safety for the run
                 self._warn_once("flusher", "timelogger: background flush of %s failed: %s", self.path, exc)
 
@@ -417,10 +425,11 @@ class TimeLogger:
     def iterate(self, iterable: Iterable[Any], name: str, cat: str = "wait") -> Iterator[Any]:
         """Yield from ``iterable``, timing each ``next()`` (not the loop body) as one interval.
 
-        The final call that raises ``StopIteration`` is not recorded. A disabled logger returns ``iterable``.
+        The final call that raises ``StopIteration`` is not recorded; a ``next()`` that raises anything else is
+        recorded with ``args.exception``. A disabled logger returns ``iter(iterable)`` (no per-item cost).
         """
         if not self._on:
-            return iterable  # type: ignore[return-value]
+            return iter(iterable)
         return self._iterate(iter(iterable), self._spec(name, cat))
 
     def _iterate(self, it: Iterator[Any], spec: str) -> Iterator[Any]:
@@ -460,9 +469,7 @@ class TimeLogger:
             values["epoch"] = self._epoch
         if self._step is not None:
             values["step"] = self._step
-        text = _json(values)[1:-1]
-        self._tag_values[text] = values
-        self._tags = text
+        self._tags = _json(values)[1:-1]
 
     def sync_clocks(self, comm: Any, rounds: int = 10) -> int:
         """Measure this rank's ``time_ns`` offset to rank 0 by MPI ping-pong; write ``clock_sync`` metadata.
@@ -493,12 +500,12 @@ class TimeLogger:
             if self._closed:
                 self._ignored()
             return
-        self._flush(blocking=True, extra=self._meta_line(name, args, _pc()))
+        self._flush(extra=self._meta_line(name, args, _pc()))
 
     def flush(self) -> None:
         """Write every interval recorded so far (the background thread does this every ``flush_interval``)."""
         if self._on:
-            self._flush(blocking=True)
+            self._flush()
 
     def close(self) -> None:
         """Flush, write the ``timelogger_close`` metadata (second anchor pair) and close the file. Idempotent."""
@@ -614,15 +621,14 @@ class TimeLogger:
                 self._entries = [e for e in self._entries if e not in dead]
         return out, n_x
 
-    def _args_text(self, tags: str, args: Dict[str, Any]) -> str:
+    @staticmethod
+    def _args_text(tags: str, args: Dict[str, Any]) -> str:
         """Inside of the ``args`` object: the tags, then the phase's own values (which win on a clash)."""
         if not args:
             return tags
-        values = self._tag_values[tags]
-        for key in args:
-            if key in values:
-                return _json({**values, **args})[1:-1]
-        return tags + "," + _json(args)[1:-1]
+        if _TAG_KEYS.isdisjoint(args):
+            return tags + "," + _json(args)[1:-1]
+        return _json({**json.loads("{" + tags + "}"), **args})[1:-1]
 
     def _write(self, lines: List[str], n_x: int) -> None:
         """Write whole lines and hand them to the OS (so a ``kill -9`` after this loses nothing of them)."""
@@ -638,7 +644,7 @@ class TimeLogger:
             return
         self.events_written += n_x
 
-    def _flush(self, blocking: bool = True, extra: Optional[str] = None) -> None:
+    def _flush(self, extra: Optional[str] = None) -> None:
         entered = _busy_enter()
         try:
             self._flush_locked(extra)
