@@ -719,18 +719,21 @@ _live: "weakref.WeakSet[TimeLogger]" = weakref.WeakSet()
 _hooks_installed = False
 _hooks_lock = threading.Lock()
 _prev_sigterm: Any = None
+_sigterm_installed = False
 
 
 def _register_live(tl: TimeLogger) -> None:
     global _hooks_installed
     _live.add(tl)
     with _hooks_lock:
-        if _hooks_installed:
-            return
+        first = not _hooks_installed
         _hooks_installed = True
-    atexit.register(_close_all)
-    os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_parent, after_in_child=_after_fork_child)
-    _install_sigterm()
+    if first:
+        atexit.register(_close_all)
+        os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_parent,
+                            after_in_child=_after_fork_child)
+    if not _sigterm_installed:
+        _install_sigterm()  # only possible from the main thread; retried by later loggers
 
 
 def _unregister_live(tl: TimeLogger) -> None:
@@ -769,8 +772,11 @@ def _after_fork_parent() -> None:
 
 
 def _after_fork_child() -> None:
+    global _live, _hooks_lock, _default_lock
     _forking.clear()
-    global _live
+    # another thread of the parent may have held these at fork time; nobody can release them in the child
+    _hooks_lock = threading.Lock()
+    _default_lock = threading.Lock()
     loggers = [tl for tl in list(_live) if tl._on]
     _live = weakref.WeakSet()
     for tl in loggers:
@@ -796,13 +802,14 @@ def _register_mp_finalizer(_token: object) -> None:
 
 
 def _install_sigterm() -> None:
-    global _prev_sigterm
+    global _prev_sigterm, _sigterm_installed
     if threading.current_thread() is not threading.main_thread():
-        _log.debug("timelogger: not in the main thread, SIGTERM flush not installed")
+        _log.debug("timelogger: not in the main thread, SIGTERM flush not installed yet")
         return
     try:
         _prev_sigterm = signal.getsignal(signal.SIGTERM)
         signal.signal(signal.SIGTERM, _on_sigterm)
+        _sigterm_installed = True
     except (ValueError, OSError) as exc:
         _log.debug("timelogger: cannot install SIGTERM handler: %s", exc)
 
