@@ -246,6 +246,8 @@ def check_dataset(data_dir: "str | os.PathLike[str]", ranks: int = 1, image_size
     data_dir = Path(data_dir)
     if not data_dir.is_dir():
         raise TraceInputError(data_dir, "no such data directory")
+    # Absolute paths: file names in every layer (app, DFTracer's prefix filter, Darshan) must match.
+    data_dir = data_dir.absolute()
     train = list_files(data_dir, "train")
     if not train:
         raise TraceInputError(data_dir, "no training files (hep_train_chunk<k>.h5)")

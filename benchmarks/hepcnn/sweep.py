@@ -31,15 +31,15 @@ class Point:
 
 def layers_for(data: Path, posix: bool, horovod_timeline: bool) -> Layers:
     """Capture layers for one point; DFTracer must include call arguments for POSIX bytes and file names."""
-    return Layers(posix=posix, posix_filter=str(data.resolve()) if posix else None,
+    return Layers(posix=posix, posix_filter=str(data.absolute()) if posix else None,
                   horovod_timeline=horovod_timeline, extra_env={"DFTRACER_INC_METADATA": "1"} if posix else {})
 
 
 def run_point(point: Point, data: Path, run_dir: Path, train_args: Sequence[str], layers: Layers,
               dist: str = "auto") -> dict[str, Any]:
     """Run one point as its own MPI job, streaming the ranks' progress, then merge it; returns the analysis."""
-    program = [sys.executable, "-m", "benchmarks.hepcnn", "train", "--data", str(data), "--shuffle", point.shuffle,
-               "--dist", dist, "--no-merge", *train_args]
+    program = [sys.executable, "-m", "benchmarks.hepcnn", "train", "--data", str(data.absolute()),
+               "--shuffle", point.shuffle, "--dist", dist, "--no-merge", *train_args]
     run_dir.parent.mkdir(parents=True, exist_ok=True)
     log = run_dir.parent / f"{run_dir.name}.log"
     print(f"== {point.name}: {' '.join(run_command(point.ranks, run_dir, program, layers))}", flush=True)

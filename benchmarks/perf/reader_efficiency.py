@@ -31,6 +31,7 @@ from benchmarks.common.launch import Layers, run_command, stream  # noqa: E402
 from benchmarks.hepcnn.config import DEMO, DEMO_DATA  # noqa: E402
 from benchmarks.hepcnn.data import check_dataset, generate  # noqa: E402
 from benchmarks.hepcnn.loaders import FileReader, TFDataLoader  # noqa: E402
+from benchmarks.hepcnn.sweep import layers_for  # noqa: E402
 
 READ_TARGET = 0.90
 TL_TARGET_PCT = 0.5
@@ -147,13 +148,12 @@ def bandwidths(files: list[str], image_size: int, samples: int, batch: int, pass
 
 def overhead(data: Path, repeat: int) -> dict[str, float]:
     """Steady-state seconds per epoch (epochs after the first, best of ``repeat``) for three capture settings."""
-    base = [sys.executable, "-m", "benchmarks.hepcnn", "train", "--data", str(data), "--demo-preset",
+    base = [sys.executable, "-m", "benchmarks.hepcnn", "train", "--data", str(data.absolute()), "--demo-preset",
             "--no-merge", "--checkpoint-every", "0", "--dist", "auto"]
     settings = {
         "none": (base + ["--no-timelogger", "--tf-profile-steps", "1000000:1000001"], Layers()),
         "timelogger": (base + ["--tf-profile-steps", "1000000:1000001"], Layers()),
-        "all": (base, Layers(posix=True, posix_filter=str(data.resolve()), horovod_timeline=True,
-                             extra_env={"DFTRACER_INC_METADATA": "1"})),
+        "all": (base, layers_for(data, posix=True, horovod_timeline=True)),
     }
     times: dict[str, list[float]] = {name: [] for name in settings}
     with tempfile.TemporaryDirectory(prefix="hepcnn-overhead-") as tmp:
