@@ -166,3 +166,30 @@ def test_run_under_mpiexec_two_ranks(tmp_path: Path) -> None:
     for f in files:  # exec kept the pid: the launch record names the process that wrote the app file
         ev = read_pfw(f)
         assert launches[ev[0]["args"]["rank"]]["pid"] == ev[0]["args"]["pid"]
+
+
+def test_posix_filter_without_posix_is_an_error(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    assert cli.main(["run", "-o", str(tmp_path), "--posix-filter", str(tmp_path), "--", "true"]) == 2
+    assert "--posix-filter needs --posix" in capsys.readouterr().err
+
+
+def test_posix_without_dftracer_warns_and_continues(tmp_path: Path) -> None:
+    # -S: no site-packages, so this interpreter really has no dftracer; timelogger comes from the checkout
+    script = (f"import sys; sys.path.insert(0, {str(Path(cli.__file__).parents[1])!r})\n"
+              "from timelogger import cli\n"
+              f"env = {{}}\nrec = cli.prepare(cli.setup_parser().parse_args(['-o', {str(tmp_path)!r}, '--posix', "
+              "'--', 'true']), env)\n"
+              "print('LAYERS', rec['layers']['posix'], 'LD_PRELOAD' in env, env['TIMELOGGER_DIR'])\n")
+    p = subprocess.run([sys.executable, "-S", "-c", script], env=clean_env(), capture_output=True, text=True,
+                       timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert f"LAYERS False False {tmp_path.resolve()}" in p.stdout
+    assert "dftracer package is not installed" in p.stderr
+
+
+def test_command_that_cannot_run(tmp_path: Path) -> None:
+    p = subprocess.run([sys.executable, "-m", "timelogger", "run", "-o", str(tmp_path / "run"), "--",
+                        str(tmp_path / "no-such-program")], env=clean_env(), capture_output=True, text=True,
+                       timeout=60)
+    assert p.returncode == 127
+    assert "no-such-program: cannot execute" in p.stderr and "Traceback" not in p.stderr
