@@ -190,3 +190,9 @@ def test_check_dataset_raises_trace_input_error(tmp_path: Path) -> None:
     (tmp_path / "empty").mkdir()
     with pytest.raises(TraceInputError, match="no training files"):
         check_dataset(tmp_path / "empty")
+
+
+def test_bad_image_too_small_for_network(tmp_path: Path) -> None:
+    data = generate(tmp_path / "tiny", GenSpec(files=2, samples_per_file=4, image_size=8), show_progress=False)
+    proc = _train(["--data", str(data), "--run-dir", str(tmp_path / "run")])
+    _assert_one_line_error(proc, "hep_train_chunk0.h5", "below the network's minimum of 16")

@@ -32,8 +32,8 @@ class Dist:
     ----------
     kind
         ``horovod``, ``mpi`` or ``none``.
-    rank, size
-        This process's rank and the number of ranks.
+    rank, size, local_size
+        This process's rank, the number of ranks, and the number of ranks on this node.
     comm
         The mpi4py communicator (also under Horovod, for clock sync and metric sums), or None.
     """
@@ -42,7 +42,7 @@ class Dist:
         self.kind = resolve(kind)
         self.comm = None
         self.hvd = None
-        self.rank, self.size = 0, 1
+        self.rank, self.size, self.local_size = 0, 1, 1
         if self.kind in ("horovod", "mpi"):
             try:
                 from mpi4py import MPI
@@ -50,6 +50,9 @@ class Dist:
                 raise ImportError(f"--dist {self.kind} needs mpi4py: pip install .[mpi] ({err})") from None
             self.comm = MPI.COMM_WORLD
             self.rank, self.size = self.comm.Get_rank(), self.comm.Get_size()
+            node = self.comm.Split_type(MPI.COMM_TYPE_SHARED)
+            self.local_size = node.Get_size()
+            node.Free()
         if self.kind == "horovod":
             try:
                 import horovod.tensorflow as hvd

@@ -56,6 +56,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         with tl.phase("Parse Arguments", cat="other"):
             cfg = config_from_args(args)
             info = check_dataset(args.data, env_world_size(), cfg.image_size)
+            if info.image_size < 16:  # four 2x2 poolings
+                raise TraceInputError(info.train[0].path, f"image size {info.image_size} is below the network's "
+                                                          f"minimum of 16")
         return train(cfg, info, Path(run_dir), tl, t0, merge=not (args.no_merge or args.no_timelogger))
     finally:
         tl.close()
@@ -77,8 +80,8 @@ def train(cfg: TrainConfig, info: DatasetInfo, run_dir: Path, tl: Any, t0: float
             tl.sync_clocks(dist.comm)
         import tensorflow as tf
 
-        # One rank per core on small machines: keep TF's pools from oversubscribing the cores.
-        cores = max(1, (os.cpu_count() or 1) // size)
+        # Share the node's cores among the ranks on it: keep TF's pools from oversubscribing them.
+        cores = max(1, (os.cpu_count() or 1) // dist.local_size)
         tf.config.threading.set_intra_op_parallelism_threads(cores)
         tf.config.threading.set_inter_op_parallelism_threads(max(2, cores))
         tf.random.set_seed(cfg.seed)
