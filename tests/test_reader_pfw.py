@@ -1,0 +1,351 @@
+"""trace_merge.readers.pfw on real DFTracer traces (fake-trace generator and the LD_PRELOAD tracer)
+and real TimeLogger files."""
+from __future__ import annotations
+
+import gzip
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import zlib
+from collections import Counter
+from decimal import Decimal
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from trace_merge.errors import TraceInputError
+from trace_merge.readers import pfw
+from trace_merge.schema import FRAME_DTYPES
+
+BIN = Path(sys.executable).parent
+
+
+def _tool(name: str) -> str:
+    exe = BIN / name
+    if not exe.exists():
+        found = shutil.which(name)
+        if not found:
+            pytest.skip(f"{name} not installed (pip install 'dlio-layers[posix]')")
+        return found
+    return str(exe)
+
+
+def _events(path: Path) -> list[dict]:
+    """Independent reference: every JSON line of a trace, parsed with the json module."""
+    raw = path.read_bytes()
+    text = gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw
+    out = []
+    for line in text.decode().splitlines():
+        line = line.strip().rstrip(",")
+        if line and line not in ("[", "]"):
+            out.append(json.loads(line, parse_float=Decimal))
+    return out
+
+
+@pytest.fixture(scope="module")
+def fake_traces(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("fake")
+    subprocess.run([_tool("dftracer_gen_fake_trace"), "-o", str(out), "-p", "2", "-H", "1", "-e", "2", "-s", "5"],
+                   check=True, capture_output=True)
+    return out
+
+
+_WORKLOAD = r"""
+import ctypes, sys
+import numpy as np, h5py
+from dftracer.python import dftracer, dft_fn
+d = sys.argv[1]
+log = dftracer.initialize_log(logfile=None, data_dir=None, process_id=-1)
+with h5py.File(d + "/a.h5", "w") as f:
+    f["x"] = np.arange(50000, dtype="f4")
+libc = ctypes.CDLL(None)
+libc.fopen.restype = ctypes.c_void_p
+libc.fopen.argtypes = [ctypes.c_char_p, ctypes.c_char_p]
+libc.fwrite.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_size_t, ctypes.c_void_p]
+libc.fread.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_size_t, ctypes.c_void_p]
+libc.fclose.argtypes = [ctypes.c_void_p]
+fp = libc.fopen((d + "/s.bin").encode(), b"w"); libc.fwrite(b"y" * 4000, 4, 1000, fp); libc.fclose(fp)
+for epoch in range(2):
+    for step in range(2):
+        with dft_fn(cat="dataloader", name="load", epoch=epoch, step=step):
+            with h5py.File(d + "/a.h5", "r") as f:
+                f["x"][:]
+            buf = ctypes.create_string_buffer(8000)
+            fp = libc.fopen((d + "/s.bin").encode(), b"r"); libc.fread(buf, 4, 2000, fp); libc.fclose(fp)
+log.finalize()
+"""
+
+
+def _preload_run(tmp: Path, **env: str) -> "tuple[Path, int, int]":
+    spec = importlib.util.find_spec("dftracer")
+    if spec is None or not spec.submodule_search_locations:
+        pytest.skip("dftracer not installed (pip install 'dlio-layers[posix]')")
+    so = Path(list(spec.submodule_search_locations)[0]) / "lib64" / "libdftracer_preload.so"
+    if not so.exists():
+        pytest.skip(f"{so} missing")
+    data, trace = tmp / "data", tmp / "trace"
+    data.mkdir()
+    trace.mkdir()
+    script = tmp / "work.py"
+    script.write_text(_WORKLOAD)
+    full = dict(os.environ, LD_PRELOAD=str(so), DFTRACER_ENABLE="1", DFTRACER_INIT="PRELOAD",
+                DFTRACER_INC_METADATA="1", DFTRACER_LOG_FILE=str(trace / "run"), DFTRACER_DATA_DIR=str(data), **env)
+    t0 = time.time_ns()
+    subprocess.run([sys.executable, str(script), str(data)], check=True, env=full, capture_output=True, timeout=120)
+    return trace, t0, time.time_ns()
+
+
+@pytest.fixture(scope="module")
+def preload(tmp_path_factory) -> "tuple[Path, int, int]":
+    return _preload_run(tmp_path_factory.mktemp("preload"))
+
+
+def _assert_same_frames(a: pd.DataFrame, b: pd.DataFrame) -> None:
+    pd.testing.assert_frame_equal(a.reset_index(drop=True), b.reset_index(drop=True), check_categorical=False)
+
+
+# -- DFTracer traces ---------------------------------------------------------------------------------
+
+
+def test_fake_trace_columns_match_the_json(fake_traces: Path) -> None:
+    path = fake_traces / "rank_1.pfw.gz"
+    events = _events(path)
+    meta = {(e["name"], e["args"]["value"]): e["args"]["name"] for e in events if e.get("ph") == 4}
+    complete = [e for e in events if e.get("ph") == 1]
+    src = pfw.read(path)
+    f = src.frame
+    assert src.kind == "dftracer" and src.meta["parser"] == "arrow" and src.warnings == []
+    assert dict(f.dtypes.astype(str)) == FRAME_DTYPES
+    assert len(f) == len(complete)
+    assert Counter(f["name"].astype(str)) == Counter(e["name"] for e in complete)
+    # µs -> ns exactly, in file order
+    assert f["start_ns"].tolist() == [int(e["ts"]) * 1000 for e in complete]
+    assert f["dur_ns"].tolist() == [int(e["dur"]) * 1000 for e in complete]
+    # bytes = ret of read-family calls only
+    rw = [e for e in complete if e["name"] in pfw.RW_CALLS]
+    assert rw, "the generator writes pread/read/fread"
+    assert f["bytes"].sum() == sum(e["args"]["ret"] for e in rw)
+    assert f.loc[f["name"].isin(["open", "close"]), "bytes"].isna().all()
+    # hashes resolved through the FH/HH metadata lines
+    files = {e["args"]["fhash"] for e in complete if "fhash" in e["args"]}
+    assert set(f["file"].dropna().astype(str)) == {meta[("FH", h)] for h in files}
+    assert set(f["host"].astype(str)) == {"node-0"}
+    # layers and classes
+    posix = f[f["layer"] == "posix"]
+    assert len(posix) == sum(e["cat"] == "POSIX" for e in complete) and set(posix["cat"]) == {"io"}
+    app = f[f["name"] == "conv3d"]
+    assert set(app["layer"]) == {"app"} and set(app["cat"]) == {"other"}
+    assert f.loc[f["name"] == "data_loading", "cat"].eq("io").all()
+    # rank from the file name, epoch/step from args
+    assert set(f["rank"]) == {1} and src.meta["rank"] == 1 and src.meta["pids"] == sorted({e["pid"] for e in complete})
+    steps = [e["args"].get("step") for e in complete]
+    assert f["step"].tolist() == [pd.NA if s is None else s for s in steps]
+
+
+def test_preload_trace_posix_stdio_and_python_events(preload: "tuple[Path, int, int]") -> None:
+    trace, t0, t1 = preload
+    files = sorted(trace.glob("*.pfw.gz"))
+    app_file = next(p for p in files if p.stat().st_size > 0)
+    src = pfw.read(app_file)
+    f = src.frame
+    events = [e for e in _events(app_file) if e.get("ph") == 1 and e.get("cat") != "dftracer"]
+    assert len(f) == len(events) and src.meta["parser"] == "arrow"
+    assert f["start_ns"].between(t0, t1).all()
+    # POSIX reads/writes of the HDF5 file (pread64 or pread, depending on the HDF5 build): bytes = ret
+    rw = [e for e in events if e["cat"] == "POSIX" and e["name"] in pfw.RW_CALLS]
+    posix_rw = f[(f["layer"] == "posix") & f["name"].isin(list(pfw.RW_CALLS))]
+    assert rw and posix_rw["bytes"].sum() == sum(e["args"]["ret"] for e in rw) and posix_rw["bytes"].notna().all()
+    assert f.loc[f["layer"] == "posix", "cat"].eq("io").all()
+    # STDIO: fread returns items, bytes = items * size
+    fr = f[f["name"] == "fread"]
+    assert set(fr["layer"]) == {"stdio"} and set(fr["cat"]) == {"io"}
+    assert fr["bytes"].tolist() == [4000] * 4  # 1000 items of 4 bytes (the file is 4000 bytes)
+    assert f.loc[f["name"] == "fwrite", "bytes"].tolist() == [4000]
+    assert set(fr["file"].astype(str)) == {str(trace.parent / "data" / "s.bin")}
+    # the Python-level region: layer app, class other, original category kept in args
+    load = f[f["name"] == "load"]
+    assert len(load) == 4 and set(load["layer"]) == {"app"} and set(load["cat"]) == {"other"}
+    assert set(load["args"]) == {json.dumps({"cat": "dataloader"})}
+    assert load["epoch"].tolist() == [0, 0, 1, 1] and load["step"].tolist() == [0, 1, 0, 1]
+    # DFTracer's own start/end go to meta, not to the frame
+    assert "dftracer" not in set(f["cat"].astype(str)) and src.meta["dftracer_events"] == ["start", "end"]
+    assert src.meta["host"] == set(f["host"].astype(str)).pop() and src.meta["rank"] is None
+    assert set(f["rank"]) == {-1}
+
+
+def test_preload_ns_metric_uncompressed(tmp_path: Path) -> None:
+    trace, t0, t1 = _preload_run(tmp_path, DFTRACER_TRACE_COMPRESSION="0", DFTRACER_TIME_METRIC="NS")
+    (path,) = [p for p in trace.glob("*.pfw") if p.stat().st_size]
+    src = pfw.read(path)
+    assert src.meta["time_metric"] == "NS"
+    assert len(src.frame) and src.frame["start_ns"].between(t0, t1).all()
+    events = [e for e in _events(path) if e.get("ph") == 1 and e.get("cat") != "dftracer"]
+    assert src.frame["dur_ns"].tolist() == [int(e["dur"]) for e in events]
+
+
+def _with_garbage_line(clean: Path, garbage: bytes, out: Path) -> int:
+    """Copy a trace with one bad line inserted in the middle; returns that line's number."""
+    lines = gzip.decompress(clean.read_bytes()).split(b"\n")
+    mid = len(lines) // 2
+    out.write_bytes(b"\n".join(lines[:mid] + [garbage] + lines[mid:]))
+    return mid + 1
+
+
+@pytest.mark.parametrize("garbage", [b'{"name": "read", "cat": "POSIX", garbage', b"\x00\x00\x00"])
+@pytest.mark.parametrize("trace", ["fake", "preload"])
+def test_garbage_line_falls_back_to_the_line_parser_with_the_same_frame(
+    request: pytest.FixtureRequest, trace: str, garbage: bytes, tmp_path: Path
+) -> None:
+    if trace == "fake":
+        clean = request.getfixturevalue("fake_traces") / "rank_0.pfw.gz"
+    else:
+        folder = request.getfixturevalue("preload")[0]
+        clean = next(p for p in sorted(folder.glob("*.pfw.gz")) if p.stat().st_size)
+    bad = tmp_path / clean.name.replace(".gz", "")
+    lineno = _with_garbage_line(clean, garbage, bad)
+    fast, slow = pfw.read(clean), pfw.read(bad)
+    assert fast.meta["parser"] == "arrow" and slow.meta["parser"] == "lines"
+    assert slow.warnings == [f"{bad}: line {lineno}: not a JSON object, skipped"]
+    _assert_same_frames(fast.frame, slow.frame)
+    assert {k: v for k, v in fast.meta.items() if k != "parser"} == {k: v for k, v in slow.meta.items() if k != "parser"}
+
+
+def test_commas_and_closing_bracket(fake_traces: Path, tmp_path: Path) -> None:
+    clean = fake_traces / "rank_1.pfw.gz"
+    lines = [ln for ln in gzip.decompress(clean.read_bytes()).split(b"\n") if ln.strip()]
+    assert lines[0] == b"[" and lines[-1] == b"]"
+    chrome = tmp_path / "rank_1.pfw"
+    chrome.write_bytes(b"[\n" + b",\n".join(lines[1:-1]) + b"\n]\n")
+    a, b = pfw.read(clean), pfw.read(chrome)
+    assert b.meta["parser"] == "arrow" and b.warnings == []
+    _assert_same_frames(a.frame, b.frame)
+
+
+def test_half_written_last_line_is_dropped_silently(fake_traces: Path, tmp_path: Path) -> None:
+    text = gzip.decompress((fake_traces / "rank_0.pfw.gz").read_bytes())
+    body = text[: text.rindex(b"]")].rstrip()  # a live DFTracer file has no closing bracket yet
+    cut = tmp_path / "rank_0.pfw"
+    cut.write_bytes(body[:-40])
+    full, part = pfw.read(fake_traces / "rank_0.pfw.gz"), pfw.read(cut)
+    assert part.warnings == [] and part.meta["truncated_last_line"] is True
+    assert len(part.frame) == len(full.frame) - 1
+    _assert_same_frames(full.frame.iloc[:-1], part.frame)
+
+
+def test_truncated_gzip_keeps_the_complete_part(fake_traces: Path, tmp_path: Path) -> None:
+    raw = (fake_traces / "rank_0.pfw.gz").read_bytes()
+    cut = tmp_path / "rank_0.pfw.gz"
+    cut.write_bytes(raw[: len(raw) * 2 // 3])
+    src = pfw.read(cut)
+    assert src.warnings == [f"{cut}: gzip stream truncated (unexpected end of file); read what was complete"]
+    full = pfw.read(fake_traces / "rank_0.pfw.gz").frame
+    assert 0 < len(src.frame) < len(full)
+    _assert_same_frames(full.iloc[: len(src.frame)], src.frame)
+
+
+def test_bad_gzip(fake_traces: Path, tmp_path: Path) -> None:
+    not_gz = tmp_path / "a.pfw.gz"
+    not_gz.write_bytes(gzip.decompress((fake_traces / "rank_0.pfw.gz").read_bytes()))
+    with pytest.raises(TraceInputError, match=r"a\.pfw\.gz: not a gzip file"):
+        pfw.read(not_gz)
+    raw = bytearray((fake_traces / "rank_0.pfw.gz").read_bytes())
+    raw[len(raw) // 2 : len(raw) // 2 + 64] = bytes(64)
+    corrupt = tmp_path / "b.pfw.gz"
+    corrupt.write_bytes(bytes(raw))
+    with pytest.raises(TraceInputError, match=r"b\.pfw\.gz: corrupt gzip data"):
+        pfw.read(corrupt)
+
+
+def test_empty_file_from_the_preload(preload: "tuple[Path, int, int]") -> None:
+    # The preload leaves an empty file when the application initialises DFTracer itself.
+    trace, _, _ = preload
+    empty = [p for p in trace.glob("*.pfw.gz") if p.stat().st_size == 0]
+    assert empty, "the real preload writes an empty -preload.pfw.gz here"
+    src = pfw.read(empty[0])
+    assert len(src.frame) == 0 and src.warnings == [f"{empty[0]}: empty file (no events)"]
+
+
+def test_not_a_trace(tmp_path: Path) -> None:
+    p = tmp_path / "notes.pfw"
+    p.write_text("this is\nnot a trace\n")
+    with pytest.raises(TraceInputError, match=r"notes\.pfw: not a \.pfw trace"):
+        pfw.read(p)
+    with pytest.raises(TraceInputError, match=r"missing\.pfw: cannot read"):
+        pfw.read(tmp_path / "missing.pfw")
+
+
+# -- TimeLogger files --------------------------------------------------------------------------------
+
+
+def test_timelogger_file(tmp_path: Path) -> None:
+    from timelogger import TimeLogger
+
+    tl = TimeLogger(tmp_path, rank=1, world_size=2)
+    tl.set_epoch(0)
+    for step in range(3):
+        tl.set_step(step)
+        with tl.phase("Load File", cat="io") as p:
+            p.update(bytes=100 * step, file="/data/a.h5", samples=5)
+        with tl.phase("Training Iteration", cat="compute"):
+            pass
+    tl.close()
+    (path,) = (tmp_path / "app").glob("rank-1-pid-*.pfw")
+    src = pfw.read(path)
+    f = src.frame
+    events = [e for e in _events(path) if e["ph"] == "X"]
+    assert src.kind == "timelogger" and src.warnings == []
+    assert f["start_ns"].tolist() == [int(e["ts"] * 1000) for e in events]  # exact ns, no float round trip
+    assert f["dur_ns"].tolist() == [int(e["dur"] * 1000) for e in events]
+    assert set(f["layer"]) == {"app"} and f["cat"].astype(str).tolist() == [e["cat"] for e in events]
+    load = f[f["name"] == "Load File"]
+    assert load["bytes"].tolist() == [0, 100, 200] and set(load["file"]) == {"/data/a.h5"}
+    assert set(load["args"]) == {'{"samples": 5}'} and f.loc[f["name"] != "Load File", "args"].isna().all()
+    assert f["step"].tolist() == [0, 0, 1, 1, 2, 2] and set(f["rank"]) == {1}
+    m = src.meta
+    assert (m["rank"], m["world_size"], m["pid"]) == (1, 2, os.getpid())
+    assert m["hostname"] == m["host"] == set(f["host"]).pop()
+    assert len(m["anchors"]) == 2 and all({"wall_ns", "perf_ns"} <= set(a) for a in m["anchors"])
+    assert m["clock_offset_ns"] is None and m["tf_anchors"] == []
+
+
+@pytest.mark.mpi
+def test_timelogger_clock_sync_offset(tmp_path: Path) -> None:
+    mpi = pytest.importorskip("mpi4py.MPI")
+    from timelogger import TimeLogger
+
+    tl = TimeLogger(tmp_path, rank=0, world_size=1)
+    tl.sync_clocks(mpi.COMM_SELF)
+    tl.sync_clocks(mpi.COMM_SELF)
+    with tl.phase("x"):
+        pass
+    tl.close()
+    (path,) = (tmp_path / "app").glob("*.pfw")
+    syncs = [e for e in _events(path) if e["name"] == "clock_sync"]
+    src = pfw.read(path)
+    assert len(syncs) == 2 and src.meta["clock_offset_ns"] == int(syncs[-1]["args"]["clock_offset_ns"])
+    assert src.meta["clock_sync"]["method"] == syncs[-1]["args"]["method"]
+
+
+def test_many_gzip_members(tmp_path: Path) -> None:
+    # DFTracer compresses in chunks (one gzip member per checkpoint): every member is read.
+    out = tmp_path / "chunked"
+    # ~5 MB of text: the generator starts a new member every ~4 MB
+    subprocess.run([_tool("dftracer_gen_fake_trace"), "-o", str(out), "-p", "1", "-H", "1", "-e", "2", "-s", "600"],
+                   check=True, capture_output=True)
+    path = out / "rank_0.pfw.gz"
+    raw, members = path.read_bytes(), 0
+    while raw:
+        dec = zlib.decompressobj(31)
+        dec.decompress(raw)
+        raw, members = dec.unused_data, members + 1
+    assert members > 1
+    one = tmp_path / "rank_0.pfw.gz"
+    one.write_bytes(gzip.compress(gzip.decompress(path.read_bytes())))
+    a, b = pfw.read(path), pfw.read(one)
+    assert len(a.frame) == sum(e.get("ph") == 1 for e in _events(path))
+    _assert_same_frames(a.frame, b.frame)

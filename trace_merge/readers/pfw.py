@@ -1,0 +1,783 @@
+"""Reader for ``.pfw`` / ``.pfw.gz`` traces: TimeLogger app files and DFTracer traces.
+
+Both use DFTracer's line layout (see ``docs/wire-format.md``): an optional ``[`` line, then one JSON
+object per line, optional trailing commas, an optional closing ``]``. ``.pfw.gz`` files are
+concatenated gzip members (DFTracer compresses in chunks).
+
+What the reader does with each event
+-------------------------------------
+* Complete events (``"ph": "X"`` or DFTracer's integer ``1``) become frame rows. ``ts``/``dur`` are
+  microseconds (DFTracer's ``CM``/``time_metric`` metadata may say ``NS``) and are converted to int64
+  ns exactly (no float round trip; sub-ns digits are truncated).
+* Metadata events (``"ph": "M"`` or ``4``) and DFTracer's own bookkeeping events (``cat``
+  ``dftracer``: ``start``/``end``) go to :attr:`SourceData.meta`. DFTracer's hash tables ``HH``
+  (host), ``FH`` (file) and ``SH`` (string) resolve ``args.hhash``/``args.fhash`` into the ``host`` and
+  ``file`` columns.
+* ``layer``: ``app`` for TimeLogger files; for DFTracer, ``posix``/``stdio`` for cat ``POSIX``/
+  ``STDIO`` (cat ``io``), ``mpiio``/``hdf5``/``comm`` for MPI-IO, HDF5 and MPI categories, ``app``
+  for everything else (Python-level events). A DFTracer category that is not one of
+  :data:`~trace_merge.schema.CATS` becomes ``other`` and the original is kept in ``args`` as ``cat``.
+* ``bytes``: ``args.bytes`` where the source wrote it (TimeLogger), else ``args.ret`` (times
+  ``args.size`` for ``fread``/``fwrite``) of read/write-family calls with ``ret >= 0``.
+  ``offset``, ``epoch``, ``step``, ``rank`` come from ``args`` where present.
+* ``rank``: ``args.rank``, else the TimeLogger header's rank, else ``rank[_-]<r>`` in the file name,
+  else ``-1`` (unknown; the merger maps such files to ranks by pid, see ``meta["pids"]``).
+* ``args``: for TimeLogger files, the event's ``args`` minus the keys that became columns; for
+  DFTracer files only the original ``cat`` where it was mapped to ``other`` (DFTracer's per-call
+  bookkeeping such as ``cmd_hash``, ``level``, ``count``, ``flags`` is not carried, which keeps
+  millions of rows cheap).
+
+Bad input
+---------
+A file that is not gzip although named ``.gz``, corrupt gzip data, or a file with no parseable
+event structure raises :class:`~trace_merge.errors.TraceInputError`. A truncated gzip stream keeps
+what was complete and adds a warning. A half-written last line is dropped silently (a crashed
+writer leaves one); unparseable lines elsewhere are skipped with a warning. A zero-byte file (the
+DFTracer preload leaves one when the application initialises DFTracer itself) gives an empty frame
+and a warning.
+
+Speed
+-----
+Event lines are parsed by ``pyarrow.json`` (C++, multi-threaded) with a fixed schema; the Python
+line parser is the fallback whenever that fails (type conflicts, garbage lines, unusual layouts)
+and is the only path for TimeLogger files, which keep their free-form ``args``. Both produce the
+same columns for a file both can read (tested). :func:`read` releases the GIL for decompression and
+parsing, so callers can read several files in a thread pool.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import zlib
+from collections import Counter
+from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
+from typing import Any, Callable, Optional
+
+import numpy as np
+import pandas as pd
+
+from ..errors import TraceInputError
+from ..schema import CATS, SourceData, to_frame
+
+log = logging.getLogger(__name__)
+
+#: Calls whose ``args.ret`` counts transferred bytes (negative: failed, no bytes).
+RW_CALLS = frozenset(
+    {
+        "read", "pread", "pread64", "readv", "preadv", "preadv64", "preadv2", "preadv64v2",
+        "write", "pwrite", "pwrite64", "writev", "pwritev", "pwritev64", "pwritev2", "pwritev64v2",
+        "fread", "fwrite", "fread_unlocked", "fwrite_unlocked",
+    }
+)
+#: STDIO calls whose ``ret`` counts items of ``args.size`` bytes.
+ITEM_CALLS = frozenset({"fread", "fwrite", "fread_unlocked", "fwrite_unlocked"})
+
+#: DFTracer category (lower case) -> layer; anything else is ``app``.
+_DFT_LAYERS = {
+    "posix": "posix", "stdio": "stdio",
+    "mpiio": "mpiio", "mpi-io": "mpiio", "mpi_io": "mpiio",
+    "hdf5": "hdf5", "h5": "hdf5",
+    "mpi": "comm", "comm": "comm",
+}
+_IO_LAYERS = frozenset({"posix", "stdio", "mpiio", "hdf5"})
+#: DFTracer's ``time_metric`` -> ns per unit of ``ts``/``dur``.
+_TIME_SCALE = {"NS": 1, "US": 1_000, "MS": 1_000_000, "S": 1_000_000_000}
+_METADATA_PH = ("M", 4)
+_COMPLETE_PH = ("X", 1)
+_BOOKKEEPING_CAT = "dftracer"
+_INT_ARGS = ("ret", "size", "offset", "epoch", "step", "rank", "bytes")
+_STR_ARGS = ("hhash", "fhash", "file", "fname")
+#: ``args`` keys that become columns and are not repeated in the ``args`` column.
+_COLUMN_ARGS = frozenset({"rank", "epoch", "step", "bytes", "offset", "file", "fname", "hhash", "fhash"})
+_MAX_LINE_WARNINGS = 5
+_ARROW_BLOCK = 1 << 22
+
+
+def read(path: "str | os.PathLike[str]") -> SourceData:
+    """Read one TimeLogger or DFTracer ``.pfw``/``.pfw.gz`` file.
+
+    Parameters
+    ----------
+    path
+        The trace file. Gzip is detected by its magic bytes.
+
+    Returns
+    -------
+    SourceData
+        ``kind`` is ``"timelogger"`` or ``"dftracer"``; ``frame`` holds the complete events in the
+        schema of :mod:`trace_merge.schema` (``start_ns``/``end_ns`` absolute epoch ns on this
+        source's own clock); ``meta`` holds what alignment needs (``rank``, ``pids``, ``host``,
+        and for TimeLogger files ``world_size``, ``clock_offset_ns``, ``anchors``, ``tf_anchors``).
+
+    Raises
+    ------
+    TraceInputError
+        The file cannot be read, is not valid gzip, or holds no JSON event lines.
+    """
+    path = os.fspath(path)
+    warnings: list[str] = []
+    raw = _load(path, warnings)
+    state = _State(path)
+    span = _body_span(raw)
+    if span is None:
+        warnings.append(f"{path}: empty file (no events)")
+        return _result(path, state, _Cols.empty(), "dftracer", warnings, parser="none")
+    start, end, first_lineno, state.truncated_last_line = span
+    cols: Optional[_Cols] = None
+    parser = "lines"
+    if not _looks_timelogger(raw, start):
+        cols = _parse_arrow(_arrow_input(raw, start, end), state)
+        if cols is not None:
+            parser = "arrow"
+        else:
+            state.reset()
+    if cols is None:
+        cols = _parse_lines(raw[start:end], first_lineno, state, warnings)
+    kind = "timelogger" if state.is_timelogger else "dftracer"
+    if cols.n == 0 and not state.saw_any:
+        raise TraceInputError(path, "not a .pfw trace: no line is a JSON trace event")
+    return _result(path, state, cols, kind, warnings, parser)
+
+
+# ----------------------------------------------------------------------------------------------
+# bytes
+
+
+def _load(path: str, warnings: list[str]) -> "bytes | bytearray":
+    """The file's bytes, decompressed when it is gzip (all members)."""
+    try:
+        with open(path, "rb") as fh:
+            raw = fh.read()
+    except OSError as err:
+        raise TraceInputError(path, f"cannot read: {err.strerror or err}") from None
+    if raw[:2] == b"\x1f\x8b":
+        return _gunzip(path, raw, warnings)
+    if path.endswith(".gz") and raw:
+        raise TraceInputError(path, "not a gzip file (bad magic bytes)")
+    return raw
+
+
+def _gunzip(path: str, raw: bytes, warnings: list[str]) -> bytearray:
+    # one growing buffer: a list of parts joined at the end would hold the text twice
+    out = bytearray()
+    data = raw
+    while data:
+        dec = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        try:
+            out += dec.decompress(data)
+            out += dec.flush()
+        except zlib.error as err:
+            raise TraceInputError(path, f"corrupt gzip data ({err})") from None
+        if not dec.eof:
+            warnings.append(f"{path}: gzip stream truncated (unexpected end of file); read what was complete")
+            break
+        data = dec.unused_data
+        if data and data[:2] != b"\x1f\x8b":
+            if data.strip(b"\0"):
+                raise TraceInputError(path, "corrupt gzip data (garbage after a gzip member)")
+            break
+    return out
+
+
+_NON_SPACE = re.compile(rb"\S")
+_SPACE = b" \t\r\n"
+
+
+def _body_span(raw: bytes) -> "Optional[tuple[int, int, int, bool]]":
+    """Where the event lines are, without copying the (possibly huge) buffer.
+
+    Skips leading white space and the opening ``[``, a closing ``]`` and trailing comma, and a
+    half-written last line. Returns ``(start, end, first_lineno, dropped_last_line)`` or ``None``
+    when the file holds nothing but white space.
+    """
+    m = _NON_SPACE.search(raw)
+    if m is None:
+        return None
+    start = m.start()
+    if raw[start : start + 1] == b"[":
+        m = _NON_SPACE.search(raw, start + 1)
+        start = m.start() if m else len(raw)
+    first_lineno = 1 + raw.count(b"\n", 0, start)
+    end = len(raw)
+    while end > start and raw[end - 1] in _SPACE:
+        end -= 1
+    if end > start and raw[end - 1 : end] == b"]":
+        end -= 1
+        while end > start and raw[end - 1] in _SPACE:
+            end -= 1
+    if end > start and raw[end - 1 : end] == b",":
+        end -= 1
+    dropped = False
+    cut = raw.rfind(b"\n", start, end) + 1
+    cut = max(cut, start)
+    if end > cut:
+        try:
+            json.loads(raw[cut:end])
+        except ValueError:
+            log.debug("dropping a half-written last line (%d bytes)", end - cut)
+            end, dropped = cut, True
+    return start, end, first_lineno, dropped
+
+
+def _looks_timelogger(raw: bytes, start: int) -> bool:
+    """TimeLogger files open with their ``timelogger`` metadata event."""
+    first = raw[start : raw.find(b"\n", start, start + 65536) if b"\n" in raw[start : start + 65536] else start + 65536]
+    return b'"timelogger"' in first
+
+
+def _arrow_input(raw: bytes, start: int, end: int) -> "bytes | memoryview":
+    """The event lines as pyarrow wants them: one JSON object per line, no trailing commas."""
+    nl = raw.find(b"\n", start, end)
+    first = raw[start : end if nl == -1 else nl].rstrip()
+    if first.endswith(b","):
+        return re.sub(rb",[ \t]*(\r?\n)", rb"\1", raw[start:end])
+    return memoryview(raw)[start:end]
+
+
+# ----------------------------------------------------------------------------------------------
+# parsed state shared by both parsers
+
+
+class _State:
+    """Metadata collected while parsing one file."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.truncated_last_line = False
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget what a failed parse attempt collected."""
+        self.maps: dict[str, dict[str, str]] = {"HH": {}, "FH": {}, "SH": {}}
+        self.time_metric = "US"
+        self.header: Optional[dict] = None
+        self.clock_sync: list[dict] = []
+        self.tf_profile: list[dict] = []
+        self.close: Optional[dict] = None
+        self.thread_names: dict[int, str] = {}
+        self.process_names: dict[int, str] = {}
+        self.bookkeeping: list[str] = []
+        self.other_meta: Counter = Counter()
+        self.meta_pids: set = set()
+        self.saw_meta = False
+        self.ignored: Counter = Counter()
+        self.no_ts = 0
+
+    @property
+    def is_timelogger(self) -> bool:
+        return self.header is not None
+
+    @property
+    def saw_any(self) -> bool:
+        return self.saw_meta or bool(self.ignored) or self.no_ts > 0
+
+    @property
+    def time_scale(self) -> int:
+        return _TIME_SCALE.get(str(self.time_metric).upper(), 1_000)
+
+    def take_special(self, ev: dict) -> bool:
+        """Record a metadata or DFTracer bookkeeping event; False if ``ev`` is neither."""
+        ph = ev.get("ph")
+        if ph in _METADATA_PH and not isinstance(ph, bool):
+            self._metadata(ev)
+            return True
+        if ev.get("cat") == _BOOKKEEPING_CAT and ph in _COMPLETE_PH:
+            self.saw_meta = True
+            self.bookkeeping.append(str(ev.get("name")))
+            return True
+        return False
+
+    def _metadata(self, ev: dict) -> None:
+        self.saw_meta = True
+        name = ev.get("name")
+        args = _dict(ev.get("args"))
+        pid = _as_int(ev.get("pid"))
+        if pid is not None:
+            self.meta_pids.add(pid)
+        if name in self.maps:
+            key, value = args.get("value"), args.get("name")
+            if key is not None and value is not None:
+                self.maps[name][str(key)] = str(value)
+        elif name == "CM":
+            if args.get("name") == "time_metric" and args.get("value") is not None:
+                self.time_metric = str(args["value"])
+        elif name == "timelogger":
+            self.header = _plain(args)
+        elif name == "clock_sync":
+            self.clock_sync.append(_plain(args))
+        elif name == "tf_profile":
+            self.tf_profile.append(_plain(args))
+        elif name == "timelogger_close":
+            self.close = _plain(args)
+        elif name in ("thread_name", "process_name"):
+            target = self.thread_names if name == "thread_name" else self.process_names
+            ident = _as_int(ev.get("tid" if name == "thread_name" else "pid"))
+            if ident is not None and args.get("name") is not None:
+                target[ident] = str(args["name"])
+        else:
+            self.other_meta[str(name)] += 1
+
+
+def _dict(value: Any) -> dict:
+    return value if isinstance(value, dict) else {}
+
+
+def _plain(obj: Any) -> Any:
+    """``Decimal`` -> int/float, recursively (metadata is parsed with exact decimals)."""
+    if isinstance(obj, Decimal):
+        return int(obj) if obj == obj.to_integral_value() else float(obj)
+    if isinstance(obj, dict):
+        return {k: _plain(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_plain(v) for v in obj]
+    return obj
+
+
+def _as_int(value: Any) -> Optional[int]:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, Decimal):
+        try:
+            if value == value.to_integral_value():
+                return int(value)
+        except (InvalidOperation, ValueError):
+            return None
+    return None
+
+
+def _as_str(value: Any) -> Optional[str]:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return value
+    return json.dumps(_plain(value))
+
+
+def _json_default(obj: Any) -> Any:
+    if isinstance(obj, Decimal):
+        return _plain(obj)
+    raise TypeError(type(obj).__name__)
+
+
+# ----------------------------------------------------------------------------------------------
+# columns of complete events, as both parsers produce them
+
+
+@dataclass
+class _Cols:
+    name: pd.Categorical
+    cat: pd.Categorical
+    pid: np.ndarray
+    tid: np.ndarray
+    ts: np.ndarray  # int64 ns
+    dur: np.ndarray  # int64 ns
+    strs: dict  # key in _STR_ARGS -> pd.Categorical
+    ints: dict  # key in _INT_ARGS -> (int64 values, bool mask: True = missing)
+    extra: Optional[list] = None  # per-row leftover args (TimeLogger), else None
+
+    @property
+    def n(self) -> int:
+        return len(self.ts)
+
+    @classmethod
+    def empty(cls) -> "_Cols":
+        z = np.zeros(0, dtype=np.int64)
+        c = pd.Categorical([])
+        return cls(c, c, z, z, z, z, {k: c for k in _STR_ARGS},
+                   {k: (z, np.zeros(0, dtype=bool)) for k in _INT_ARGS})
+
+
+def _parse_lines(body: bytes, first_lineno: int, state: _State, warnings: list[str]) -> _Cols:
+    """The robust parser: ``json.loads`` per line, exact decimals, every oddity tolerated."""
+    names: list = []
+    cats: list = []
+    pids: list = []
+    tids: list = []
+    tss: list = []
+    durs: list = []
+    strs: dict = {k: [] for k in _STR_ARGS}
+    ints: dict = {k: [] for k in _INT_ARGS}
+    extras: list = []
+    bad: list[int] = []
+    loads = json.loads
+    for lineno, line in enumerate(body.split(b"\n"), start=first_lineno):
+        if not line.strip():
+            continue
+        try:
+            ev = loads(line.rstrip().rstrip(b","), parse_float=Decimal)
+        except ValueError:
+            bad.append(lineno)
+            continue
+        if not isinstance(ev, dict):
+            bad.append(lineno)
+            continue
+        if state.take_special(ev):
+            continue
+        ph = ev.get("ph")
+        if ph not in _COMPLETE_PH or isinstance(ph, bool):
+            state.ignored[str(ph)] += 1
+            continue
+        ts = ev.get("ts")
+        if isinstance(ts, bool) or not isinstance(ts, (int, Decimal)):
+            state.no_ts += 1
+            continue
+        dur = ev.get("dur")
+        if isinstance(dur, bool) or not isinstance(dur, (int, Decimal)):
+            dur = 0
+        name = ev.get("name")
+        cat = ev.get("cat")
+        names.append("" if name is None else str(name))
+        cats.append("" if cat is None else str(cat))
+        pid, tid = _as_int(ev.get("pid")), _as_int(ev.get("tid"))
+        pids.append(0 if pid is None else pid)
+        tids.append(0 if tid is None else tid)
+        tss.append(ts)
+        durs.append(dur)
+        args = _dict(ev.get("args"))
+        for key in _STR_ARGS:
+            strs[key].append(_as_str(args.get(key)))
+        for key in _INT_ARGS:
+            ints[key].append(_as_int(args.get(key)))
+        extras.append({k: v for k, v in args.items() if k not in _COLUMN_ARGS} or None)
+    if bad:
+        for lineno in bad[:_MAX_LINE_WARNINGS]:
+            warnings.append(f"{state.path}: line {lineno}: not a JSON object, skipped")
+        if len(bad) > _MAX_LINE_WARNINGS:
+            warnings.append(f"{state.path}: {len(bad) - _MAX_LINE_WARNINGS} more unparseable lines skipped")
+    scale = state.time_scale
+    n = len(tss)
+    ts_ns = np.fromiter((int(v * scale) for v in tss), dtype=np.int64, count=n)
+    dur_ns = np.fromiter((int(v * scale) for v in durs), dtype=np.int64, count=n)
+    int_cols = {}
+    for key, values in ints.items():
+        mask = np.fromiter((v is None for v in values), dtype=bool, count=n)
+        vals = np.fromiter((0 if v is None else v for v in values), dtype=np.int64, count=n)
+        int_cols[key] = (vals, mask)
+    return _Cols(
+        name=pd.Categorical(names),
+        cat=pd.Categorical(cats),
+        pid=np.asarray(pids, dtype=np.int64),
+        tid=np.asarray(tids, dtype=np.int64),
+        ts=ts_ns,
+        dur=dur_ns,
+        strs={k: pd.Categorical(v) for k, v in strs.items()},
+        ints=int_cols,
+        extra=extras if state.is_timelogger else None,
+    )
+
+
+#: Metadata names whose ``args`` the fast parser does not keep (TimeLogger's); seeing one sends
+#: the file to the line parser.
+_RICH_METADATA = frozenset({"timelogger", "clock_sync", "tf_profile", "timelogger_close"})
+
+
+def _parse_arrow(body: "bytes | memoryview", state: _State) -> Optional[_Cols]:
+    """The fast parser: ``pyarrow.json`` with a fixed schema. ``None`` when it cannot be used.
+
+    Metadata rows come out of the same parse (their ``args.name``/``args.value`` are in the
+    schema), so the buffer is scanned once.
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.json as pj
+
+    if not len(body):
+        return _Cols.empty()
+    head = bytes(body[:65536])
+    at = head.find(b'"ph":')
+    ph_is_str = at != -1 and head[at + 5 : at + 7].lstrip()[:1] == b'"'
+    number = pa.decimal128(38, 9)
+    args_type = pa.struct(
+        [(k, pa.int64()) for k in _INT_ARGS]
+        + [(k, pa.string()) for k in _STR_ARGS]
+        + [("name", pa.string()), ("value", pa.string())]
+    )
+    ph_type = pa.string() if ph_is_str else pa.int64()
+    schema = pa.schema(
+        [
+            ("name", pa.string()), ("cat", pa.string()), ("ph", ph_type),
+            ("pid", pa.int64()), ("tid", pa.int64()),
+            ("ts", number), ("dur", number), ("args", args_type),
+        ]
+    )
+    try:
+        table = pj.read_json(
+            pa.py_buffer(body),
+            read_options=pj.ReadOptions(block_size=_ARROW_BLOCK),
+            parse_options=pj.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore"),
+        )
+    except (pa.ArrowException, ValueError) as err:
+        log.debug("%s: pyarrow.json failed (%s); using the line parser", state.path, err)
+        return None
+    del body
+    if table.num_rows == 0:
+        return None
+    table = table.combine_chunks()
+
+    def col(tbl: "pa.Table", name: str) -> "pa.Array":
+        return tbl.column(name).chunk(0) if tbl.num_rows else pa.array([], tbl.schema.field(name).type)
+
+    ph = col(table, "ph")
+    complete_value, meta_value = ("X", "M") if ph_is_str else (1, 4)
+    is_meta = pc.fill_null(pc.equal(ph, meta_value), False)
+    is_complete = pc.fill_null(pc.equal(ph, complete_value), False)
+    is_book = pc.and_(is_complete, pc.fill_null(pc.equal(col(table, "cat"), _BOOKKEEPING_CAT), False))
+    special = pc.or_(is_meta, is_book)
+    if pc.any(special).as_py():
+        for row in table.filter(special).select(["name", "cat", "ph", "pid", "tid", "args"]).to_pylist():
+            if row["ph"] == meta_value and row["name"] in _RICH_METADATA:
+                return None
+            args = {k: row["args"][k] for k in ("name", "value")} if row["args"] else None
+            state.take_special(dict(row, args=args))
+    events = pc.and_(is_complete, pc.invert(is_book))
+    other = pc.invert(pc.or_(events, special))
+    if pc.any(other).as_py():
+        for item in pc.value_counts(pc.filter(ph, other)).to_pylist():
+            state.ignored[str(item["values"])] += item["counts"]
+    ts = col(table, "ts")
+    if pc.any(pc.and_(events, ts.is_null())).as_py():
+        state.no_ts += pc.sum(pc.and_(events, ts.is_null())).as_py()
+        events = pc.and_(events, ts.is_valid())
+    keep = events.to_numpy(zero_copy_only=False)
+    if keep.all():
+        keep = slice(None)  # the usual case: no copies
+    elif not keep.any():
+        return _Cols.empty()
+
+    digits = {1: 0, 1_000: 3, 1_000_000: 6, 1_000_000_000: 9}[state.time_scale]
+    ts_ns = _decimal_to_ns(pc.fill_null(ts, pa.scalar(0, number)), digits)
+    dur_ns = _decimal_to_ns(pc.fill_null(col(table, "dur"), pa.scalar(0, number)), digits)
+    if ts_ns is None or dur_ns is None:
+        return None
+    args = col(table, "args")
+    fields = dict(zip((f.name for f in args.type), args.flatten()))
+
+    def ints(arr: "pa.Array") -> "tuple[np.ndarray, np.ndarray]":
+        values = pc.fill_null(arr, 0).to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+        return values[keep], arr.is_null().to_numpy(zero_copy_only=False)[keep]
+
+    def categorical(arr: "pa.Array", fill: Optional[str] = None) -> pd.Categorical:
+        if fill is not None:
+            arr = pc.fill_null(arr, fill)
+        cat = _categorical(arr)
+        return cat if isinstance(keep, slice) else cat[keep]
+
+    return _Cols(
+        name=categorical(col(table, "name"), ""),
+        cat=categorical(col(table, "cat"), ""),
+        pid=ints(col(table, "pid"))[0],
+        tid=ints(col(table, "tid"))[0],
+        ts=ts_ns[keep],
+        dur=dur_ns[keep],
+        strs={k: categorical(fields[k]) for k in _STR_ARGS},
+        ints={k: ints(fields[k]) for k in _INT_ARGS},
+    )
+
+
+def _decimal_to_ns(arr: "pa.Array", digits: int) -> Optional[np.ndarray]:
+    """Exact decimal -> int64 (value * 10**digits, truncated toward zero), like ``int(d * scale)``."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    scaled = pc.cast(arr, pa.decimal128(38, digits), safe=False)
+    words = np.frombuffer(scaled.buffers()[1], dtype=np.int64)
+    words = words[2 * scaled.offset : 2 * (scaled.offset + len(scaled))].reshape(-1, 2)
+    if not np.array_equal(words[:, 1], words[:, 0] >> 63):
+        return None  # does not fit int64 ns
+    return np.ascontiguousarray(words[:, 0])
+
+
+def _categorical(arr: "pa.Array") -> pd.Categorical:
+    import pyarrow.compute as pc
+
+    enc = pc.dictionary_encode(arr)
+    codes = pc.fill_null(enc.indices, -1).to_numpy(zero_copy_only=False).astype(np.int32, copy=False)
+    return pd.Categorical.from_codes(codes, categories=pd.Index(enc.dictionary.to_pylist(), dtype=object))
+
+
+# ----------------------------------------------------------------------------------------------
+# frame + meta
+
+
+def _recode(cat: pd.Categorical, func: Callable[[Any], Any]) -> pd.Categorical:
+    """Map every category through ``func`` (None -> missing), merging equal results."""
+    mapped = [func(c) for c in cat.categories]
+    uniq: dict = {}
+    remap = np.full(len(mapped) + 1, -1, dtype=np.int32)
+    for i, value in enumerate(mapped):
+        if value is not None:
+            remap[i] = uniq.setdefault(value, len(uniq))
+    codes = remap[np.asarray(cat.codes, dtype=np.int64)]  # code -1 -> remap[-1] == -1
+    return pd.Categorical.from_codes(codes, categories=pd.Index(list(uniq), dtype=object))
+
+
+def _fill(primary: pd.Categorical, fallback: pd.Categorical) -> pd.Categorical:
+    """``primary`` where present, else ``fallback``."""
+    cats = list(dict.fromkeys(list(primary.categories) + list(fallback.categories)))
+    index = {c: i for i, c in enumerate(cats)}
+    rp = np.array([index[c] for c in primary.categories] + [-1], dtype=np.int32)
+    rf = np.array([index[c] for c in fallback.categories] + [-1], dtype=np.int32)
+    pcodes = rp[np.asarray(primary.codes, dtype=np.int64)]
+    fcodes = rf[np.asarray(fallback.codes, dtype=np.int64)]
+    codes = np.where(pcodes >= 0, pcodes, fcodes)
+    return pd.Categorical.from_codes(codes, categories=pd.Index(cats, dtype=object))
+
+
+def _constant(value: Optional[str], n: int) -> pd.Categorical:
+    if value is None:
+        return pd.Categorical.from_codes(np.full(n, -1, dtype=np.int32), categories=pd.Index([], dtype=object))
+    return pd.Categorical.from_codes(np.zeros(n, dtype=np.int32), categories=pd.Index([value], dtype=object))
+
+
+def _classify(src_cat: str, timelogger: bool) -> "tuple[str, str, Optional[str]]":
+    """(layer, cat, original cat to keep in ``args`` or None) for a source category."""
+    low = src_cat.lower()
+    if timelogger:
+        layer = "app"
+        cat = src_cat if src_cat in CATS else (low if low in CATS else "other")
+    else:
+        layer = _DFT_LAYERS.get(low, "app")
+        cat = "io" if layer in _IO_LAYERS else ("comm" if layer == "comm" else (low if low in CATS else "other"))
+    keep = None if low in (cat, layer) else src_cat
+    return layer, cat, keep
+
+
+def _masked(values: np.ndarray, mask: np.ndarray) -> pd.arrays.IntegerArray:
+    return pd.arrays.IntegerArray(np.ascontiguousarray(values, dtype=np.int64), np.ascontiguousarray(mask, dtype=bool))
+
+
+def _result(path: str, state: _State, cols: _Cols, kind: str, warnings: list[str], parser: str) -> SourceData:
+    n = cols.n
+    timelogger = kind == "timelogger"
+    header = state.header or {}
+
+    # rows of DFTracer's own bookkeeping never reach here (both parsers route them to meta)
+    classes = [_classify(str(c), timelogger) for c in cols.cat.categories]
+    layer = _recode(cols.cat, lambda c: _classify(str(c), timelogger)[0])
+    cat = _recode(cols.cat, lambda c: _classify(str(c), timelogger)[1])
+
+    # rank
+    default_rank = _as_int(header.get("rank")) if timelogger else None
+    if default_rank is None:
+        from . import rank_from_name  # the one file-name rank rule, shared with the other readers
+
+        default_rank = rank_from_name(path)
+    rvals, rmask = cols.ints["rank"]
+    rank = np.where(rmask, -1 if default_rank is None else default_rank, rvals).astype(np.int64)
+
+    # host
+    if timelogger:
+        host = _constant(_as_str(header.get("hostname")), n)
+    else:
+        hosts = state.maps["HH"]
+        host = _recode(cols.strs["hhash"], lambda h: hosts.get(h, h))
+        if len(set(hosts.values())) == 1:
+            host = _fill(host, _constant(next(iter(hosts.values())), n))
+
+    # file
+    files = state.maps["FH"]
+    file_ = _fill(_recode(cols.strs["fhash"], lambda h: files.get(h, h)), _fill(cols.strs["file"], cols.strs["fname"]))
+
+    # bytes: explicit args.bytes, else ret of read/write calls
+    bvals, bmask = cols.ints["bytes"]
+    ret, ret_missing = cols.ints["ret"]
+    size, size_missing = cols.ints["size"]
+    name_codes = np.asarray(cols.name.codes, dtype=np.int64)
+    is_rw = np.array([c in RW_CALLS for c in cols.name.categories] + [False], dtype=bool)[name_codes]
+    is_item = np.array([c in ITEM_CALLS for c in cols.name.categories] + [False], dtype=bool)[name_codes]
+    from_ret = is_rw & ~ret_missing & (ret >= 0)
+    ret_bytes = np.where(is_item & ~size_missing, ret * size, ret)
+    byte_vals = np.where(bmask, ret_bytes, bvals)
+    byte_mask = bmask & ~from_ret
+
+    # args
+    keep_cats = np.array([k for _, _, k in classes] + [None], dtype=object)[np.asarray(cols.cat.codes, dtype=np.int64)] if n else []
+    if cols.extra is not None:
+        args_col = []
+        for extra, orig in zip(cols.extra, keep_cats):
+            if orig is not None:
+                extra = dict(extra or {}, cat=orig)
+            args_col.append(json.dumps(extra, default=_json_default) if extra else None)
+    else:
+        texts = {k: json.dumps({"cat": k}) for _, _, k in classes if k is not None}
+        args_col = _recode(cols.cat, lambda c: texts.get(_classify(str(c), timelogger)[2]))
+        args_col = np.asarray(args_col.astype(object), dtype=object) if n else []
+
+    frame = to_frame(
+        {
+            "layer": layer,
+            "cat": cat,
+            "name": cols.name,
+            "rank": rank,
+            "pid": cols.pid,
+            "tid": cols.tid,
+            "host": host,
+            "start_ns": cols.ts,
+            "dur_ns": cols.dur,
+            "bytes": _masked(byte_vals, byte_mask),
+            "offset": _masked(*cols.ints["offset"]),
+            "file": file_,
+            "epoch": _masked(*cols.ints["epoch"]),
+            "step": _masked(*cols.ints["step"]),
+            "args": args_col if n else None,
+        }
+    )
+    frame_pids = np.unique(cols.pid).tolist() if n else []
+    pids = sorted(set(int(p) for p in frame_pids) | state.meta_pids)
+    meta: dict = {
+        "kind": kind,
+        "parser": parser,
+        "events": n,
+        "pids": pids,
+        "pid": pids[0] if len(pids) == 1 else None,
+        "rank": default_rank,
+        "truncated_last_line": state.truncated_last_line,
+    }
+    if state.ignored:
+        meta["ignored_events"] = dict(state.ignored)
+    if state.no_ts:
+        meta["events_without_ts"] = state.no_ts
+        warnings.append(f"{path}: {state.no_ts} complete events without a numeric ts skipped")
+    if state.thread_names:
+        meta["thread_names"] = state.thread_names
+    if timelogger:
+        anchors = [a for a in (header.get("anchor"), (state.close or {}).get("anchor")) if a]
+        meta.update(
+            {
+                "world_size": _as_int(header.get("world_size")),
+                "hostname": header.get("hostname"),
+                "host": header.get("hostname"),
+                "pid": _as_int(header.get("pid")) if header.get("pid") is not None else meta["pid"],
+                "ppid": header.get("ppid"),
+                "versions": header.get("versions"),
+                "argv": header.get("argv"),
+                "header": header,
+                "anchors": anchors,
+                "clock_sync": state.clock_sync[-1] if state.clock_sync else None,
+                "clock_offset_ns": _as_int(state.clock_sync[-1].get("clock_offset_ns")) if state.clock_sync else None,
+                "tf_anchors": state.tf_profile,
+                "close": state.close,
+            }
+        )
+    else:
+        hosts = sorted(set(state.maps["HH"].values()))
+        meta.update(
+            {
+                "host": hosts[0] if len(hosts) == 1 else None,
+                "hosts": hosts,
+                "time_metric": state.time_metric,
+                "files": dict(state.maps["FH"]),
+                "strings": dict(state.maps["SH"]),
+                "dftracer_events": list(state.bookkeeping),
+            }
+        )
+    if state.process_names:
+        meta["process_names"] = state.process_names
+    if state.other_meta:
+        meta["other_metadata"] = dict(state.other_meta)
+    return SourceData(path=path, kind=kind, frame=frame, meta=meta, warnings=warnings)
