@@ -50,16 +50,17 @@ TARGET_DISABLED_NS = 100.0
 class Config:
     """How much to measure."""
 
-    calls: int = 20_000  # per timed chunk; short chunks so the minimum finds a quiet moment on a shared machine
-    repeats: int = 30
-    foreign_calls: int = 20_000
-    foreign_repeats: int = 5  # pydftracer and TF are 10-100x slower; fewer chunks keep the run under a minute
+    # Chunks of ~1 ms: on a shared machine the minimum over many short chunks finds one that was not preempted.
+    calls: int = 2_000
+    repeats: int = 200
+    foreign_calls: int = 2_000
+    foreign_repeats: int = 30  # pydftracer and TF are 10-100x slower; fewer chunks keep the run under a minute
     with_tf: bool = True
     with_dftracer: bool = True
 
     @classmethod
     def smoke(cls) -> "Config":
-        return cls(calls=10_000, repeats=5, foreign_calls=5_000, foreign_repeats=3)
+        return cls(calls=2_000, repeats=10, foreign_calls=1_000, foreign_repeats=3)
 
 
 def _per_call_ns(fn: Callable[[], Any], calls: int, repeats: int, between: Callable[[], Any] = lambda: None) -> float:
