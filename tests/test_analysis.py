@@ -215,15 +215,16 @@ def test_bandwidth_is_bytes_over_union_read_time_from_lowest_layer():
 
 
 def test_access_pattern_follows_darshan_sequentiality():
-    # after [0,100): 100 consecutive; 300 leaves a gap (sequential); 50 goes back (random); 150 = 50 + 100
+    # first read at 0: Darshan's last byte starts at 0, so neither; then 100 consecutive; 300 leaves a gap
+    # (sequential); 50 goes back (random); 150 = 50 + 100 consecutive
     offsets = [0, 100, 300, 50, 150]
     f = to_frame({"layer": "posix", "cat": "io", "name": "pread64", "rank": 0,
                   "start_ns": np.arange(5) * 10, "end_ns": np.arange(5) * 10 + 5,
                   "bytes": [100, 100, 100, 100, 2_000_000], "offset": offsets, "file": "f", "epoch": 0})
     ap = A.access_pattern_df(f).iloc[0]
-    assert (ap["files"], ap["reads"], ap["classified"]) == (1, 5, 4)
-    assert (ap["consecutive"], ap["sequential"], ap["random"]) == (2, 3, 1)
-    assert ap["size_100_1K"] == 4 and ap["size_1M_4M"] == 1
+    assert (ap["files"], ap["reads"], ap["classified"]) == (1, 5, 5)
+    assert (ap["consecutive"], ap["sequential"], ap["random"]) == (2, 3, 2)
+    assert ap["size_0_100"] == 4 and ap["size_1M_4M"] == 1  # Darshan bins include their upper bound
 
 
 def test_event_stats_exact():
@@ -308,3 +309,20 @@ def test_breakdown_of_a_real_run(real_run):
         row = per_epoch[per_epoch["epoch"] == epoch].iloc[0]
         assert row["io_s"] == pytest.approx(load["dur_ns"].sum() / 1e9)
         assert row["wall_s"] == pytest.approx((rows["end_ns"].max() - rows["start_ns"].min()) / 1e9)
+
+
+def test_access_pattern_matches_darshan_counters_on_a_real_dxt_log():
+    import darshan
+
+    from test_run_fixtures import DARSHAN_LOGS
+    from trace_merge.run import Run
+
+    log = DARSHAN_LOGS / "dxt.darshan"
+    counters = darshan.DarshanReport(str(log), read_all=True).records["POSIX"].to_df()["counters"]
+    ap = Run.open(log).access_pattern().sum()
+    assert ap["reads"] == counters["POSIX_READS"].sum()
+    assert ap["consecutive"] == counters["POSIX_CONSEC_READS"].sum()
+    # 4 of 4696 differ: reads on pipes, whose DXT offsets are not the positions Darshan's counters tracked
+    assert ap["sequential"] == pytest.approx(counters["POSIX_SEQ_READS"].sum(), abs=5)
+    for b, _ in A.SIZE_BINS:
+        assert ap[f"size_{b}"] == counters[f"POSIX_SIZE_READ_{b}"].sum(), b

@@ -47,7 +47,7 @@ logger = logging.getLogger(__name__)
 PRIORITY: tuple[str, ...] = ("io", "comm", "checkpoint", "preprocess", "compute", "wait", "other")
 #: Where read bytes are taken from, lowest layer first.
 READ_LAYER_ORDER: tuple[tuple[str, ...], ...] = (("posix", "stdio"), ("mpiio", "hdf5"), ("framework",), ("app",))
-#: Darshan's read-size bins (``POSIX_SIZE_READ_*``), upper bounds exclusive, bytes.
+#: Darshan's read-size bins (``POSIX_SIZE_READ_*``), upper bounds inclusive, bytes.
 SIZE_BINS: tuple[tuple[str, float], ...] = (
     ("0_100", 100), ("100_1K", 1024), ("1K_10K", 10 * 1024), ("10K_100K", 100 * 1024),
     ("100K_1M", 1024 ** 2), ("1M_4M", 4 * 1024 ** 2), ("4M_10M", 10 * 1024 ** 2),
@@ -764,10 +764,10 @@ def bandwidth_totals(frame: pd.DataFrame, counters: Optional[pd.DataFrame] = Non
 def access_pattern_df(frame: pd.DataFrame) -> pd.DataFrame:
     """File access pattern of the reads (:func:`read_rows`) per rank and epoch.
 
-    Sequentiality follows Darshan's counters, per (rank, file) in time order: a read is *consecutive* when
-    it starts exactly where the previous read of that file ended, *sequential* when it starts at or after
-    that point (consecutive included), *random* otherwise; a file's first read has no predecessor and is
-    not classified. Reads without an offset are not classified either.
+    Sequentiality is Darshan's (``POSIX_CONSEC_READS``, ``POSIX_SEQ_READS``), per (rank, file) in time order
+    with ``last = offset + length - 1`` of the previous read (0 before the first): a read is *consecutive*
+    when its offset is ``last + 1``, *sequential* when it is beyond ``last`` (consecutive included), *random*
+    otherwise. Reads without an offset (``read()`` calls) and reads right after one are not classified.
 
     Returns
     -------
@@ -790,13 +790,13 @@ def access_pattern_df(frame: pd.DataFrame) -> pd.DataFrame:
     has_off = off.notna().to_numpy()
     off = off.to_numpy(dtype=_I8, na_value=0)
     same = np.r_[False, (rank[1:] == rank[:-1]) & (file_code[1:] == file_code[:-1])] & (file_code >= 0)
-    prev_end = np.r_[0, off[:-1] + nbytes[:-1]]
-    prev_known = np.r_[False, has_off[:-1]]
-    classified = same & has_off & prev_known
-    consec = classified & (off == prev_end)
-    seq = classified & (off >= prev_end)
+    # Darshan keeps last_byte_read = offset + length - 1 of the previous read of the file, starting at 0
+    last_byte = np.where(same, np.r_[0, off[:-1] + nbytes[:-1] - 1], 0)
+    classified = has_off & (file_code >= 0) & np.where(same, np.r_[False, has_off[:-1]], True)
+    consec = classified & (off == last_byte + 1)
+    seq = classified & (off > last_byte)
     edges = np.array([b for _, b in SIZE_BINS], dtype=np.float64)
-    size_bin = np.searchsorted(edges, nbytes, side="right")
+    size_bin = np.searchsorted(edges, nbytes, side="left")  # Darshan: size <= upper bound
     data = pd.DataFrame({
         "rank": rank, "epoch": pd.array(rows["epoch"], dtype="Int64"), "file": rows["file"].to_numpy(),
         "read_bytes": nbytes, "classified": classified, "consecutive": consec, "sequential": seq,

@@ -134,7 +134,8 @@ def summary_main(args: argparse.Namespace) -> int:
 def report_setup_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run_dir", metavar="RUN_DIR", help="run directory (or any input `summary` accepts)")
     parser.add_argument("-o", "--output", metavar="FILE",
-                        help="HTML file to write (default: RUN_DIR/report.html)")
+                        help="HTML file to write (default: RUN_DIR/report.html; for a single trace file "
+                             "./<name>.report.html)")
     parser.add_argument("--force", action="store_true", help="overwrite FILE if it exists")
 
 
@@ -142,8 +143,9 @@ def report_main(args: argparse.Namespace) -> int:
     from trace_merge.report import write_report
 
     src = Path(args.run_dir)
+    # a single trace file may live somewhere read-only (a shared log directory): its report goes to the cwd
     out = Path(args.output) if args.output else (
-        src / "report.html" if src.is_dir() else src.with_name(src.name + ".report.html"))
+        src / "report.html" if src.is_dir() else Path.cwd() / (src.name + ".report.html"))
     _refuse_existing(out, args.force)
     run = _open_run(args.run_dir)
     write_report(run, out, force=args.force)

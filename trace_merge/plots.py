@@ -202,7 +202,7 @@ def plot_access_pattern(df: pd.DataFrame, ax: "Optional[Axes]" = None) -> "Figur
             ax_seq.bar(x, seq_only, bottom=per_rank["consecutive"], color="#98df8a", label="sequential (gap)")
             ax_seq.bar(x, per_rank["random"], bottom=per_rank["sequential"], color="#d62728", label="random")
             ax_seq.set_xticks(x, [f"rank {r}" for r in per_rank.index])
-            ax_seq.legend(fontsize="small", frameon=False)
+            ax_seq.legend(fontsize="small", frameon=False, loc="upper left", bbox_to_anchor=(1.0, 1.0))
         if per_rank is None or not per_rank.to_numpy().any():
             ax_seq.text(0.5, 0.5, "no read offsets recorded\n(e.g. read() calls carry none)", ha="center",
                         va="center", transform=ax_seq.transAxes, color="#666")
