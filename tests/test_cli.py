@@ -159,3 +159,17 @@ def test_console_script_and_module_smoke(dftracer_set, tmp_path):
                          capture_output=True, text=True, env=env, timeout=120)
     assert bad.returncode == 2
     one_line_error(bad.stderr, "none")
+
+
+def test_summary_layers_option(real_run, capsys):
+    assert main(["summary", str(real_run[0]), "--json", "--layers", "posix"]) == 0
+    posix_only = json.loads(capsys.readouterr().out)
+    assert main(["summary", str(real_run[0]), "--json"]) == 0
+    app = json.loads(capsys.readouterr().out)
+    # the posix layer has no compute phases: its breakdown is io and other only
+    assert all(r["compute_pct"] == 0 and r["io_pct"] > 0 for r in posix_only["breakdown"])
+    assert all(r["compute_pct"] > 0 for r in app["breakdown"])
+    with pytest.raises(SystemExit) as exc:
+        main(["summary", str(real_run[0]), "--layers", "disk"])
+    assert exc.value.code == 2
+    assert "unknown layer(s) 'disk'" in capsys.readouterr().err

@@ -82,6 +82,26 @@ def summary_setup_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("path", metavar="PATH",
                         help="run directory, directory of DFTracer .pfw[.gz] files, or one trace file (.darshan)")
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
+    _add_layers_option(parser)
+
+
+def _add_layers_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--layers", metavar="LIST", type=_layers_arg, default=None,
+                        help="layers the breakdown is made from: comma-separated (app,framework,comm,posix,...) "
+                             "or 'all' (default: app when present, else all)")
+
+
+def _layers_arg(text: str) -> "str | list[str]":
+    from trace_merge.schema import LAYERS
+
+    if text == "all":
+        return text
+    layers = [x.strip() for x in text.split(",") if x.strip()]
+    unknown = [x for x in layers if x not in LAYERS]
+    if not layers or unknown:
+        raise argparse.ArgumentTypeError(f"unknown layer(s) {', '.join(unknown) or text!r}; "
+                                         f"choose from {', '.join(LAYERS)} or 'all'")
+    return layers
 
 
 def _summary_text(run, parts: dict) -> str:
@@ -120,7 +140,7 @@ def _summary_text(run, parts: dict) -> str:
 
 def summary_main(args: argparse.Namespace) -> int:
     run = _open_run(args.path)
-    parts = run.analyse()
+    parts = run.analyse(args.layers)
     if args.json:
         _out(json.dumps(run.summary(parts), indent=1))
     else:
@@ -137,6 +157,7 @@ def report_setup_parser(parser: argparse.ArgumentParser) -> None:
                         help="HTML file to write (default: RUN_DIR/report.html; for a single trace file "
                              "./<name>.report.html)")
     parser.add_argument("--force", action="store_true", help="overwrite FILE if it exists")
+    _add_layers_option(parser)
 
 
 def report_main(args: argparse.Namespace) -> int:
@@ -148,7 +169,7 @@ def report_main(args: argparse.Namespace) -> int:
         src / "report.html" if src.is_dir() else Path.cwd() / (src.name + ".report.html"))
     _refuse_existing(out, args.force)
     run = _open_run(args.run_dir)
-    write_report(run, out, force=args.force)
+    write_report(run, out, force=args.force, parts=run.analyse(args.layers))
     _out(f"wrote {out}")
     return 0
 

@@ -149,9 +149,15 @@ class Run:
         runs = (self, *others)
         return analysis.compare_df([r.frame for r in runs], _unique_labels(runs), [r.counters for r in runs])
 
-    def analyse(self) -> dict:
-        """:func:`trace_merge.analysis.summarise` of this run (DataFrames and dicts)."""
-        return analysis.summarise(self.frame, self.counters)
+    def analyse(self, layers: "str | Sequence[str] | None" = None) -> dict:
+        """:func:`trace_merge.analysis.summarise` of this run (DataFrames and dicts).
+
+        Parameters
+        ----------
+        layers
+            Layers the breakdown, exposed I/O and verdict are made from (default: ``app`` when present).
+        """
+        return analysis.summarise(self.frame, self.counters, layers)
 
     def summary(self, parts: Optional[dict] = None) -> dict:
         """Everything about the run as plain JSON-able data.
