@@ -6,6 +6,7 @@ batches per epoch so that every rank steps the same number of times.
 """
 from __future__ import annotations
 
+import threading
 from typing import Any, Iterator, Sequence
 
 import h5py
@@ -36,6 +37,15 @@ class FileReader:
         self.seed = seed
         self.rank = rank
         self.method = method
+        # One read buffer per thread, re-used: the NCHW data is copied out (transposed) before the next read, and
+        # a fresh 10-400 MiB array per file would cost a page fault per 4 KiB inside the read interval.
+        self._buffers = threading.local()
+
+    def _buffer(self, shape: tuple[int, ...]) -> np.ndarray:
+        buf = getattr(self._buffers, "array", None)
+        if buf is None or buf.shape != shape:
+            buf = self._buffers.array = np.empty(shape, dtype=np.float32)
+        return buf
 
     def read(self, path: str, epoch: int | None, position: int) -> Batch:
         """Return ``(x NHWC float32, label int32, normweight float32)``, the samples permuted unless ``epoch`` is
@@ -45,7 +55,7 @@ class FileReader:
             with self.tl.phase("HDF5 File Read", cat="io") as read:
                 with h5py.File(path, "r") as f:
                     dset = f["data"]
-                    data = np.empty(dset.shape, dtype=np.float32)
+                    data = self._buffer(dset.shape)
                     offset = dset.id.get_offset() if self.method == "direct" else None
                     if offset is None:
                         dset.read_direct(data)
