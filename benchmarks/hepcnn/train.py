@@ -128,7 +128,8 @@ def train(cfg: TrainConfig, info: DatasetInfo, run_dir: Path, tl: Any, t0: float
                         mine = epoch_files(files, rank, size, epoch, "global", cfg.seed)
                 else:
                     mine = epoch_files(files, rank, size, epoch, "local", cfg.seed)
-                batches = iter(loader.epoch(mine, epoch, steps[epoch]))
+                with tl.phase("Setup Iterators", cat="other"):  # a new pipeline per epoch: the files changed
+                    batches = iter(loader.epoch(mine, epoch, steps[epoch]))
                 every = cfg.log_every or max(1, steps[epoch] // 4)
                 for step in range(steps[epoch]):
                     tl.set_step(global_step)
