@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from test_run_fixtures import real_run  # noqa: F401  (fixture)
+from test_run_fixtures import dftracer_set, real_run  # noqa: F401  (fixtures)
 
 from trace_merge import analysis as A
 from trace_merge import plots
@@ -51,3 +51,14 @@ def test_plot_access_pattern_histogram_and_draws_on_given_axes(run):
     own = Figure()
     ax = own.add_subplot()
     assert plots.plot_access_pattern(ap, ax=ax) is own and len(ax.patches) == len(A.SIZE_BINS)
+
+
+def test_plot_timeline_excerpt_of_a_large_trace_starts_at_the_first_step(dftracer_set):
+    frame = Run.open(dftracer_set).frame
+    ax = plots.plot_timeline(frame, max_events=50).axes[0]
+    stepped = frame[frame["step"].notna()]
+    first_step = int(stepped["start_ns"].min())
+    later = np.sort(frame["start_ns"].to_numpy())
+    later = later[later >= first_step]
+    assert ax.get_xlim()[1] == pytest.approx((later[50] - first_step) / 1e9)
+    assert "Timeline excerpt" in ax.get_title()

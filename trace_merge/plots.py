@@ -117,14 +117,18 @@ def _excerpt(frame: pd.DataFrame, start_ns: Optional[int], end_ns: Optional[int]
         return (t0 if start_ns is None else start_ns), (t1 if end_ns is None else end_ns)
     if len(frame) <= max_events:
         return t0, t1
+    starts = np.sort(frame["start_ns"].to_numpy())
     fw = frame[(frame["layer"] == "framework").to_numpy()]
     if len(fw):
         lo, hi = int(fw["start_ns"].min()), int(fw["end_ns"].max())
         pad = (hi - lo) // 10
-        return lo - pad, hi + pad
-    stepped = frame["step"].notna().to_numpy()
-    anchor = int(frame["start_ns"][stepped].min()) if stepped.any() else t0
-    starts = np.sort(frame["start_ns"].to_numpy())
+        lo, hi = lo - pad, hi + pad
+        if np.searchsorted(starts, hi) - np.searchsorted(starts, lo) <= 10 * max_events:
+            return lo, hi
+        anchor = lo  # a long profile: its beginning
+    else:
+        stepped = frame["step"].notna().to_numpy()
+        anchor = int(frame["start_ns"][stepped].min()) if stepped.any() else t0
     first = int(np.searchsorted(starts, anchor))
     last = min(first + max_events, len(starts) - 1)
     return anchor, max(int(starts[last]), anchor + 1)
