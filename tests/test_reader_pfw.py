@@ -270,6 +270,13 @@ def test_empty_file_from_the_preload(preload: "tuple[Path, int, int]") -> None:
     assert len(src.frame) == 0 and src.warnings == [f"{empty[0]}: empty file (no events)"]
 
 
+def test_opening_bracket_only(tmp_path: Path) -> None:
+    p = tmp_path / "started.pfw"
+    p.write_bytes(b"[\n")
+    src = pfw.read(p)
+    assert len(src.frame) == 0 and src.warnings == [f"{p}: no events (nothing after the opening bracket)"]
+
+
 def test_not_a_trace(tmp_path: Path) -> None:
     p = tmp_path / "notes.pfw"
     p.write_text("this is\nnot a trace\n")

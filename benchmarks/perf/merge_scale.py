@@ -12,8 +12,9 @@ steps, ~5 M events; ``--small`` makes one ~15 k-event set instead) it
    its now-indexed copy (``dftracer_stats_warm_s``, for reference);
 3. checks that per event name the count, the sum, min and max of ``dur`` (µs) and the bytes of read/write calls
    agree exactly between the two tools (``stats_equal``; mismatches are listed, and the exit status is 1);
-4. prints times (wall seconds), ``ratio`` = trace-merge ÷ dftracer_stats cold, peak RSS of each tool (from
-   ``wait4``, MiB) and the load average, since the machine may be shared.
+4. prints times (wall seconds), ``ratio`` = trace-merge ÷ dftracer_stats cold, CPU seconds (user + sys) and peak
+   RSS of each tool (from ``wait4``, MiB) and the load average: on a shared machine wall times mislead and CPU
+   seconds are the fairer comparison.
 
 Targets (issue #3): ``ratio <= 1`` (at least as fast as ``dftracer_stats`` cold) and, for the ~5 M event set,
 ``trace_merge_s <= 10`` and ``trace_merge_peak_rss_MiB <= 3072``. The page cache is dropped before each cold
@@ -88,8 +89,8 @@ def fresh_copy(src: Path, dst: Path) -> Path:
     return dst
 
 
-def timed(cmd: Sequence[str]) -> "tuple[float, float, str]":
-    """Run ``cmd``; (wall seconds, peak RSS MiB of the process tree it waited for, stdout)."""
+def timed(cmd: Sequence[str]) -> "tuple[float, float, float, str]":
+    """Run ``cmd``; (wall s, CPU s (user + sys), peak RSS MiB of the process tree it waited for, stdout)."""
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         t0 = time.perf_counter()
         proc = subprocess.Popen(list(cmd), stdout=out, stderr=err)
@@ -100,7 +101,7 @@ def timed(cmd: Sequence[str]) -> "tuple[float, float, str]":
         err.seek(0)
         if proc.returncode != 0:
             raise SystemExit(f"merge_scale: {cmd[0]} failed ({proc.returncode}): {err.read().decode()[-2000:]}")
-        return wall, usage.ru_maxrss / 1024.0, out.read().decode()
+        return wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024.0, out.read().decode()
 
 
 # -- the per-name statistics both tools report (also used by tests/test_reader_pfw_stats.py) ----------------
@@ -159,12 +160,14 @@ def measure(ts: TraceSet, cache: Path, work: Path) -> dict:
     theirs_dir = fresh_copy(src, work / f"{ts.name}-dftracer-stats")
     load_before = os.getloadavg()[0]
     dropped = drop_caches()
-    tm_s, tm_rss, tm_out = timed([sys.executable, "-m", "trace_merge", "summary", str(ours_dir), "--json"])
+    tm_s, tm_cpu, tm_rss, tm_out = timed([sys.executable, "-m", "trace_merge", "summary", str(ours_dir), "--json"])
     drop_caches()
-    stats_cmd = [tool("dftracer_stats"), "-d", str(theirs_dir), "--report", "detailed", "--json", "--log-level", "off"]
-    ds_s, ds_rss, ds_out = timed(stats_cmd)
-    indexed = (theirs_dir / ".dftindex").exists()
-    warm_s, _, _ = timed(stats_cmd)
+    index = theirs_dir / ".dftindex"
+    stats_cmd = [tool("dftracer_stats"), "-d", str(theirs_dir), "--index-dir", str(index), "--report", "detailed",
+                 "--json", "--log-level", "off"]
+    ds_s, ds_cpu, ds_rss, ds_out = timed(stats_cmd)
+    indexed = index.is_dir() and any(index.iterdir())
+    warm_s, _, _, _ = timed(stats_cmd)
     summary = json.loads(tm_out)
     bad = mismatches(summary_by_name(summary), dftracer_stats_by_name(json.loads(ds_out)))
     result = {
@@ -175,6 +178,8 @@ def measure(ts: TraceSet, cache: Path, work: Path) -> dict:
         "dftracer_stats_cold_s": round(ds_s, 3),
         "dftracer_stats_warm_s": round(warm_s, 3),
         "ratio": round(tm_s / ds_s, 3),
+        "trace_merge_cpu_s": round(tm_cpu, 3),
+        "dftracer_stats_cold_cpu_s": round(ds_cpu, 3),
         "trace_merge_peak_rss_MiB": round(tm_rss, 1),
         "dftracer_stats_peak_rss_MiB": round(ds_rss, 1),
         "dftracer_stats_built_index": indexed,

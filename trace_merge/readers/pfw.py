@@ -126,6 +126,9 @@ def read(path: "str | os.PathLike[str]") -> SourceData:
         warnings.append(f"{path}: empty file (no events)")
         return _result(path, state, _Cols.empty(), "dftracer", warnings, parser="none")
     start, end, first_lineno, state.truncated_last_line = span
+    if start >= end:
+        warnings.append(f"{path}: no events (nothing after the opening bracket)")
+        return _result(path, state, _Cols.empty(), "dftracer", warnings, parser="none")
     cols: Optional[_Cols] = None
     parser = "lines"
     if not _looks_timelogger(raw, start):
@@ -222,10 +225,10 @@ def _body_span(raw: bytes) -> "Optional[tuple[int, int, int, bool]]":
     return start, end, first_lineno, dropped
 
 
-def _looks_timelogger(raw: bytes, start: int) -> bool:
-    """TimeLogger files open with their ``timelogger`` metadata event."""
-    first = raw[start : raw.find(b"\n", start, start + 65536) if b"\n" in raw[start : start + 65536] else start + 65536]
-    return b'"timelogger"' in first
+def _looks_timelogger(raw: "bytes | bytearray", start: int) -> bool:
+    """TimeLogger files open with their ``timelogger`` metadata event (docs/wire-format.md)."""
+    nl = raw.find(b"\n", start, start + 65536)
+    return b'"timelogger"' in raw[start : start + 65536 if nl == -1 else nl]
 
 
 def _arrow_input(raw: bytes, start: int, end: int) -> "bytes | memoryview":
