@@ -223,3 +223,12 @@ def test_loose_inputs(run_dir: Path, tmp_path: Path) -> None:
             merge_path(logdir)
     else:
         assert set(merge_path(logdir).frame["layer"].astype(str)) == {"framework"}
+
+
+def test_unreadable_manifest_is_a_warning(run_dir: Path, tmp_path: Path) -> None:
+    run = copy_run(run_dir, tmp_path / "run")
+    (run / "manifest.json").write_text('{"world_size": 2, "ranks": [')  # launcher killed mid-write
+    res = merge_path(run)
+    assert res.manifest is None
+    assert len(res.warnings) == 1 and res.warnings[0].startswith(f"{run / 'manifest.json'}: unreadable manifest")
+    assert len(res.frame) == len(merge_path(run_dir).frame)

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
@@ -380,8 +379,8 @@ def align(sources: Sequence[SourceData]) -> AlignResult:
     warnings: list[str] = []
     dropped: list[str] = []
 
-    app_frames = [s.frame for s in app_sources if len(s.frame)]
-    app_median = _median_ns(concat_frames(app_frames)) if app_frames else None
+    app_starts = [s.frame["start_ns"].to_numpy() for s in app_sources if len(s.frame)]
+    app_median = float(np.median(np.concatenate(app_starts))) if app_starts else None
     frames = []
     for src in sources:
         frame = src.frame
@@ -398,6 +397,7 @@ def align(sources: Sequence[SourceData]) -> AlignResult:
                 continue
         frames.append(apply_offsets(frame, offsets))
     frame = concat_frames(frames)
+    log.debug("clock offsets subtracted (ns, per rank): %s", offsets)
     residual = alignment_residual(frame)
     frame = propagate_steps(frame)
     frame = frame.sort_values(["start_ns", "layer"], kind="stable", ignore_index=True)

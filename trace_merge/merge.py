@@ -91,6 +91,23 @@ def _files(root: Path, patterns: Iterable[str], recursive: bool) -> list[Path]:
     return sorted(found)
 
 
+def load_manifest(run_dir: Path) -> "tuple[dict[str, Any] | None, str | None]":
+    """``manifest.json`` of a run directory and a warning when it exists but cannot be read.
+
+    The traces do not need the manifest, so a bad one is a warning, not an error.
+    """
+    p = run_dir / MANIFEST
+    if not p.is_file():
+        return None, None
+    try:
+        manifest = json.loads(p.read_text())
+    except (OSError, ValueError) as exc:
+        return None, f"{p}: unreadable manifest, ignored ({exc})"
+    if not isinstance(manifest, dict):
+        return None, f"{p}: manifest is not a JSON object, ignored"
+    return manifest, None
+
+
 def discover(path: Path) -> "tuple[list[tuple[Path, str]], dict[str, Any] | None]":
     """The trace files of a run directory or loose input, each with its kind (not yet read).
 
@@ -99,24 +116,26 @@ def discover(path: Path) -> "tuple[list[tuple[Path, str]], dict[str, Any] | None
     (files, manifest)
         ``files``: ``(path, kind)`` with app files first (their metadata anchors the others); a file
         whose kind cannot be told is listed with kind ``""`` so the reader's error becomes a warning.
+        ``manifest`` is None for loose inputs and for an unreadable ``manifest.json``.
     """
-    manifest = None
+    files, manifest, _ = _discover(path)
+    return files, manifest
+
+
+def _discover(path: Path) -> "tuple[list[tuple[Path, str]], dict[str, Any] | None, str | None]":
+    """:func:`discover` plus the warning about an unreadable manifest."""
     if path.is_file():
-        return [(path, "")], None
+        return [(path, "")], None, None
     if not path.is_dir():
         raise TraceInputError(path, "no such file or directory")
     if is_run_dir(path):
-        if (path / MANIFEST).is_file():
-            try:
-                manifest = json.loads((path / MANIFEST).read_text())
-            except (OSError, ValueError) as exc:
-                raise TraceInputError(path / MANIFEST, f"unreadable manifest: {exc}") from None
+        manifest, bad_manifest = load_manifest(path)
         files = [(p, "timelogger") for p in _files(path / "app", ("*.pfw", "*.pfw.gz"), False)]
         files += [(p, "xplane") for p in _files(path / "tf", ("*.xplane.pb",), True)]
         files += [(p, "horovod") for p in _files(path / "horovod", ("*.json", "*.json.gz"), False)]
         files += [(p, "") for p in _files(path / "posix", ("*.pfw", "*.pfw.gz"), False)]
         files += [(p, "darshan") for p in _files(path / "darshan", ("*.darshan",), False)]
-        return files, manifest
+        return files, manifest, bad_manifest
     files = []
     for p in _files(path, _LOOSE_PATTERNS, True):
         if p.name.endswith((".json", ".json.gz")):
@@ -129,7 +148,7 @@ def discover(path: Path) -> "tuple[list[tuple[Path, str]], dict[str, Any] | None
             files.append((p, ""))
     app = [f for f in files if f[0].name.endswith((".pfw", ".pfw.gz"))]
     rest = [f for f in files if f not in app]
-    return app + rest, None
+    return app + rest, None, None
 
 
 def _anchors(app: list[SourceData]) -> dict[int, list[dict[str, Any]]]:
@@ -222,10 +241,10 @@ def merge_path(path: "str | os.PathLike[str]") -> MergeResult:
         Nothing usable was found (the message lists what was looked for, and why files failed).
     """
     path = Path(path)
-    files, manifest = discover(path)
+    files, manifest, bad_manifest = _discover(path)
     if not files:
         raise TraceInputError(path, f"no trace files found (looked for {_LOOKED_FOR})")
-    warnings: list[str] = []
+    warnings = [bad_manifest] if bad_manifest else []
     sources = _read_all(files, warnings)
     usable = [s for s in sources if len(s.frame) or len(s.counters)]
     if not usable:
