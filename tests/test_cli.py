@@ -173,3 +173,9 @@ def test_summary_layers_option(real_run, capsys):
         main(["summary", str(real_run[0]), "--layers", "disk"])
     assert exc.value.code == 2
     assert "unknown layer(s) 'disk'" in capsys.readouterr().err
+
+
+def test_merge_needs_a_directory(capsys):
+    log = DARSHAN_LOGS / "dxt.darshan"
+    assert main(["merge", str(log)]) == 2
+    one_line_error(capsys.readouterr().err, str(log), "not a directory")

@@ -31,6 +31,7 @@ def test_report_is_self_contained_and_has_every_section(report_file):
     assert len(images) == 4  # breakdown, bandwidth, access pattern, timeline
     assert all(base64.b64decode(img).startswith(b"\x89PNG") for img in images)
     for heading in ("Input-bound verdict", "Warnings", "Alignment residual", "Breakdown per rank × epoch",
+                    "Whole-run breakdown of each layer",
                     "Exposed I/O", "Read bandwidth", "Access pattern", "Timeline excerpt", "Manifest"):
         assert heading in text, heading
     assert f"{int(run.bandwidth()['read_bytes'].sum()):,}" in text

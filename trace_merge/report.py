@@ -86,6 +86,12 @@ def _figure(title: str, make) -> str:
     return f'<img alt="{html.escape(title)}" src="data:image/png;base64,{_png(fig)}">'
 
 
+def _per_layer_totals(frame: pd.DataFrame) -> pd.DataFrame:
+    per = analysis.breakdown_df(frame, "all", per_layer=True)
+    per = per[per["epoch"].isna()]
+    return per[["layer", "rank", "wall_s", *[f"{c}_pct" for c in analysis.PRIORITY]]]
+
+
 def render_report(run: "Run", parts: Optional[dict] = None) -> str:
     """The report of ``run`` as one HTML string.
 
@@ -143,6 +149,8 @@ def render_report(run: "Run", parts: Optional[dict] = None) -> str:
         _table(breakdown[pct_cols]) if len(breakdown) else _table(breakdown),
         "<details><summary>Union time per category (seconds, overlapping phases counted in each)</summary>",
         _table(breakdown[union_cols]) if len(breakdown) else "", "</details>",
+        "<details><summary>Whole-run breakdown of each layer on its own (drill-down)</summary>",
+        _table(_per_layer_totals(frame)), "</details>",
         "<h2>Exposed I/O and overlap</h2>", _table(a["exposed_io"]),
         "<h2>Steps: input wait and accelerator utilisation</h2>", _table(a["input_bound"]),
         "<h2>Read bandwidth</h2>",
