@@ -232,3 +232,36 @@ def test_unreadable_manifest_is_a_warning(run_dir: Path, tmp_path: Path) -> None
     assert res.manifest is None
     assert len(res.warnings) == 1 and res.warnings[0].startswith(f"{run / 'manifest.json'}: unreadable manifest")
     assert len(res.frame) == len(merge_path(run_dir).frame)
+
+
+def darshan_example_logs() -> Path:
+    darshan = pytest.importorskip("darshan")
+    logs = Path(darshan.__file__).parent / "examples" / "example_logs"
+    if not (logs / "dxt.darshan").exists():
+        pytest.skip("the darshan wheel ships no example logs")
+    return logs
+
+
+def test_detect_and_read_any_every_kind(run_dir: Path) -> None:
+    from trace_merge.readers import detect, read_any
+
+    (app,) = (run_dir / "app").glob("*.pfw")
+    (posix,) = (run_dir / "posix").glob("*.pfw.gz")
+    (pb,) = run_dir.glob("tf/rank-0/plugins/profile/*/*.xplane.pb")
+    dxt = darshan_example_logs() / "dxt.darshan"
+    assert [detect(p) for p in (app, posix, pb, dxt)] == ["timelogger", "dftracer", "xplane", "darshan"]
+    assert read_any(app).kind == "timelogger" and read_any(posix).kind == "dftracer"
+    src = read_any(dxt)
+    assert src.kind == "darshan" and len(src.counters) and len(src.frame)
+    with pytest.raises(TraceInputError, match="unrecognised trace file"):
+        detect(Path(__file__))
+    with pytest.raises(TraceInputError, match="no such file"):
+        detect(run_dir / "missing.pfw")
+
+
+def test_single_darshan_log() -> None:
+    log = darshan_example_logs() / "dxt.darshan"
+    res = merge_path(log)
+    assert res.sources == [str(log)] and res.manifest is None and res.warnings == []
+    assert len(res.counters) and set(res.counters.columns) == set(COUNTER_DTYPES)
+    assert set(res.frame["layer"].astype(str)) <= {"posix", "mpiio", "stdio", "hdf5"}
