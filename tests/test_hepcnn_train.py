@@ -33,8 +33,9 @@ def hvd_runs(smoke_data: Path, tmp_path_factory: pytest.TempPathFactory) -> dict
     layers = layers_for(smoke_data, posix=True, horovod_timeline=True)
     runs = {}
     for mode in ("local", "global"):
-        runs[mode] = run_point(Point(2, mode), smoke_data, out / mode, ["--smoke", "--epochs", str(EPOCHS)],
-                               layers, dist="horovod")
+        runs[mode] = run_point(Point(2, mode), smoke_data, out / mode,
+                               ["--smoke", "--epochs", str(EPOCHS), "--tf-profile-steps", "1:3"], layers,
+                               dist="horovod")
     return runs
 
 
@@ -99,9 +100,12 @@ def test_breakdown_rows_sum_to_100_and_summary(hvd_runs: dict) -> None:
         assert s["throughput_samples_per_s"] > 0 and 0 <= s["final_accuracy"] <= 1
         run_dir = parts["run"].path
         assert (run_dir / "horovod" / "timeline.json").is_file()
-        assert {p.parent.parent.parent.name for p in run_dir.glob("tf/rank-*/plugins/profile/*/*.xplane.pb")} \
-            <= {"rank-0", "rank-1"}
-        assert set(parts["run"].frame["layer"].astype(str)) >= {"app", "posix", "comm"}
+        assert sorted(p.parents[3].name for p in run_dir.glob("tf/rank-*/plugins/profile/*/*.xplane.pb")) \
+            == ["rank-0", "rank-1"]  # one logdir per rank
+        assert set(parts["run"].frame["layer"].astype(str)) >= {"app", "posix", "comm", "framework"}
+        # the TF profiler's step markers fall inside the app's Training Iteration of the same step
+        residual = parts["run"].residual
+        assert residual["checked"] == 2 * 2 and residual["outside"] == 0 and residual["unmatched"] == 0
 
 
 def _launch(args: list[str], run_dir: Path, ranks: int = 2) -> subprocess.CompletedProcess:
@@ -116,7 +120,8 @@ def _launch(args: list[str], run_dir: Path, ranks: int = 2) -> subprocess.Comple
 @pytest.mark.slow
 def test_mpi4py_backend_two_ranks(smoke_data: Path, tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
-    proc = _launch(["--data", str(smoke_data), "--smoke", "--dist", "mpi", "--shuffle", "global"], run_dir)
+    proc = _launch(["--data", str(smoke_data), "--smoke", "--dist", "mpi", "--shuffle", "global",
+                    "--tf-profile-steps", "2:4"], run_dir)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert "breakdown, % of wall time" in proc.stdout  # rank 0 merged and printed the table
     s = json.loads((run_dir / "summary.json").read_text())
@@ -128,9 +133,13 @@ def test_mpi4py_backend_two_ranks(smoke_data: Path, tmp_path: Path) -> None:
     assert s["read_layer"] == "app" and s["read_bytes"] == 2 * len(info.train) * per_file + val
     from trace_merge.run import Run
 
-    frame = Run.open(run_dir).frame
+    run = Run.open(run_dir)
+    frame = run.frame
     comm = frame[(frame["layer"] == "app") & (frame["name"] == "Allreduce Gradients")]
     assert sorted(comm["rank"].unique()) == [0, 1] and (comm["bytes"] > 0).all()
+    assert sorted(p.parents[3].name for p in run_dir.glob("tf/rank-*/plugins/profile/*/*.xplane.pb")) \
+        == ["rank-0", "rank-1"]
+    assert run.residual["checked"] == 2 * 2 and run.residual["outside"] == 0
 
 
 @pytest.mark.tf

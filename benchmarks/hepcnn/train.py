@@ -135,7 +135,12 @@ def train(cfg: TrainConfig, info: DatasetInfo, run_dir: Path, tl: Any, t0: float
                     tl.set_step(global_step)
                     if window and global_step == window[0]:
                         profile.enter_context(tl.tf_profile(str(run_dir / "tf" / f"rank-{rank}")))
-                    with tl.phase("Training Iteration", cat="other"):
+                    profiling = bool(window) and window[0] <= global_step < window[1]
+                    # The TF profiler's step marker (what Keras' fit emits): lets the framework layer's events be
+                    # checked against this step's app interval after alignment.
+                    marker = (tf.profiler.experimental.Trace("train", step_num=global_step, _r=1) if profiling
+                              else contextlib.nullcontext())
+                    with tl.phase("Training Iteration", cat="other"), marker:
                         with tl.phase("Call to Next Batch", cat="wait"):
                             x, y, w = next(batches)
                         loss, correct, weight = step_fns(tl, x, y, w)
