@@ -241,7 +241,8 @@ SUBCOMMANDS: tuple[Subcommand, ...] = (
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=PROG, description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog=PROG, description="Merge, summarise, report, export and compare "
+                                     "profiled training runs (TimeLogger, TF profiler, Horovod, DFTracer, Darshan).")
     parser.add_argument("--debug", action="store_true", help="show tracebacks and debug logging")
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
