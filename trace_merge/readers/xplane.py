@@ -240,7 +240,9 @@ def read(
     args: list[Any] = []
     threads: dict[int, str] = {}
     cat_cache: dict[tuple[str, str], str] = {}
-    marker_rel_ns: dict[str, int] = {}
+    anchor = _pick_anchor(path, anchors or [])
+    marker_name = (anchor or {}).get("marker") or ANCHOR_MARKER
+    marker_rel: "int | None" = None  # start of the anchor marker, ns relative to the profile start
 
     for line in host_plane.lines:
         line_name = line.display_name or line.name
@@ -263,8 +265,8 @@ def read(
             if cat is None:
                 cat = cat_cache[key] = _classify(name, line_kind)
             start = base_ns + ev.offset_ps // 1000
-            if name not in marker_rel_ns:
-                marker_rel_ns[name] = start
+            if name == marker_name and (marker_rel is None or start < marker_rel):
+                marker_rel = start
             names.append(name)
             cats.append(cat)
             tids.append(int(line.id))
@@ -281,12 +283,9 @@ def read(
     dur_arr = np.asarray(durs, dtype=np.int64)
     _mark_wrappers(cats, start_arr, start_arr + dur_arr)
     task_start = profile_start_ns(space)
-    anchor = _pick_anchor(path, anchors or [])
     meta_out: dict[str, Any] = {"threads": threads}
     if anchor is not None and anchor.get("pid") is not None:
         meta_out["pid"] = int(anchor["pid"])
-    marker_name = (anchor or {}).get("marker") or ANCHOR_MARKER
-    marker_rel = marker_rel_ns.get(marker_name)
 
     if len(start_arr) and int(start_arr.min()) > _ABSOLUTE_NS:
         offset = 0
