@@ -326,3 +326,25 @@ def test_access_pattern_matches_darshan_counters_on_a_real_dxt_log():
     assert ap["sequential"] == pytest.approx(counters["POSIX_SEQ_READS"].sum(), abs=5)
     for b, _ in A.SIZE_BINS:
         assert ap[f"size_{b}"] == counters[f"POSIX_SIZE_READ_{b}"].sum(), b
+
+
+@pytest.mark.mpi
+def test_aggregate_bandwidth_of_a_real_two_rank_run(tmp_path):
+    from test_run_fixtures import make_real_run
+
+    from trace_merge.run import Run
+
+    run_dir, files = make_real_run(tmp_path, sizes=(2_000_000, 1_000_000), epochs=1, ranks=2)
+    run = Run.open(run_dir)
+    bw = run.bandwidth()
+    per_rank = sum(p.stat().st_size for p in files)
+    assert bw["rank"].tolist() == [0, 1] and bw["layer"].tolist() == ["posix", "posix"]
+    assert bw["read_bytes"].tolist() == [per_rank, per_rank]
+    tot = A.bandwidth_totals(run.frame)
+    slowest = bw["read_time_s"].max()
+    assert tot["read_bytes"] == 2 * per_rank and tot["slowest_read_time_s"] == pytest.approx(slowest)
+    assert tot["aggregate_bw_MB_per_s"] == pytest.approx(2 * per_rank / 1e6 / slowest)
+    assert tot["bw_over_job_wall_MB_per_s"] == pytest.approx(2 * per_rank / 1e6 / (A.job_wall_ns(run.frame) / 1e9))
+    bd = run.breakdown()
+    assert sorted(set(bd["rank"])) == [0, 1]
+    np.testing.assert_allclose(bd[PCT].sum(axis=1), 100.0)

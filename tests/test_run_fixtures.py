@@ -56,9 +56,10 @@ def make_dftracer_set(out: Path, ranks: int = 2, epochs: int = 2, steps: int = 5
 
 
 def make_real_run(root: Path, sizes: tuple[int, ...] = (3_000_000, 5_000_000), epochs: int = 2,
-                  posix: bool = True) -> tuple[Path, list[Path]]:
+                  posix: bool = True, ranks: int = 1) -> tuple[Path, list[Path]]:
     """A real run directory: ``timelogger run`` (with the DFTracer preload when ``posix``) around
-    :data:`TRAIN_SCRIPT` reading files of the given sizes.
+    :data:`TRAIN_SCRIPT` reading files of the given sizes, under ``mpiexec -n ranks`` when ``ranks > 1``
+    (every rank reads every file).
 
     ``DFTRACER_INC_METADATA=1`` makes the preload record each call's arguments (``ret`` = bytes read).
     """
@@ -74,7 +75,8 @@ def make_real_run(root: Path, sizes: tuple[int, ...] = (3_000_000, 5_000_000), e
     run_dir = root / "run"
     env = tool_env()
     env["DFTRACER_INC_METADATA"] = "1"
-    cmd = [str(BIN / "timelogger"), "run", "-o", str(run_dir)]
+    cmd = [str(BIN / "mpiexec"), "-n", str(ranks)] if ranks > 1 else []
+    cmd += [str(BIN / "timelogger"), "run", "-o", str(run_dir)]
     if posix:
         cmd += ["--posix", "--posix-filter", str(data)]
     cmd += ["--", sys.executable, str(script), str(epochs), *map(str, files)]
