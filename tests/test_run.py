@@ -54,3 +54,14 @@ def test_compare_labels_and_access_pattern(real_run, dftracer_set):
 def test_open_missing_path_names_it(tmp_path):
     with pytest.raises(TraceInputError, match="nope: no such file"):
         Run.open(tmp_path / "nope")
+
+
+def test_damaged_merged_parquet_is_merged_again_with_a_warning(real_run, tmp_path):
+    run_dir = tmp_path / "run"
+    shutil.copytree(real_run[0], run_dir)
+    write_merged(merge_path(run_dir), run_dir)
+    (run_dir / "merged.parquet").write_bytes(b"not parquet")
+    run = Run.open(run_dir)
+    assert not run.cached and len(run.frame) == len(Run.open(real_run[0]).frame)
+    assert any("merged.parquet" in w or str(run_dir) in w for w in run.warnings)
+    assert "merged again from the sources" in run.warnings[0]

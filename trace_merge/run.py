@@ -105,14 +105,21 @@ class Run:
         p = Path(path)
         if not p.exists():
             raise TraceInputError(p, "no such file or directory")
+        notes: list[str] = []
         if p.is_dir() and _is_fresh(p):
-            frame, counters, info = merge.read_merged(p)
-            logger.info("%s: using %s", p, merge.MERGED)
-            return cls(path=p, frame=frame, counters=counters, warnings=list(info.get("warnings", [])),
-                       residual=dict(info.get("residual") or {}), manifest=_read_manifest(p),
-                       sources=list(info.get("sources", [])), cached=True)
+            try:
+                frame, counters, info = merge.read_merged(p)
+            except TraceInputError as exc:
+                # derived data: a damaged copy costs a re-merge from the sources, not the analysis
+                notes.append(f"{exc} (merged again from the sources)")
+                logger.warning("%s", notes[-1])
+            else:
+                logger.info("%s: using %s", p, merge.MERGED)
+                return cls(path=p, frame=frame, counters=counters, warnings=list(info.get("warnings", [])),
+                           residual=dict(info.get("residual") or {}), manifest=_read_manifest(p),
+                           sources=list(info.get("sources", [])), cached=True)
         res = merge.merge_path(p)
-        return cls(path=p, frame=res.frame, counters=res.counters, warnings=list(res.warnings),
+        return cls(path=p, frame=res.frame, counters=res.counters, warnings=notes + list(res.warnings),
                    residual=dict(res.residual or {}), manifest=res.manifest, sources=list(res.sources))
 
     @property
