@@ -64,6 +64,7 @@ def comparison_rows(points: Sequence[Point], results: Sequence[dict]) -> list[di
         s = parts["summary"]
         rows.append({"point": point.name, "ranks": point.ranks, "shuffle": point.shuffle,
                      "throughput_samples_per_s": s.get("throughput_samples_per_s"),
+                     "steady_throughput_samples_per_s": s.get("steady_throughput_samples_per_s"),
                      "read_bytes": s.get("read_bytes"), "read_time_s": s.get("read_time_s"),
                      "read_bandwidth_bytes_per_s": s.get("read_bandwidth_bytes_per_s"),
                      "read_layer": s.get("read_layer"), "exposed_io_pct": s.get("exposed_io_pct"),
@@ -73,14 +74,15 @@ def comparison_rows(points: Sequence[Point], results: Sequence[dict]) -> list[di
 
 
 def format_comparison(rows: Sequence[dict[str, Any]]) -> str:
-    head = (f"{'point':<12} {'samples/s':>9} {'read MiB':>9} {'read s':>8} {'read MB/s':>10} {'io %':>6} "
+    head = (f"{'point':<12} {'samples/s':>9} {'steady':>9} {'read MiB':>9} {'read s':>8} {'read MB/s':>10} {'io %':>6} "
             f"{'wait %':>6} {'comp %':>6} {'comm %':>6} {'exposed %':>9}")
     lines = [head]
     for r in rows:
         def num(key: str, fmt: str, scale: float = 1.0) -> str:
             v = r.get(key)
             return format(v / scale, fmt) if v is not None else "-"
-        lines.append(f"{r['point']:<12} {num('throughput_samples_per_s', '9.1f')} {num('read_bytes', '9.2f', 2**20)} "
+        lines.append(f"{r['point']:<12} {num('throughput_samples_per_s', '9.1f')} "
+                     f"{num('steady_throughput_samples_per_s', '9.1f')} {num('read_bytes', '9.2f', 2**20)} "
                      f"{num('read_time_s', '8.4f')} {num('read_bandwidth_bytes_per_s', '10.1f', 1e6)} "
                      f"{num('io_pct', '6.2f')} {num('wait_pct', '6.2f')} {num('compute_pct', '6.2f')} "
                      f"{num('comm_pct', '6.2f')} {num('exposed_io_pct', '9.2f')}")

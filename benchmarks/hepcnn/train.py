@@ -178,7 +178,11 @@ def train(cfg: TrainConfig, info: DatasetInfo, run_dir: Path, tl: Any, t0: float
         "benchmark": "hepcnn", "epochs": cfg.epochs, "ranks": size, "dist": dist.kind, "shuffle": cfg.shuffle,
         "loader": cfg.loader, "batch_per_rank": cfg.batch, "image_size": info.image_size, "width": cfg.width,
         "train_files": len(files), "samples_trained": samples, "train_time_s": train_time,
-        "throughput_samples_per_s": samples / train_time, "final_loss": final["loss"],
+        "throughput_samples_per_s": samples / train_time,
+        # without the first epoch, which also traces the tf.functions
+        "steady_throughput_samples_per_s": (sum(s["samples"] for s in epoch_stats[1:]) /
+                                            sum(s["time_s"] for s in epoch_stats[1:])) if cfg.epochs > 1 else None,
+        "final_loss": final["loss"],
         "final_accuracy": final["accuracy"], "final_metrics_on": final["on"],
         "epochs_detail": epoch_stats, "wall_time_s": time.time() - t0, "config": cfg.as_dict(),
     }
