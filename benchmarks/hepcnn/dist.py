@@ -9,6 +9,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from benchmarks.common.env import env_world_size
+from benchmarks.common.errors import BenchmarkError
 
 log = logging.getLogger(__name__)
 BACKENDS = ("auto", "horovod", "mpi", "none")
@@ -47,7 +48,7 @@ class Dist:
             try:
                 from mpi4py import MPI
             except ImportError as err:
-                raise ImportError(f"--dist {self.kind} needs mpi4py: pip install .[mpi] ({err})") from None
+                raise BenchmarkError(f"--dist {self.kind} needs mpi4py: pip install .[mpi] ({err})") from None
             self.comm = MPI.COMM_WORLD
             self.rank, self.size = self.comm.Get_rank(), self.comm.Get_size()
             node = self.comm.Split_type(MPI.COMM_TYPE_SHARED)
@@ -57,7 +58,7 @@ class Dist:
             try:
                 import horovod.tensorflow as hvd
             except ImportError as err:
-                raise ImportError(f"--dist horovod needs Horovod built with TensorFlow: pip install .[horovod] "
+                raise BenchmarkError(f"--dist horovod needs Horovod built with TensorFlow: pip install .[horovod] "
                                   f"({err})") from None
             hvd.init()  # re-uses the MPI that mpi4py initialised
             self.hvd = hvd
