@@ -50,7 +50,7 @@ def _source_args(raw: Any) -> Optional[str]:
 
 def _open(path: Path, compress: bool) -> IO[str]:
     if compress:
-        return gzip.open(path, "wt", encoding="utf-8", compresslevel=6)
+        return gzip.open(path, "wt", encoding="utf-8", compresslevel=3)
     return open(path, "w", encoding="utf-8")
 
 
