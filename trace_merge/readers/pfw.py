@@ -486,6 +486,16 @@ def _parse_arrow(body: "bytes | memoryview", state: _State) -> Optional[_Cols]:
     schema), so the buffer is scanned once.
     """
     import pyarrow as pa
+
+    try:
+        return _arrow_columns(body, state)
+    except (pa.ArrowException, ValueError) as err:  # type conflicts, garbage, >2 GiB string columns...
+        log.debug("%s: pyarrow.json cannot read this file (%s); using the line parser", state.path, err)
+        return None
+
+
+def _arrow_columns(body: "bytes | memoryview", state: _State) -> Optional[_Cols]:
+    import pyarrow as pa
     import pyarrow.compute as pc
     import pyarrow.json as pj
 
@@ -508,15 +518,11 @@ def _parse_arrow(body: "bytes | memoryview", state: _State) -> Optional[_Cols]:
             ("ts", number), ("dur", number), ("args", args_type),
         ]
     )
-    try:
-        table = pj.read_json(
-            pa.py_buffer(body),
-            read_options=pj.ReadOptions(block_size=_ARROW_BLOCK),
-            parse_options=pj.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore"),
-        )
-    except (pa.ArrowException, ValueError) as err:
-        log.debug("%s: pyarrow.json failed (%s); using the line parser", state.path, err)
-        return None
+    table = pj.read_json(
+        pa.py_buffer(body),
+        read_options=pj.ReadOptions(block_size=_ARROW_BLOCK),
+        parse_options=pj.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore"),
+    )
     del body
     if table.num_rows == 0:
         return None
