@@ -33,6 +33,7 @@ def test_prepare_sets_env_and_writes_manifest(tmp_path: Path, monkeypatch: pytes
     assert env["DFTRACER_ENABLE"] == "1" and env["DFTRACER_INIT"] == "PRELOAD"
     assert env["DFTRACER_LOG_FILE"] == str(run_dir / "posix" / "trace")
     assert env["DFTRACER_DATA_DIR"] == str(tmp_path.resolve())
+    assert env["DFTRACER_INC_METADATA"] == "1"  # bytes and offsets of each call
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert manifest["command"] == ["python", "train.py"] and manifest["world_size"] == 2
     assert manifest["launcher"] == "mpich-hydra" and manifest["layers"]["app"] is True
@@ -112,6 +113,8 @@ def test_run_with_posix_preload_writes_dftracer_trace(tmp_path: Path) -> None:
     assert any(str(data / "sample-0.bin") in json.dumps(e.get("args", {})) for e in events)
     reads = [e for e in events if e.get("cat") == "POSIX" and "read" in e.get("name", "")]
     assert len(reads) >= 6
+    # The launcher asks the preload for call metadata, so each read carries its byte count.
+    assert sum(e["args"]["ret"] for e in reads if e["args"].get("ret", -1) > 0) >= 3 * 65536
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert manifest["layers"]["posix"]["data_dir"] == str(data.resolve())
 

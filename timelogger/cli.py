@@ -147,6 +147,8 @@ def prepare(args: argparse.Namespace, env: Dict[str, str]) -> Dict[str, Any]:
             env["DFTRACER_INIT"] = "PRELOAD"
             env["DFTRACER_LOG_FILE"] = str(run_dir / "posix" / "trace")
             env["DFTRACER_DATA_DIR"] = str(Path(args.posix_filter).resolve()) if args.posix_filter else "all"
+            # Without call metadata the preload records no `ret`/`offset`, i.e. no bytes for the bandwidth.
+            env.setdefault("DFTRACER_INC_METADATA", "1")
             layers["posix"] = {"preload": str(so), "data_dir": env["DFTRACER_DATA_DIR"]}
     elif args.posix_filter:
         raise LaunchError("--posix-filter needs --posix")
