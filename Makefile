@@ -6,7 +6,7 @@ VENV_LATEST := .venv-latest
 HOROVOD_FLAGS := HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_MPI=1 HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_MXNET=1 HOROVOD_WITHOUT_GLOO=1
 PYTEST_ARGS ?=
 
-.PHONY: env env-latest test test-latest demo bench clean-env
+.PHONY: env env-latest test test-latest demo bench browser clean-env
 
 env: $(VENV)/.stamp
 env-latest: $(VENV_LATEST)/.stamp
@@ -43,6 +43,12 @@ bench: env
 	PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(VENV)/bin/python benchmarks/perf/overhead.py
 	PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(VENV)/bin/python benchmarks/perf/merge_scale.py
 	PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(VENV)/bin/python benchmarks/perf/reader_efficiency.py
+
+# Headless Chromium for the test that screenshots the HTML report (skipped without it). Needs root and apt.
+browser:
+	@command -v chromium >/dev/null 2>&1 || { command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ] && \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) || \
+	  echo "make browser: could not install chromium (needs root + apt); the report screenshot test will skip"; }
 
 clean-env:
 	rm -rf $(VENV) $(VENV_LATEST)
