@@ -11,7 +11,9 @@
    * ``tfdata``: one epoch of the tf.data pipeline (interleave + numpy_function reads + batch + prefetch).
 2. Slowdown of the 2-rank benchmark (demo preset, steady-state epochs, best of ``--repeat``) with the TimeLogger
    alone and with every layer on (launcher POSIX preload + Horovod timeline + TF profiler window) against no
-   capture at all. Targets: TimeLogger <= 0.5 %, all layers <= 3 %.
+   capture at all. Targets: TimeLogger <= 0.5 %, all layers <= 3 %. On a shared 2-core machine identical runs differ
+   by tens of percent (reported as ``resolution_pct``; no verdict is given then), so the TimeLogger's cost is also
+   measured directly: the benchmark's per-step phases with an enabled vs a disabled logger, over the step time.
 
 Usage: ``python benchmarks/perf/reader_efficiency.py [--data DIR] [--repeat N] [--skip-overhead]``
 """
@@ -146,6 +148,33 @@ def bandwidths(files: list[str], image_size: int, samples: int, batch: int, pass
     return out
 
 
+def timelogger_cost_per_step_s(n: int = 20000) -> float:
+    """Seconds the app layer adds to one training step: the benchmark's per-step phases (set_step, Training
+    Iteration ⊃ {Call to Next Batch, Train Step}) with a real enabled TimeLogger minus a disabled one.
+
+    Measured on empty bodies in a tight loop, so the machine's load moves it far less than whole-run timings.
+    """
+    from timelogger import TimeLogger
+
+    def loop(tl: "TimeLogger") -> float:
+        t0 = time.perf_counter()
+        for step in range(n):
+            tl.set_step(step)
+            with tl.phase("Training Iteration", cat="other"):
+                with tl.phase("Call to Next Batch", cat="wait"):
+                    pass
+                with tl.phase("Train Step", cat="compute"):
+                    pass
+        return time.perf_counter() - t0
+
+    with tempfile.TemporaryDirectory(prefix="hepcnn-tl-") as tmp:
+        on = TimeLogger(tmp, rank=0, world_size=1)
+        off = TimeLogger(None)
+        cost = min(loop(on) - loop(off) for _ in range(3)) / n
+        on.close()
+    return max(cost, 0.0)
+
+
 def overhead(data: Path, repeat: int) -> dict[str, float]:
     """Steady-state seconds per epoch (epochs after the first, best of ``repeat``) for three capture settings."""
     base = [sys.executable, "-m", "benchmarks.hepcnn", "train", "--data", str(data.absolute()), "--demo-preset",
@@ -162,10 +191,17 @@ def overhead(data: Path, repeat: int) -> dict[str, float]:
                 run_dir = Path(tmp) / f"{name}-{i}"
                 stream(run_command(2, run_dir, program, layers), env=layers.extra_env, prefix=f"  {name}/{i} ",
                        echo=sys.stderr)  # stdout carries only the JSON line
-                detail = json.loads((run_dir / "summary.json").read_text())["epochs_detail"]
+                summary = json.loads((run_dir / "summary.json").read_text())
+                detail = summary["epochs_detail"]
                 times[name].append(sum(e["time_s"] for e in detail[1:]))
+                steps = sum(e["samples"] for e in detail[1:]) // (summary["batch_per_rank"] * summary["ranks"])
     best = {name: min(v) for name, v in times.items()}
+    per_step = timelogger_cost_per_step_s()
     return {
+        "timelogger_cost_per_step_s": per_step,
+        "step_s_none": best["none"] / steps,
+        # the app layer's own cost against the uninstrumented step time, resolved far below the run-to-run spread
+        "timelogger_overhead_est_pct": 100.0 * per_step / (best["none"] / steps),
         "steady_epochs_s_none": best["none"], "steady_epochs_s_timelogger": best["timelogger"],
         "steady_epochs_s_all": best["all"],
         "timelogger_slowdown_pct": 100.0 * (best["timelogger"] / best["none"] - 1.0),
@@ -217,6 +253,7 @@ def main() -> int:
         resolved = o["resolution_pct"]
         result["timelogger_target_met"] = (o["timelogger_slowdown_pct"] <= TL_TARGET_PCT
                                            if resolved <= TL_TARGET_PCT else None)
+        result["timelogger_est_target_met"] = o["timelogger_overhead_est_pct"] <= TL_TARGET_PCT
         result["all_layers_target_met"] = (o["all_layers_slowdown_pct"] <= ALL_TARGET_PCT
                                            if resolved <= ALL_TARGET_PCT else None)
     print(json.dumps(result), flush=True)
