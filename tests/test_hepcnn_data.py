@@ -203,3 +203,29 @@ def test_bad_image_too_small_for_network(tmp_path: Path) -> None:
 def test_bad_dist_horovod_without_horovod(dataset: Path, tmp_path: Path) -> None:
     proc = _train(["--data", str(dataset), "--run-dir", str(tmp_path / "run"), "--dist", "horovod"])
     _assert_one_line_error(proc, "--dist horovod needs Horovod")
+
+
+def test_read_methods_return_the_same_samples(dataset: Path) -> None:
+    from timelogger import TimeLogger
+
+    from benchmarks.hepcnn.loaders import FileReader
+
+    info = check_dataset(dataset)
+    assert all(f.extents for f in info.train)  # the generator's small datasets are contiguous too
+    off = TimeLogger(None)
+    plain = FileReader(off, seed=1, rank=0, method="h5py")
+    known = FileReader(off, seed=1, rank=0, method="direct", layout=info.by_path)
+    probe = FileReader(off, seed=1, rank=0, method="direct")  # no layout: HDF5 for the offset only
+    for position, path in enumerate(info.train_files):
+        with h5py.File(path, "r") as f:
+            want_x = f["data"][...].transpose(0, 2, 3, 1)
+            want_y = f["label"][...]
+        for epoch in (None, 0):
+            outs = [r.read(path, epoch, position) for r in (plain, known, probe)]
+            for x, y, w in outs[1:]:
+                for a, b in zip((x, y, w), outs[0]):
+                    np.testing.assert_array_equal(a, b)
+        x, y, _ = outs[0]
+        order = sample_order(len(want_y), 1, 0, 0, position)
+        np.testing.assert_array_equal(x, want_x[order])
+        np.testing.assert_array_equal(y, want_y[order])

@@ -164,13 +164,19 @@ def _complete(out: Path, spec: GenSpec) -> bool:
 
 @dataclass(frozen=True)
 class FileInfo:
-    """One checked file: where its ``data`` lies (for byte accounting) and how many samples it holds."""
+    """One checked file: where its ``data`` lies (for byte accounting) and how many samples it holds.
+
+    ``extents`` maps ``label``/``normweight`` to ``(offset, nbytes, dtype)`` when they are stored contiguously
+    (absent when HDF5 keeps them elsewhere, e.g. compact in the object header): with them the ``direct`` read
+    method reads a whole file without opening it through HDF5 again.
+    """
 
     path: str
     samples: int
     image_size: int
     data_offset: int
     data_bytes: int
+    extents: tuple[tuple[str, int, int, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -188,6 +194,10 @@ class DatasetInfo:
     @property
     def samples_per_file(self) -> dict[str, int]:
         return {f.path: f.samples for f in self.train + self.validation}
+
+    @property
+    def by_path(self) -> dict[str, FileInfo]:
+        return {f.path: f for f in self.train + self.validation}
 
 
 def list_files(data_dir: Path, split: str) -> list[Path]:
@@ -228,10 +238,19 @@ def check_file(path: Path, image_size: int | None = None) -> FileInfo:
         nbytes = data.id.get_storage_size()
         if offset is None or data.chunks is not None or data.compression is not None:
             raise TraceInputError(path, "'data' is not contiguous and uncompressed")
+        extents = []
+        for name in REQUIRED[1:]:
+            d = f[name]
+            where = d.id.get_offset()
+            if where is not None and d.chunks is None and d.compression is None and d.dtype.byteorder in "=<|":
+                extents.append((name, int(where), int(d.id.get_storage_size()), d.dtype.str))
     size = path.stat().st_size
-    if offset + nbytes > size:
-        raise TraceInputError(path, f"truncated: 'data' ends at byte {offset + nbytes}, file has {size}")
-    return FileInfo(str(path), int(shape[0]), int(shape[2]), int(offset), int(nbytes))
+    ends = [(offset + nbytes, "data")] + [(o + n, name) for name, o, n, _ in extents]
+    end, name = max(ends)
+    if end > size:
+        raise TraceInputError(path, f"truncated: '{name}' ends at byte {end}, file has {size}")
+    return FileInfo(str(path), int(shape[0]), int(shape[2]), int(offset), int(nbytes),
+                    tuple(extents) if len(extents) == len(REQUIRED) - 1 else ())
 
 
 def check_dataset(data_dir: "str | os.PathLike[str]", ranks: int = 1, image_size: int | None = None) -> DatasetInfo:

@@ -6,8 +6,9 @@ batches per epoch so that every rank steps the same number of times.
 """
 from __future__ import annotations
 
+import os
 import threading
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 import h5py
 import numpy as np
@@ -24,19 +25,23 @@ READ_METHODS = ("h5py", "direct")
 class FileReader:
     """Reads one whole HEP-CNN file into NHWC arrays, recording the read in the TimeLogger ``tl``.
 
-    ``method="h5py"`` reads ``data`` with h5py (the original loader). ``method="direct"`` asks HDF5 only for the
-    metadata (where the contiguous ``data`` starts) and reads its bytes with one plain ``readinto`` into the
-    array -- HDF5's own read path copies through its buffers and runs at about half the speed of a raw read on a
-    warm page cache (see ``benchmarks/perf/reader_efficiency.py``).
+    ``method="h5py"`` reads ``data`` with h5py (the original loader). ``method="direct"`` uses the dataset
+    layout found when the files were checked (``layout``: path -> :class:`~benchmarks.hepcnn.data.FileInfo`) and
+    reads ``data``, ``label`` and ``normweight`` with plain reads at their offsets, without opening the file
+    through HDF5 again; files without a known layout are opened with h5py for the offset only. On a warm page cache
+    HDF5's open and its buffered read path cost about half the bandwidth of a raw read for files of a few MiB
+    (see ``benchmarks/perf/reader_efficiency.py``).
     """
 
-    def __init__(self, tl: Any, seed: int, rank: int, method: str = "h5py") -> None:
+    def __init__(self, tl: Any, seed: int, rank: int, method: str = "h5py",
+                 layout: "Mapping[str, Any] | None" = None) -> None:
         if method not in READ_METHODS:
             raise ValueError(f"unknown read method {method!r}; expected one of {READ_METHODS}")
         self.tl = tl
         self.seed = seed
         self.rank = rank
         self.method = method
+        self.layout = dict(layout or {})
         # One read buffer per thread, re-used: the NCHW data is copied out (transposed) before the next read, and
         # a fresh 10-400 MiB array per file would cost a page fault per 4 KiB inside the read interval.
         self._buffers = threading.local()
@@ -53,16 +58,11 @@ class FileReader:
         with self.tl.phase("Load File", cat="io") as load:
             load.update(file=path)
             with self.tl.phase("HDF5 File Read", cat="io") as read:
-                with h5py.File(path, "r") as f:
-                    dset = f["data"]
-                    data = self._buffer(dset.shape)
-                    offset = dset.id.get_offset() if self.method == "direct" else None
-                    if offset is None:
-                        dset.read_direct(data)
-                    label = f["label"][...].astype(np.int32, copy=False)
-                    weight = f["normweight"][...].astype(np.float32, copy=False)
-                if offset is not None:
-                    _read_at(path, offset, data)
+                info = self.layout.get(path) if self.method == "direct" else None
+                if info is not None and info.extents:
+                    data, label, weight = self._read_known(path, info)
+                else:
+                    data, label, weight = self._read_hdf5(path)
                 read.update(bytes=int(data.nbytes + label.nbytes + weight.nbytes), file=path)
             if epoch is None:
                 return np.ascontiguousarray(data.transpose(0, 2, 3, 1)), label, weight
@@ -70,19 +70,45 @@ class FileReader:
             x = np.ascontiguousarray(data[order].transpose(0, 2, 3, 1))
         return x, label[order], weight[order]
 
+    def _read_known(self, path: str, info: Any) -> Batch:
+        """All three datasets by plain reads at the offsets recorded when the file was checked."""
+        s = info.image_size
+        data = self._buffer((info.samples, 3, s, s))
+        small = {}
+        with open(path, "rb", buffering=0) as f:
+            _read_at(f, path, info.data_offset, data)
+            for name, offset, nbytes, dtype in info.extents:
+                small[name] = np.frombuffer(os.pread(f.fileno(), nbytes, offset), dtype=dtype)
+        return (data, small["label"].astype(np.int32, copy=False),
+                small["normweight"].astype(np.float32, copy=False))
 
-def _read_at(path: str, offset: int, out: np.ndarray) -> None:
-    """Fill ``out`` with the bytes of ``path`` from ``offset`` (a contiguous, uncompressed HDF5 dataset)."""
-    with open(path, "rb", buffering=0) as f:
-        f.seek(offset)
-        got = f.readinto(out)  # one read(2) for a regular file
-        if got != out.nbytes:  # short read: finish it, or the file is truncated
-            view = memoryview(out).cast("B")
-            while got < out.nbytes:
-                n = f.readinto(view[got:])
-                if not n:
-                    raise OSError(f"{path}: file ends {out.nbytes - got} bytes before the end of 'data'")
-                got += n
+    def _read_hdf5(self, path: str) -> Batch:
+        """``data`` through h5py (or, for ``direct``, one plain read at the offset HDF5 reports)."""
+        with h5py.File(path, "r") as f:
+            dset = f["data"]
+            data = self._buffer(dset.shape)
+            offset = dset.id.get_offset() if self.method == "direct" else None
+            if offset is None:
+                dset.read_direct(data)
+            label = f["label"][...].astype(np.int32, copy=False)
+            weight = f["normweight"][...].astype(np.float32, copy=False)
+        if offset is not None:
+            with open(path, "rb", buffering=0) as raw:
+                _read_at(raw, path, offset, data)
+        return data, label, weight
+
+
+def _read_at(f: Any, path: str, offset: int, out: np.ndarray) -> None:
+    """Fill ``out`` from the open unbuffered file ``f`` at ``offset`` (a contiguous, uncompressed dataset)."""
+    f.seek(offset)
+    got = f.readinto(out)  # one read(2) for a regular file
+    if got != out.nbytes:  # short read: finish it, or the file is truncated
+        view = memoryview(out).cast("B")
+        while got < out.nbytes:
+            n = f.readinto(view[got:])
+            if not n:
+                raise OSError(f"{path}: file ends {out.nbytes - got} bytes before the end of 'data'")
+            got += n
 
 
 class WholeFileLoader:

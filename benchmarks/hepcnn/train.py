@@ -104,7 +104,7 @@ def train(cfg: TrainConfig, info: DatasetInfo, run_dir: Path, tl: Any, t0: float
             ckpt_manager = tf.train.CheckpointManager(ckpt, str(run_dir / "checkpoints"), max_to_keep=2)
 
     with tl.phase("Setup Iterators", cat="other"):
-        reader = FileReader(tl, cfg.seed, rank, cfg.read_method)
+        reader = FileReader(tl, cfg.seed, rank, cfg.read_method, info.by_path)
         loader = make_loader(cfg.loader, reader, cfg.batch, info.image_size)
         files = info.train_files
         counts = info.samples_per_file
@@ -264,7 +264,7 @@ def _validate(tf: Any, model: Any, info: DatasetInfo, dist: Any, tl: Any, cfg: T
     """Weighted loss and accuracy over the validation files, sharded over ranks."""
     from benchmarks.hepcnn.model import weighted_correct, weighted_loss
 
-    reader = FileReader(tl, cfg.seed, dist.rank, cfg.read_method)
+    reader = FileReader(tl, cfg.seed, dist.rank, cfg.read_method, info.by_path)
     names = [f.path for f in info.validation]
     sums = np.zeros(3)
     if len(names) >= dist.size:

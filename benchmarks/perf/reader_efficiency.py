@@ -90,9 +90,9 @@ class _Interval:
             self.owner.bytes += self.n
 
 
-def whole_file(files: list[str], method: str = "h5py") -> dict[str, float]:
+def whole_file(files: list[str], method: str = "h5py", layout: dict | None = None) -> dict[str, float]:
     timer = _ReadTimer()
-    reader = FileReader(timer, seed=0, rank=0, method=method)
+    reader = FileReader(timer, seed=0, rank=0, method=method, layout=layout)
     t0 = time.perf_counter()
     for i, path in enumerate(files):
         reader.read(path, 0, i)
@@ -129,11 +129,12 @@ def hdf5_open_s(files: list[str]) -> float:
     return (time.perf_counter() - t0) / len(files)
 
 
-def bandwidths(files: list[str], image_size: int, samples: int, batch: int, passes: int = 5) -> dict[str, float]:
+def bandwidths(files: list[str], image_size: int, samples: int, batch: int, layout: dict,
+               passes: int = 5) -> dict[str, float]:
     """Warm-cache bandwidths, best of ``passes`` (one pass over the dataset takes only tens of ms here)."""
     raw_bytes, raw_s = min((raw_read(files) for _ in range(passes)), key=lambda r: r[1])
     wf = _best([whole_file(files) for _ in range(passes)])
-    direct = _best([whole_file(files, "direct") for _ in range(passes)])
+    direct = _best([whole_file(files, "direct", layout) for _ in range(passes)])
     td = _best([tfdata(files, image_size, samples, batch) for _ in range(passes)])
     raw_bw = raw_bytes / raw_s
     out = {"raw_bytes_per_s": raw_bw,
@@ -226,7 +227,7 @@ def main() -> int:
     result: dict[str, object] = {"benchmark": "hepcnn_reader_efficiency", "files": len(files),
                                  "dataset_bytes": sum(Path(f).stat().st_size for f in files)}
     raw_bytes, _ = raw_read(files)  # warm the cache once so "warm" means warm for every reader
-    warm = bandwidths(files, info.image_size, samples, DEMO.batch)
+    warm = bandwidths(files, info.image_size, samples, DEMO.batch, info.by_path)
     result.update({f"warm_{k}": v for k, v in warm.items()})
     cold_ok = drop_caches()
     result["cold_cache_dropped"] = cold_ok
@@ -235,7 +236,7 @@ def main() -> int:
         drop_caches()
         wf = whole_file(files)
         drop_caches()
-        direct = whole_file(files, "direct")
+        direct = whole_file(files, "direct", info.by_path)
         drop_caches()
         td = tfdata(files, info.image_size, samples, DEMO.batch)
         raw_bw = raw_bytes / raw_s
