@@ -149,12 +149,67 @@ def apply_offsets(frame: pd.DataFrame, offsets: Mapping[int, int]) -> pd.DataFra
 def _nesting_parents(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     """Parent of each interval in a nesting forest (-1 for roots); ``starts`` sorted, ties longer first.
 
-    A crossing interval's parent is the latest-started one still open when it starts.
+    A crossing interval's parent is the latest-started one still open when it starts. This is the
+    result of one stack sweep (:func:`_nesting_parents_loop`), computed without a Python loop over the
+    intervals: the stack before interval ``i`` is the ancestor chain of ``i - 1``, so ``parent`` is the
+    sweep's result exactly when ``parent[i]`` is the first interval on that chain still open at
+    ``starts[i]`` for every ``i`` (by induction over ``i``). :func:`_candidate_parents` (exact for properly
+    nested intervals) gives a first guess; a few vectorised passes of that rule repair what crossing
+    intervals got wrong, and a trace that still does not settle gets the loop.
     """
+    n = len(starts)
+    if n == 0:
+        return np.zeros(0, dtype=np.int64)
+    parent = _candidate_parents(starts, ends)
+    for _ in range(_PARENT_PASSES):
+        swept = _sweep_step(parent, starts, ends)
+        if np.array_equal(swept, parent):
+            return parent
+        parent = swept
+    return _nesting_parents_loop(starts, ends)
+
+
+#: passes of :func:`_sweep_step` before :func:`_nesting_parents` gives up and loops (each pass is O(n * depth))
+_PARENT_PASSES = 4
+
+
+def _candidate_parents(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """For properly nested intervals: the last earlier interval one nesting level up (depth = still open)."""
+    n = len(starts)
+    index = np.arange(n, dtype=np.int64)
+    depth = index - np.searchsorted(np.sort(ends), starts, side="right")
+    by_depth = np.argsort(depth, kind="stable")  # (depth, index) order
+    key = depth[by_depth] * (n + 1) + by_depth
+    pos = np.searchsorted(key, (depth - 1) * (n + 1) + index, side="left") - 1
+    cand = by_depth[np.maximum(pos, 0)]
+    ok = (pos >= 0) & (depth > 0) & (depth[cand] == depth - 1)
+    return np.where(ok, cand, -1)
+
+
+def _sweep_step(parent: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """What the stack sweep makes each interval's parent, given ``parent`` for the earlier ones.
+
+    Interval ``i``'s parent is the first of ``i - 1``, ``parent[i - 1]``, ... whose end is after
+    ``starts[i]`` (the loop pops intervals that end at or before it). All intervals climb together.
+    """
+    out = np.full(len(starts), -1, dtype=np.int64)
+    idx = np.arange(1, len(starts), dtype=np.int64)  # intervals still climbing
+    at = idx - 1  # their current candidate on the chain
+    while len(idx):
+        closed = ends[at] <= starts[idx]
+        out[idx[~closed]] = at[~closed]
+        idx, at = idx[closed], parent[at[closed]]
+        alive = at >= 0
+        idx, at = idx[alive], at[alive]
+    return out
+
+
+def _nesting_parents_loop(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """The stack sweep :func:`_nesting_parents` reproduces; one Python step per interval."""
     parent = [-1] * len(starts)
     stack: list[int] = []
     ends_list = ends.tolist()  # plain lists: element access in this loop is ~5x faster than numpy's
-    for i, start in enumerate(starts.tolist()):  # one pass over the app intervals
+    for i, start in enumerate(starts.tolist()):
         while stack and ends_list[stack[-1]] <= start:
             stack.pop()
         if stack:
@@ -251,7 +306,7 @@ def propagate_steps(frame: pd.DataFrame) -> pd.DataFrame:
         if not len(targets):
             continue
         apps = np.flatnonzero(tagged_any & (rank == r))
-        apps = apps[np.lexsort((-(end[apps] - start[apps]), start[apps]))]
+        apps = apps[start_order(start[apps], start[apps] - end[apps])]  # ties: longer first
         forest = _nesting_parents(start[apps], end[apps])  # one sweep serves both columns
         for col, vals in values.items():
             parent, keep = _drop_from_forest(forest, np.isnan(vals[apps]))
@@ -316,10 +371,11 @@ def alignment_residual(frame: pd.DataFrame, tolerance_ns: int = RESIDUAL_TOLERAN
     if not len(frame):
         return res
     has_step = frame["step"].notna().to_numpy()
-    fw = frame[(frame["layer"] == "framework").to_numpy() & has_step]
-    app = frame[(frame["layer"] == "app").to_numpy() & has_step]
-    if not len(fw):
+    is_fw = (frame["layer"] == "framework").to_numpy() & has_step
+    if not is_fw.any():  # e.g. DFTracer-only traces: skip copying millions of app rows for nothing
         return res
+    fw = frame[is_fw]
+    app = frame[(frame["layer"] == "app").to_numpy() & has_step]
     steps_app = app[(app["name"] == STEP_PHASE).to_numpy()]
     app = steps_app if len(steps_app) else app
     if not len(app):
@@ -353,6 +409,37 @@ def alignment_residual(frame: pd.DataFrame, tolerance_ns: int = RESIDUAL_TOLERAN
         numbering=numbering if len(out_by) else None,
     )
     return res
+
+
+def start_order(starts: np.ndarray, second: np.ndarray) -> np.ndarray:
+    """Stable order by ``starts``, ties by ``second`` ascending (both int64 arrays).
+
+    Equal starts are few compared with all rows, so only their runs get the two-key sort (a full
+    :func:`numpy.lexsort` costs about three sorts; the stable sort of nearly sorted input is cheap).
+    """
+    order = np.argsort(starts, kind="stable")
+    s = starts[order]
+    tied = np.flatnonzero(s[1:] == s[:-1])
+    if tied.size:
+        at = np.unique(np.concatenate((tied, tied + 1)))
+        sub = order[at]
+        order[at] = sub[np.lexsort((second[sub], starts[sub]))]
+    return order
+
+
+def time_order(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` sorted by ``start_ns`` then ``layer`` (category order), stable, with a fresh index.
+
+    Same result as ``sort_values(["start_ns", "layer"], kind="stable")`` at a third of its cost: one
+    order from numpy, then one ``take`` per column without pandas' block machinery.
+    """
+    codes = frame["layer"].cat.codes.to_numpy().astype(np.int64)
+    codes[codes < 0] = np.iinfo(np.int64).max  # missing layer sorts last, as in sort_values
+    order = start_order(frame["start_ns"].to_numpy(), codes)
+    if np.array_equal(order, np.arange(len(order))):
+        return frame.reset_index(drop=True)
+    data = {c: frame[c].array.take(order) for c in frame.columns}
+    return pd.DataFrame(data, columns=frame.columns, copy=False)
 
 
 def _median_ns(frame: pd.DataFrame) -> "float | None":
@@ -396,9 +483,8 @@ def align(sources: Sequence[SourceData]) -> AlignResult:
                 dropped.append(src.path)
                 continue
         frames.append(apply_offsets(frame, offsets))
-    frame = concat_frames(frames)
+    frame = time_order(concat_frames(frames))  # first: propagate_steps then finds each rank's app rows in order
     log.debug("clock offsets subtracted (ns, per rank): %s", offsets)
     residual = alignment_residual(frame)
     frame = propagate_steps(frame)
-    frame = frame.sort_values(["start_ns", "layer"], kind="stable", ignore_index=True)
     return AlignResult(frame=frame, residual=residual, warnings=warnings, dropped=dropped, offsets=offsets)
