@@ -150,7 +150,8 @@ def test_learns_better_than_chance(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
     proc = subprocess.run([sys.executable, "-m", "benchmarks.hepcnn", "train", "--data", str(data), "--run-dir",
-                           str(run_dir), "--dist", "none", "--epochs", "5", "--batch", "16", "--width", "16",
+                           str(run_dir), "--dist", "none", "--epochs", "6", "--batch", "16", "--width", "16",
+                           "--dropout", "0.25",
                            "--checkpoint-every", "0", "--no-merge"], cwd=REPO, env=env, capture_output=True,
                           text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
