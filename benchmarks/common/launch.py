@@ -10,7 +10,7 @@ import shutil
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence, TextIO
 
@@ -35,7 +35,6 @@ class Layers:
     posix: bool = False
     posix_filter: str | None = None
     horovod_timeline: bool = False
-    extra_env: dict[str, str] = field(default_factory=dict)
 
 
 def run_command(ranks: int, run_dir: Path, program: Sequence[str], layers: Layers) -> list[str]:

@@ -30,9 +30,9 @@ class Point:
 
 
 def layers_for(data: Path, posix: bool, horovod_timeline: bool) -> Layers:
-    """Capture layers for one point; DFTracer must include call arguments for POSIX bytes and file names."""
+    """Capture layers for one point (DFTracer matches its prefix filter against the path as opened: absolute)."""
     return Layers(posix=posix, posix_filter=str(data.absolute()) if posix else None,
-                  horovod_timeline=horovod_timeline, extra_env={"DFTRACER_INC_METADATA": "1"} if posix else {})
+                  horovod_timeline=horovod_timeline)
 
 
 def run_point(point: Point, data: Path, run_dir: Path, train_args: Sequence[str], layers: Layers,
@@ -43,8 +43,7 @@ def run_point(point: Point, data: Path, run_dir: Path, train_args: Sequence[str]
     run_dir.parent.mkdir(parents=True, exist_ok=True)
     log = run_dir.parent / f"{run_dir.name}.log"
     print(f"== {point.name}: {' '.join(run_command(point.ranks, run_dir, program, layers))}", flush=True)
-    seconds = stream(run_command(point.ranks, run_dir, program, layers), env=layers.extra_env,
-                     prefix=f"  {point.name} ", log=log)
+    seconds = stream(run_command(point.ranks, run_dir, program, layers), prefix=f"  {point.name} ", log=log)
     parts = finalize_run(run_dir)
     parts["job_s"] = seconds
     return parts

@@ -200,7 +200,7 @@ def overhead(data: Path, repeat: int) -> dict[str, float]:
         for i in range(repeat):
             for name, (program, layers) in settings.items():  # interleaved so drifts hit all settings alike
                 run_dir = Path(tmp) / f"{name}-{i}"
-                stream(run_command(2, run_dir, program, layers), env=layers.extra_env, prefix=f"  {name}/{i} ",
+                stream(run_command(2, run_dir, program, layers), prefix=f"  {name}/{i} ",
                        echo=sys.stderr)  # stdout carries only the JSON line
                 summary = json.loads((run_dir / "summary.json").read_text())
                 detail = summary["epochs_detail"]
