@@ -19,6 +19,8 @@ Steps (:func:`align`):
 from __future__ import annotations
 
 import logging
+import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -280,6 +282,16 @@ def _drop_from_forest(parent: np.ndarray, drop: np.ndarray) -> "tuple[np.ndarray
     return new_index[up[keep]], keep  # up == -1 maps through the extra last slot to -1
 
 
+def _by_rank(rank: np.ndarray, rows: np.ndarray) -> "dict[int, np.ndarray]":
+    """rank -> the entries of ``rows`` (row indices, ascending) on that rank, each group still ascending."""
+    keys = rank[rows]
+    if len(keys) and -(2**15) <= keys.min() and keys.max() < 2**15:
+        keys = keys.astype(np.int16)  # numpy's stable sort of 16-bit integers is a radix sort: O(n)
+    order = np.argsort(keys, kind="stable")
+    uniq, first = np.unique(keys[order], return_index=True)
+    return {int(r): rows[part] for r, part in zip(uniq, np.split(order, first[1:]))}
+
+
 def propagate_steps(frame: pd.DataFrame) -> pd.DataFrame:
     """Copy ``epoch``/``step`` from app intervals onto the non-app rows they contain (same rank).
 
@@ -301,11 +313,11 @@ def propagate_steps(frame: pd.DataFrame) -> pd.DataFrame:
     values = {c: frame[c].to_numpy(dtype="float64", na_value=np.nan) for c in ("step", "epoch")}
     result = {c: v.copy() for c, v in values.items()}
     tagged_any = is_app & ~(np.isnan(values["step"]) & np.isnan(values["epoch"]))
-    for r in np.unique(rank[tagged_any]):
-        targets = np.flatnonzero(~is_app & (rank == r))
-        if not len(targets):
-            continue
-        apps = np.flatnonzero(tagged_any & (rank == r))
+    apps_of = _by_rank(rank, np.flatnonzero(tagged_any))  # rank -> its rows, still in start order
+    targets_of = _by_rank(rank, np.flatnonzero(~is_app))
+
+    def one_rank(r: int) -> None:
+        apps, targets = apps_of[r], targets_of[r]
         apps = apps[start_order(start[apps], start[apps] - end[apps])]  # ties: longer first
         forest = _nesting_parents(start[apps], end[apps])  # one sweep serves both columns
         for col, vals in values.items():
@@ -315,7 +327,12 @@ def propagate_steps(frame: pd.DataFrame) -> pd.DataFrame:
             tagged = tagged[keep]
             hit = _innermost(start[tagged], end[tagged], start[targets], end[targets], parent)
             found = hit >= 0
-            result[col][targets[found]] = vals[tagged[hit[found]]]
+            result[col][targets[found]] = vals[tagged[hit[found]]]  # ranks write disjoint rows
+
+    ranks = [r for r in apps_of if r in targets_of]
+    # numpy releases the GIL in the sorts, searches and gathers that make up a rank's work
+    with ThreadPoolExecutor(max_workers=max(1, min(len(ranks), os.cpu_count() or 1))) as pool:
+        list(pool.map(one_rank, ranks))
     for col, res in result.items():
         missing = np.isnan(res)
         out[col] = pd.arrays.IntegerArray(np.where(missing, 0, res).astype(np.int64), missing)
@@ -438,8 +455,11 @@ def time_order(frame: pd.DataFrame) -> pd.DataFrame:
     order = start_order(frame["start_ns"].to_numpy(), codes)
     if np.array_equal(order, np.arange(len(order))):
         return frame.reset_index(drop=True)
-    data = {c: frame[c].array.take(order) for c in frame.columns}
-    return pd.DataFrame(data, columns=frame.columns, copy=False)
+    columns = list(frame.columns)
+    # one gather per column; numpy and pandas' take kernels release the GIL, so columns go in parallel
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+        arrays = list(pool.map(lambda c: frame[c].array.take(order), columns))
+    return pd.DataFrame(dict(zip(columns, arrays)), columns=columns, copy=False)
 
 
 def _median_ns(frame: pd.DataFrame) -> "float | None":
