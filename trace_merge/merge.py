@@ -13,6 +13,7 @@ import json
 import logging
 import os
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
@@ -166,44 +167,71 @@ def _anchors(app: list[SourceData]) -> dict[int, list[dict[str, Any]]]:
     return out
 
 
+#: kinds whose reader (:mod:`trace_merge.readers.pfw`) is thread-safe and releases the GIL while it
+#: decompresses and parses, so several files are read at once (one gunzips while another parses)
+_THREADED_KINDS = ("timelogger", "dftracer")
+#: files read at once: one per core (pyarrow parses each with all cores; more files in flight only add
+#: memory, each holds its decompressed text), at most 4
+_READ_THREADS = max(1, min(4, os.cpu_count() or 1))
+
+
 def _read_all(
     files: list[tuple[Path, str]], warnings: list[str]
 ) -> list[SourceData]:
-    """Read app files first, then the others with the app files' anchors; failures become warnings."""
+    """Read app files first, then the others with the app files' anchors; failures become warnings.
 
-    def attempt(fn: Callable[[], SourceData], p: Path) -> "SourceData | None":
+    Sources and warnings come out in file order however many files are read at once.
+    """
+
+    def attempt(p: Path, kind: str, kw: dict[str, Any]) -> "SourceData | str":
         try:
-            return fn()
+            return read_any(p, kind=kind, **kw)
         except TraceInputError as exc:
-            warnings.append(str(exc))
+            return str(exc)
         except ImportError as exc:
-            warnings.append(f"{p}: {exc}")
-        return None
+            return f"{p}: {exc}"
+
+    def read_batch(batch: list, pool: ThreadPoolExecutor) -> None:
+        """``batch``: (path, kind, kwargs) or a warning string, in order; sources/warnings in that order."""
+        pending = [pool.submit(attempt, *job) if not isinstance(job, str) and job[1] in _THREADED_KINDS
+                   else job for job in batch]
+        for item in pending:
+            if isinstance(item, str):
+                out = item
+            elif isinstance(item, tuple):  # a reader not known to be thread-safe: here, in order
+                out = attempt(*item)
+            else:
+                out = item.result()
+            if isinstance(out, str):
+                warnings.append(out)
+            else:
+                sources.append(out)
 
     sources: list[SourceData] = []
+    first: list = []
     later: list[tuple[Path, str]] = []
     for p, kind in files:
         try:
             kind = kind or detect(p)
         except TraceInputError as exc:
-            warnings.append(str(exc))
+            first.append(str(exc))
             continue
         if kind not in APP_KINDS:
             later.append((p, kind))
-            continue
-        src = attempt(lambda: read_any(p, kind=kind), p)
-        if src is not None:
-            sources.append(src)
-    anchors = _anchors(sources)
-    all_anchors = [a for lst in anchors.values() for a in lst]
-    for p, kind in later:
-        kw: dict[str, Any] = {}
-        if kind == "xplane":
-            rank = rank_from_name(str(p))
-            kw = {"rank": rank, "anchors": anchors.get(rank, []) if rank is not None else all_anchors}
-        src = attempt(lambda: read_any(p, kind=kind, **kw), p)
-        if src is not None:
-            sources.append(src)
+        else:
+            first.append((p, kind, {}))
+    with ThreadPoolExecutor(max_workers=_READ_THREADS, thread_name_prefix="trace-read") as pool:
+        read_batch(first, pool)
+        anchors = _anchors(sources)
+        all_anchors = [a for lst in anchors.values() for a in lst]
+        second = []
+        for p, kind in later:
+            kw: dict[str, Any] = {}
+            if kind == "xplane":
+                rank = rank_from_name(str(p))
+                kw = {"rank": rank, "anchors": anchors.get(rank, []) if rank is not None else all_anchors}
+            second.append((p, kind, kw))
+        read_batch(second, pool)
     for src in sources:
         warnings.extend(src.warnings)
     return sources
