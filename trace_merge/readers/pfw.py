@@ -505,25 +505,33 @@ def _arrow_columns(body: "bytes | memoryview", state: _State) -> Optional[_Cols]
     head = bytes(body[:65536])
     at = head.find(b'"ph":')
     ph_is_str = at != -1 and head[at + 5 : at + 7].lstrip()[:1] == b'"'
-    number = pa.decimal128(38, 9)
     args_type = pa.struct(
         [(k, pa.int64()) for k in _INT_ARGS]
         + [(k, pa.string()) for k in _STR_ARGS]
         + [("name", pa.string()), ("value", pa.string())]
     )
     ph_type = pa.string() if ph_is_str else pa.int64()
-    schema = pa.schema(
-        [
-            ("name", pa.string()), ("cat", pa.string()), ("ph", ph_type),
-            ("pid", pa.int64()), ("tid", pa.int64()),
-            ("ts", number), ("dur", number), ("args", args_type),
-        ]
-    )
-    table = pj.read_json(
-        pa.py_buffer(body),
-        read_options=pj.ReadOptions(block_size=_ARROW_BLOCK),
-        parse_options=pj.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore"),
-    )
+
+    def parse(number: "pa.DataType") -> "pa.Table":
+        schema = pa.schema(
+            [
+                ("name", pa.string()), ("cat", pa.string()), ("ph", ph_type),
+                ("pid", pa.int64()), ("tid", pa.int64()),
+                ("ts", number), ("dur", number), ("args", args_type),
+            ]
+        )
+        return pj.read_json(
+            pa.py_buffer(body),
+            read_options=pj.ReadOptions(block_size=_ARROW_BLOCK),
+            parse_options=pj.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore"),
+        )
+
+    # DFTracer writes integer ts/dur: int64 parses ~10 % faster than exact decimals and needs no cast.
+    # Fractional or huge values make Arrow refuse int64; those files are parsed again as decimals.
+    try:
+        table = parse(pa.int64())
+    except pa.ArrowInvalid:
+        table = parse(pa.decimal128(38, 9))
     del body
     if table.num_rows == 0:
         return None
@@ -559,9 +567,8 @@ def _arrow_columns(body: "bytes | memoryview", state: _State) -> Optional[_Cols]
     elif not keep.any():
         return _Cols.empty()
 
-    digits = {1: 0, 1_000: 3, 1_000_000: 6, 1_000_000_000: 9}[state.time_scale]
-    ts_ns = _decimal_to_ns(pc.fill_null(ts, pa.scalar(0, number)), digits)
-    dur_ns = _decimal_to_ns(pc.fill_null(col(table, "dur"), pa.scalar(0, number)), digits)
+    ts_ns = _to_ns(ts, state.time_scale)
+    dur_ns = _to_ns(col(table, "dur"), state.time_scale)
     if ts_ns is None or dur_ns is None:
         return None
     args = col(table, "args")
@@ -587,6 +594,24 @@ def _arrow_columns(body: "bytes | memoryview", state: _State) -> Optional[_Cols]
         strs={k: categorical(fields[k]) for k in _STR_ARGS},
         ints={k: ints(fields[k]) for k in _INT_ARGS},
     )
+
+
+def _to_ns(arr: "pa.Array", scale: int) -> Optional[np.ndarray]:
+    """Parsed ``ts``/``dur`` (int64 or exact decimal, missing = 0) times ``scale`` as int64 ns.
+
+    ``None`` when a value does not fit int64 ns.
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if pa.types.is_integer(arr.type):
+        values = pc.fill_null(arr, 0).to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+        limit = np.iinfo(np.int64).max // scale
+        if len(values) and (values.max() > limit or values.min() < -limit):
+            return None
+        return values * scale
+    digits = {1: 0, 1_000: 3, 1_000_000: 6, 1_000_000_000: 9}[scale]
+    return _decimal_to_ns(pc.fill_null(arr, pa.scalar(0, arr.type)), digits)
 
 
 def _decimal_to_ns(arr: "pa.Array", digits: int) -> Optional[np.ndarray]:
