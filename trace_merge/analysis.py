@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import logging
 import re
+from concurrent.futures import ThreadPoolExecutor
 from typing import Iterable, Optional, Sequence
 
 import numpy as np
@@ -925,11 +926,15 @@ def summarise(frame: pd.DataFrame, counters: Optional[pd.DataFrame] = None,
         ``metrics`` (:func:`run_metrics`), ``breakdown``, ``exposed_io``, ``input_bound``, ``bandwidth``
         (DataFrames), ``bandwidth_totals`` and ``verdict`` (dicts), ``event_stats`` (DataFrame).
     """
-    att = _attribution(frame, layers)
-    bd = _breakdown(att)
-    exp = _exposed(att)
-    per = _input_bound(att)
-    bw = bandwidth_df(frame, counters)
+    # per-name statistics and bandwidth do not need the attribution: a second thread computes them meanwhile
+    # (pandas' group-by kernels and numpy release the GIL)
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        aside = pool.submit(lambda: (bandwidth_df(frame, counters), event_stats_df(frame)))
+        att = _attribution(frame, layers)
+        bd = _breakdown(att)
+        exp = _exposed(att)
+        per = _input_bound(att)
+        bw, stats = aside.result()
     totals = bandwidth_totals(frame, counters, per_rank=bw)
     v = _verdict(per)
     return {
@@ -940,7 +945,7 @@ def summarise(frame: pd.DataFrame, counters: Optional[pd.DataFrame] = None,
         "bandwidth": bw,
         "bandwidth_totals": totals,
         "verdict": v,
-        "event_stats": event_stats_df(frame),
+        "event_stats": stats,
     }
 
 
