@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,6 +22,7 @@ import pandas as pd
 from . import __version__
 from .align import APP_KINDS, align, meta_value
 from .errors import OutputExistsError, TraceInputError
+from .outputs import atomic_output
 from .readers import detect, rank_from_name, read_any
 from .schema import (
     COUNTER_DTYPES,
@@ -301,17 +301,6 @@ def merge_path(path: "str | os.PathLike[str]") -> MergeResult:
     )
 
 
-def _atomic_write(target: Path, write: Callable[[Path], None]) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
-    os.close(fd)
-    try:
-        write(Path(tmp))
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def _to_parquet(df: pd.DataFrame, path: Path) -> None:
     """Write ``df`` so that every dtype comes back from ``pd.read_parquet``.
 
@@ -356,9 +345,13 @@ def write_merged(res: MergeResult, run_dir: "str | os.PathLike[str]", force: boo
         "rows": int(len(res.frame)),
         "counter_rows": int(len(res.counters)),
     }
-    _atomic_write(targets["merged"], lambda p: _to_parquet(res.frame, p))
-    _atomic_write(targets["counters"], lambda p: _to_parquet(res.counters, p))
-    _atomic_write(targets["info"], lambda p: p.write_text(json.dumps(info, indent=2, default=str) + "\n"))
+    # Existence was checked for all three above, so that either all are written or none.
+    with atomic_output(targets["merged"], force=True) as tmp:
+        _to_parquet(res.frame, tmp)
+    with atomic_output(targets["counters"], force=True) as tmp:
+        _to_parquet(res.counters, tmp)
+    with atomic_output(targets["info"], force=True) as tmp:
+        tmp.write_text(json.dumps(info, indent=2, default=str) + "\n")
     return targets
 
 
