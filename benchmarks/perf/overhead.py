@@ -31,7 +31,6 @@ import shutil
 import sys
 import tempfile
 import time
-import timeit
 from dataclasses import asdict, dataclass
 from typing import Any, Callable, Dict
 
