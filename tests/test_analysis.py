@@ -348,3 +348,24 @@ def test_aggregate_bandwidth_of_a_real_two_rank_run(tmp_path):
     bd = run.breakdown()
     assert sorted(set(bd["rank"])) == [0, 1]
     np.testing.assert_allclose(bd[PCT].sum(axis=1), 100.0)
+
+
+def test_layer_activity_is_union_per_layer_and_rank_over_job_wall() -> None:
+    ms = 1_000_000
+    frame = to_frame({
+        "layer": ["app", "app", "posix", "posix", "comm"],
+        "cat": ["io", "io", "io", "io", "comm"],
+        "name": ["Load File", "HDF5 File Read", "pread64", "pread64", "ALLREDUCE"],
+        "rank": [0, 0, 0, 1, 0],
+        # app: nested 0-40 ms ⊃ 10-20 ms; posix rank 0: 10-15 ms; posix rank 1: 50-60 ms; comm: 70-100 ms
+        "start_ns": [0, 10 * ms, 10 * ms, 50 * ms, 70 * ms],
+        "end_ns": [40 * ms, 20 * ms, 15 * ms, 60 * ms, 100 * ms],
+    })
+    got = A.layer_activity_df(frame).set_index(["layer", "rank"])
+    assert got.loc[("app", 0), "events"] == 2
+    assert got.loc[("app", 0), "busy_s"] == pytest.approx(0.040)  # union, not the 50 ms sum
+    assert got.loc[("posix", 0), "busy_s"] == pytest.approx(0.005)
+    assert got.loc[("posix", 1), "busy_s"] == pytest.approx(0.010)
+    assert got.loc[("comm", 0), "busy_pct"] == pytest.approx(30.0)  # 30 ms of the 100 ms job
+    assert len(got) == 4
+    assert list(A.layer_activity_df(frame.iloc[:0]).columns) == ["layer", "rank", "events", "busy_s", "busy_pct"]

@@ -741,6 +741,29 @@ def job_wall_ns(frame: pd.DataFrame) -> int:
     return int(frame["end_ns"].max()) - int(frame["start_ns"].min())
 
 
+def layer_activity_df(frame: pd.DataFrame) -> pd.DataFrame:
+    """How busy each captured layer was, per layer and rank, over the whole job.
+
+    Columns: ``layer, rank, events, busy_s`` (union time of the layer's intervals on that rank, s) and
+    ``busy_pct`` (``busy_s`` as % of :func:`job_wall_ns`). Layers overlap each other (a POSIX read runs inside an
+    app ``Load File``), so the percentages of one rank do not add up to anything; they say where each layer's
+    time lies, e.g. how much of the job Horovod's background thread spent negotiating and reducing.
+    """
+    cols = ["layer", "rank", "events", "busy_s", "busy_pct"]
+    if not len(frame):
+        return pd.DataFrame(columns=cols)
+    keys = frame.groupby(["layer", "rank"], observed=True, sort=True).ngroup().to_numpy()
+    busy = grouped_union_ns(keys, frame["start_ns"].to_numpy(), frame["end_ns"].to_numpy())
+    first = frame.groupby(keys, sort=True).agg(layer=("layer", "first"), rank=("rank", "first"),
+                                               events=("rank", "size"))
+    wall = job_wall_ns(frame)
+    out = first.reset_index(drop=True)
+    out["layer"] = out["layer"].astype(str)
+    out["busy_s"] = busy / 1e9
+    out["busy_pct"] = 100.0 * busy / wall if wall else np.nan
+    return out[cols]
+
+
 def bandwidth_totals(frame: pd.DataFrame, counters: Optional[pd.DataFrame] = None,
                      per_rank: Optional[pd.DataFrame] = None) -> dict:
     """Aggregate read bandwidth of the job.

@@ -87,6 +87,19 @@ def format_breakdown(parts: dict[str, Any], title: str = "") -> str:
     return "\n".join(lines)
 
 
+def format_layers(parts: dict[str, Any], title: str = "") -> str:
+    """Every captured layer per rank: events and busy time (union) as % of the job's wall time."""
+    from trace_merge.analysis import layer_activity_df
+
+    act = layer_activity_df(parts["run"].frame)
+    lines = [title] if title else []
+    lines.append(f"{'layer':>9} {'rank':>4} {'events':>7} {'busy s':>8} {'busy %':>7}")
+    for _, row in act.iterrows():
+        lines.append(f"{row['layer']:>9} {int(row['rank']):>4} {int(row['events']):>7} {row['busy_s']:8.3f} "
+                     f"{row['busy_pct']:7.2f}")
+    return "\n".join(lines)
+
+
 def format_bandwidth(parts: dict[str, Any], title: str = "") -> str:
     """Read bytes, union read time and bandwidth per rank, and the job aggregate."""
     bw = parts["bandwidth"]

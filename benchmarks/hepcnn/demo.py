@@ -18,7 +18,7 @@ from typing import Sequence
 
 from benchmarks.common.errors import BenchmarkError
 from benchmarks.common.launch import stream, venv_tool
-from benchmarks.common.runs import format_bandwidth, format_breakdown, side_by_side
+from benchmarks.common.runs import format_bandwidth, format_breakdown, format_layers, side_by_side
 from benchmarks.hepcnn.config import DEMO_DATA
 from benchmarks.hepcnn.data import generate
 from benchmarks.hepcnn.sweep import Point, comparison_rows, format_comparison, layers_for, run_point
@@ -55,6 +55,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     print("\n== where the time went: exclusive share of each rank's epoch wall time (%), app layer")
     print(side_by_side([format_breakdown(results[pt], title=f"{pt.shuffle} shuffle ({pt.ranks} ranks)")
                         for pt in points]))
+    print("\n== every layer on one clock: busy time (union of its intervals) as % of the job's wall time; layers"
+          " overlap (comm = Horovod's background thread, framework = the TF profile window, posix = DFTracer)")
+    print(side_by_side([format_layers(results[pt], title=f"{pt.shuffle} shuffle") for pt in points]))
     print("\n== read bandwidth (bytes from the lowest layer that measured them; time = union of read intervals)")
     print(side_by_side([format_bandwidth(results[pt], title=f"{pt.shuffle} shuffle") for pt in points]))
     rows = comparison_rows(points, [results[pt] for pt in points])
