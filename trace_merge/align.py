@@ -27,6 +27,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from .analysis import start_order
 from .readers import rank_from_name
 from .schema import SourceData, concat_frames
 
@@ -426,22 +427,6 @@ def alignment_residual(frame: pd.DataFrame, tolerance_ns: int = RESIDUAL_TOLERAN
         numbering=numbering if len(out_by) else None,
     )
     return res
-
-
-def start_order(starts: np.ndarray, second: np.ndarray) -> np.ndarray:
-    """Stable order by ``starts``, ties by ``second`` ascending (both int64 arrays).
-
-    Equal starts are few compared with all rows, so only their runs get the two-key sort (a full
-    :func:`numpy.lexsort` costs about three sorts; the stable sort of nearly sorted input is cheap).
-    """
-    order = np.argsort(starts, kind="stable")
-    s = starts[order]
-    tied = np.flatnonzero(s[1:] == s[:-1])
-    if tied.size:
-        at = np.unique(np.concatenate((tied, tied + 1)))
-        sub = order[at]
-        order[at] = sub[np.lexsort((second[sub], starts[sub]))]
-    return order
 
 
 def time_order(frame: pd.DataFrame) -> pd.DataFrame:

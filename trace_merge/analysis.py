@@ -104,6 +104,22 @@ def merge_intervals(starts: Iterable[int], ends: Iterable[int]) -> tuple[np.ndar
     return s[first], reach[last]
 
 
+def start_order(starts: np.ndarray, second: np.ndarray) -> np.ndarray:
+    """Stable order by ``starts``, ties by ``second`` ascending (both int64 arrays).
+
+    Equal starts are few compared with all rows, so only their runs get the two-key sort (a full
+    :func:`numpy.lexsort` costs about three sorts; the stable sort of nearly sorted input is cheap).
+    """
+    order = np.argsort(starts, kind="stable")
+    s = starts[order]
+    tied = np.flatnonzero(s[1:] == s[:-1])
+    if tied.size:
+        at = np.unique(np.concatenate((tied, tied + 1)))
+        sub = order[at]
+        order[at] = sub[np.lexsort((second[sub], starts[sub]))]
+    return order
+
+
 def union_ns(starts: Iterable[int], ends: Iterable[int]) -> int:
     """Union time: total length of :func:`merge_intervals` of the input, same unit (ns)."""
     s, e = merge_intervals(starts, ends)
@@ -378,13 +394,7 @@ class _Attribution:
 
 def _nesting_depth(s: np.ndarray, e: np.ndarray) -> np.ndarray:
     """Number of intervals still open when each interval starts (0 = outermost); ties: longer is outer."""
-    order = np.argsort(s)
-    s_sorted = s[order]
-    tied = np.flatnonzero(s_sorted[1:] == s_sorted[:-1])
-    if tied.size:  # only the runs of equal starts need the second key (a full lexsort costs ~3 sorts)
-        at = np.unique(np.concatenate((tied, tied + 1)))
-        sub = order[at]
-        order[at] = sub[np.lexsort((-e[sub], s[sub]))]
+    order = start_order(s, -e)
     pos = np.empty(s.size, dtype=_I8)
     pos[order] = np.arange(s.size, dtype=_I8)
     return pos - np.searchsorted(np.sort(e), s, side="right")
