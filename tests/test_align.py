@@ -18,6 +18,7 @@ import pandas as pd
 import pytest
 
 from trace_merge import align as al
+from trace_merge import intervals as I
 from trace_merge.readers import read_any
 from trace_merge.schema import concat_frames
 
@@ -141,7 +142,7 @@ def test_innermost_interval_wins() -> None:
     ends = np.array([100, 20, 60, 50])
     q_start = np.array([5, 12, 35, 41, 55, 70, 20, 150])
     q_end = np.array([6, 18, 36, 49, 58, 80, 35, 160])
-    got = al._innermost(starts, ends, q_start, q_end)
+    got = I.innermost(starts, ends, q_start, q_end)
     assert got.tolist() == [0, 1, 2, 3, 2, 0, 0, -1]
 
 
@@ -193,8 +194,8 @@ def test_enclosing_phase_tag_is_not_propagated() -> None:
     starts = np.array([0, 0, 10, 30])
     ends = np.array([200, 100, 20, 40])
     steps = np.array([7.0, 7.0, 6.0, 7.0])
-    parent = al._nesting_parents(starts, ends)
+    parent = I.nesting_parents(starts, ends)
     assert parent.tolist() == [-1, 0, 1, 1]
-    assert al._spans_several(parent, steps).tolist() == [True, True, False, False]
+    assert I.spans_several(parent, steps).tolist() == [True, True, False, False]
     # one step everywhere: nothing spans several
-    assert not al._spans_several(parent, np.full(4, 3.0)).any()
+    assert not I.spans_several(parent, np.full(4, 3.0)).any()

@@ -14,6 +14,7 @@ import pytest
 from test_run_fixtures import BIN, dftracer_set, real_run, tool_env  # noqa: F401  (fixtures)
 
 from trace_merge import analysis as A
+from trace_merge import intervals as I
 from trace_merge.schema import to_frame
 
 PCT = [f"{c}_pct" for c in A.PRIORITY]
@@ -39,27 +40,27 @@ def random_intervals(rng, n, size=1000, max_len=80):
 def test_merge_intervals_matches_raster_and_union_le_sum(seed):
     rng = np.random.default_rng(seed)
     s, e = random_intervals(rng, 60)
-    ms, me = A.merge_intervals(s, e)
+    ms, me = I.merge_intervals(s, e)
     assert np.all(me > ms)
     assert np.all(ms[1:] > me[:-1])  # sorted, disjoint, not touching
-    assert A.union_ns(s, e) == raster(s, e).sum() == (me - ms).sum()
-    assert A.union_ns(s, e) <= (e - s).sum()
+    assert I.union_ns(s, e) == raster(s, e).sum() == (me - ms).sum()
+    assert I.union_ns(s, e) <= (e - s).sum()
 
 
 def test_merge_intervals_joins_touching_and_drops_empty():
-    ms, me = A.merge_intervals([0, 10, 30, 40], [10, 20, 30, 45])
+    ms, me = I.merge_intervals([0, 10, 30, 40], [10, 20, 30, 45])
     assert ms.tolist() == [0, 40] and me.tolist() == [20, 45]
-    assert A.merge_intervals([], [])[0].size == 0
+    assert I.merge_intervals([], [])[0].size == 0
 
 
 @pytest.mark.parametrize("seed", range(5))
 def test_intersect_and_subtract_match_raster(seed):
     rng = np.random.default_rng(100 + seed)
-    a = A.merge_intervals(*random_intervals(rng, 40))
-    b = A.merge_intervals(*random_intervals(rng, 40))
+    a = I.merge_intervals(*random_intervals(rng, 40))
+    b = I.merge_intervals(*random_intervals(rng, 40))
     ra, rb = raster(*a), raster(*b)
-    inter = A.intersect_intervals(*a, *b)
-    diff = A.subtract_intervals(*a, *b)
+    inter = I.intersect_intervals(*a, *b)
+    diff = I.subtract_intervals(*a, *b)
     assert np.array_equal(raster(*inter), ra & rb)
     assert np.array_equal(raster(*diff), ra & ~rb)
     assert np.all(inter[0][1:] >= inter[1][:-1]) and np.all(diff[0][1:] >= diff[1][:-1])
@@ -71,14 +72,14 @@ def test_grouped_union_equals_union_per_group():
     g = rng.integers(0, 5, s.size)
     s = s + 10 ** 18 * (g % 2)  # groups far apart in absolute time must not matter
     e = e + 10 ** 18 * (g % 2)
-    got = A.grouped_union_ns(g, s, e, 6)
-    want = [A.union_ns(s[g == k], e[g == k]) for k in range(6)]
+    got = I.grouped_union_ns(g, s, e, 6)
+    want = [I.union_ns(s[g == k], e[g == k]) for k in range(6)]
     assert got.tolist() == want
 
 
 def test_covered_ns_counts_coverage_inside_each_window():
-    ms, me = A.merge_intervals([10, 50], [30, 60])
-    got = A.covered_ns(ms, me, np.array([0, 20, 55, 70, 0]), np.array([100, 55, 58, 80, 10]))
+    ms, me = I.merge_intervals([10, 50], [30, 60])
+    got = I.covered_ns(ms, me, np.array([0, 20, 55, 70, 0]), np.array([100, 55, 58, 80, 10]))
     assert got.tolist() == [30, 15, 3, 0, 0]
 
 
@@ -150,7 +151,7 @@ def test_breakdown_rows_sum_to_100_and_exclusive_le_union_le_sum(seed):
         assert (bd[f"{c}_pct"] / 100 * bd["wall_s"] <= bd[f"{c}_s"] + 1e-12).all()
     tot = bd[bd["epoch"].isna()].set_index("rank")
     for (rank, cat), rows in f.groupby(["rank", "cat"], observed=True):
-        union = A.union_ns(rows["start_ns"], rows["end_ns"])
+        union = I.union_ns(rows["start_ns"], rows["end_ns"])
         assert tot.loc[rank, f"{cat}_s"] == pytest.approx(union / 1e9)
         assert union <= rows["dur_ns"].sum()
 
@@ -283,7 +284,7 @@ def test_bandwidth_on_a_real_read_equals_bytes_read_over_read_time(real_run):
     expected_bytes = 2 * sum(p.stat().st_size for p in files)  # two epochs read every file whole
     assert bw["layer"].tolist() == ["posix"] and bw["read_bytes"].tolist() == [expected_bytes]
     reads = run.frame[(run.frame["layer"] == "posix") & (run.frame["name"] == "read")]
-    union = A.union_ns(reads["start_ns"], reads["end_ns"])
+    union = I.union_ns(reads["start_ns"], reads["end_ns"])
     assert bw["read_time_s"].iloc[0] == pytest.approx(union / 1e9)
     assert bw["read_bw_MB_per_s"].iloc[0] == pytest.approx(expected_bytes / 1e6 / (union / 1e9))
     # the app layer alone (TimeLogger's own bytes) gives the same bytes over its Load File phases

@@ -27,7 +27,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from .analysis import start_order
+from .intervals import drop_from_forest, innermost, nesting_parents, spans_several, start_order
 from .readers import rank_from_name
 from .schema import SourceData, concat_frames
 
@@ -149,140 +149,6 @@ def apply_offsets(frame: pd.DataFrame, offsets: Mapping[int, int]) -> pd.DataFra
     return out
 
 
-def _nesting_parents(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
-    """Parent of each interval in a nesting forest (-1 for roots); ``starts`` sorted, ties longer first.
-
-    A crossing interval's parent is the latest-started one still open when it starts. This is the
-    result of one stack sweep (:func:`_nesting_parents_loop`), computed without a Python loop over the
-    intervals: the stack before interval ``i`` is the ancestor chain of ``i - 1``, so ``parent`` is the
-    sweep's result exactly when ``parent[i]`` is the first interval on that chain still open at
-    ``starts[i]`` for every ``i`` (by induction over ``i``). :func:`_candidate_parents` (exact for properly
-    nested intervals) gives a first guess; a few vectorised passes of that rule repair what crossing
-    intervals got wrong, and a trace that still does not settle gets the loop.
-    """
-    n = len(starts)
-    if n == 0:
-        return np.zeros(0, dtype=np.int64)
-    parent = _candidate_parents(starts, ends)
-    for _ in range(_PARENT_PASSES):
-        swept = _sweep_step(parent, starts, ends)
-        if np.array_equal(swept, parent):
-            return parent
-        parent = swept
-    return _nesting_parents_loop(starts, ends)
-
-
-#: passes of :func:`_sweep_step` before :func:`_nesting_parents` gives up and loops (each pass is O(n * depth))
-_PARENT_PASSES = 4
-
-
-def _candidate_parents(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
-    """For properly nested intervals: the last earlier interval one nesting level up (depth = still open)."""
-    n = len(starts)
-    index = np.arange(n, dtype=np.int64)
-    depth = index - np.searchsorted(np.sort(ends), starts, side="right")
-    by_depth = np.argsort(depth, kind="stable")  # (depth, index) order
-    key = depth[by_depth] * (n + 1) + by_depth
-    pos = np.searchsorted(key, (depth - 1) * (n + 1) + index, side="left") - 1
-    cand = by_depth[np.maximum(pos, 0)]
-    ok = (pos >= 0) & (depth > 0) & (depth[cand] == depth - 1)
-    return np.where(ok, cand, -1)
-
-
-def _sweep_step(parent: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
-    """What the stack sweep makes each interval's parent, given ``parent`` for the earlier ones.
-
-    Interval ``i``'s parent is the first of ``i - 1``, ``parent[i - 1]``, ... whose end is after
-    ``starts[i]`` (the loop pops intervals that end at or before it). All intervals climb together.
-    """
-    out = np.full(len(starts), -1, dtype=np.int64)
-    idx = np.arange(1, len(starts), dtype=np.int64)  # intervals still climbing
-    at = idx - 1  # their current candidate on the chain
-    while len(idx):
-        closed = ends[at] <= starts[idx]
-        out[idx[~closed]] = at[~closed]
-        idx, at = idx[closed], parent[at[closed]]
-        alive = at >= 0
-        idx, at = idx[alive], at[alive]
-    return out
-
-
-def _nesting_parents_loop(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
-    """The stack sweep :func:`_nesting_parents` reproduces; one Python step per interval."""
-    parent = [-1] * len(starts)
-    stack: list[int] = []
-    ends_list = ends.tolist()  # plain lists: element access in this loop is ~5x faster than numpy's
-    for i, start in enumerate(starts.tolist()):
-        while stack and ends_list[stack[-1]] <= start:
-            stack.pop()
-        if stack:
-            parent[i] = stack[-1]
-        stack.append(i)
-    return np.asarray(parent, dtype=np.int64)
-
-
-def _innermost(
-    starts: np.ndarray,
-    ends: np.ndarray,
-    q_start: np.ndarray,
-    q_end: np.ndarray,
-    parent: "np.ndarray | None" = None,
-) -> np.ndarray:
-    """Index of the innermost interval containing each query ``[q_start, q_end]`` or -1.
-
-    ``starts`` must be sorted ascending (ties: longer first); ``parent`` is
-    :func:`_nesting_parents` of the intervals when already known. O((n + m) log n) plus a few
-    vectorised climbs of the nesting depth.
-    """
-    if parent is None:
-        parent = _nesting_parents(starts, ends)
-    idx = np.searchsorted(starts, q_start, "right") - 1
-    while True:
-        valid = idx >= 0
-        bad = valid.copy()
-        bad[valid] = ends[idx[valid]] < q_end[valid]
-        if not bad.any():
-            return idx
-        idx[bad] = parent[idx[bad]]
-
-
-def _spans_several(parent: np.ndarray, values: np.ndarray) -> np.ndarray:
-    """Intervals that contain a descendant with a different value.
-
-    TimeLogger tags an interval when it *ends*, so an enclosing phase (``Epoch``, ``Train Loop``)
-    carries the last step it saw; such a tag says nothing about the rows inside it.
-    """
-    several = np.zeros(len(values), dtype=bool)
-    child = np.flatnonzero(parent >= 0)
-    several[parent[child[values[child] != values[parent[child]]]]] = True
-    marked = np.flatnonzero(several)
-    while len(marked):  # an ancestor with the same value as a marked interval contains the same mismatch
-        up = parent[marked]
-        keep = (up >= 0)
-        up, marked = up[keep], marked[keep]
-        new = up[(values[up] == values[marked]) & ~several[up]]
-        several[new] = True
-        marked = new
-    return several
-
-
-def _drop_from_forest(parent: np.ndarray, drop: np.ndarray) -> "tuple[np.ndarray, np.ndarray]":
-    """Remove ``drop`` nodes from a nesting forest: (parents re-indexed to the kept nodes, kept indices).
-
-    A kept node's new parent is its nearest kept ancestor, so the forest need not be swept again.
-    """
-    up = parent.copy()
-    while True:
-        climb = (up >= 0) & drop[np.maximum(up, 0)]
-        if not climb.any():
-            break
-        up[climb] = parent[up[climb]]
-    keep = np.flatnonzero(~drop)
-    new_index = np.full(len(parent) + 1, -1, dtype=np.int64)
-    new_index[keep] = np.arange(len(keep))
-    return new_index[up[keep]], keep  # up == -1 maps through the extra last slot to -1
-
-
 def _by_rank(rank: np.ndarray, rows: np.ndarray) -> "dict[int, np.ndarray]":
     """rank -> the entries of ``rows`` (row indices, ascending) on that rank, each group still ascending."""
     keys = rank[rows]
@@ -320,13 +186,13 @@ def propagate_steps(frame: pd.DataFrame) -> pd.DataFrame:
     def one_rank(r: int) -> None:
         apps, targets = apps_of[r], targets_of[r]
         apps = apps[start_order(start[apps], start[apps] - end[apps])]  # ties: longer first
-        forest = _nesting_parents(start[apps], end[apps])  # one sweep serves both columns
+        forest = nesting_parents(start[apps], end[apps])  # one sweep serves both columns
         for col, vals in values.items():
-            parent, keep = _drop_from_forest(forest, np.isnan(vals[apps]))
+            parent, keep = drop_from_forest(forest, np.isnan(vals[apps]))
             tagged = apps[keep]
-            parent, keep = _drop_from_forest(parent, _spans_several(parent, vals[tagged]))
+            parent, keep = drop_from_forest(parent, spans_several(parent, vals[tagged]))
             tagged = tagged[keep]
-            hit = _innermost(start[tagged], end[tagged], start[targets], end[targets], parent)
+            hit = innermost(start[tagged], end[tagged], start[targets], end[targets], parent)
             found = hit >= 0
             result[col][targets[found]] = vals[tagged[hit[found]]]  # ranks write disjoint rows
 
