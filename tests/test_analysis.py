@@ -17,7 +17,7 @@ from trace_merge import analysis as A
 from trace_merge import intervals as I
 from trace_merge.schema import to_frame
 
-PCT = [f"{c}_pct" for c in A.PRIORITY]
+PCT = [*(f"{c}_pct" for c in A.PRIORITY), "outside_epochs_pct"]  # a row sums to 100 %
 
 
 def raster(starts, ends, size=1000) -> np.ndarray:
@@ -165,7 +165,7 @@ def test_exposed_io_and_verdict_exact():
         (50e-9, 70e-9, 20e-9, 30e-9))
     ib = A.input_bound_df(f).iloc[0]
     # step window = rows tagged step 0 = [0,100]: exposed input 30 of 100, compute 70 of 100
-    assert ib["basis"] == "step"
+    assert ib["basis"] == "app"  # app-layer evidence: no framework layer covers the step
     assert ib["input_pct"] == pytest.approx(30.0) and ib["au_pct"] == pytest.approx(70.0)
     v = A.verdict(f)
     assert v["verdict"] == "highly input-bound" and v["input_pct"] == pytest.approx(30.0)

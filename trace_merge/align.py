@@ -29,7 +29,7 @@ import pandas as pd
 
 from .intervals import drop_from_forest, innermost, nesting_parents, spans_several, start_order
 from .readers import rank_from_name
-from .schema import SourceData, concat_frames
+from .schema import STEP_PHASE, SourceData, concat_frames
 
 log = logging.getLogger(__name__)
 
@@ -164,14 +164,16 @@ def propagate_steps(frame: pd.DataFrame) -> pd.DataFrame:
 
     For each of ``step`` and ``epoch`` separately, a row takes the value of the innermost app interval
     of its rank that has that column set and contains the row in time. App intervals that contain
-    intervals with other values (an ``Epoch`` phase around its steps) are not used: their tag is
-    only the value current when they ended. Rows contained in no usable interval keep what their
-    reader gave them (e.g. the TF profiler's own ``step_num``).
+    intervals with other values (an ``Epoch`` phase around its steps, a ``Train Loop`` around its
+    epochs) are containers: their tag is only the value current when they ended, so it is not lent to
+    anything and is cleared on the container itself (a ``Train Loop`` tagged with the last epoch would
+    otherwise stretch that epoch's window over the whole run). Rows contained in no usable interval keep
+    what their reader gave them (e.g. the TF profiler's own ``step_num``).
     """
     if not len(frame):
         return frame
     is_app = (frame["layer"] == "app").to_numpy()  # compares category codes, not strings
-    if not is_app.any() or is_app.all():
+    if not is_app.any():
         return frame
     out = frame.copy(deep=False)  # only whole columns are replaced below
     rank = frame["rank"].to_numpy()
@@ -182,21 +184,26 @@ def propagate_steps(frame: pd.DataFrame) -> pd.DataFrame:
     tagged_any = is_app & ~(np.isnan(values["step"]) & np.isnan(values["epoch"]))
     apps_of = _by_rank(rank, np.flatnonzero(tagged_any))  # rank -> its rows, still in start order
     targets_of = _by_rank(rank, np.flatnonzero(~is_app))
+    none = np.zeros(0, dtype=np.int64)
 
     def one_rank(r: int) -> None:
-        apps, targets = apps_of[r], targets_of[r]
+        apps, targets = apps_of[r], targets_of.get(r, none)
         apps = apps[start_order(start[apps], start[apps] - end[apps])]  # ties: longer first
         forest = nesting_parents(start[apps], end[apps])  # one sweep serves both columns
         for col, vals in values.items():
             parent, keep = drop_from_forest(forest, np.isnan(vals[apps]))
             tagged = apps[keep]
-            parent, keep = drop_from_forest(parent, spans_several(parent, vals[tagged]))
+            containers = spans_several(parent, vals[tagged])
+            result[col][tagged[containers]] = np.nan
+            parent, keep = drop_from_forest(parent, containers)
             tagged = tagged[keep]
+            if not len(targets):
+                continue
             hit = innermost(start[tagged], end[tagged], start[targets], end[targets], parent)
             found = hit >= 0
             result[col][targets[found]] = vals[tagged[hit[found]]]  # ranks write disjoint rows
 
-    ranks = [r for r in apps_of if r in targets_of]
+    ranks = list(apps_of)
     # numpy releases the GIL in the sorts, searches and gathers that make up a rank's work
     with ThreadPoolExecutor(max_workers=max(1, min(len(ranks), os.cpu_count() or 1))) as pool:
         list(pool.map(one_rank, ranks))
@@ -206,8 +213,6 @@ def propagate_steps(frame: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-#: the app phase a training step is (TimeLogger's Keras callback and the benchmarks use it)
-STEP_PHASE = "Training Iteration"
 
 
 def _outside_by(fw: pd.DataFrame, app: pd.DataFrame, keys: list[str]) -> "tuple[np.ndarray, int]":

@@ -10,15 +10,17 @@ from __future__ import annotations
 
 import logging
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
 import numpy as np
 import pandas as pd
 
-from trace_merge.attribution import (INPUT_BOUND_HIGH_PCT, INPUT_BOUND_MODERATE_PCT, PRIORITY,
-                                     accelerator_utilisation, breakdown_df, exposed_io_df, input_bound_df,
-                                     verdict, verdict_label, _attribution, _breakdown, _exposed,
-                                     _input_bound, _verdict)
+from trace_merge.attribution import (COMPONENT_LABELS, COMPONENTS, INPUT_BOUND_HIGH_PCT,
+                                     INPUT_BOUND_MODERATE_PCT, PRIORITY, LowerLayers, accelerator_utilisation,
+                                     breakdown_df, exposed_io_df, input_bound_df, layered_breakdown_df,
+                                     step_series_df, verdict, verdict_label, _attribution, _breakdown,
+                                     _exposed, _input_bound, _layered, _layers_for, _step_series, _verdict)
 from trace_merge.bandwidth import (READ_LAYER_ORDER, SIZE_BINS, access_pattern_df, bandwidth_df,
                                    bandwidth_totals, job_wall_ns, read_rows)
 from trace_merge.intervals import (covered_ns, grouped_union_ns, intersect_intervals, merge_intervals,
@@ -92,19 +94,21 @@ def event_stats_df(frame: pd.DataFrame, by: Sequence[str] = ("layer", "cat", "na
 
 def overall_breakdown(breakdown: pd.DataFrame) -> dict:
     """Whole-job exclusive shares from the per-rank total rows of :func:`breakdown_df`: Σ time ÷ Σ wall."""
+    keys = [*(f"{c}_pct" for c in PRIORITY), "outside_epochs_pct"]
     tot = breakdown[breakdown["epoch"].isna()] if breakdown["epoch"].isna().any() else breakdown
     wall = float(tot["wall_s"].sum())
     if wall <= 0:
-        return {f"{c}_pct": None for c in PRIORITY}
-    return {f"{c}_pct": float((tot[f"{c}_pct"] * tot["wall_s"]).sum() / wall) for c in PRIORITY}
+        return {k: None for k in keys}
+    return {k: float((tot[k] * tot["wall_s"]).sum() / wall) for k in keys}
 
 
 def run_metrics(frame: pd.DataFrame, counters: Optional[pd.DataFrame] = None,
                 layers: "str | Sequence[str] | None" = None) -> dict:
     """The handful of scalars that characterise a run (used by :func:`compare_df` and summaries)."""
     att = _attribution(frame, layers)
+    lower = LowerLayers.of(frame, att)
     return _metrics(frame, _breakdown(att), _exposed(att), bandwidth_totals(frame, counters),
-                    _verdict(_input_bound(att)))
+                    _verdict(_input_bound(att, lower)))
 
 
 def _metrics(frame: pd.DataFrame, bd: pd.DataFrame, exp: pd.DataFrame, totals: dict, v: dict) -> dict:
@@ -112,11 +116,13 @@ def _metrics(frame: pd.DataFrame, bd: pd.DataFrame, exp: pd.DataFrame, totals: d
     wall = float(exp_tot["wall_s"].sum())
     out = {"ranks": int(frame["rank"].nunique()) if len(frame) else 0, "events": int(len(frame)),
            "job_wall_s": totals["job_wall_s"]}
-    out.update(overall_breakdown(bd) if len(bd) else {f"{c}_pct": None for c in PRIORITY})
+    out.update(overall_breakdown(bd) if len(bd) else {**{f"{c}_pct": None for c in PRIORITY},
+                                                     "outside_epochs_pct": None})
     out["exposed_io_pct"] = 100.0 * float(exp_tot["exposed_s"].sum()) / wall if wall > 0 else None
     out.update({k: totals[k] for k in ("read_bytes", "slowest_read_time_s", "aggregate_bw_MB_per_s",
                                        "bw_over_job_wall_MB_per_s")})
-    out.update({"input_pct": v["input_pct"], "au_pct": v["au_pct"], "verdict": v["verdict"]})
+    out.update({"input_pct": v["input_pct"], "au_pct": v["au_pct"], "verdict": v["verdict"],
+                "verdict_basis": v["basis"]})
     return out
 
 
@@ -142,41 +148,97 @@ def compare_df(runs: Sequence[pd.DataFrame], labels: Sequence[str],
     return pd.DataFrame(cols)
 
 
-def summarise(frame: pd.DataFrame, counters: Optional[pd.DataFrame] = None,
-              layers: "str | Sequence[str] | None" = None) -> dict[str, pd.DataFrame | dict]:
-    """Everything a summary or report shows, computed with one attribution pass.
+@dataclass
+class Summary:
+    """Everything a summary, report or benchmark shows about one run (see :func:`summarise`).
 
-    Returns
-    -------
-    dict
-        ``metrics`` (:func:`run_metrics`), ``breakdown``, ``exposed_io``, ``input_bound``, ``bandwidth``
-        (DataFrames), ``bandwidth_totals`` and ``verdict`` (dicts), ``event_stats`` (DataFrame).
+    Attributes
+    ----------
+    metrics
+        Scalars of :func:`run_metrics` (shares in %, bytes, MB/s, seconds).
+    verdict
+        :func:`~trace_merge.attribution.verdict` (``input_pct``, ``verdict``, ``au_pct``, ``basis``, ``notes``).
+    layered
+        :func:`~trace_merge.attribution.layered_breakdown_df`: app phases split by what the lower layers did.
+    breakdown
+        :func:`~trace_merge.attribution.breakdown_df` of the chosen layers (app by default): drill-down.
+    exposed_io, input_bound, steps
+        :func:`exposed_io_df`, :func:`input_bound_df`, :func:`step_series_df`.
+    bandwidth, bandwidth_totals
+        :func:`bandwidth_df` and :func:`bandwidth_totals`.
+    event_stats
+        :func:`event_stats_df`.
+    explanations
+        One sentence for each place where the headline numbers seem to disagree, saying why.
     """
+
+    metrics: dict
+    verdict: dict
+    layered: pd.DataFrame
+    breakdown: pd.DataFrame
+    exposed_io: pd.DataFrame
+    input_bound: pd.DataFrame
+    steps: pd.DataFrame
+    bandwidth: pd.DataFrame
+    bandwidth_totals: dict
+    event_stats: pd.DataFrame
+    explanations: list[str] = field(default_factory=list)
+
+
+def summarise(frame: pd.DataFrame, counters: Optional[pd.DataFrame] = None,
+              layers: "str | Sequence[str] | None" = None) -> Summary:
+    """Everything a summary or report shows, computed with one attribution pass per layer choice."""
     # per-name statistics and bandwidth do not need the attribution: a second thread computes them meanwhile
     # (pandas' group-by kernels and numpy release the GIL)
     with ThreadPoolExecutor(max_workers=1) as pool:
         aside = pool.submit(lambda: (bandwidth_df(frame, counters), event_stats_df(frame)))
         att = _attribution(frame, layers)
+        app_att = att if _layers_for(frame, layers) == ["app"] else _attribution(frame, ["app"])
+        lower = LowerLayers.of(frame, app_att)
         bd = _breakdown(att)
         exp = _exposed(att)
-        per = _input_bound(att)
+        per = _input_bound(app_att if app_att is not None else att,
+                           lower if app_att is not None else LowerLayers.of(frame, att))
+        steps = _step_series(app_att, lower).drop(columns=["_r", "_ws", "_we"])
+        layered = _layered(app_att, lower)
         bw, stats = aside.result()
     totals = bandwidth_totals(frame, counters, per_rank=bw)
     v = _verdict(per)
-    return {
-        "metrics": _metrics(frame, bd, exp, totals, v),
-        "breakdown": bd,
-        "exposed_io": exp,
-        "input_bound": per,
-        "bandwidth": bw,
-        "bandwidth_totals": totals,
-        "verdict": v,
-        "event_stats": stats,
-    }
+    metrics = _metrics(frame, bd, exp, totals, v)
+    return Summary(metrics=metrics, verdict=v, layered=layered, breakdown=bd, exposed_io=exp, input_bound=per,
+                   steps=steps, bandwidth=bw, bandwidth_totals=totals, event_stats=stats,
+                   explanations=explain(metrics, v, layered))
+
+
+def explain(metrics: dict, verdict: dict, layered: pd.DataFrame) -> list[str]:
+    """Sentences for where io %, exposed %, the layered split and the verdict seem to disagree."""
+    out: list[str] = []
+    io, exposed, wait = metrics.get("io_pct"), metrics.get("exposed_io_pct"), verdict.get("input_pct")
+    if verdict.get("basis") == "framework" and wait is not None and exposed is not None \
+            and verdict_label(wait) != verdict_label(exposed):
+        out.append(f"the verdict uses the framework's input wait ({wait:.1f} % of step time), not the app layer's "
+                   f"exposed I/O ({exposed:.1f} % of wall time): app step phases such as Keras batches contain "
+                   "the wait for their batch, which only the TF profile shows")
+    if io is not None and exposed is not None and io >= 1.0 and io >= 2 * exposed:
+        out.append(f"io phases take {io:.1f} % of wall time but only {exposed:.1f} % is exposed: the rest ran "
+                   "while another thread computed (prefetching hid it)")
+    if exposed is not None and wait is not None and verdict.get("basis") == "app" and abs(exposed - wait) >= 5:
+        out.append(f"exposed I/O ({exposed:.1f} %) is a share of all wall time, start-up and epochs' edges "
+                   f"included; the input wait of the verdict ({wait:.1f} %) is a share of step time only")
+    if len(layered):
+        io_phases = layered[layered["cat"] == "io"].groupby("phase")[["time_s", "fs_s", "python_s"]].sum()
+        for phase, row in io_phases.iterrows():
+            if row["time_s"] > 0 and row["python_s"] >= 0.5 * row["time_s"] and "posix" in ",".join(
+                    layered.loc[layered["phase"] == phase, "layers"]):
+                out.append(f"'{phase}' is an io phase, but only {100 * row['fs_s'] / row['time_s']:.0f} % of its "
+                           f"{row['time_s']:.3g} s is file-system time; {100 * row['python_s'] / row['time_s']:.0f} "
+                           "% is Python / decode / IPC that no lower layer saw")
+    return out
 
 
 __all__ = [
-    "INPUT_BOUND_HIGH_PCT", "INPUT_BOUND_MODERATE_PCT", "layer_activity_df",
+    "INPUT_BOUND_HIGH_PCT", "INPUT_BOUND_MODERATE_PCT", "layer_activity_df", "COMPONENTS", "COMPONENT_LABELS",
+    "layered_breakdown_df", "step_series_df", "Summary", "explain",
     "PRIORITY", "READ_LAYER_ORDER", "SIZE_BINS",
     "merge_intervals", "union_ns", "intersect_intervals", "subtract_intervals", "covered_ns",
     "grouped_union_ns", "read_rows", "breakdown_df", "exposed_io_df", "input_bound_df", "verdict",

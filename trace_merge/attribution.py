@@ -24,8 +24,8 @@ import numpy as np
 import pandas as pd
 
 from trace_merge.intervals import (Axis, combined_codes, covered_ns, intersect_intervals, merge_intervals,
-                                   nesting_depth, subtract_intervals, union_of)
-from trace_merge.schema import LAYERS
+                                   self_segments, subtract_intervals, union_of)
+from trace_merge.schema import FS_LAYERS, LAYERS, STEP_PHASE
 
 logger = logging.getLogger(__name__)
 _I8 = np.int64
@@ -36,8 +36,6 @@ PRIORITY: tuple[str, ...] = ("io", "comm", "checkpoint", "preprocess", "compute"
 #: Input-bound thresholds (TF profiler): share of step time waiting for input, percent.
 INPUT_BOUND_MODERATE_PCT = 5.0
 INPUT_BOUND_HIGH_PCT = 20.0
-#: Deeper nesting than this on one thread is treated as one level (async events, not a call tree).
-MAX_DEPTH = 32
 
 
 def _layers_for(frame: pd.DataFrame, layers: "str | Sequence[str] | None") -> list[str]:
@@ -70,7 +68,7 @@ class _Attribution:
     """
 
     #: Columns the attribution needs; only these are copied out of a (possibly huge, wide) frame.
-    COLUMNS = ["rank", "pid", "tid", "cat", "start_ns", "end_ns", "epoch", "step"]
+    COLUMNS = ["rank", "pid", "tid", "cat", "name", "start_ns", "end_ns", "epoch", "step"]
 
     def __init__(self, rows: pd.DataFrame) -> None:
         s = rows["start_ns"].to_numpy(dtype=_I8)
@@ -82,6 +80,10 @@ class _Attribution:
         self._tags = {k: (rows[k].to_numpy(dtype=_I8, na_value=0), rows[k].notna().to_numpy())
                       for k in ("epoch", "step")}
         cat_idx = self._cat_index(rows["cat"])
+        self._cat_idx = cat_idx
+        self._name_codes, self._names = pd.factorize(rows["name"].to_numpy(dtype=object), sort=False)
+        self._is_step_phase = (self._names[self._name_codes] == STEP_PHASE) if len(self._names) else \
+            np.zeros(len(rows), dtype=bool)
         self.axis = Axis(self._r, s, e, len(self.ranks))
         rs = self.axis.to_axis(self._r, s)
         re_ = self.axis.to_axis(self._r, e)
@@ -98,33 +100,12 @@ class _Attribution:
 
     def _self_time(self, thread: np.ndarray, s: np.ndarray, e: np.ndarray, cat_idx: np.ndarray
                    ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-        nthreads = int(thread.max()) + 1 if thread.size else 0
-        thread_rank = np.zeros(nthreads, dtype=_I8)
-        thread_rank[thread] = self._r
-        taxis = Axis(thread, s, e, nthreads)
-        ts = taxis.to_axis(thread, s)
-        te = taxis.to_axis(thread, e)
-        order = np.argsort(ts, kind="stable")  # every selection below is then already sorted
-        ts, te, cat_idx = ts[order], te[order], cat_idx[order]
-        depth = np.minimum(nesting_depth(ts, te), MAX_DEPTH)
-        out: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {c: [] for c in PRIORITY}
-        deeper = (_EMPTY, _EMPTY)
-        for d in range(int(depth.max()) if depth.size else -1, -1, -1):
-            at_d = depth == d
-            for i, c in enumerate(PRIORITY):
-                sel = at_d & (cat_idx == i)
-                if sel.any():
-                    out[c].append(subtract_intervals(*merge_intervals(ts[sel], te[sel]), *deeper))
-            deeper = union_of(deeper, (ts[at_d], te[at_d]))
-        result = {}
-        for c, parts in out.items():
-            seg_s = np.concatenate([p[0] for p in parts] or [_EMPTY])
-            seg_e = np.concatenate([p[1] for p in parts] or [_EMPTY])
-            g, abs_s = taxis.from_axis(seg_s)
-            abs_e = seg_e - taxis.offset[g] + taxis.lo[g]
-            r = thread_rank[g]
-            result[c] = merge_intervals(self.axis.to_axis(r, abs_s), self.axis.to_axis(r, abs_e))
-        return result
+        seg_s, seg_e, owner = self_segments(thread, s, e)
+        r = self._r[owner]
+        self.segments = (self.axis.to_axis(r, seg_s), self.axis.to_axis(r, seg_e), owner)
+        seg_cat = cat_idx[owner]
+        return {c: merge_intervals(self.segments[0][seg_cat == i], self.segments[1][seg_cat == i])
+                for i, c in enumerate(PRIORITY)}
 
     def windows(self, keys: Sequence[str]) -> pd.DataFrame:
         """``[start, end]`` of the rows per ``(rank, *keys)`` (keys non-null), with axis coordinates.
@@ -139,6 +120,11 @@ class _Attribution:
         keep = np.ones(self._s.size, dtype=bool)
         for k in keys:
             keep &= self._tags[k][1]
+        if "step" in keys:
+            # a rank that has Training Iteration phases: its steps are exactly those (a Checkpoint tagged with
+            # the current step must not stretch it)
+            ranks_with = np.unique(self._r[keep & self._is_step_phase])
+            keep &= self._is_step_phase | ~np.isin(self._r, ranks_with)
         data = pd.DataFrame({"_r": self._r[keep], **{k: self._tags[k][0][keep] for k in keys},
                              "start_ns": self._s[keep], "end_ns": self._e[keep]})
         w = data.groupby(["_r", *keys], sort=True).agg(start_ns=("start_ns", "min"), end_ns=("end_ns", "max"))
@@ -153,6 +139,14 @@ class _Attribution:
     def self_union(self, cats: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
         return union_of(*(self.self_time[c] for c in cats))
 
+    def epoch_cover(self) -> tuple[np.ndarray, np.ndarray]:
+        """Merged list of the epoch windows; a rank without any epoch is covered over its whole window."""
+        ep = self.windows(["epoch"])
+        whole = self.windows([])
+        bare = whole[~whole["_r"].isin(ep["_r"])]
+        return merge_intervals(np.concatenate((ep["_ws"].to_numpy(dtype=_I8), bare["_ws"].to_numpy(dtype=_I8))),
+                               np.concatenate((ep["_we"].to_numpy(dtype=_I8), bare["_we"].to_numpy(dtype=_I8))))
+
 
 def _attribution(frame: pd.DataFrame, layers: "str | Sequence[str] | None") -> Optional[_Attribution]:
     """The attribution of the rows of ``layers`` (see :func:`breakdown_df`), ``None`` when there are none."""
@@ -162,6 +156,142 @@ def _attribution(frame: pd.DataFrame, layers: "str | Sequence[str] | None") -> O
     keep = frame["layer"].isin(use).to_numpy() & (frame["end_ns"].to_numpy() > frame["start_ns"].to_numpy())
     rows = frame.loc[keep, _Attribution.COLUMNS]
     return _Attribution(rows) if len(rows) else None
+
+
+#: Components of an app phase's time in the layered breakdown, in priority order: where the lower layers
+#: overlap inside a phase, the first one listed gets the time. ``python`` is what is left.
+COMPONENTS: tuple[str, ...] = ("fs", "comm", "input_wait", "compute", "python")
+COMPONENT_LABELS: dict[str, str] = {
+    "fs": "file system", "comm": "communication", "input_wait": "input wait (tf.data)",
+    "compute": "framework compute", "python": "Python / decode / IPC (unseen below)",
+}
+#: the TimeLogger's TF-profile anchor TraceMe: bookkeeping, not framework work
+_ANCHOR = "timelogger_anchor"
+
+
+class LowerLayers:
+    """What the layers below the app did, per rank, as merged lists on an attribution's rank axis.
+
+    ``raw[c]`` for each component but ``python``: ``fs`` = every call of a file-system layer
+    (:data:`~trace_merge.schema.FS_LAYERS`: reads, writes, opens, metadata) of the rank's processes, forked
+    workers included; ``comm`` = the ``comm`` layer (Horovod timeline, rank 0) and framework ``comm`` events
+    (Horovod ops in each rank's TF profile); ``input_wait`` = framework ``wait`` events (the consumer side
+    of tf.data: ``IteratorGetNext`` and the pipeline it pulls inline); ``compute`` = framework ``compute``
+    and ``other`` events (kernels, the step function around them). tf.data producer threads' work
+    (framework ``io``/``preprocess``) is no component: it runs the user's Python (``py_function``,
+    generators) or decodes, which is what the remainder stands for. ``exclusive`` resolves overlaps by
+    :data:`COMPONENTS` order. ``framework`` is the union of all framework rows (profile coverage).
+    """
+
+    def __init__(self, raw: dict[str, tuple[np.ndarray, np.ndarray]], framework: tuple[np.ndarray, np.ndarray],
+                 layers: dict[int, list[str]]) -> None:
+        self.raw = raw
+        self.framework = framework
+        self.present_framework = framework[0].size > 0
+        self.layers = layers
+        self.exclusive: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        taken = (_EMPTY, _EMPTY)
+        for c in COMPONENTS[:-1]:
+            self.exclusive[c] = subtract_intervals(*raw[c], *taken)
+            taken = union_of(taken, raw[c])
+
+    @classmethod
+    def of(cls, frame: pd.DataFrame, att: Optional[_Attribution]) -> "LowerLayers":
+        """The non-app rows of ``frame`` whose rank ``att`` attributes, clipped to each rank's window."""
+        empty = {c: (_EMPTY, _EMPTY) for c in COMPONENTS[:-1]}
+        if att is None or not len(frame):
+            return cls(empty, (_EMPTY, _EMPTY), {})
+        layer = frame["layer"]
+        keep = (layer != "app").to_numpy() & (frame["end_ns"].to_numpy() > frame["start_ns"].to_numpy())
+        rank = frame["rank"].to_numpy(dtype=_I8)
+        pos = np.clip(np.searchsorted(att.ranks, rank), 0, max(len(att.ranks) - 1, 0))
+        keep &= att.ranks[pos] == rank if len(att.ranks) else False
+        rows = frame.loc[keep, ["layer", "cat", "name", "rank", "start_ns", "end_ns"]]
+        r = pos[keep]
+        s = att.axis.to_axis(r, rows["start_ns"].to_numpy(dtype=_I8))
+        e = att.axis.to_axis(r, rows["end_ns"].to_numpy(dtype=_I8))
+        lay = rows["layer"].astype(str).to_numpy()
+        cat = rows["cat"].astype(str).to_numpy()
+        fw = (lay == "framework") & (rows["name"].astype(str).to_numpy() != _ANCHOR)
+        masks = {
+            "fs": np.isin(lay, FS_LAYERS),
+            "comm": (lay == "comm") | (fw & (cat == "comm")),
+            "input_wait": fw & (cat == "wait"),
+            "compute": fw & np.isin(cat, ("compute", "other")),
+        }
+        raw = {c: merge_intervals(s[m], e[m]) for c, m in masks.items()}
+        layers = {int(k): sorted(v) for k, v in pd.Series(lay).groupby(rows["rank"].to_numpy()).unique().items()}
+        return cls(raw, merge_intervals(s[fw], e[fw]), layers)
+
+
+def layered_breakdown_df(frame: pd.DataFrame) -> pd.DataFrame:
+    """What the lower layers of the same rank did inside each app phase, per rank × epoch × phase.
+
+    Each app phase's time is its self time (innermost phase per thread, as in :func:`breakdown_df`), the
+    union over the phase's intervals on the rank. Inside it, each instant goes to the first of
+    :data:`COMPONENTS` whose :class:`LowerLayers` list covers it (file system, then communication, then
+    framework input wait, then framework compute); ``python`` is the rest -- Python, decoding and IPC that
+    no lower layer saw (or layers that were not captured: see ``layers``). Every row sums to its phase's time.
+
+    Returns
+    -------
+    pandas.DataFrame
+        ``rank``, ``epoch`` (Int64; missing = the phase ran outside any epoch), ``phase``, ``cat`` (the
+        phase's own category, a hint), ``calls``, ``time_s``, ``<component>_s`` for each of
+        :data:`COMPONENTS` (seconds, summing to ``time_s``), ``layers`` (lower layers captured on the rank).
+    """
+    att = _attribution(frame, ["app"])
+    return _layered(att, LowerLayers.of(frame, att))
+
+
+def _empty_layered() -> pd.DataFrame:
+    cols = {"rank": "int64", "epoch": "Int64", "phase": "object", "cat": "object", "calls": "int64",
+            "time_s": "float64", **{f"{c}_s": "float64" for c in COMPONENTS}, "layers": "object"}
+    return pd.DataFrame({k: pd.Series(dtype=v) for k, v in cols.items()})
+
+
+def _layered(att: Optional[_Attribution], lower: LowerLayers) -> pd.DataFrame:
+    if att is None:
+        return _empty_layered()
+    seg_s, seg_e, owner = att.segments
+    ep_val, ep_has = att._tags["epoch"]
+    no_epoch = np.iinfo(np.int64).min
+    key = combined_codes(att._r, np.where(ep_has, ep_val, no_epoch), att._name_codes)
+    ngroups = int(key.max()) + 1
+    calls = np.bincount(key, minlength=ngroups)
+    first = np.zeros(ngroups, dtype=_I8)
+    first[key[::-1]] = np.arange(len(key) - 1, -1, -1)  # first interval of each group
+    gseg = key[owner]
+    gaxis = Axis(gseg, seg_s, seg_e, ngroups)  # a phase's intervals on several threads may overlap: union
+    ms, me = merge_intervals(gaxis.to_axis(gseg, seg_s), gaxis.to_axis(gseg, seg_e))
+    g = gaxis.group_of(ms)
+    shift = gaxis.lo[g] - gaxis.offset[g]
+    ms, me = ms + shift, me + shift
+
+    def per_group(lengths: np.ndarray) -> np.ndarray:
+        out = np.zeros(ngroups, dtype=_I8)
+        np.add.at(out, g, lengths)
+        return out
+
+    time_ns = per_group(me - ms)
+    parts = {c: per_group(covered_ns(*lower.exclusive[c], ms, me)) for c in COMPONENTS[:-1]}
+    parts["python"] = time_ns - sum(parts.values())
+    r = att._r[first]
+    ranks = att.ranks[r]
+    cats = np.asarray(PRIORITY, dtype=object)[att._cat_idx[first]]
+    out = pd.DataFrame({
+        "rank": ranks,
+        "epoch": pd.array(np.where(ep_has[first], ep_val[first], 0), dtype="Int64"),
+        "phase": np.asarray(att._names, dtype=object)[att._name_codes[first]],
+        "cat": cats,
+        "calls": calls.astype(_I8),
+        "time_s": time_ns / 1e9,
+        **{f"{c}_s": parts[c] / 1e9 for c in COMPONENTS},
+        "layers": [",".join(lower.layers.get(int(x), [])) or "-" for x in ranks],
+    })
+    out.loc[~ep_has[first], "epoch"] = pd.NA
+    return out.sort_values(["rank", "epoch", "time_s"], ascending=[True, True, False], na_position="first",
+                           kind="stable").reset_index(drop=True)
 
 
 def breakdown_df(frame: pd.DataFrame, layers: "str | Sequence[str] | None" = None, *,
@@ -218,6 +348,7 @@ def _total_windows(att: _Attribution) -> pd.DataFrame:
 def _empty_breakdown() -> pd.DataFrame:
     cols = {"rank": "int64", "epoch": "Int64", "start_ns": "int64", "end_ns": "int64", "wall_s": "float64"}
     cols.update({f"{c}_pct": "float64" for c in PRIORITY})
+    cols["outside_epochs_pct"] = "float64"
     cols.update({f"{c}_s": "float64" for c in PRIORITY})
     return pd.DataFrame({k: pd.Series(dtype=v) for k, v in cols.items()})
 
@@ -234,17 +365,21 @@ def _shares(att: _Attribution, w: pd.DataFrame) -> pd.DataFrame:
         "end_ns": w["end_ns"].to_numpy(dtype=_I8),
         "wall_s": wall / 1e9,
     })
+    # time outside every epoch window (start-up, imports, teardown) is its own share, not "other"
+    epochs = att.epoch_cover()
+    in_epochs = covered_ns(*epochs, ws, we)
     covered_before = np.zeros(len(w), dtype=_I8)
     acc = (_EMPTY, _EMPTY)
     shares = {}
     for c in PRIORITY[:-1]:
         acc = union_of(acc, att.self_time[c])
-        covered = covered_ns(*acc, ws, we)
+        covered = covered_ns(*intersect_intervals(*acc, *epochs), ws, we)
         shares[f"{c}_pct"] = 100.0 * (covered - covered_before) / safe
         covered_before = covered
     for c in PRIORITY[:-1]:
         out[f"{c}_pct"] = np.nan_to_num(shares[f"{c}_pct"])
-    out["other_pct"] = 100.0 - out[[f"{c}_pct" for c in PRIORITY[:-1]]].sum(axis=1)
+    out["outside_epochs_pct"] = np.nan_to_num(100.0 * (we - ws - in_epochs) / safe)
+    out["other_pct"] = 100.0 - out[[f"{c}_pct" for c in PRIORITY[:-1]]].sum(axis=1) - out["outside_epochs_pct"]
     for c in PRIORITY:
         out[f"{c}_s"] = covered_ns(*att.raw[c], ws, we) / 1e9
     return out.sort_values(["rank", "epoch"], na_position="last", kind="stable").reset_index(drop=True)
@@ -303,87 +438,174 @@ def verdict_label(input_pct: float) -> str:
 
 
 def input_bound_df(frame: pd.DataFrame, layers: "str | Sequence[str] | None" = None) -> pd.DataFrame:
-    """Per rank: step time, exposed input wait inside steps, accelerator utilisation, verdict.
+    """Per rank: step time, input wait inside steps from the best evidence present, AU, verdict.
 
-    Step time is the union of the windows of the ``(epoch, step)`` pairs tagged on the rows (``basis`` =
-    ``"step"``); a rank without step tags falls back to its epoch windows (``"epoch"``), then to its whole
-    traced time (``"run"``, e.g. a bare Darshan log), where the numbers are shown but the verdict is
-    ``"unknown"``: without training positions there is no step time to be input-bound in.
+    Steps are the app layer's training steps (``Training Iteration`` phases where the rank has them, else
+    the windows of the ``(epoch, step)`` tags); see :func:`step_series_df` for the evidence used per step.
+    Where some steps of a rank lie inside a TF profile window, only those count (``basis`` =
+    ``"framework"``: the framework's input-pipeline wait); otherwise the app layer's exposed io ∪ wait
+    (``"app"``). The first step of each rank (pipeline warm-up: shuffle-buffer fill, graph tracing, file
+    opens) is left out when the rank has more. A rank without step tags falls back to its epoch windows
+    (``"epoch"``), then to its whole traced time (``"run"``, e.g. a bare Darshan log, verdict ``"unknown"``).
 
     Returns
     -------
     pandas.DataFrame
-        ``rank``, ``basis``, ``step_s``, ``input_wait_s`` (exposed io ∪ wait inside steps), ``input_pct``,
-        ``compute_s`` (compute self time inside steps), ``au_pct`` (= compute_s ÷ step_s × 100),
-        ``verdict``.
+        ``rank``, ``basis``, ``steps`` (counted), ``steps_total``, ``step_s``, ``input_wait_s``,
+        ``input_pct``, ``compute_s`` (framework compute/comm outside input wait, or app compute self time),
+        ``au_pct`` (= compute_s ÷ step_s × 100), ``excluded_s`` (warm-up step left out), ``input_visible``
+        (False: app-basis steps with no app io/wait phase inside, so input wait cannot be seen), ``verdict``.
     """
-    return _input_bound(_attribution(frame, layers))
+    att = _attribution(frame, layers)
+    return _input_bound(att, LowerLayers.of(frame, att))
 
 
-def _input_bound(att: Optional[_Attribution]) -> pd.DataFrame:
-    cols = ["rank", "basis", "step_s", "input_wait_s", "input_pct", "compute_s", "au_pct", "verdict"]
+def step_series_df(frame: pd.DataFrame) -> pd.DataFrame:
+    """One row per rank and training step: its time and the input wait inside it, from the best evidence.
+
+    A step is framework-covered when TF profiler rows cover at least half of it; its input wait is then the
+    union of the framework's input-pipeline waits (``IteratorGetNext`` family, cat ``wait``) inside it
+    (``basis="framework"``). Otherwise it is the app layer's exposed input inside it: self time of io ∪ wait
+    phases not overlapped by compute self time (``basis="app"``).
+
+    Returns
+    -------
+    pandas.DataFrame
+        ``rank``, ``epoch``, ``step`` (Int64), ``start_ns``, ``end_ns``, ``step_s``, ``input_wait_s``,
+        ``compute_s``, ``basis``, ``warmup`` (first step of the rank), ``counted`` (used by the verdict).
+    """
+    att = _attribution(frame, None)
+    return _step_series(att, LowerLayers.of(frame, att)).drop(columns=["_r", "_ws", "_we"])
+
+
+def _step_series(att: Optional[_Attribution], lower: "LowerLayers") -> pd.DataFrame:
+    cols = {"_r": "int64", "rank": "int64", "epoch": "Int64", "step": "Int64", "start_ns": "int64",
+            "end_ns": "int64", "_ws": "int64", "_we": "int64", "step_s": "float64", "input_wait_s": "float64",
+            "compute_s": "float64", "basis": "object", "warmup": "bool", "counted": "bool"}
     if att is None:
-        return pd.DataFrame({c: pd.Series(dtype="object" if c in ("basis", "verdict") else "float64")
-                             for c in cols})
-    chosen = []
-    done = np.zeros(len(att.ranks), dtype=bool)
-    for basis, keys in (("step", ["epoch", "step"]), ("step", ["step"]), ("epoch", ["epoch"]), ("run", [])):
-        if done.all():
-            break
-        w = att.windows(keys)
-        w = w[~done[w["_r"].to_numpy(dtype=_I8)]]
-        if len(w):
-            chosen.append(w.assign(basis=basis)[["_r", "basis", "_ws", "_we"]])
-            done[w["_r"].to_numpy(dtype=_I8)] = True
-    w = pd.concat(chosen, ignore_index=True)
-    steps = merge_intervals(w["_ws"].to_numpy(dtype=_I8), w["_we"].to_numpy(dtype=_I8))
-    basis = w.groupby("_r")["basis"].first()
-    exposed = subtract_intervals(*att.self_union(["io", "wait"]), *att.self_time["compute"])
-    r_of = att.axis.group_of(steps[0])
-    n = len(att.ranks)
-
-    def per_rank(lengths: np.ndarray) -> np.ndarray:
-        acc = np.zeros(n, dtype=_I8)
-        np.add.at(acc, r_of, lengths)
-        return acc
-
-    step_ns = per_rank(steps[1] - steps[0])
-    rank_basis = basis.reindex(range(n)).to_numpy()
-    wait_ns = per_rank(covered_ns(*exposed, *steps))
-    comp_ns = per_rank(covered_ns(*att.self_time["compute"], *steps))
-    safe = np.where(step_ns > 0, step_ns, np.nan).astype(np.float64)
-    input_pct = np.nan_to_num(100.0 * wait_ns / safe)
+        return pd.DataFrame({k: pd.Series(dtype=v) for k, v in cols.items()})
+    w = att.windows(["epoch", "step"])
+    w2 = att.windows(["step"])
+    w = pd.concat([w, w2[~w2["_r"].isin(w["_r"])].assign(epoch=pd.NA)], ignore_index=True)
+    w = w.sort_values(["_r", "start_ns"], kind="stable").reset_index(drop=True)
+    ws, we = w["_ws"].to_numpy(dtype=_I8), w["_we"].to_numpy(dtype=_I8)
+    length = we - ws
+    by_fw = (lower.present_framework & (2 * covered_ns(*lower.framework, ws, we) >= length)) if len(w) \
+        else np.zeros(0, dtype=bool)
+    app_exposed = subtract_intervals(*att.self_union(["io", "wait"]), *att.self_time["compute"])
+    fw_busy = subtract_intervals(*union_of(lower.raw["compute"], lower.raw["comm"]), *lower.raw["input_wait"])
+    wait = np.where(by_fw, covered_ns(*lower.raw["input_wait"], ws, we), covered_ns(*app_exposed, ws, we))
+    comp = np.where(by_fw, covered_ns(*fw_busy, ws, we), covered_ns(*att.self_time["compute"], ws, we))
+    r = w["_r"].to_numpy(dtype=_I8)
+    first = np.r_[True, r[1:] != r[:-1]] if len(r) else np.zeros(0, dtype=bool)
+    n_of_rank = np.bincount(r, minlength=len(att.ranks))
+    warmup = first & (n_of_rank[r] > 1)
+    # where a profile window covers some steps of a rank, only those are evidence of its input wait
+    fw_ranks = np.unique(r[by_fw])
+    counted = ~warmup & (by_fw | ~np.isin(r, fw_ranks))
     return pd.DataFrame({
-        "rank": att.ranks,
-        "basis": rank_basis,
-        "step_s": step_ns / 1e9,
-        "input_wait_s": wait_ns / 1e9,
-        "input_pct": input_pct,
-        "compute_s": comp_ns / 1e9,
-        "au_pct": np.nan_to_num(100.0 * comp_ns / safe),
-        # without tagged training positions there is no step time to be input-bound in
-        "verdict": [verdict_label(p) if b != "run" else "unknown" for p, b in zip(input_pct, rank_basis)],
+        "_r": r, "rank": att.ranks[r] if len(r) else r, "epoch": pd.array(w["epoch"], dtype="Int64"),
+        "step": pd.array(w["step"], dtype="Int64"), "start_ns": w["start_ns"].to_numpy(dtype=_I8),
+        "end_ns": w["end_ns"].to_numpy(dtype=_I8), "_ws": ws, "_we": we, "step_s": length / 1e9,
+        "input_wait_s": wait / 1e9, "compute_s": comp / 1e9,
+        "basis": np.where(by_fw, "framework", "app").astype(object), "warmup": warmup, "counted": counted,
     })
 
 
+def _input_bound(att: Optional[_Attribution], lower: "LowerLayers") -> pd.DataFrame:
+    cols = ["rank", "basis", "steps", "steps_total", "step_s", "input_wait_s", "input_pct", "compute_s",
+            "au_pct", "excluded_s", "input_visible", "verdict"]
+    if att is None:
+        return pd.DataFrame({c: pd.Series(dtype="object" if c in ("basis", "verdict") else "float64")
+                             for c in cols})
+    series = _step_series(att, lower)
+    n = len(att.ranks)
+    used = series[series["counted"]]
+    r_used = used["_r"].to_numpy(dtype=_I8)
+
+    def per_rank(values: np.ndarray, rows: np.ndarray = r_used) -> np.ndarray:
+        return np.bincount(rows, weights=values, minlength=n).astype(np.float64)
+
+    step_s = per_rank(used["step_s"].to_numpy())
+    wait_s = per_rank(used["input_wait_s"].to_numpy())
+    comp_s = per_rank(used["compute_s"].to_numpy())
+    fw_steps = per_rank((used["basis"] == "framework").to_numpy(dtype=float))
+    steps = np.bincount(r_used, minlength=n)
+    steps_total = np.bincount(series["_r"].to_numpy(dtype=_I8), minlength=n)
+    warm = series[series["warmup"]]
+    excluded_s = per_rank(warm["step_s"].to_numpy(), warm["_r"].to_numpy(dtype=_I8))
+    basis = np.where(fw_steps > 0, "framework", "app").astype(object)
+    # input phases the app layer itself recorded inside the steps (zero for Keras batches timed whole)
+    seen = covered_ns(*att.self_union(["io", "wait"]), used["_ws"].to_numpy(dtype=_I8),
+                      used["_we"].to_numpy(dtype=_I8))
+    visible = (basis == "framework") | (per_rank(seen.astype(np.float64)) > 0)
+    # ranks without steps: epoch windows, then the whole traced time (app evidence)
+    no_steps = np.flatnonzero(steps_total == 0)
+    if no_steps.size:
+        exposed = subtract_intervals(*att.self_union(["io", "wait"]), *att.self_time["compute"])
+        for label, keys in (("epoch", ["epoch"]), ("run", [])):
+            w = att.windows(keys)
+            w = w[w["_r"].isin(no_steps)]
+            if not len(w):
+                continue
+            ms, me = merge_intervals(w["_ws"].to_numpy(dtype=_I8), w["_we"].to_numpy(dtype=_I8))
+            rr = att.axis.group_of(ms)
+            step_s[np.unique(rr)] = 0.0
+            step_s += per_rank((me - ms) / 1e9, rr)
+            wait_s += per_rank(covered_ns(*exposed, ms, me) / 1e9, rr)
+            comp_s += per_rank(covered_ns(*att.self_time["compute"], ms, me) / 1e9, rr)
+            basis[np.unique(rr)] = label
+            visible[np.unique(rr)] = True
+            no_steps = np.setdiff1d(no_steps, rr)
+    safe = np.where(step_s > 0, step_s, np.nan)
+    input_pct = np.nan_to_num(100.0 * wait_s / safe)
+    return pd.DataFrame({
+        "rank": att.ranks,
+        "basis": basis,
+        "steps": steps.astype(_I8),
+        "steps_total": steps_total.astype(_I8),
+        "step_s": step_s,
+        "input_wait_s": wait_s,
+        "input_pct": input_pct,
+        "compute_s": comp_s,
+        "au_pct": np.nan_to_num(100.0 * comp_s / safe),
+        "excluded_s": excluded_s,
+        "input_visible": visible,
+        # without tagged training positions there is no step time to be input-bound in
+        "verdict": [verdict_label(p) if b != "run" else "unknown" for p, b in zip(input_pct, basis)],
+    })
+
+
+#: what each basis of the verdict measured, for the text outputs
+BASIS_TEXT = {
+    "framework": "the TF profiler's input-pipeline wait (IteratorGetNext family) inside steps in the profile window",
+    "app": "the app layer's exposed io/wait phases inside training steps",
+    "epoch": "the app layer's exposed io/wait phases inside epochs (no step tags)",
+}
+#: the one command that makes input wait inside Keras batches visible
+CAPTURE_HINT = "timelogger run -o RUN --tf-profile -- python train.py"
+
+
 def verdict(frame: pd.DataFrame, layers: "str | Sequence[str] | None" = None) -> dict:
-    """Job-level input-bound verdict: Σ exposed input wait ÷ Σ step time over ranks with steps or epochs.
+    """Job-level input-bound verdict: Σ input wait ÷ Σ step time over the ranks' counted steps.
 
     Returns
     -------
     dict
         ``input_pct``, ``verdict``, ``au_pct``, ``basis`` (the ranks' bases joined), ``worst_rank``,
-        ``worst_rank_input_pct``.
+        ``worst_rank_input_pct``, ``notes`` (sentences: what the basis measured, what was excluded,
+        blind spots and how to capture them).
     """
     return _verdict(input_bound_df(frame, layers))
 
 
 def _verdict(per: pd.DataFrame) -> dict:
+    notes = _verdict_notes(per)
     per = per[per["basis"] != "run"] if len(per) else per
     step = float(per["step_s"].sum()) if len(per) else 0.0
     if not len(per) or step <= 0:
         return {"input_pct": None, "verdict": "unknown", "au_pct": None, "basis": None,
-                "worst_rank": None, "worst_rank_input_pct": None}
+                "worst_rank": None, "worst_rank_input_pct": None, "notes": notes}
     pct = 100.0 * float(per["input_wait_s"].sum()) / step
     worst = per.loc[per["input_pct"].idxmax()]
     return {
@@ -393,7 +615,37 @@ def _verdict(per: pd.DataFrame) -> dict:
         "basis": ",".join(sorted(set(per["basis"]))),
         "worst_rank": int(worst["rank"]),
         "worst_rank_input_pct": float(worst["input_pct"]),
+        "notes": notes,
     }
+
+
+def _ranks_text(ranks: Sequence[int]) -> str:
+    return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(str(int(r)) for r in ranks)
+
+
+def _verdict_notes(per: pd.DataFrame) -> list[str]:
+    notes: list[str] = []
+    if not len(per):
+        return notes
+    for basis, text in BASIS_TEXT.items():
+        rows = per[per["basis"] == basis]
+        if not len(rows):
+            continue
+        line = f"basis {basis} ({_ranks_text(rows['rank'])}): {text}"
+        if basis == "framework":
+            line += f"; {int(rows['steps'].sum())} of {int(rows['steps_total'].sum())} steps inside the window"
+        notes.append(line)
+    warm = per[per["excluded_s"] > 0]
+    if len(warm):
+        notes.append(f"excluded: the first step of each rank (pipeline warm-up: shuffle-buffer fill, graph "
+                     f"tracing, first file opens), {float(warm['excluded_s'].sum()):.3g} s in all")
+    blind = per[~per["input_visible"].astype(bool)]
+    if len(blind):
+        notes.append(f"blind spot on {_ranks_text(blind['rank'])}: the app layer times whole steps (a Keras "
+                     "TimeLoggerCallback batch includes the fetch of its batch) and no TF profile covers them, "
+                     "so input wait inside the steps cannot be seen and the verdict can only say 'not "
+                     f"input-bound'. Capture it: {CAPTURE_HINT}")
+    return notes
 
 
 def accelerator_utilisation(frame: pd.DataFrame, layers: "str | Sequence[str] | None" = None

@@ -104,10 +104,34 @@ def _layers_arg(text: str) -> "str | list[str]":
     return layers
 
 
-def _summary_text(run, parts: dict) -> str:
-    from trace_merge.analysis import PRIORITY
+def _epoch_labels(df: pd.DataFrame, missing: str) -> pd.DataFrame:
+    """``epoch`` as text, with ``missing`` for <NA> (its one meaning in that table)."""
+    if not len(df):
+        return df
+    out = df.copy()
+    out["epoch"] = [missing if pd.isna(e) else str(int(e)) for e in df["epoch"]]
+    return out
 
-    m, v = parts["metrics"], parts["verdict"]
+
+def _layered_text(layered: pd.DataFrame, top: int = 30) -> str:
+    from trace_merge.analysis import COMPONENTS
+
+    if not len(layered):
+        return "  (no app phases)"
+    comp = [f"{c}_s" for c in COMPONENTS]
+    table = _epoch_labels(layered, "none")[["rank", "epoch", "phase", "cat", "calls", "time_s", *comp]]
+    table = table[table["time_s"] > 0].sort_values(["rank", "time_s"], ascending=[True, False], kind="stable")
+    shown = table.groupby("rank", sort=True).head(top)
+    text = _frame_text(shown)
+    if len(shown) < len(table):
+        text += f"\n  ({len(table) - len(shown)} shorter rows not shown: --json or the report has all)"
+    return text
+
+
+def _summary_text(run, parts) -> str:
+    from trace_merge.analysis import COMPONENT_LABELS, PRIORITY
+
+    m, v = parts.metrics, parts.verdict
     layers = ", ".join(f"{k} {n:,}" for k, n in run.frame["layer"].value_counts().items() if n)
     lines = [f"{run.path}: {m['events']:,} events, {m['ranks']} rank(s), layers: {layers or 'none'}; "
              f"{len(run.counters):,} counter rows; job wall time {m['job_wall_s']:.4g} s"]
@@ -116,22 +140,31 @@ def _summary_text(run, parts: dict) -> str:
                      f"AU {v['au_pct']:.1f} %; basis {v['basis']})")
     else:
         lines.append("verdict: unknown (no training steps or epochs tagged in the trace)")
+    lines += [f"  - {note}" for note in v.get("notes", [])]
+    lines += [f"  - why: {line}" for line in parts.explanations]
     if run.warnings:
         lines.append(f"warnings ({len(run.warnings)}):")
         lines += [f"  - {w}" for w in run.warnings]
     if run.residual:
         lines.append("alignment residual: " + json.dumps(run.residual, default=str))
-    bd = parts["breakdown"]
-    lines += ["", "breakdown (% of wall time, exclusive; epoch '-' = whole run):",
-              _frame_text(bd[["rank", "epoch", "wall_s", *[f"{c}_pct" for c in PRIORITY]]] if len(bd) else bd)]
-    lines += ["", "exposed I/O:", _frame_text(parts["exposed_io"])]
-    lines += ["", "read bandwidth per rank:", _frame_text(parts["bandwidth"])]
-    t = parts["bandwidth_totals"]
+    legend = "; ".join(f"{c} = {label}" for c, label in COMPONENT_LABELS.items())
+    lines += ["", "layered breakdown: each app phase's self time (s) split by what the lower layers of its rank "
+              f"did inside it ({legend}); epoch 'none' = outside any epoch; docs/metrics.md",
+              _layered_text(parts.layered)]
+    bd = parts.breakdown
+    shown = [*(f"{c}_pct" for c in PRIORITY), "outside_epochs_pct"]
+    lines += ["", "drill-down, breakdown by phase category (% of wall time, exclusive; epoch 'all' = whole run):",
+              _frame_text(_epoch_labels(bd[["rank", "epoch", "wall_s", *shown]], "all") if len(bd) else bd)]
+    lines += ["", "exposed I/O (app layer; epoch 'all' = whole run):",
+              _frame_text(_epoch_labels(parts.exposed_io, "all"))]
+    lines += ["", "input wait per rank (steps counted, warm-up step excluded):", _frame_text(parts.input_bound)]
+    lines += ["", "read bandwidth per rank:", _frame_text(parts.bandwidth)]
+    t = parts.bandwidth_totals
     if t["read_bytes"]:
         lines.append(f"aggregate: {t['read_bytes']:,} bytes ÷ slowest rank's read time "
                      f"{_num(t['slowest_read_time_s'])} s = {_num(t['aggregate_bw_MB_per_s'])} MB/s; "
                      f"÷ job wall time = {_num(t['bw_over_job_wall_MB_per_s'])} MB/s")
-    stats = parts["event_stats"]
+    stats = parts.event_stats
     if len(stats):
         stats = stats.sort_values("sum_us", ascending=False).head(25)
     lines += ["", "events by total time (top 25):", _frame_text(stats)]

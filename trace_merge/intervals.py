@@ -343,3 +343,66 @@ def drop_from_forest(parent: np.ndarray, drop: np.ndarray) -> "tuple[np.ndarray,
     new_index[keep] = np.arange(len(keep))
     return new_index[up[keep]], keep  # up == -1 maps through the extra last slot to -1
 
+
+
+def self_segments(groups: np.ndarray, starts: np.ndarray, ends: np.ndarray
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Self time of every interval inside its group (a thread): the parts its children do not cover.
+
+    Within a group, intervals form a nesting forest (:func:`nesting_parents`; equal starts: the longer one is
+    the parent). An interval's self time is the gap before its first child, the gaps between consecutive
+    children and the gap after its last child, clipped to the interval (a child, or a descendant, that crosses
+    its parent's end keeps the rest, as the innermost open interval). So each instant of a group belongs to exactly one interval -- the innermost open one --
+    and the segments of one group never overlap.
+
+    Parameters
+    ----------
+    groups
+        Dense group code per interval (0..n_groups-1), e.g. one per (rank, pid, tid).
+    starts, ends
+        Interval bounds, int64 ns; intervals must have ``end > start``.
+
+    Returns
+    -------
+    (numpy.ndarray, numpy.ndarray, numpy.ndarray)
+        Segment starts, ends (absolute, same unit as the input) and the index of the owning interval.
+    """
+    groups = np.asarray(groups, dtype=_I8)
+    starts = np.asarray(starts, dtype=_I8)
+    ends = np.asarray(ends, dtype=_I8)
+    if starts.size == 0:
+        return _EMPTY, _EMPTY, _EMPTY
+    axis = Axis(groups, starts, ends, int(groups.max()) + 1)
+    ts = axis.to_axis(groups, starts)
+    te = axis.to_axis(groups, ends)
+    order = start_order(ts, -te)  # ties: the longer interval is the outer one
+    ts, te = ts[order], te[order]
+    parent = nesting_parents(ts, te)
+    child = np.flatnonzero(parent >= 0)
+    child = child[np.argsort(parent[child], kind="stable")]  # grouped by parent, each group in start order
+    par = parent[child]
+    # reach: the last end in an interval's subtree. A crossing descendant can outlive its ancestors, and
+    # whatever follows a child only starts once all of the child's subtree has ended.
+    reach = te.copy()
+    while child.size:
+        grown = reach.copy()
+        np.maximum.at(grown, par, reach[child])
+        if np.array_equal(grown, reach):
+            break
+        reach = grown
+    head_end = te.copy()
+    tail_end = np.zeros(child.size, dtype=_I8)
+    if child.size:
+        first = np.r_[True, par[1:] != par[:-1]]
+        last = np.r_[par[1:] != par[:-1], True]
+        head_end[par[first]] = np.minimum(ts[child[first]], te[par[first]])
+        next_start = np.r_[ts[child[1:]], 0]
+        tail_end = np.minimum(np.where(last, te[par], next_start), te[par])
+    seg_s = np.concatenate((ts, reach[child]))
+    seg_e = np.concatenate((head_end, tail_end))
+    owner = np.concatenate((order, order[par]))
+    keep = seg_e > seg_s
+    seg_s, seg_e, owner = seg_s[keep], seg_e[keep], owner[keep]
+    g = axis.group_of(seg_s)
+    shift = axis.lo[g] - axis.offset[g]
+    return seg_s + shift, seg_e + shift, owner

@@ -92,7 +92,7 @@ def _per_layer_totals(frame: pd.DataFrame) -> pd.DataFrame:
     return per[["layer", "rank", "wall_s", *[f"{c}_pct" for c in analysis.PRIORITY]]]
 
 
-def render_report(run: "Run", parts: Optional[dict] = None) -> str:
+def render_report(run: "Run", parts: "Optional[analysis.Summary]" = None) -> str:
     """The report of ``run`` as one HTML string.
 
     Parameters
@@ -104,8 +104,8 @@ def render_report(run: "Run", parts: Optional[dict] = None) -> str:
     """
     a = parts if parts is not None else run.analyse()
     frame = run.frame
-    v = a["verdict"]
-    m = a["metrics"]
+    v = a.verdict
+    m = a.metrics
     css_class = "v-" + (v["verdict"].split()[0] if v["verdict"] != "unknown" else "unknown")
     verdict_text = html.escape(v["verdict"])
     if v["input_pct"] is not None:
@@ -125,12 +125,12 @@ def render_report(run: "Run", parts: Optional[dict] = None) -> str:
         "exposed I/O (% of wall)": m["exposed_io_pct"],
     }
     warnings = "".join(f"<li>{html.escape(w)}</li>" for w in run.warnings) or "<li>none</li>"
-    breakdown = a["breakdown"]
+    breakdown = a.breakdown
     pct_cols = ["rank", "epoch", "wall_s", *[f"{c}_pct" for c in analysis.PRIORITY]]
     union_cols = ["rank", "epoch", "wall_s", *[f"{c}_s" for c in analysis.PRIORITY]]
     access = analysis.access_pattern_df(frame)
     empty_bins = [c for c in access.columns if c.startswith("size_") and not access[c].any()]
-    stats = a["event_stats"].sort_values("sum_us", ascending=False) if len(a["event_stats"]) else a["event_stats"]
+    stats = a.event_stats.sort_values("sum_us", ascending=False) if len(a.event_stats) else a.event_stats
     sections = [
         f"<h1>trace-merge report — {html.escape(run.label)}</h1>",
         f'<p class="sub">generated {_dt.datetime.now(_dt.timezone.utc):%Y-%m-%d %H:%M UTC} by trace_merge '
@@ -151,11 +151,11 @@ def render_report(run: "Run", parts: Optional[dict] = None) -> str:
         _table(breakdown[union_cols]) if len(breakdown) else "", "</details>",
         "<details><summary>Whole-run breakdown of each layer on its own (drill-down)</summary>",
         _table(_per_layer_totals(frame)), "</details>",
-        "<h2>Exposed I/O and overlap</h2>", _table(a["exposed_io"]),
-        "<h2>Steps: input wait and accelerator utilisation</h2>", _table(a["input_bound"]),
+        "<h2>Exposed I/O and overlap</h2>", _table(a.exposed_io),
+        "<h2>Steps: input wait and accelerator utilisation</h2>", _table(a.input_bound),
         "<h2>Read bandwidth</h2>",
-        _figure("bandwidth", lambda: plots.plot_bandwidth(a["bandwidth"])) if len(a["bandwidth"]) else "",
-        _table(a["bandwidth"]), _kv(a["bandwidth_totals"]),
+        _figure("bandwidth", lambda: plots.plot_bandwidth(a.bandwidth)) if len(a.bandwidth) else "",
+        _table(a.bandwidth), _kv(a.bandwidth_totals),
         "<h2>Access pattern</h2>",
         _figure("access pattern", lambda: plots.plot_access_pattern(access)) if len(access) else "",
         _table(access.drop(columns=empty_bins)),
@@ -173,7 +173,7 @@ def render_report(run: "Run", parts: Optional[dict] = None) -> str:
 
 
 def write_report(run: "Run", path: "str | os.PathLike[str]", force: bool = False,
-                 parts: Optional[dict] = None) -> Path:
+                 parts: "Optional[analysis.Summary]" = None) -> Path:
     """Write the HTML report of ``run`` to ``path``.
 
     Raises

@@ -151,13 +151,21 @@ class Run:
         """:func:`trace_merge.analysis.verdict` of this run."""
         return analysis.verdict(self.frame)
 
+    def layered_breakdown(self) -> pd.DataFrame:
+        """:func:`trace_merge.analysis.layered_breakdown_df`: each app phase split by what the lower layers did."""
+        return analysis.layered_breakdown_df(self.frame)
+
+    def step_series(self) -> pd.DataFrame:
+        """:func:`trace_merge.analysis.step_series_df`: per rank and step, its time and the input wait inside."""
+        return analysis.step_series_df(self.frame)
+
     def compare(self, *others: "Run") -> pd.DataFrame:
         """This run and ``others`` side by side (:func:`trace_merge.analysis.compare_df`)."""
         runs = (self, *others)
         return analysis.compare_df([r.frame for r in runs], _unique_labels(runs), [r.counters for r in runs])
 
-    def analyse(self, layers: "str | Sequence[str] | None" = None) -> dict:
-        """:func:`trace_merge.analysis.summarise` of this run (DataFrames and dicts).
+    def analyse(self, layers: "str | Sequence[str] | None" = None) -> "analysis.Summary":
+        """:func:`trace_merge.analysis.summarise` of this run (an :class:`~trace_merge.analysis.Summary`).
 
         Parameters
         ----------
@@ -166,7 +174,7 @@ class Run:
         """
         return analysis.summarise(self.frame, self.counters, layers)
 
-    def summary(self, parts: Optional[dict] = None) -> dict:
+    def summary(self, parts: "Optional[analysis.Summary]" = None) -> dict:
         """Everything about the run as plain JSON-able data.
 
         Parameters
@@ -178,8 +186,9 @@ class Run:
         -------
         dict
             ``path``, ``events``, ``ranks``, ``rows_per_layer``, ``sources``, ``metrics``, ``verdict``,
-            ``breakdown``, ``exposed_io``, ``input_bound``, ``bandwidth`` (``per_rank``, ``totals``),
-            ``event_stats`` (records), ``warnings``, ``alignment_residual``.
+            ``explanations``, ``layered_breakdown``, ``breakdown``, ``exposed_io``, ``input_bound``, ``steps``,
+            ``bandwidth`` (``per_rank``, ``totals``), ``event_stats`` (records), ``warnings``,
+            ``alignment_residual``.
         """
         a = parts if parts is not None else self.analyse()
         layers = self.frame["layer"].value_counts()
@@ -190,13 +199,16 @@ class Run:
             "rows_per_layer": {str(k): int(v) for k, v in layers.items() if v},
             "counter_rows": int(len(self.counters)),
             "sources": len(self.sources),
-            "metrics": _plain(a["metrics"]),
-            "verdict": _plain(a["verdict"]),
-            "breakdown": _records(a["breakdown"]),
-            "exposed_io": _records(a["exposed_io"]),
-            "input_bound": _records(a["input_bound"]),
-            "bandwidth": {"per_rank": _records(a["bandwidth"]), "totals": _plain(a["bandwidth_totals"])},
-            "event_stats": _records(a["event_stats"]),
+            "metrics": _plain(a.metrics),
+            "verdict": _plain(a.verdict),
+            "explanations": list(a.explanations),
+            "layered_breakdown": _records(a.layered),
+            "breakdown": _records(a.breakdown),
+            "exposed_io": _records(a.exposed_io),
+            "input_bound": _records(a.input_bound),
+            "steps": _records(a.steps),
+            "bandwidth": {"per_rank": _records(a.bandwidth), "totals": _plain(a.bandwidth_totals)},
+            "event_stats": _records(a.event_stats),
             "warnings": list(self.warnings),
             "alignment_residual": _plain(self.residual),
         }

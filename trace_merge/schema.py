@@ -14,6 +14,10 @@ import pandas as pd
 
 LAYERS = ("app", "framework", "comm", "posix", "stdio", "mpiio", "hdf5")
 CATS = ("io", "preprocess", "compute", "comm", "checkpoint", "wait", "other")
+#: the app phase that is one training step (TimeLogger's Keras callback and the benchmarks use it)
+STEP_PHASE = "Training Iteration"
+#: layers that trace file-system calls
+FS_LAYERS = ("posix", "stdio", "mpiio", "hdf5")
 
 #: column -> dtype; order is the on-disk column order of ``merged.parquet``.
 FRAME_DTYPES: dict[str, str] = {

@@ -14,7 +14,7 @@ from typing import Any, Sequence
 log = logging.getLogger(__name__)
 SUMMARY = "summary.json"
 #: breakdown columns shown in the terminal, in this order
-SHOWN = ("io", "wait", "compute", "comm", "checkpoint", "preprocess", "other")
+SHOWN = ("io", "wait", "compute", "comm", "checkpoint", "preprocess", "other", "outside_epochs")
 
 
 def finalize_run(run_dir: "str | Path") -> dict[str, Any]:
@@ -23,12 +23,14 @@ def finalize_run(run_dir: "str | Path") -> dict[str, Any]:
     Adds to ``summary.json`` (created if missing): ``read_bytes``, ``read_time_s`` (the slowest rank's union of
     read time), ``read_bandwidth_bytes_per_s`` (Σ bytes ÷ that time), ``read_layer`` (the lowest layer that
     measured the bytes), ``read_bw_over_wall_bytes_per_s``, ``breakdown_pct`` (whole-job shares),
-    ``exposed_io_pct``, ``input_bound`` verdict, ``merge_warnings``.
+    ``exposed_io_pct``, ``input_bound`` verdict with ``input_wait_pct`` and its ``input_basis``, ``layered_s``
+    (seconds per app phase and lower-layer component), ``merge_warnings``.
 
     Returns
     -------
     dict
-        trace_merge's analysis of the run (``breakdown``, ``bandwidth`` frames, ``metrics`` ...) plus ``summary``.
+        ``analysis`` (trace_merge's :class:`~trace_merge.analysis.Summary`), ``summary`` (what was written to
+        ``summary.json``) and ``run`` (the :class:`~trace_merge.run.Run`).
     """
     from trace_merge.merge import merge_path, write_merged
     from trace_merge.run import Run
@@ -36,8 +38,8 @@ def finalize_run(run_dir: "str | Path") -> dict[str, Any]:
     run_dir = Path(run_dir)
     write_merged(merge_path(run_dir), run_dir, force=True)
     run = Run.open(run_dir)
-    parts = dict(run.analyse())
-    metrics, totals, bw = parts["metrics"], parts["bandwidth_totals"], parts["bandwidth"]
+    analysis = run.analyse()
+    metrics, totals, bw = analysis.metrics, analysis.bandwidth_totals, analysis.bandwidth
     summary_path = run_dir / SUMMARY
     summary = json.loads(summary_path.read_text()) if summary_path.is_file() else {}
     read_time = totals.get("slowest_read_time_s")
@@ -50,12 +52,23 @@ def finalize_run(run_dir: "str | Path") -> dict[str, Any]:
         "breakdown_pct": {c: metrics.get(f"{c}_pct") for c in SHOWN},
         "exposed_io_pct": metrics.get("exposed_io_pct"),
         "input_bound": metrics.get("verdict"),
+        "input_wait_pct": metrics.get("input_pct"),
+        "input_basis": metrics.get("verdict_basis"),
+        "layered_s": _layered_totals(analysis.layered),
         "merge_warnings": list(run.warnings),
     })
     summary_path.write_text(json.dumps(_plain(summary), indent=1) + "\n")
-    parts["summary"] = summary
-    parts["run"] = run
-    return parts
+    return {"analysis": analysis, "summary": summary, "run": run}
+
+
+def _layered_totals(layered: Any) -> dict[str, dict[str, float]]:
+    """Seconds per app phase and component of the layered breakdown, summed over ranks and epochs."""
+    from trace_merge.analysis import COMPONENTS
+
+    if not len(layered):
+        return {}
+    sums = layered.groupby("phase", sort=True)[["time_s", *(f"{c}_s" for c in COMPONENTS)]].sum()
+    return {str(k): {c: float(v) for c, v in row.items()} for k, row in sums.iterrows()}
 
 
 def _mb_to_bytes(value: float | None) -> float | None:
@@ -76,7 +89,7 @@ def _plain(obj: Any) -> Any:
 
 def format_breakdown(parts: dict[str, Any], title: str = "") -> str:
     """The per-rank x epoch breakdown (exclusive % of wall time) as a text table; ``all`` = whole run."""
-    bd = parts["breakdown"]
+    bd = parts["analysis"].breakdown
     cols = [c for c in SHOWN if f"{c}_pct" in bd.columns]
     head = f"{'rank':>4} {'epoch':>5} {'wall s':>7} " + " ".join(f"{c[:7] + ' %':>9}" for c in cols)
     lines = [title, head] if title else [head]
@@ -84,6 +97,24 @@ def format_breakdown(parts: dict[str, Any], title: str = "") -> str:
         epoch = "all" if row["epoch"] is None or _isna(row["epoch"]) else str(int(row["epoch"]))
         cells = " ".join(f"{row[f'{c}_pct']:9.2f}" for c in cols)
         lines.append(f"{int(row['rank']):>4} {epoch:>5} {row['wall_s']:7.2f} {cells}")
+    return "\n".join(lines)
+
+
+def format_layered(parts: dict[str, Any], title: str = "", top: int = 8) -> str:
+    """The layered breakdown: the longest app phases (summed over epochs) per rank, split by lower layer (s)."""
+    from trace_merge.analysis import COMPONENTS
+
+    lay = parts["analysis"].layered
+    lines = [title] if title else []
+    short = {"fs": "fs", "comm": "comm", "input_wait": "in-wait", "compute": "compute", "python": "python"}
+    lines.append(f"{'rank':>4} {'phase':<22} {'time s':>7} " + " ".join(f"{short[c]:>8}" for c in COMPONENTS))
+    if not len(lay):
+        return "\n".join(lines + ["  (no app phases)"])
+    sums = lay.groupby(["rank", "phase"], sort=True)[["time_s", *(f"{c}_s" for c in COMPONENTS)]].sum()
+    for rank, block in sums.groupby(level=0):
+        for (_, phase), row in block.sort_values("time_s", ascending=False).head(top).iterrows():
+            cells = " ".join(f"{row[f'{c}_s']:8.3f}" for c in COMPONENTS)
+            lines.append(f"{int(rank):>4} {str(phase)[:22]:<22} {row['time_s']:7.3f} {cells}")
     return "\n".join(lines)
 
 
@@ -102,7 +133,7 @@ def format_layers(parts: dict[str, Any], title: str = "") -> str:
 
 def format_bandwidth(parts: dict[str, Any], title: str = "") -> str:
     """Read bytes, union read time and bandwidth per rank, and the job aggregate."""
-    bw = parts["bandwidth"]
+    bw = parts["analysis"].bandwidth
     lines = [title] if title else []
     lines.append(f"{'rank':>4} {'layer':>7} {'reads':>6} {'MiB':>8} {'read s':>8} {'MB/s':>9}")
     for _, row in bw.iterrows():

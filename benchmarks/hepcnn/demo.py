@@ -18,7 +18,8 @@ from typing import Sequence
 
 from benchmarks.common.errors import BenchmarkError
 from benchmarks.common.launch import stream, venv_tool
-from benchmarks.common.runs import format_bandwidth, format_breakdown, format_layers, side_by_side
+from benchmarks.common.runs import (format_bandwidth, format_breakdown, format_layered, format_layers,
+                                   side_by_side)
 from benchmarks.hepcnn.config import DEMO_DATA
 from benchmarks.hepcnn.data import generate
 from benchmarks.hepcnn.sweep import Point, comparison_rows, format_comparison, layers_for, run_point
@@ -52,7 +53,18 @@ def main(argv: Sequence[str] | None = None) -> int:
                                    dist="horovod")
     _link_latest(out, stamp)
 
-    print("\n== where the time went: exclusive share of each rank's epoch wall time (%), app layer")
+    print("\n== where the time went, layer by layer: each app phase (summed over epochs) split by what the lower"
+          " layers of the same rank did inside it, seconds (fs = file system, comm = Horovod, in-wait = tf.data"
+          " input wait, compute = framework compute, python = seen by no lower layer); docs/metrics.md")
+    for pt in points:
+        print(format_layered(results[pt], title=f"{pt.shuffle} shuffle ({pt.ranks} ranks)"))
+        v = results[pt]["analysis"].verdict
+        if v["input_pct"] is not None:
+            print(f"verdict: {v['verdict']} ({v['input_pct']:.1f} % of step time waiting for input, basis "
+                  f"{v['basis']})")
+        for line in v["notes"] + results[pt]["analysis"].explanations:
+            print(f"  - {line}")
+    print("\n== drill-down, app layer alone: exclusive share of each rank's epoch wall time (%)")
     print(side_by_side([format_breakdown(results[pt], title=f"{pt.shuffle} shuffle ({pt.ranks} ranks)")
                         for pt in points]))
     print("\n== every layer on one clock: busy time (union of its intervals) as % of the job's wall time; layers"

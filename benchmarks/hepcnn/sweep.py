@@ -129,7 +129,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     (args.out / "comparison.json").write_text(json.dumps(rows, indent=1) + "\n")
     from benchmarks.hepcnn.plots import sweep_figure
 
-    fig = sweep_figure(rows, {pt.name: parts["breakdown"] for pt, parts in zip(points, results)})
+    fig = sweep_figure(rows, {pt.name: parts["analysis"].breakdown for pt, parts in zip(points, results)})
     fig.savefig(args.out / "sweep.png", dpi=110)
     print(text)
     print(f"wrote {args.out / 'comparison.txt'}, {args.out / 'comparison.json'}, {args.out / 'sweep.png'}")
