@@ -1,4 +1,4 @@
-"""Layered-breakdown and step-series figures on hand-built frames."""
+"""Layered-breakdown and step-series figures, and the steady-state timeline window, on hand-built frames."""
 from __future__ import annotations
 
 import numpy as np
@@ -7,6 +7,7 @@ import pytest
 from matplotlib.figure import Figure
 
 from trace_merge import plots
+from trace_merge.schema import to_frame
 
 COMPS = ("fs", "comm", "input_wait", "compute", "python")
 
@@ -139,3 +140,57 @@ def test_step_series_on_given_axes_and_empty():
     fig = plots.plot_step_series(STEPS.iloc[:0])
     assert "no training steps" in [t.get_text() for t in fig.axes[0].texts]
 
+
+def training_frame(fw_steps=(), ranks=(0, 1), epochs=2, per_epoch=6):
+    """Training Iterations of 1 s with 0.1 s gaps; framework rows inside the steps (epoch, step) in fw_steps
+    of every rank; steps numbered within the epoch. Returns the frame and rank 0's step spans."""
+    cols = {k: [] for k in ("layer", "cat", "name", "rank", "start_ns", "end_ns", "epoch", "step")}
+    spans = {}
+
+    def add(layer, cat, name, rank, s, e, epoch, step):
+        for k, v in zip(cols, (layer, cat, name, rank, s, e, epoch, step)):
+            cols[k].append(v)
+
+    for rank in ranks:
+        t = 10_000_000_000 + 7 * rank
+        for epoch in range(epochs):
+            for step in range(per_epoch):
+                s, e = t, t + 1_000_000_000
+                add("app", "compute", "Training Iteration", rank, s, e, epoch, step)
+                add("app", "wait", "Call to Next Batch", rank, s + 10, s + 100_000_000, epoch, step)
+                add("posix", "io", "read", rank, s + 20, s + 50, None, None)
+                if (epoch, step) in fw_steps:
+                    add("framework", "compute", "train", rank, s + 1000, e - 1000, None, None)
+                if rank == ranks[0]:
+                    spans[epoch, step] = (s, e)
+                t = e + 100_000_000
+    return to_frame(cols), spans
+
+
+def test_steady_state_window_prefers_the_framework_profiled_steps():
+    frame, spans = training_frame(fw_steps={(1, 3), (1, 4), (1, 5)})
+    assert plots.steady_state_window(frame) == (spans[1, 2][0], spans[1, 5][1])
+    # two steps: the earliest stretch with the most framework steps
+    assert plots.steady_state_window(frame, steps=2) == (spans[1, 3][0], spans[1, 4][1])
+
+
+def test_steady_state_window_rule_without_framework_rows():
+    frame, spans = training_frame()
+    # the last epoch, after its first step; on the lowest rank
+    assert plots.steady_state_window(frame) == (spans[1, 1][0], spans[1, 4][1])
+    assert plots.steady_state_window(frame[frame["rank"] == 1]) == (spans[1, 1][0] + 7, spans[1, 4][1] + 7)
+    # the framework profile covered epoch 0 only: that wins over the last epoch
+    frame, spans = training_frame(fw_steps={(0, 2), (0, 3)})
+    assert plots.steady_state_window(frame, steps=3) == (spans[0, 1][0], spans[0, 3][1])
+    # too few steps per epoch for 4 + 1: the longest epoch's steps after the first
+    frame, spans = training_frame(per_epoch=3)
+    assert plots.steady_state_window(frame) == (spans[0, 1][0], spans[0, 2][1])
+
+
+def test_steady_state_window_falls_back_to_app_rows_with_a_step_and_none_without_steps():
+    frame, spans = training_frame(ranks=(0,))
+    no_iters = frame[frame["name"] != "Training Iteration"]
+    # Call to Next Batch rows carry the steps; their spans are the windows
+    assert plots.steady_state_window(no_iters) == (spans[1, 1][0] + 10, spans[1, 4][0] + 100_000_000)
+    assert plots.steady_state_window(frame[frame["layer"] != "app"]) is None
+    assert plots.steady_state_window(frame.iloc[:0]) is None

@@ -368,3 +368,60 @@ def plot_step_series(df: pd.DataFrame, ax: "Optional[Axes]" = None) -> "Figure":
     ax.legend(frameon=False, fontsize="small")
     return fig
 
+
+def steady_state_window(frame: pd.DataFrame, steps: int = 4) -> Optional[tuple[int, int]]:
+    """``(start_ns, end_ns)`` of a few consecutive training steps in steady state, for a timeline excerpt
+    (``plot_timeline(frame, start_ns=..., end_ns=...)``) that shows every layer rather than the start-up.
+
+    The rule:
+
+    1. Steps are taken from the **lowest rank** that has any: its app-layer ``Training Iteration`` rows,
+       or, when the app layer has none, its app rows with a step. A step's span is ``[min start, max end]``
+       of its rows (per epoch and step); steps are ordered by start.
+    2. Each epoch's **first step is skipped** (it pays for warm-up and the input pipeline's first fill);
+       a candidate stretch is ``steps`` consecutive steps after it, from an epoch with at least ``steps + 1``
+       steps.
+    3. The stretch during which the most of its steps overlap **framework-layer** rows wins (a TF profile
+       window may cover only some steps); on a tie (always so without a framework layer) the **last such
+       epoch**, and within it the **earliest** stretch, i.e. the steps right after the skipped one.
+    4. When no epoch has ``steps + 1`` steps, the epoch with the most steps gives its steps after the first
+       (all of them when it has only one), at most ``steps``.
+
+    Returns ``None`` when the frame has no steps.
+    """
+    if steps < 1 or not len(frame):
+        return None
+    app = frame[((frame["layer"] == "app") & frame["step"].notna()).to_numpy()]
+    iters = app[(app["name"] == STEP_PHASE).to_numpy()]
+    app = iters if len(iters) else app
+    if not len(app):
+        return None
+    app = app[app["rank"] == app["rank"].min()]
+    spans = (app.assign(epoch=app["epoch"].astype("float64"))
+             .groupby(["epoch", "step"], dropna=False, sort=False)
+             .agg(start_ns=("start_ns", "min"), end_ns=("end_ns", "max")).reset_index()
+             .sort_values("start_ns", kind="stable", ignore_index=True))
+    fw = frame[(frame["layer"] == "framework").to_numpy()]
+    fw_starts = fw["start_ns"].to_numpy(np.int64)
+    by_start = np.argsort(fw_starts, kind="stable")
+    # reach[k]: the latest end among the k framework rows that start first (k = 0: none, so never)
+    reach = np.r_[np.iinfo(np.int64).min, np.maximum.accumulate(fw["end_ns"].to_numpy(np.int64)[by_start])]
+    # a step overlaps the framework layer when some framework row starting before its end ends after its start
+    before_end = np.searchsorted(fw_starts[by_start], spans["end_ns"].to_numpy(np.int64), side="left")
+    spans["fw"] = reach[before_end] > spans["start_ns"].to_numpy(np.int64)
+    epochs = list(spans.groupby("epoch", dropna=False, sort=False))  # in time order of their first step
+    if not any(len(e) > steps for _, e in epochs):  # rule 4
+        _, e = max(epochs, key=lambda item: len(item[1]))
+        e = e.iloc[1:] if len(e) > 1 else e
+        return int(e["start_ns"].iloc[0]), int(e["end_ns"].iloc[:steps].max())
+    best = None
+    for order, (_, e) in enumerate(epochs):
+        if len(e) <= steps:
+            continue
+        fw_steps = np.convolve(e["fw"].to_numpy(int)[1:], np.ones(steps, dtype=int), mode="valid")
+        first = int(np.argmax(fw_steps))  # the earliest of the stretches with the most framework steps
+        score = (int(fw_steps[first]), order)
+        if best is None or score > best[0]:
+            best = (score, e.iloc[1 + first: 1 + first + steps])
+    window = best[1]
+    return int(window["start_ns"].iloc[0]), int(window["end_ns"].max())
