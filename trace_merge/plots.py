@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Optional
 import numpy as np
 import pandas as pd
 
+from trace_merge.align import STEP_PHASE
 from trace_merge.analysis import PRIORITY, SIZE_BINS
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
@@ -26,6 +27,19 @@ CAT_COLOURS = {
     "io": "#d62728", "comm": "#9467bd", "checkpoint": "#8c564b", "preprocess": "#ff7f0e",
     "compute": "#2ca02c", "wait": "#1f77b4", "other": "#c7c7c7",
 }
+
+#: Display label per component of the layered breakdown (``<component>_s`` columns), in priority order.
+COMPONENT_LABELS = {
+    "fs": "file system", "comm": "communication", "input_wait": "input wait (tf.data)",
+    "compute": "framework compute", "python": "Python / decode / IPC (unseen below)",
+}
+#: One colour per component, taken from the cat it corresponds to so both kinds of figure agree.
+COMPONENT_COLOURS = {
+    "fs": CAT_COLOURS["io"], "comm": CAT_COLOURS["comm"], "input_wait": CAT_COLOURS["wait"],
+    "compute": CAT_COLOURS["compute"], "python": CAT_COLOURS["preprocess"],
+}
+#: The bar that holds the phases beyond ``top`` in :func:`plot_layered_breakdown`.
+OTHER_PHASES = "other phases"
 
 
 def _new_figure(size: tuple[float, float]) -> "Figure":
@@ -41,6 +55,13 @@ def _figure_and_axes(ax: "Optional[Axes]", size: tuple[float, float]) -> "tuple[
         return ax.figure, ax
     fig = _new_figure(size)
     return fig, fig.add_subplot()
+
+
+def _no_data(ax: "Optional[Axes]", size: tuple[float, float], text: str) -> "Figure":
+    fig, ax = _figure_and_axes(ax, size)
+    ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, color="#666")
+    ax.set_axis_off()
+    return fig
 
 
 def _row_label(rank: int, epoch: object) -> str:
@@ -213,3 +234,194 @@ def plot_access_pattern(df: pd.DataFrame, ax: "Optional[Axes]" = None) -> "Figur
         ax_seq.set_ylabel("reads")
         ax_seq.set_title("Offsets after the previous read of the file")
     return fig
+
+
+def _phase_rows(df: pd.DataFrame, top: int, by_rank: bool) -> pd.DataFrame:
+    """Component seconds per phase (and rank), summed over epochs; the ``top`` phases by time, longest
+    first, then the rest as one :data:`OTHER_PHASES` row."""
+    cols = ["time_s", *(f"{c}_s" for c in COMPONENT_LABELS)]
+    phase = df["phase"].astype(str)
+    totals = df["time_s"].groupby(phase).sum().sort_values(ascending=False, kind="stable")
+    kept = list(totals.index[:top])
+    order = {p: i for i, p in enumerate(kept + [OTHER_PHASES])}
+    merged = phase.where(phase.isin(kept), OTHER_PHASES).rename("phase")
+    cat = df["cat"].astype(str).groupby(phase).first()
+    rows = df[cols].groupby([merged] + ([df["rank"]] if by_rank else [])).sum().reset_index()
+    rows["cat"] = rows["phase"].map(cat).fillna("")
+    return rows.sort_values(["phase"] + (["rank"] if by_rank else []), key=lambda c: c.map(order)
+                            if c.name == "phase" else c, kind="stable", ignore_index=True)
+
+
+def plot_layered_breakdown(df: pd.DataFrame, ax: "Optional[Axes]" = None, *, top: int = 12,
+                           by_rank: bool = False) -> "Figure":
+    """App phase → components: one horizontal bar per app phase, split by the layer below that saw the time.
+
+    A bar's length is the phase's self time summed over ranks and epochs; its segments are the components
+    (file system, communication, tf.data input wait, framework compute, and the Python / decode / IPC
+    remainder no lower layer saw), one colour each. Phases are ordered longest first; beyond ``top`` they are
+    merged into one "other phases" bar.
+
+    Parameters
+    ----------
+    df
+        Layered breakdown: one row per rank × epoch × app phase with ``rank, epoch, phase, cat, calls,
+        time_s`` and the seconds per component (``fs_s, comm_s, input_wait_s, compute_s, python_s``).
+    ax
+        Axes to draw on; a new figure when ``None``.
+    top
+        How many phases get a bar of their own.
+    by_rank
+        One bar per phase × rank (grouped by phase) instead of one per phase.
+    """
+    if not len(df):
+        return _no_data(ax, (9, 2), "no app phases")
+    rows = _phase_rows(df, top, by_rank)
+    group = rows["phase"].ne(rows["phase"].shift()).cumsum().to_numpy() - 1
+    y = np.arange(len(rows)) + (0.6 * group if by_rank else 0)  # a gap between the phases' groups
+    fig, ax = _figure_and_axes(ax, (10, 1.4 + 0.32 * len(rows)))
+    left = np.zeros(len(rows))
+    for comp, label in COMPONENT_LABELS.items():
+        width = rows[f"{comp}_s"].to_numpy(dtype=float)
+        ax.barh(y, width, left=left, height=0.8, color=COMPONENT_COLOURS[comp], label=label,
+                edgecolor="white", linewidth=0.5)
+        left += width
+    labels = []
+    for phase, cat, t, rank in zip(rows["phase"], rows["cat"], rows["time_s"],
+                                   rows["rank"] if by_rank else [None] * len(rows)):
+        name = f"{phase} [{cat}]" if cat else phase
+        labels.append(f"{name}{'' if rank is None else f' · rank {rank}'} · {t:.3g} s")
+    ax.set_yticks(y, labels, fontsize="small")
+    ax.invert_yaxis()
+    ax.set_xlabel("self time (s)")
+    ax.set_title("App phases split by the layer below that saw the time"
+                 + (" (per rank, summed over epochs)" if by_rank else " (summed over ranks and epochs)"), pad=34)
+    ax.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=3, frameon=False, fontsize="small")
+    return fig
+
+
+#: What the ``basis`` of a step series means, for the title.
+_STEP_BASIS = {"framework": "framework profiler steps", "app": f"app '{STEP_PHASE}' phases"}
+_STEP_REST_COLOUR = "#b0b0b0"
+
+
+def _draw_steps(ax: "Axes", steps: pd.DataFrame, x0: int, legend: bool) -> None:
+    """One rank's steps as stacked stairs from ``x0``: input wait from 0, the rest of the step above it,
+    and a dashed line where an epoch begins."""
+    edges = x0 + np.arange(len(steps) + 1)
+    wait = steps["input_wait_s"].to_numpy(dtype=float)
+    ax.stairs(wait, edges, baseline=0, fill=True, color=COMPONENT_COLOURS["input_wait"],
+              label=COMPONENT_LABELS["input_wait"] if legend else None)
+    ax.stairs(steps["step_s"].to_numpy(dtype=float), edges, baseline=wait, fill=True, color=_STEP_REST_COLOUR,
+              label="rest of the step" if legend else None)
+    epoch = steps["epoch"].astype("float64").to_numpy()
+    begins = np.flatnonzero(np.r_[True, ~((epoch[1:] == epoch[:-1]) | (np.isnan(epoch[1:]) & np.isnan(epoch[:-1])))])
+    for i in begins:
+        if i:
+            ax.axvline(edges[i], color="#444", linestyle="--", linewidth=0.7)
+        if not np.isnan(epoch[i]):
+            ax.annotate(f"epoch {int(epoch[i])}", (edges[i], 1.0), xycoords=ax.get_xaxis_transform(),
+                        xytext=(2, -2), textcoords="offset points", va="top", fontsize="x-small", color="#444")
+
+
+def plot_step_series(df: pd.DataFrame, ax: "Optional[Axes]" = None) -> "Figure":
+    """Step time per rank over the steps in time order, input wait stacked at the bottom.
+
+    Each step is one unit on x (its position in the rank's time order; epochs start at the dashed lines); the
+    blue part of the column is the step's input wait, the grey part the rest of the step. Without ``ax``
+    there is one subplot per rank, sharing both axes; with ``ax`` the ranks follow one another along x.
+
+    Parameters
+    ----------
+    df
+        Per-step series: one row per rank × step with ``rank, epoch, step, start_ns, end_ns, step_s,
+        input_wait_s, basis`` (``"framework"`` or ``"app"``: where the step boundaries came from).
+    ax
+        Axes to draw on; a new figure when ``None``.
+    """
+    if not len(df):
+        return _no_data(ax, (9, 2), "no training steps")
+    rows = df.sort_values(["rank", "start_ns"], kind="stable")
+    per_rank = list(rows.groupby("rank", sort=True))
+    bases = [_STEP_BASIS.get(b, str(b)) for b in sorted(rows["basis"].astype(str).unique())]
+    title = f"Step time per rank, input wait at the bottom (steps: {', '.join(bases)})"
+    if ax is None:
+        fig = _new_figure((10, 1.2 + 1.5 * len(per_rank)))
+        axes = fig.subplots(len(per_rank), 1, sharex=True, sharey=True, squeeze=False)[:, 0]
+        for i, (a, (rank, steps)) in enumerate(zip(axes, per_rank)):
+            _draw_steps(a, steps, 0, legend=not i)
+            a.set_ylabel(f"rank {rank}\nstep (s)")
+        fig.suptitle(title)
+        axes[0].legend(loc="lower right", bbox_to_anchor=(1.0, 1.0), ncol=2, frameon=False, fontsize="small")
+        axes[-1].set_xlabel("step (position in time order)")
+        axes[0].set_ylim(bottom=0)
+        return fig
+    fig, x0 = ax.figure, 0
+    for i, (rank, steps) in enumerate(per_rank):
+        _draw_steps(ax, steps, x0, legend=not i)
+        ax.annotate(f"rank {rank}", (x0, 0), xycoords=ax.get_xaxis_transform(), xytext=(2, -24),
+                    textcoords="offset points", fontsize="small")
+        x0 += len(steps) + max(1, len(rows) // 50)
+    ax.set_ylim(bottom=0)
+    ax.set_ylabel("step (s)")
+    ax.set_xlabel("step (position in time order, ranks one after another)")
+    ax.set_title(title)
+    ax.legend(frameon=False, fontsize="small")
+    return fig
+
+
+def steady_state_window(frame: pd.DataFrame, steps: int = 4) -> Optional[tuple[int, int]]:
+    """``(start_ns, end_ns)`` of a few consecutive training steps in steady state, for a timeline excerpt
+    (``plot_timeline(frame, start_ns=..., end_ns=...)``) that shows every layer rather than the start-up.
+
+    The rule:
+
+    1. Steps are taken from the **lowest rank** that has any: its app-layer ``Training Iteration`` rows,
+       or, when the app layer has none, its app rows with a step. A step's span is ``[min start, max end]``
+       of its rows (per epoch and step); steps are ordered by start.
+    2. Each epoch's **first step is skipped** (it pays for warm-up and the input pipeline's first fill);
+       a candidate stretch is ``steps`` consecutive steps after it, from an epoch with at least ``steps + 1``
+       steps.
+    3. The stretch during which the most of its steps overlap **framework-layer** rows wins (a TF profile
+       window may cover only some steps); on a tie (always so without a framework layer) the **last such
+       epoch**, and within it the **earliest** stretch, i.e. the steps right after the skipped one.
+    4. When no epoch has ``steps + 1`` steps, the epoch with the most steps gives its steps after the first
+       (all of them when it has only one), at most ``steps``.
+
+    Returns ``None`` when the frame has no steps.
+    """
+    if steps < 1 or not len(frame):
+        return None
+    app = frame[((frame["layer"] == "app") & frame["step"].notna()).to_numpy()]
+    iters = app[(app["name"] == STEP_PHASE).to_numpy()]
+    app = iters if len(iters) else app
+    if not len(app):
+        return None
+    app = app[app["rank"] == app["rank"].min()]
+    spans = (app.assign(epoch=app["epoch"].astype("float64"))
+             .groupby(["epoch", "step"], dropna=False, sort=False)
+             .agg(start_ns=("start_ns", "min"), end_ns=("end_ns", "max")).reset_index()
+             .sort_values("start_ns", kind="stable", ignore_index=True))
+    fw = frame[(frame["layer"] == "framework").to_numpy()]
+    fw_starts = fw["start_ns"].to_numpy(np.int64)
+    by_start = np.argsort(fw_starts, kind="stable")
+    # reach[k]: the latest end among the k framework rows that start first (k = 0: none, so never)
+    reach = np.r_[np.iinfo(np.int64).min, np.maximum.accumulate(fw["end_ns"].to_numpy(np.int64)[by_start])]
+    # a step overlaps the framework layer when some framework row starting before its end ends after its start
+    before_end = np.searchsorted(fw_starts[by_start], spans["end_ns"].to_numpy(np.int64), side="left")
+    spans["fw"] = reach[before_end] > spans["start_ns"].to_numpy(np.int64)
+    epochs = list(spans.groupby("epoch", dropna=False, sort=False))  # in time order of their first step
+    if not any(len(e) > steps for _, e in epochs):  # rule 4
+        _, e = max(epochs, key=lambda item: len(item[1]))
+        e = e.iloc[1:] if len(e) > 1 else e
+        return int(e["start_ns"].iloc[0]), int(e["end_ns"].iloc[:steps].max())
+    best = None
+    for order, (_, e) in enumerate(epochs):
+        if len(e) <= steps:
+            continue
+        fw_steps = np.convolve(e["fw"].to_numpy(int)[1:], np.ones(steps, dtype=int), mode="valid")
+        first = int(np.argmax(fw_steps))  # the earliest of the stretches with the most framework steps
+        score = (int(fw_steps[first]), order)
+        if best is None or score > best[0]:
+            best = (score, e.iloc[1 + first: 1 + first + steps])
+    window = best[1]
+    return int(window["start_ns"].iloc[0]), int(window["end_ns"].max())
