@@ -237,11 +237,27 @@ def test_event_stats_exact():
 
 def test_compare_df_puts_runs_side_by_side():
     table = A.compare_df([nested_frame(), bytes_frame()], ["nested", "bytes"])
-    assert list(table.columns) == ["nested", "bytes"]
+    assert list(table.columns) == ["nested", "bytes", "delta bytes", "ratio bytes"]
     assert table.loc["read_bytes", "bytes"] == 400
     assert table.loc["io_pct", "nested"] == pytest.approx(25.0)
+    assert table.loc["read_bytes", "delta bytes"] == 400 - 3000
+    assert table.loc["read_bytes", "ratio bytes"] == pytest.approx(400 / 3000)
+    # no comm time in either: the ratio to 0 is missing; the verdict is not a number
+    assert table.loc["comm_pct", "delta bytes"] == 0 and table.loc["comm_pct", "ratio bytes"] is None
+    assert table.loc["verdict", "delta bytes"] is None and table.loc["verdict", "ratio bytes"] is None
     with pytest.raises(ValueError):
         A.compare_df([nested_frame()], ["a", "b"])
+
+
+def test_compare_df_deltas_and_ratios_against_the_first_run():
+    more = bytes_frame()
+    more["bytes"] = more["bytes"] * 2  # 800 bytes over the same read times
+    table = A.compare_df([bytes_frame(), more, bytes_frame()], ["a", "b", "c"])
+    assert list(table.columns) == ["a", "b", "c", "delta b", "ratio b", "delta c", "ratio c"]
+    assert (table.loc["read_bytes", "delta b"], table.loc["read_bytes", "ratio b"]) == (400, 2.0)
+    assert (table.loc["read_bytes", "delta c"], table.loc["read_bytes", "ratio c"]) == (0, 1.0)
+    assert table.loc["aggregate_bw_MB_per_s", "ratio b"] == pytest.approx(2.0)
+    assert table.loc["job_wall_s", "delta b"] == 0.0
 
 
 # -- real traces ------------------------------------------------------------------------------------------

@@ -111,12 +111,18 @@ def test_compare_two_runs(real_run, tmp_path, capsys):
     other, _ = make_real_run(tmp_path / "b", sizes=(1_000_000,), epochs=1, posix=False)
     assert main(["compare", str(real_run[0]), str(other), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert len(doc) == 2
-    a, b = (doc[k] for k in doc)
+    assert len(doc) == 4
+    (la, a), (lb, b), (ld, delta), (lr, ratio) = doc.items()
+    assert (ld, lr) == (f"delta {lb}", f"ratio {lb}")
     assert a["read_bytes"] == 16_000_000 and b["read_bytes"] == 1_000_000
+    assert delta["read_bytes"] == -15_000_000 and ratio["read_bytes"] == 1 / 16
+    assert delta["verdict"] is None and ratio["verdict"] is None
     assert main(["compare", str(real_run[0]), str(other)]) == 0
     out = capsys.readouterr().out
     assert "read_bytes" in out and "verdict" in out
+    row = next(line for line in out.splitlines() if line.startswith("read_bytes"))
+    assert row.split() == ["read_bytes", "16000000", "1000000", "-15000000", "0.0625"]
+    assert out.rstrip().splitlines()[-1].startswith(f"delta = run − {la}, ratio = run ÷ {la}")
 
 
 # -- bad input ------------------------------------------------------------------------------------------

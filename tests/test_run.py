@@ -45,7 +45,8 @@ def test_summary_is_strict_json_and_consistent(real_run):
 def test_compare_labels_and_access_pattern(real_run, dftracer_set):
     a, b = Run.open(real_run[0]), Run.open(dftracer_set)
     table = a.compare(b)
-    assert list(table.columns) == ["run", "traces"]
+    assert list(table.columns) == ["run", "traces", "delta traces", "ratio traces"]
+    assert table.loc["ranks", "delta traces"] == 1 and table.loc["ranks", "ratio traces"] == 2.0
     assert table.loc["ranks", "traces"] == 2
     ap = a.access_pattern()
     assert ap["read_bytes"].sum() == 16_000_000 and (ap["files"] == 2).all()

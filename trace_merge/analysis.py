@@ -128,7 +128,8 @@ def _metrics(frame: pd.DataFrame, bd: pd.DataFrame, exp: pd.DataFrame, totals: d
 
 def compare_df(runs: Sequence[pd.DataFrame], labels: Sequence[str],
                counters: Optional[Sequence[Optional[pd.DataFrame]]] = None) -> pd.DataFrame:
-    """Two or more runs side by side: one column per run, one row per metric of :func:`run_metrics`.
+    """Two or more runs side by side: one column per run, one row per metric of :func:`run_metrics`, then for
+    every run after the first ``delta <label>`` (run − first) and ``ratio <label>`` (run ÷ first), in that order.
 
     Parameters
     ----------
@@ -138,6 +139,13 @@ def compare_df(runs: Sequence[pd.DataFrame], labels: Sequence[str],
         Column names, one per run (must be unique).
     counters
         Optional counters tables, one per run (``None`` entries allowed).
+
+    Returns
+    -------
+    pandas.DataFrame
+        Object columns: the runs' metrics, then the delta and ratio columns. Deltas and ratios are ``None`` for
+        metrics that are not numbers (the verdict) or missing in either run; a ratio is ``None`` when the
+        first run's value is 0.
     """
     if len(runs) != len(labels):
         raise ValueError("compare_df: one label per run")
@@ -145,7 +153,25 @@ def compare_df(runs: Sequence[pd.DataFrame], labels: Sequence[str],
         raise ValueError("compare_df: labels must be unique")
     counters = list(counters) if counters is not None else [None] * len(runs)
     cols = {label: run_metrics(f, c) for f, c, label in zip(runs, counters, labels)}
-    return pd.DataFrame(cols)
+    first = cols[labels[0]]
+    for label in labels[1:]:
+        cols[f"delta {label}"] = {k: _delta(cols[label].get(k), a) for k, a in first.items()}
+        cols[f"ratio {label}"] = {k: _ratio(cols[label].get(k), a) for k, a in first.items()}
+    return pd.DataFrame({c: pd.Series(v, dtype=object) for c, v in cols.items()})  # ints stay ints
+
+
+def _number(x) -> bool:
+    return isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, (bool, np.bool_)) and x == x
+
+
+def _delta(b, a):
+    """``b - a`` of two numbers, else ``None``."""
+    return b - a if _number(a) and _number(b) else None
+
+
+def _ratio(b, a):
+    """``b / a`` of two numbers when ``a`` is not 0, else ``None``."""
+    return float(b) / float(a) if _number(a) and _number(b) and a != 0 else None
 
 
 @dataclass

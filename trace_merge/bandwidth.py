@@ -2,10 +2,28 @@
 
 Read bytes come from the lowest layer that measured them for that rank (:data:`READ_LAYER_ORDER`: posix/stdio,
 then mpiio/hdf5, then framework, then app) and are never derived from sample counts. Definitions: docs/metrics.md.
+
+Data files and other files
+--------------------------
+A POSIX preload sees every read of the process: Python imports, shared libraries, configuration. Bytes and
+bandwidth are therefore split by :func:`data_file_mask`, the one place that decides; a read is of a *data file*
+
+1. when it is an app-layer row (the app timed it as reading its data), else
+2. when the app layer names files (``file`` of app-layer read rows, see :func:`app_file_names`): when its path,
+   normalised (``os.path.normpath``), equals one of those names or lies under one of them (a named directory),
+   or, for a relative name, ends with it (``data/x.h5`` names ``/scratch/data/x.h5``); else
+3. when no app-layer read row names a file: when its path does not look like code, a library or a system file
+   (:data:`NOT_DATA_PATH`): suffix ``.py .pyc .pyo .pyd .so .so.<n> .pth .json .cfg .txt``, a ``*.dist-info`` or
+   ``*.egg-info`` directory, under ``/proc /sys /dev /etc /lib /lib64 /usr/lib /usr/lib64 /usr/share``, or a
+   path component ``site-packages``, ``dist-packages``, ``__pycache__`` or ``lib/python3.<n>``.
+
+A non-app read without a file name is *other*. The headline numbers (:func:`bandwidth_totals`) and the access
+pattern describe data files; :func:`bandwidth_df` has one row per rank and kind (``files`` = data/other).
 """
 from __future__ import annotations
 
 import logging
+import os
 import re
 from typing import Optional, Sequence
 
@@ -28,18 +46,72 @@ SIZE_BINS: tuple[tuple[str, float], ...] = (
 _READ_NAME = re.compile(r"read", re.IGNORECASE)
 _NOT_READ_NAME = re.compile(r"readdir|readlink|thread|ready|spread|write", re.IGNORECASE)
 _WRITE_NAME = re.compile(r"write", re.IGNORECASE)
+#: Paths of code, libraries and system files: not data when the app layer names no files (:func:`data_file_mask`).
+NOT_DATA_PATH = re.compile(r"""
+      \.(py|pyc|pyo|pyd|so|pth|json|cfg|txt)$
+    | \.so\.\d[\d.]*$
+    | \.(dist|egg)-info(/|$)
+    | ^/(proc|sys|dev|etc|lib|lib64)(/|$)
+    | ^/usr/(lib|lib64|share)(/|$)
+    | (^|/)(site-packages|dist-packages|__pycache__)(/|$)
+    | (^|/)lib/python3(\.\d+)?(/|$)
+""", re.VERBOSE)
 
 
 def _category_mask(series: pd.Series, predicate) -> np.ndarray:
-    """Evaluate ``predicate(str) -> bool`` once per category instead of once per row."""
-    cats = series.cat.categories
-    hit = np.fromiter((bool(predicate(str(c))) for c in cats), dtype=bool, count=len(cats))
+    """Evaluate ``predicate(str) -> bool`` once per category present instead of once per row (null: False)."""
     codes = series.cat.codes.to_numpy()
+    hit = np.zeros(len(series.cat.categories), dtype=bool)
+    cats = series.cat.categories
+    for code in np.unique(codes[codes >= 0]):
+        hit[code] = bool(predicate(str(cats[code])))
     return np.where(codes >= 0, hit[np.maximum(codes, 0)] if len(cats) else False, False)
 
 
 def _is_read_name(name: str) -> bool:
     return bool(_READ_NAME.search(name)) and not _NOT_READ_NAME.search(name)
+
+
+def _read_mask(frame: pd.DataFrame) -> np.ndarray:
+    """Rows named like a read, or app-layer ``io`` rows not named like a write (bytes known or not)."""
+    named = _category_mask(frame["name"], _is_read_name)
+    app_io = ((frame["layer"] == "app") & (frame["cat"] == "io")).to_numpy(dtype=bool, na_value=False)
+    app_io &= ~_category_mask(frame["name"], lambda n: bool(_WRITE_NAME.search(n)))
+    return named | app_io
+
+
+def app_file_names(frame: pd.DataFrame) -> frozenset:
+    """Normalised ``file`` names of the app layer's read rows (:func:`read_rows`' test, bytes known or not)."""
+    if not len(frame):
+        return frozenset()
+    app = (frame["layer"] == "app").to_numpy(dtype=bool, na_value=False)
+    files = frame["file"][app & _read_mask(frame)].dropna()
+    return frozenset(n for n in (os.path.normpath(str(x)) for x in files.unique()) if n not in (".", "/"))
+
+
+def _named_by_app(path: str, names: frozenset) -> bool:
+    parts = os.path.normpath(path).split("/")
+    # the path or a directory above it is named (absolute names), or a trailing part of it is (relative names)
+    return any("/".join(parts[:i]) in names for i in range(1, len(parts) + 1)) or any(
+        "/".join(parts[i:]) in names for i in range(1, len(parts)))
+
+
+def data_file_mask(rows: pd.DataFrame, frame: Optional[pd.DataFrame] = None) -> np.ndarray:
+    """Which of ``rows`` read a data file (the rule of the module docstring; the one place that decides).
+
+    Parameters
+    ----------
+    rows
+        Rows with ``layer`` and ``file`` (read rows of a frame, or a counters table).
+    frame
+        The run the rows belong to, whose app layer names the data files (default: ``rows``).
+    """
+    names = app_file_names(rows if frame is None else frame)
+    if names:
+        data = _category_mask(rows["file"], lambda p: _named_by_app(p, names))
+    else:
+        data = _category_mask(rows["file"], lambda p: not NOT_DATA_PATH.search(p))
+    return data | (rows["layer"] == "app").to_numpy(dtype=bool, na_value=False)
 
 
 def read_rows(frame: pd.DataFrame, columns: Optional[Sequence[str]] = None) -> pd.DataFrame:
@@ -53,10 +125,7 @@ def read_rows(frame: pd.DataFrame, columns: Optional[Sequence[str]] = None) -> p
     """
     if not len(frame):
         return frame
-    named = _category_mask(frame["name"], _is_read_name)
-    app_io = ((frame["layer"] == "app") & (frame["cat"] == "io")).to_numpy(dtype=bool, na_value=False)
-    app_io &= ~_category_mask(frame["name"], lambda n: bool(_WRITE_NAME.search(n)))
-    mask = (named | app_io) & frame["bytes"].notna().to_numpy()
+    mask = _read_mask(frame) & frame["bytes"].notna().to_numpy()
     cols = list(frame.columns) if columns is None else list(dict.fromkeys(["layer", "rank", *columns]))
     rows = frame.loc[mask, cols]
     if not len(rows):
@@ -67,8 +136,19 @@ def read_rows(frame: pd.DataFrame, columns: Optional[Sequence[str]] = None) -> p
     return rows[(level == best).to_numpy()]
 
 
-def _counter_bandwidth(counters: Optional[pd.DataFrame], skip_ranks: set) -> pd.DataFrame:
-    """Darshan counters for ranks without interval rows: bytes and cumulative (sum, not union) read time."""
+#: ``files`` values of :func:`bandwidth_df`, data first.
+FILE_KINDS = ("data", "other")
+
+
+def _kind_codes(mask: np.ndarray) -> np.ndarray:
+    """0 (data) / 1 (other) per row, indexes :data:`FILE_KINDS`."""
+    return np.where(mask, 0, 1).astype(_I8)
+
+
+def _counter_bandwidth(counters: Optional[pd.DataFrame], skip_ranks: set,
+                       frame: Optional[pd.DataFrame] = None) -> pd.DataFrame:
+    """Darshan counters for ranks without interval rows: bytes and cumulative (sum, not union) read time, per
+    rank and kind of file (the counters' per-file records go through :func:`data_file_mask` like reads)."""
     if counters is None or not len(counters):
         return pd.DataFrame()
     rows = []
@@ -77,26 +157,30 @@ def _counter_bandwidth(counters: Optional[pd.DataFrame], skip_ranks: set) -> pd.
                                                  f"{prefix}_READS"]).to_numpy()]
         if not len(sub):
             continue
-        wide = sub.pivot_table(index="rank", columns="counter", values="value", aggfunc="sum", observed=True)
-        for rank, rec in wide.iterrows():
+        sub = sub.assign(_kind=_kind_codes(data_file_mask(sub, frame)))
+        wide = sub.pivot_table(index=["rank", "_kind"], columns="counter", values="value", aggfunc="sum",
+                               observed=True)
+        done = set()
+        for (rank, kind), rec in wide.iterrows():
             nbytes = rec.get(f"{prefix}_BYTES_READ", np.nan)
             if rank in skip_ranks or not nbytes > 0:
                 continue
-            rows.append({"rank": int(rank), "layer": layer, "basis": "counters", "read_bytes": int(nbytes),
-                         "reads": int(rec.get(f"{prefix}_READS", 0) or 0),
+            rows.append({"rank": int(rank), "files": FILE_KINDS[kind], "layer": layer, "basis": "counters",
+                         "read_bytes": int(nbytes), "reads": int(rec.get(f"{prefix}_READS", 0) or 0),
                          "read_time_s": float(rec.get(f"{prefix}_F_READ_TIME", np.nan)),
                          "read_sum_s": float(rec.get(f"{prefix}_F_READ_TIME", np.nan))})
-            skip_ranks = skip_ranks | {rank}
+            done.add(rank)
+        skip_ranks = skip_ranks | done
     return pd.DataFrame(rows)
 
 
 def bandwidth_df(frame: pd.DataFrame, counters: Optional[pd.DataFrame] = None) -> pd.DataFrame:
-    """Read bandwidth per rank: bytes read ÷ union of read time.
+    """Read bandwidth per rank and kind of file: bytes read ÷ union of read time.
 
     Parameters
     ----------
     frame
-        Merged frame; reads are selected by :func:`read_rows`.
+        Merged frame; reads are selected by :func:`read_rows` and split by :func:`data_file_mask`.
     counters
         Optional counters table; Darshan ``<MOD>_BYTES_READ`` / ``<MOD>_F_READ_TIME`` are used for ranks that
         have no read intervals (``basis="counters"``; the time is then Darshan's cumulative read time).
@@ -104,24 +188,26 @@ def bandwidth_df(frame: pd.DataFrame, counters: Optional[pd.DataFrame] = None) -
     Returns
     -------
     pandas.DataFrame
-        ``rank``, ``layer`` (where the bytes came from), ``basis`` (``intervals``/``counters``),
-        ``read_bytes``, ``reads``, ``read_time_s`` (union), ``read_sum_s`` (plain sum),
-        ``read_bw_MB_per_s`` (10^6 bytes per second).
+        One row per rank and kind that has reads: ``rank``, ``files`` (``data``/``other``), ``layer`` (where
+        the bytes came from), ``basis`` (``intervals``/``counters``), ``read_bytes``, ``reads``,
+        ``read_time_s`` (union), ``read_sum_s`` (plain sum), ``read_bw_MB_per_s`` (10^6 bytes per second).
     """
-    rows = read_rows(frame, ["start_ns", "end_ns", "bytes"])
+    rows = read_rows(frame, ["start_ns", "end_ns", "bytes", "file"])
     parts = []
     if len(rows):
-        codes, ranks = pd.factorize(rows["rank"], sort=True)
-        codes = codes.astype(_I8)
+        rank_codes, ranks = pd.factorize(rows["rank"], sort=True)
+        codes = rank_codes.astype(_I8) * len(FILE_KINDS) + _kind_codes(data_file_mask(rows, frame))
+        groups, codes = np.unique(codes, return_inverse=True)
         s = rows["start_ns"].to_numpy(dtype=_I8)
         e = rows["end_ns"].to_numpy(dtype=_I8)
-        union = grouped_union_ns(codes, s, e, len(ranks))
+        union = grouped_union_ns(codes.astype(_I8), s, e, len(groups))
         g = rows.assign(_dur=e - s).groupby(codes)
         pairs = pd.DataFrame({"r": codes, "layer": rows["layer"].cat.codes.to_numpy()}).drop_duplicates()
         names = rows["layer"].cat.categories
         layer = pairs.groupby("r")["layer"].agg(lambda x: ",".join(sorted(str(names[i]) for i in x)))
         parts.append(pd.DataFrame({
-            "rank": np.asarray(ranks, dtype=_I8),
+            "rank": np.asarray(ranks, dtype=_I8)[groups // len(FILE_KINDS)],
+            "files": np.asarray(FILE_KINDS, dtype=object)[groups % len(FILE_KINDS)],
             "layer": layer.to_numpy(),
             "basis": "intervals",
             "read_bytes": g["bytes"].sum().to_numpy(dtype=_I8),
@@ -131,14 +217,15 @@ def bandwidth_df(frame: pd.DataFrame, counters: Optional[pd.DataFrame] = None) -
         }))
     # Darshan's rank -1 records are shared files reduced over all ranks: with per-rank intervals they would
     # count the same bytes twice.
-    extra = _counter_bandwidth(counters, set(int(r) for r in parts[0]["rank"]) | {-1} if parts else set())
+    extra = _counter_bandwidth(counters, set(int(r) for r in parts[0]["rank"]) | {-1} if parts else set(), frame)
     if len(extra):
         parts.append(extra)
-    cols = ["rank", "layer", "basis", "read_bytes", "reads", "read_time_s", "read_sum_s", "read_bw_MB_per_s"]
+    cols = ["rank", "files", "layer", "basis", "read_bytes", "reads", "read_time_s", "read_sum_s",
+            "read_bw_MB_per_s"]
     if not parts:
-        return pd.DataFrame({c: pd.Series(dtype="object" if c in ("layer", "basis") else "float64")
+        return pd.DataFrame({c: pd.Series(dtype="object" if c in ("files", "layer", "basis") else "float64")
                              for c in cols})
-    out = pd.concat(parts, ignore_index=True).sort_values("rank", kind="stable").reset_index(drop=True)
+    out = pd.concat(parts, ignore_index=True).sort_values(["rank", "files"], kind="stable").reset_index(drop=True)
     t = out["read_time_s"].to_numpy(dtype=np.float64)
     out["read_bw_MB_per_s"] = np.where(t > 0, out["read_bytes"].to_numpy(dtype=np.float64) / 1e6 / np.where(
         t > 0, t, 1.0), np.nan)
@@ -152,38 +239,62 @@ def job_wall_ns(frame: pd.DataFrame) -> int:
     return int(frame["end_ns"].max()) - int(frame["start_ns"].min())
 
 
+def _data_file_count(frame: pd.DataFrame, counters: Optional[pd.DataFrame], per_rank: pd.DataFrame) -> int:
+    """Distinct data files read: interval reads, plus the counter records behind ``basis="counters"`` rows."""
+    rows = read_rows(frame, ["file"])
+    names = set(rows["file"][data_file_mask(rows, frame)].dropna().astype(str)) if len(rows) else set()
+    from_counters = per_rank[(per_rank["basis"] == "counters") & (per_rank["files"] == "data")]
+    if counters is not None and len(counters) and len(from_counters):
+        c = counters[counters["counter"].astype(str).str.endswith("_BYTES_READ").to_numpy()
+                     & (counters["value"] > 0).to_numpy()]
+        c = c[data_file_mask(c, frame)]
+        used = set(zip(from_counters["rank"].astype(int), from_counters["layer"].astype(str)))
+        keep = [(int(r), str(layer)) in used for r, layer in zip(c["rank"], c["layer"])]
+        names |= set(c["file"][np.asarray(keep, dtype=bool)].dropna().astype(str))
+    return len(names)
+
+
 def bandwidth_totals(frame: pd.DataFrame, counters: Optional[pd.DataFrame] = None,
                      per_rank: Optional[pd.DataFrame] = None) -> dict:
-    """Aggregate read bandwidth of the job.
+    """Aggregate read bandwidth of the job, of data files (:func:`data_file_mask`).
 
     Returns
     -------
     dict
-        ``read_bytes`` (Σ over ranks), ``ranks``, ``slowest_rank``, ``slowest_read_time_s`` (largest union
-        read time), ``aggregate_bw_MB_per_s`` (Σ bytes ÷ slowest rank's union read time), ``job_wall_s``,
-        ``bw_over_job_wall_MB_per_s`` (Σ bytes ÷ job wall time).
+        Of data-file reads: ``read_bytes`` (Σ over ranks), ``ranks`` (ranks that read data files),
+        ``slowest_rank``, ``slowest_read_time_s`` (largest union read time), ``aggregate_bw_MB_per_s`` (Σ bytes
+        ÷ slowest rank's union read time), ``job_wall_s``, ``bw_over_job_wall_MB_per_s`` (Σ bytes ÷ job wall
+        time), ``data_files`` (distinct data files read). Of the other reads: ``other_read_bytes`` (Σ over
+        ranks) and ``other_read_time_s`` (largest union read time of a rank, like ``slowest_read_time_s``).
     """
     bw = bandwidth_df(frame, counters) if per_rank is None else per_rank
     wall = job_wall_ns(frame) / 1e9
-    if not len(bw):
-        return {"read_bytes": 0, "ranks": 0, "slowest_rank": None, "slowest_read_time_s": None,
-                "aggregate_bw_MB_per_s": None, "job_wall_s": wall, "bw_over_job_wall_MB_per_s": None}
-    total = int(bw["read_bytes"].sum())
-    slow = bw.loc[bw["read_time_s"].fillna(-1).idxmax()]
+    other = bw[bw["files"] == "other"]
+    out = {"read_bytes": 0, "ranks": 0, "slowest_rank": None, "slowest_read_time_s": None,
+           "aggregate_bw_MB_per_s": None, "job_wall_s": wall, "bw_over_job_wall_MB_per_s": None,
+           "data_files": _data_file_count(frame, counters, bw),
+           "other_read_bytes": int(other["read_bytes"].sum()),
+           "other_read_time_s": float(other["read_time_s"].max()) if len(other) else None}
+    data = bw[bw["files"] == "data"]
+    if not len(data):
+        return out
+    total = int(data["read_bytes"].sum())
+    slow = data.loc[data["read_time_s"].fillna(-1).idxmax()]
     t = float(slow["read_time_s"])
-    return {
+    out.update({
         "read_bytes": total,
-        "ranks": int(len(bw)),
+        "ranks": int(len(data)),
         "slowest_rank": int(slow["rank"]),
         "slowest_read_time_s": t,
         "aggregate_bw_MB_per_s": total / 1e6 / t if t > 0 else None,
-        "job_wall_s": wall,
         "bw_over_job_wall_MB_per_s": total / 1e6 / wall if wall > 0 else None,
-    }
+    })
+    return out
 
 
 def access_pattern_df(frame: pd.DataFrame) -> pd.DataFrame:
-    """File access pattern of the reads (:func:`read_rows`) per rank and epoch.
+    """File access pattern of the reads of data files (:func:`read_rows`, :func:`data_file_mask`) per rank and
+    epoch; reads of other files (imports, libraries, configuration) are left out.
 
     Sequentiality is Darshan's (``POSIX_CONSEC_READS``, ``POSIX_SEQ_READS``), per (rank, file) in time order
     with ``last = offset + length - 1`` of the previous read (0 before the first): a read is *consecutive*
@@ -198,6 +309,8 @@ def access_pattern_df(frame: pd.DataFrame) -> pd.DataFrame:
         (:data:`SIZE_BINS`).
     """
     rows = read_rows(frame, ["start_ns", "bytes", "offset", "file", "epoch"])
+    if len(rows):
+        rows = rows[data_file_mask(rows, frame)]
     size_cols = [f"size_{b}" for b, _ in SIZE_BINS]
     cols = ["rank", "epoch", "files", "reads", "read_bytes", "classified", "consecutive", "sequential",
             "random", *size_cols]

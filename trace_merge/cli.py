@@ -250,6 +250,8 @@ def compare_main(args: argparse.Namespace) -> int:
     else:
         shown = table.map(lambda x: f"{x:.4g}" if isinstance(x, float) else ("-" if x is None else x))
         _out(shown.to_string())
+        _out(f"delta = run − {table.columns[0]}, ratio = run ÷ {table.columns[0]} "
+             "('-': not a number, missing, or divided by 0)")
     return 0
 
 
