@@ -236,6 +236,14 @@ def summarise(frame: pd.DataFrame, counters: Optional[pd.DataFrame] = None,
                    explanations=explain(metrics, v, layered))
 
 
+def epochs_as_text(df: pd.DataFrame, missing: str) -> pd.DataFrame:
+    """``df`` with ``epoch`` as text and ``missing`` for <NA>, its one meaning in that table: ``"all"`` in a
+    breakdown (the whole-run row), ``"none"`` in the layered breakdown (outside any epoch)."""
+    if not len(df):
+        return df
+    return df.assign(epoch=[missing if pd.isna(e) else str(int(e)) for e in df["epoch"]])
+
+
 def explain(metrics: dict, verdict: dict, layered: pd.DataFrame) -> list[str]:
     """Sentences for where io %, exposed %, the layered split and the verdict seem to disagree."""
     out: list[str] = []
@@ -264,7 +272,7 @@ def explain(metrics: dict, verdict: dict, layered: pd.DataFrame) -> list[str]:
 
 __all__ = [
     "INPUT_BOUND_HIGH_PCT", "INPUT_BOUND_MODERATE_PCT", "layer_activity_df", "COMPONENTS", "COMPONENT_LABELS",
-    "layered_breakdown_df", "step_series_df", "Summary", "explain",
+    "layered_breakdown_df", "step_series_df", "Summary", "explain", "epochs_as_text",
     "PRIORITY", "READ_LAYER_ORDER", "SIZE_BINS",
     "merge_intervals", "union_ns", "intersect_intervals", "subtract_intervals", "covered_ns",
     "grouped_union_ns", "read_rows", "breakdown_df", "exposed_io_df", "input_bound_df", "verdict",

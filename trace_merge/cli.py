@@ -104,22 +104,13 @@ def _layers_arg(text: str) -> "str | list[str]":
     return layers
 
 
-def _epoch_labels(df: pd.DataFrame, missing: str) -> pd.DataFrame:
-    """``epoch`` as text, with ``missing`` for <NA> (its one meaning in that table)."""
-    if not len(df):
-        return df
-    out = df.copy()
-    out["epoch"] = [missing if pd.isna(e) else str(int(e)) for e in df["epoch"]]
-    return out
-
-
 def _layered_text(layered: pd.DataFrame, top: int = 30) -> str:
-    from trace_merge.analysis import COMPONENTS
+    from trace_merge.analysis import COMPONENTS, epochs_as_text
 
     if not len(layered):
         return "  (no app phases)"
     comp = [f"{c}_s" for c in COMPONENTS]
-    table = _epoch_labels(layered, "none")[["rank", "epoch", "phase", "cat", "calls", "time_s", *comp]]
+    table = epochs_as_text(layered, "none")[["rank", "epoch", "phase", "cat", "calls", "time_s", *comp]]
     table = table[table["time_s"] > 0].sort_values(["rank", "time_s"], ascending=[True, False], kind="stable")
     shown = table.groupby("rank", sort=True).head(top)
     text = _frame_text(shown)
@@ -129,7 +120,7 @@ def _layered_text(layered: pd.DataFrame, top: int = 30) -> str:
 
 
 def _summary_text(run, parts) -> str:
-    from trace_merge.analysis import COMPONENT_LABELS, PRIORITY
+    from trace_merge.analysis import COMPONENT_LABELS, PRIORITY, epochs_as_text
 
     m, v = parts.metrics, parts.verdict
     layers = ", ".join(f"{k} {n:,}" for k, n in run.frame["layer"].value_counts().items() if n)
@@ -154,9 +145,9 @@ def _summary_text(run, parts) -> str:
     bd = parts.breakdown
     shown = [*(f"{c}_pct" for c in PRIORITY), "outside_epochs_pct"]
     lines += ["", "drill-down, breakdown by phase category (% of wall time, exclusive; epoch 'all' = whole run):",
-              _frame_text(_epoch_labels(bd[["rank", "epoch", "wall_s", *shown]], "all") if len(bd) else bd)]
+              _frame_text(epochs_as_text(bd[["rank", "epoch", "wall_s", *shown]], "all") if len(bd) else bd)]
     lines += ["", "exposed I/O (app layer; epoch 'all' = whole run):",
-              _frame_text(_epoch_labels(parts.exposed_io, "all"))]
+              _frame_text(epochs_as_text(parts.exposed_io, "all"))]
     lines += ["", "input wait per rank (steps counted, warm-up step excluded):", _frame_text(parts.input_bound)]
     lines += ["", "read bandwidth per rank:", _frame_text(parts.bandwidth)]
     t = parts.bandwidth_totals

@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Optional
 import numpy as np
 import pandas as pd
 
-from trace_merge.align import STEP_PHASE
-from trace_merge.analysis import PRIORITY, SIZE_BINS
+from trace_merge.analysis import COMPONENT_LABELS, PRIORITY, SIZE_BINS
+from trace_merge.schema import STEP_PHASE
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from matplotlib.axes import Axes
@@ -28,11 +28,6 @@ CAT_COLOURS = {
     "compute": "#2ca02c", "wait": "#1f77b4", "other": "#c7c7c7",
 }
 
-#: Display label per component of the layered breakdown (``<component>_s`` columns), in priority order.
-COMPONENT_LABELS = {
-    "fs": "file system", "comm": "communication", "input_wait": "input wait (tf.data)",
-    "compute": "framework compute", "python": "Python / decode / IPC (unseen below)",
-}
 #: One colour per component, taken from the cat it corresponds to so both kinds of figure agree.
 COMPONENT_COLOURS = {
     "fs": CAT_COLOURS["io"], "comm": CAT_COLOURS["comm"], "input_wait": CAT_COLOURS["wait"],

@@ -109,7 +109,7 @@ def render_report(run: "Run", parts: "Optional[analysis.Summary]" = None) -> str
     css_class = "v-" + (v["verdict"].split()[0] if v["verdict"] != "unknown" else "unknown")
     verdict_text = html.escape(v["verdict"])
     if v["input_pct"] is not None:
-        verdict_text += (f" — {v['input_pct']:.1f} % of step time waiting for input (exposed I/O), "
+        verdict_text += (f" — {v['input_pct']:.1f} % of step time waiting for input, "
                          f"AU {v['au_pct']:.1f} %, basis: {html.escape(str(v['basis']))}")
     facts = {
         "path": str(run.path),
@@ -126,9 +126,12 @@ def render_report(run: "Run", parts: "Optional[analysis.Summary]" = None) -> str
     }
     warnings = "".join(f"<li>{html.escape(w)}</li>" for w in run.warnings) or "<li>none</li>"
     breakdown = a.breakdown
-    pct_cols = ["rank", "epoch", "wall_s", *[f"{c}_pct" for c in analysis.PRIORITY]]
+    pct_cols = ["rank", "epoch", "wall_s", *[f"{c}_pct" for c in analysis.PRIORITY], "outside_epochs_pct"]
     union_cols = ["rank", "epoch", "wall_s", *[f"{c}_s" for c in analysis.PRIORITY]]
     access = analysis.access_pattern_df(frame)
+    window = plots.steady_state_window(frame)
+    excerpt_text = ("A few consecutive training steps in steady state (first step of an epoch skipped), every "
+                    "layer on one clock." if window else "The first seconds of the run (no training steps tagged).")
     empty_bins = [c for c in access.columns if c.startswith("size_") and not access[c].any()]
     stats = a.event_stats.sort_values("sum_us", ascending=False) if len(a.event_stats) else a.event_stats
     sections = [
@@ -141,12 +144,24 @@ def render_report(run: "Run", parts: "Optional[analysis.Summary]" = None) -> str
         "<h2>Alignment residual</h2>",
         "<p>Framework events of a training step must fall inside the app interval of that step after "
         "alignment; what is left over is shown here.</p>", _kv(run.residual),
-        "<h2>Breakdown per rank × epoch</h2>",
+        "<h2>Layered breakdown: what the lower layers did inside each app phase</h2>",
+        "<p>Each app phase's self time (innermost phase per thread), split by what the lower layers of the same "
+        "rank were doing inside it; where they overlap the first of "
+        f"{' &gt; '.join(html.escape(analysis.COMPONENT_LABELS[c]) for c in analysis.COMPONENTS)} wins, so "
+        "each row sums to the phase's time. Epoch “none”: the phase ran outside every epoch. Definitions: "
+        "docs/metrics.md in the toolkit's repository.</p>",
+        _figure("layered breakdown", lambda: plots.plot_layered_breakdown(a.layered)) if len(a.layered) else "",
+        _table(analysis.epochs_as_text(a.layered, "none")),
+        "<h2>Steps: input wait per step</h2>",
+        "<p>" + "<br>".join(html.escape(n) for n in [*v.get("notes", []), *a.explanations]) + "</p>",
+        _figure("step series", lambda: plots.plot_step_series(a.steps)) if len(a.steps) else "",
+        "<h2>Drill-down: breakdown by phase category, app layer</h2>",
         "<p>Exclusive share of each epoch's wall time: the innermost phase on each thread, then priority "
-        f"{' &gt; '.join(analysis.PRIORITY)} across threads; rows sum to 100 %. Rows with epoch “–” cover "
-        "the rank's whole traced time.</p>",
+        f"{' &gt; '.join(analysis.PRIORITY)} across threads; time outside every epoch has its own column; rows "
+        "sum to 100 %. Epoch “all”: the rank's whole traced time. An app phase's category is a hint only "
+        "(a Keras batch contains the wait for its batch): the layered breakdown above says what happened.</p>",
         _figure("breakdown", lambda: plots.plot_breakdown(breakdown)) if len(breakdown) else "",
-        _table(breakdown[pct_cols]) if len(breakdown) else _table(breakdown),
+        _table(analysis.epochs_as_text(breakdown[pct_cols], "all")) if len(breakdown) else _table(breakdown),
         "<details><summary>Union time per category (seconds, overlapping phases counted in each)</summary>",
         _table(breakdown[union_cols]) if len(breakdown) else "", "</details>",
         "<details><summary>Whole-run breakdown of each layer on its own (drill-down)</summary>",
@@ -160,7 +175,9 @@ def render_report(run: "Run", parts: "Optional[analysis.Summary]" = None) -> str
         _figure("access pattern", lambda: plots.plot_access_pattern(access)) if len(access) else "",
         _table(access.drop(columns=empty_bins)),
         "<h2>Timeline excerpt</h2>",
-        _figure("timeline", lambda: plots.plot_timeline(frame)) if len(frame) else "<p><i>no events</i></p>",
+        f"<p>{html.escape(excerpt_text)}</p>",
+        _figure("timeline", lambda: plots.plot_timeline(frame, start_ns=window[0], end_ns=window[1]) if window
+                else plots.plot_timeline(frame)) if len(frame) else "<p><i>no events</i></p>",
         "<h2>Events per layer, category and name (top 50 by total time)</h2>", _table(stats, 50),
     ]
     if run.manifest:
