@@ -116,7 +116,7 @@ class Run:
             else:
                 logger.info("%s: using %s", p, merge.MERGED)
                 return cls(path=p, frame=frame, counters=counters, warnings=list(info.get("warnings", [])),
-                           residual=dict(info.get("residual") or {}), manifest=_read_manifest(p),
+                           residual=dict(info.get("residual") or {}), manifest=merge.load_manifest(p)[0],
                            sources=list(info.get("sources", [])), cached=True)
         res = merge.merge_path(p)
         return cls(path=p, frame=res.frame, counters=res.counters, warnings=notes + list(res.warnings),
@@ -200,14 +200,6 @@ class Run:
             "warnings": list(self.warnings),
             "alignment_residual": _plain(self.residual),
         }
-
-
-def _read_manifest(run_dir: Path) -> Optional[dict[str, Any]]:
-    p = run_dir / "manifest.json"
-    try:
-        return json.loads(p.read_text()) if p.is_file() else None
-    except (OSError, ValueError):
-        return None
 
 
 def _unique_labels(runs: Sequence[Run]) -> list[str]:
