@@ -44,6 +44,15 @@ def _open_run(path: "str | Path"):
     return Run.open(path)
 
 
+def _input(path: str) -> Path:
+    """The input path; a directory holding several runs is refused here, before any output is looked at."""
+    from trace_merge.merge import refuse_runs_below
+
+    p = Path(path)
+    refuse_runs_below(p)
+    return p
+
+
 # -- merge ---------------------------------------------------------------------------------------------
 
 
@@ -55,7 +64,7 @@ def merge_setup_parser(parser: argparse.ArgumentParser) -> None:
 def merge_main(args: argparse.Namespace) -> int:
     from trace_merge import merge
 
-    run_dir = Path(args.run_dir)
+    run_dir = _input(args.run_dir)
     if not run_dir.is_dir():
         raise TraceInputError(run_dir, "not a directory (merge writes merged.parquet into the run directory)")
     refuse_existing(*(run_dir / name for name in (merge.MERGED, merge.COUNTERS, merge.MERGE_INFO)), force=args.force)
@@ -157,7 +166,7 @@ def report_setup_parser(parser: argparse.ArgumentParser) -> None:
 def report_main(args: argparse.Namespace) -> int:
     from trace_merge.report import write_report
 
-    src = Path(args.run_dir)
+    src = _input(args.run_dir)
     # a single trace file may live somewhere read-only (a shared log directory): its report goes to the cwd
     out = Path(args.output) if args.output else (
         src / REPORT if src.is_dir() else Path.cwd() / (src.name + ".report.html"))
@@ -181,11 +190,12 @@ def export_setup_parser(parser: argparse.ArgumentParser) -> None:
 def export_main(args: argparse.Namespace) -> int:
     from trace_merge.perfetto import export_perfetto
 
+    src = _input(args.run_dir)
     out = Path(args.perfetto)
     if not out.name.endswith((".json", ".json.gz")):
         raise TraceInputError(out, "output must end in .json or .json.gz")
     refuse_existing(out, force=args.force)
-    run = _open_run(args.run_dir)
+    run = _open_run(src)
     export_perfetto(run.frame, out, force=args.force, meta={"run": str(run.path), "warnings": run.warnings})
     _out(f"wrote {out} ({len(run.frame):,} events)")
     return 0

@@ -2,7 +2,8 @@
 
 A run directory (``manifest.json``, ``app/``, ``tf/rank-<r>/``, ``horovod/``, ``posix/``, ``darshan/``;
 :mod:`timelogger.layout`, ../shared/DESIGN.md) or loose inputs: a bare directory of ``.pfw``/``.pfw.gz``/
-``.darshan``/``.xplane.pb`` files (searched recursively, e.g. a TF logdir) or a single file.
+``.darshan``/``.xplane.pb`` files (searched recursively, e.g. a TF logdir) or a single file. A directory that
+is not a run but holds runs below it is refused (:func:`refuse_runs_below`), never pooled into one.
 
 A file that fails to read among others is skipped with a warning ``"<path>: <cause>"``; when nothing
 is usable :class:`~trace_merge.errors.TraceInputError` names the path and what was looked for.
@@ -12,6 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shlex
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -83,6 +85,43 @@ def is_run_dir(path: Path) -> bool:
     )
 
 
+def runs_below(path: Path) -> list[Path]:
+    """The run directories below ``path`` (``path`` itself excluded; a run's own subdirectories are not
+    searched), sorted."""
+    found = []
+    for root, dirs, _ in os.walk(path):
+        here = Path(root)
+        if here != path and is_run_dir(here):
+            found.append(here)
+            dirs.clear()
+    return sorted(found)
+
+
+def refuse_runs_below(path: Path) -> None:
+    """Refuse a directory that is not a run itself but holds runs below it, before anything is read or written.
+
+    Reading it as loose inputs would pool the runs into one (two rank-0 runs become one rank spanning both
+    jobs). Exactly one run below is refused as well: read loosely it would lose its layout (no manifest, no
+    rank check) and ``merge`` would write beside it instead of into it, so the user is pointed at the run.
+
+    Raises
+    ------
+    TraceInputError
+        ``"<path>: holds 2 runs (<path>/a, <path>/b); give one of them, or compare them with: trace-merge
+        compare <path>/a <path>/b"``, or for one run ``"<path>: holds 1 run (<path>/a); give that run
+        directory itself"``.
+    """
+    if not path.is_dir() or is_run_dir(path):
+        return
+    runs = runs_below(path)
+    names = ", ".join(map(str, runs))
+    if len(runs) == 1:
+        raise TraceInputError(path, f"holds 1 run ({names}); give that run directory itself")
+    if runs:
+        raise TraceInputError(path, f"holds {len(runs)} runs ({names}); give one of them, or compare them with: "
+                                    f"trace-merge compare {' '.join(shlex.quote(str(r)) for r in runs)}")
+
+
 def _files(root: Path, patterns: Iterable[str], recursive: bool) -> list[Path]:
     found: set[Path] = set()
     for pat in patterns:
@@ -135,6 +174,7 @@ def _discover(path: Path) -> "tuple[list[tuple[Path, str]], dict[str, Any] | Non
         files += [(p, "") for p in _files(path / layout.POSIX_DIR, ("*.pfw", "*.pfw.gz"), False)]
         files += [(p, "darshan") for p in _files(path / layout.DARSHAN_DIR, ("*.darshan",), False)]
         return files, manifest, bad_manifest
+    refuse_runs_below(path)
     files = []
     for p in _files(path, _LOOSE_PATTERNS, True):
         if p.name.endswith((".json", ".json.gz")):

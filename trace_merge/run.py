@@ -98,7 +98,8 @@ class Run:
         Raises
         ------
         TraceInputError
-            Nothing usable at ``path`` (the message names the file and the cause).
+            Nothing usable at ``path`` (the message names the file and the cause), or ``path`` is a directory
+            holding runs rather than a run (:func:`trace_merge.merge.refuse_runs_below`; runs are never pooled).
         """
         from trace_merge import merge
 
