@@ -12,6 +12,7 @@ from test_run_fixtures import BIN, DARSHAN_LOGS, dftracer_set, make_real_run, re
 
 from trace_merge.cli import SUBCOMMANDS, main
 from trace_merge.errors import TraceInputError
+from trace_merge.run import Run
 
 
 @pytest.fixture()
@@ -145,6 +146,44 @@ def test_garbage_darshan_log(tmp_path, capsys):
     bad.write_bytes(os.urandom(4096))
     assert main(["summary", str(bad)]) == 2
     one_line_error(capsys.readouterr().err, str(bad))
+
+
+@pytest.fixture()
+def runs_parent(real_run, tmp_path, monkeypatch):
+    """``runs/a`` and ``runs/b``: two real runs in one directory (cwd = tmp_path, so paths print as given)."""
+    shutil.copytree(real_run[0], tmp_path / "runs" / "a")
+    other, _ = make_real_run(tmp_path / "b", sizes=(100_000,), epochs=1, posix=False)
+    shutil.copytree(other, tmp_path / "runs" / "b")
+    monkeypatch.chdir(tmp_path)
+    return tmp_path / "runs"
+
+
+SEVERAL_RUNS = ("runs: holds 2 runs (runs/a, runs/b); give one of them, or compare them with: "
+                "trace-merge compare runs/a runs/b")
+
+
+def test_a_directory_of_runs_is_refused_not_pooled(runs_parent, capsys):
+    # before: summary pooled both runs' app files into one "rank 0" spanning both jobs
+    before = sorted(p.relative_to(runs_parent) for p in runs_parent.rglob("*"))
+    assert main(["summary", "runs"]) == 2
+    cap = capsys.readouterr()
+    one_line_error(cap.err, SEVERAL_RUNS)
+    assert cap.out == ""
+    with pytest.raises(TraceInputError) as err:
+        Run.open("runs")
+    assert str(err.value) == SEVERAL_RUNS
+    for argv in (["merge", "runs"], ["report", "runs"], ["export", "runs", "--perfetto", "runs/t.json"],
+                 ["compare", "runs", "runs/a"]):
+        assert main(argv) == 2, argv
+        one_line_error(capsys.readouterr().err, SEVERAL_RUNS)
+    assert sorted(p.relative_to(runs_parent) for p in runs_parent.rglob("*")) == before  # nothing written
+    assert main(["summary", "runs/a"]) == 0  # each run on its own is fine
+
+
+def test_a_directory_holding_one_run_points_at_it(runs_parent, capsys):
+    shutil.rmtree(runs_parent / "b")
+    assert main(["summary", "runs"]) == 2
+    one_line_error(capsys.readouterr().err, "runs: holds 1 run (runs/a); give that run directory itself")
 
 
 def test_debug_lets_the_traceback_through(tmp_path):

@@ -13,17 +13,16 @@ import importlib.util
 import json
 import os
 import platform
-import re
 import sys
 import time
 from importlib import metadata
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
+from . import layout
 from ._env import detect_rank_world, hostname
 from .logger import ENV_DIR, VERSION
 
-_APP_FILE = re.compile(r"^rank-(\d+)-pid-\d+(?:-\d+)?\.pfw(?:\.gz)?$")
 _DARSHAN_HINT = (
     "timelogger: Darshan is not enabled. On a cluster with Darshan, add it at launch (it cannot be switched on "
     "later):\n"
@@ -102,11 +101,11 @@ def _check_previous(run_dir: Path, rank: int, world: int, force: bool) -> List[P
     Each rank looks only at its own rank's files, so a fast rank that already started writing cannot make a slow
     rank refuse.
     """
-    app = run_dir / "app"
+    app = run_dir / layout.APP_DIR
     stale: List[Path] = []
     if app.is_dir():
         for p in app.iterdir():
-            m = _APP_FILE.match(p.name)
+            m = layout.APP_FILE.match(p.name)
             if m and (int(m.group(1)) == rank or (rank == 0 and int(m.group(1)) >= world)):
                 stale.append(p)
     if stale and not force:
@@ -126,7 +125,7 @@ def prepare(args: argparse.Namespace, env: Dict[str, str]) -> Dict[str, Any]:
     rank, world, launcher = detect_rank_world(env)
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
-        (run_dir / "launch").mkdir(exist_ok=True)
+        (run_dir / layout.LAUNCH_DIR).mkdir(exist_ok=True)
     except OSError as exc:
         raise LaunchError(f"{run_dir}: cannot create run directory ({exc.strerror or exc})") from exc
     for p in _check_previous(run_dir, rank, world, args.force):
@@ -141,11 +140,11 @@ def prepare(args: argparse.Namespace, env: Dict[str, str]) -> Dict[str, Any]:
             print("timelogger: --posix: the dftracer package is not installed (pip install .[posix]); "
                   "continuing without POSIX tracing", file=sys.stderr)
         else:
-            (run_dir / "posix").mkdir(exist_ok=True)
+            (run_dir / layout.POSIX_DIR).mkdir(exist_ok=True)
             env["LD_PRELOAD"] = ":".join(x for x in (str(so), env.get("LD_PRELOAD", "")) if x)
             env["DFTRACER_ENABLE"] = "1"
             env["DFTRACER_INIT"] = "PRELOAD"
-            env["DFTRACER_LOG_FILE"] = str(run_dir / "posix" / "trace")
+            env["DFTRACER_LOG_FILE"] = str(layout.posix_log_prefix(run_dir))
             env["DFTRACER_DATA_DIR"] = str(Path(args.posix_filter).resolve()) if args.posix_filter else "all"
             # Without call metadata the preload records no `ret`/`offset`, i.e. no bytes for the bandwidth.
             env.setdefault("DFTRACER_INC_METADATA", "1")
@@ -153,11 +152,11 @@ def prepare(args: argparse.Namespace, env: Dict[str, str]) -> Dict[str, Any]:
     elif args.posix_filter:
         raise LaunchError("--posix-filter needs --posix")
     if args.horovod_timeline:
-        (run_dir / "horovod").mkdir(exist_ok=True)
-        env["HOROVOD_TIMELINE"] = str(run_dir / "horovod" / "timeline.json")
+        (run_dir / layout.HOROVOD_DIR).mkdir(exist_ok=True)
+        env["HOROVOD_TIMELINE"] = str(layout.horovod_timeline(run_dir))
         layers["horovod_timeline"] = env["HOROVOD_TIMELINE"]
     if rank == 0 and not layers["darshan"]:
-        print(_DARSHAN_HINT.format(darshan_dir=run_dir / "darshan"), file=sys.stderr)
+        print(_DARSHAN_HINT.format(darshan_dir=run_dir / layout.DARSHAN_DIR), file=sys.stderr)
 
     p0 = time.perf_counter_ns()
     wall = time.time_ns()
@@ -169,15 +168,15 @@ def prepare(args: argparse.Namespace, env: Dict[str, str]) -> Dict[str, Any]:
         "clock": {"wall_ns": wall, "perf_ns": (p0 + p1) // 2},
         "command": list(args.cmd), "cwd": os.getcwd(), "layers": layers,
     }
-    _atomic_json(run_dir / "launch" / f"rank-{rank}.json", record)
+    _atomic_json(layout.launch_record(run_dir, rank), record)
     if rank == 0:
         known = []
         # Give the other ranks' launchers a moment to check in, so the manifest lists their hosts; launch/ stays
         # the complete record for ranks that come later.
         deadline = time.monotonic() + _WAIT_RANKS_S
-        while len(list((run_dir / "launch").glob("rank-*.json"))) < world and time.monotonic() < deadline:
+        while len(list((run_dir / layout.LAUNCH_DIR).glob(layout.LAUNCH_GLOB))) < world and time.monotonic() < deadline:
             time.sleep(0.05)
-        for f in sorted((run_dir / "launch").glob("rank-*.json")):
+        for f in sorted((run_dir / layout.LAUNCH_DIR).glob(layout.LAUNCH_GLOB)):
             try:
                 r = json.loads(f.read_text(encoding="utf-8"))
                 known.append({"rank": r["rank"], "hostname": r["hostname"], "pid": r["pid"]})
@@ -185,13 +184,13 @@ def prepare(args: argparse.Namespace, env: Dict[str, str]) -> Dict[str, Any]:
                 continue  # another rank is mid-rename; its launch/ file remains the source
         manifest = {
             "tool": "timelogger", "created_wall_ns": wall, "command": list(args.cmd), "cwd": os.getcwd(),
-            "world_size": world, "launcher": launcher, "ranks": known, "ranks_dir": "launch",
+            "world_size": world, "launcher": launcher, "ranks": known, "ranks_dir": layout.LAUNCH_DIR,
             "hosts": sorted({r["hostname"] for r in known}),
             "hostname": hostname(), "versions": _versions(), "clocks": record["clock"], "layers": layers,
             "env": {k: env[k] for k in (ENV_DIR, "HOROVOD_TIMELINE", "DFTRACER_LOG_FILE", "DFTRACER_DATA_DIR",
                                         "DARSHAN_LOGPATH", "SLURM_JOB_ID") if k in env},
         }
-        _atomic_json(run_dir / "manifest.json", manifest)
+        _atomic_json(run_dir / layout.MANIFEST, manifest)
     return record
 
 
@@ -208,9 +207,14 @@ def run(args: argparse.Namespace) -> int:
     try:
         os.execvpe(cmd[0], cmd, env)
     except OSError as exc:
-        print(f"timelogger: {cmd[0]}: cannot execute ({exc.strerror or exc})", file=sys.stderr)
-        return 127
+        return _error(f"{cmd[0]}: cannot execute ({exc.strerror or exc})", 127)
     return 127  # pragma: no cover - execvpe does not return
+
+
+def _error(message: str, status: int = 2) -> int:
+    """Report a failure as one line ``timelogger: <message>`` on stderr; returns the exit status."""
+    print(f"timelogger: {message}", file=sys.stderr)
+    return status
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -225,8 +229,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except LaunchError as exc:
         if args.debug:
             raise
-        print(f"timelogger: {exc}", file=sys.stderr)
-        return 2
+        return _error(str(exc))
 
 
 if __name__ == "__main__":  # pragma: no cover

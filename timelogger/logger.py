@@ -20,6 +20,7 @@ import weakref
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple, TypeVar, Union
 
+from . import layout
 from ._env import detect_rank_world, hostname
 
 __all__ = ["TimeLogger", "Phase", "CATS", "default_logger", "ENV_DIR"]
@@ -247,13 +248,13 @@ class TimeLogger:
         self.pid = os.getpid()
         self.anchor = _anchor()
         self._off = self.anchor[0] - self.anchor[1]
-        app = self.out_dir / "app"
+        app = self.out_dir / layout.APP_DIR
         try:
             app.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             self._disable("open", "timelogger: cannot create %s (%s); logging disabled for this process", app, exc)
             return
-        base = f"rank-{self.rank}-pid-{self.pid}"
+        base = layout.app_file_stem(self.rank, self.pid)
         fh = None
         for k in range(1000):
             path = app / (f"{base}.pfw" if k == 0 else f"{base}-{k}.pfw")

@@ -10,6 +10,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional, Union
 
+from . import layout
+
 if TYPE_CHECKING:  # pragma: no cover
     from .logger import TimeLogger
 
@@ -47,7 +49,7 @@ class TFProfile:
     def __init__(self, tl: "TimeLogger", logdir: Union[str, os.PathLike, None] = None) -> None:
         self._tl = tl
         if logdir is None and tl.out_dir is not None:
-            logdir = tl.out_dir / "tf" / f"rank-{tl.rank}"
+            logdir = layout.tf_logdir(tl.out_dir, tl.rank)
         self.logdir: Optional[Path] = None if logdir is None else Path(logdir)
         self.active = False
         self.marker_wall_ns: Optional[int] = None

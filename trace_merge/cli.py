@@ -15,8 +15,10 @@ from typing import Callable, NamedTuple, Optional, Sequence
 
 import pandas as pd
 
+from timelogger.layout import REPORT
 from trace_merge import __version__
-from trace_merge.errors import OutputExistsError, TraceInputError
+from trace_merge.errors import TraceInputError
+from trace_merge.outputs import refuse_existing
 
 logger = logging.getLogger(__name__)
 PROG = "trace-merge"
@@ -36,16 +38,19 @@ def _num(x: Optional[float]) -> str:
     return "unknown" if x is None or x != x else f"{x:.4g}"
 
 
-def _open_run(path: str):
+def _open_run(path: "str | Path"):
     from trace_merge.run import Run
 
     return Run.open(path)
 
 
-def _refuse_existing(path: Path, force: bool) -> None:
-    """Fail before any work when the output exists, so nothing is half-done or overwritten."""
-    if path.exists() and not force:
-        raise OutputExistsError(path)
+def _input(path: str) -> Path:
+    """The input path; a directory holding several runs is refused here, before any output is looked at."""
+    from trace_merge.merge import refuse_runs_below
+
+    p = Path(path)
+    refuse_runs_below(p)
+    return p
 
 
 # -- merge ---------------------------------------------------------------------------------------------
@@ -59,12 +64,10 @@ def merge_setup_parser(parser: argparse.ArgumentParser) -> None:
 def merge_main(args: argparse.Namespace) -> int:
     from trace_merge import merge
 
-    run_dir = Path(args.run_dir)
+    run_dir = _input(args.run_dir)
     if not run_dir.is_dir():
         raise TraceInputError(run_dir, "not a directory (merge writes merged.parquet into the run directory)")
-    if not args.force:
-        for name in (merge.MERGED, merge.COUNTERS, merge.MERGE_INFO):
-            _refuse_existing(run_dir / name, False)
+    refuse_existing(*(run_dir / name for name in (merge.MERGED, merge.COUNTERS, merge.MERGE_INFO)), force=args.force)
     res = merge.merge_path(run_dir)
     written = merge.write_merged(res, run_dir, force=args.force)
     layers = ", ".join(f"{k}: {v:,}" for k, v in res.rows_per_layer().items())
@@ -187,12 +190,12 @@ def report_setup_parser(parser: argparse.ArgumentParser) -> None:
 def report_main(args: argparse.Namespace) -> int:
     from trace_merge.report import write_report
 
-    src = Path(args.run_dir)
+    src = _input(args.run_dir)
     # a single trace file may live somewhere read-only (a shared log directory): its report goes to the cwd
     out = Path(args.output) if args.output else (
-        src / "report.html" if src.is_dir() else Path.cwd() / (src.name + ".report.html"))
-    _refuse_existing(out, args.force)
-    run = _open_run(args.run_dir)
+        src / REPORT if src.is_dir() else Path.cwd() / (src.name + ".report.html"))
+    refuse_existing(out, force=args.force)
+    run = _open_run(src)
     write_report(run, out, force=args.force, parts=run.analyse(args.layers))
     _out(f"wrote {out}")
     return 0
@@ -211,11 +214,12 @@ def export_setup_parser(parser: argparse.ArgumentParser) -> None:
 def export_main(args: argparse.Namespace) -> int:
     from trace_merge.perfetto import export_perfetto
 
+    src = _input(args.run_dir)
     out = Path(args.perfetto)
     if not out.name.endswith((".json", ".json.gz")):
         raise TraceInputError(out, "output must end in .json or .json.gz")
-    _refuse_existing(out, args.force)
-    run = _open_run(args.run_dir)
+    refuse_existing(out, force=args.force)
+    run = _open_run(src)
     export_perfetto(run.frame, out, force=args.force, meta={"run": str(run.path), "warnings": run.warnings})
     _out(f"wrote {out} ({len(run.frame):,} events)")
     return 0

@@ -1,8 +1,9 @@
 """Find every source of a run, read it, align it, and store the merged frame.
 
 A run directory (``manifest.json``, ``app/``, ``tf/rank-<r>/``, ``horovod/``, ``posix/``, ``darshan/``;
-see ../shared/DESIGN.md) or loose inputs: a bare directory of ``.pfw``/``.pfw.gz``/``.darshan``/
-``.xplane.pb`` files (searched recursively, e.g. a TF logdir) or a single file.
+:mod:`timelogger.layout`, ../shared/DESIGN.md) or loose inputs: a bare directory of ``.pfw``/``.pfw.gz``/
+``.darshan``/``.xplane.pb`` files (searched recursively, e.g. a TF logdir) or a single file. A directory that
+is not a run but holds runs below it is refused (:func:`refuse_runs_below`), never pooled into one.
 
 A file that fails to read among others is skipped with a warning ``"<path>: <cause>"``; when nothing
 is usable :class:`~trace_merge.errors.TraceInputError` names the path and what was looked for.
@@ -12,6 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shlex
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,10 +21,13 @@ from typing import Any, Iterable
 
 import pandas as pd
 
+from timelogger import layout
+from timelogger.layout import COUNTERS, MANIFEST, MERGE_INFO, MERGED
+
 from . import __version__
 from .align import APP_KINDS, align, meta_value
-from .errors import OutputExistsError, TraceInputError
-from .outputs import atomic_output
+from .errors import TraceInputError
+from .outputs import atomic_output, refuse_existing
 from .readers import detect, rank_from_name, read_any
 from .schema import (
     COUNTER_DTYPES,
@@ -33,11 +38,6 @@ from .schema import (
 
 log = logging.getLogger(__name__)
 
-MERGED = "merged.parquet"
-COUNTERS = "counters.parquet"
-MERGE_INFO = "merge_info.json"
-MANIFEST = "manifest.json"
-RUN_SUBDIRS = ("app", "tf", "horovod", "posix", "darshan")
 _LOOKED_FOR = "app/*.pfw[.gz], tf/**/*.xplane.pb, horovod/*.json, posix/*.pfw[.gz], darshan/*.darshan"
 _LOOSE_PATTERNS = ("*.pfw", "*.pfw.gz", "*.darshan", "*.xplane.pb", "*.json", "*.json.gz")
 
@@ -81,8 +81,45 @@ class MergeResult:
 def is_run_dir(path: Path) -> bool:
     """A run directory has a manifest or at least one of the per-layer subdirectories."""
     return path.is_dir() and (
-        (path / MANIFEST).is_file() or any((path / d).is_dir() for d in RUN_SUBDIRS)
+        (path / MANIFEST).is_file() or any((path / d).is_dir() for d in layout.LAYER_DIRS)
     )
+
+
+def runs_below(path: Path) -> list[Path]:
+    """The run directories below ``path`` (``path`` itself excluded; a run's own subdirectories are not
+    searched), sorted."""
+    found = []
+    for root, dirs, _ in os.walk(path):
+        here = Path(root)
+        if here != path and is_run_dir(here):
+            found.append(here)
+            dirs.clear()
+    return sorted(found)
+
+
+def refuse_runs_below(path: Path) -> None:
+    """Refuse a directory that is not a run itself but holds runs below it, before anything is read or written.
+
+    Reading it as loose inputs would pool the runs into one (two rank-0 runs become one rank spanning both
+    jobs). Exactly one run below is refused as well: read loosely it would lose its layout (no manifest, no
+    rank check) and ``merge`` would write beside it instead of into it, so the user is pointed at the run.
+
+    Raises
+    ------
+    TraceInputError
+        ``"<path>: holds 2 runs (<path>/a, <path>/b); give one of them, or compare them with: trace-merge
+        compare <path>/a <path>/b"``, or for one run ``"<path>: holds 1 run (<path>/a); give that run
+        directory itself"``.
+    """
+    if not path.is_dir() or is_run_dir(path):
+        return
+    runs = runs_below(path)
+    names = ", ".join(map(str, runs))
+    if len(runs) == 1:
+        raise TraceInputError(path, f"holds 1 run ({names}); give that run directory itself")
+    if runs:
+        raise TraceInputError(path, f"holds {len(runs)} runs ({names}); give one of them, or compare them with: "
+                                    f"trace-merge compare {' '.join(shlex.quote(str(r)) for r in runs)}")
 
 
 def _files(root: Path, patterns: Iterable[str], recursive: bool) -> list[Path]:
@@ -131,12 +168,13 @@ def _discover(path: Path) -> "tuple[list[tuple[Path, str]], dict[str, Any] | Non
         raise TraceInputError(path, "no such file or directory")
     if is_run_dir(path):
         manifest, bad_manifest = load_manifest(path)
-        files = [(p, "timelogger") for p in _files(path / "app", ("*.pfw", "*.pfw.gz"), False)]
-        files += [(p, "xplane") for p in _files(path / "tf", ("*.xplane.pb",), True)]
-        files += [(p, "horovod") for p in _files(path / "horovod", ("*.json", "*.json.gz"), False)]
-        files += [(p, "") for p in _files(path / "posix", ("*.pfw", "*.pfw.gz"), False)]
-        files += [(p, "darshan") for p in _files(path / "darshan", ("*.darshan",), False)]
+        files = [(p, "timelogger") for p in _files(path / layout.APP_DIR, ("*.pfw", "*.pfw.gz"), False)]
+        files += [(p, "xplane") for p in _files(path / layout.TF_DIR, ("*.xplane.pb",), True)]
+        files += [(p, "horovod") for p in _files(path / layout.HOROVOD_DIR, ("*.json", "*.json.gz"), False)]
+        files += [(p, "") for p in _files(path / layout.POSIX_DIR, ("*.pfw", "*.pfw.gz"), False)]
+        files += [(p, "darshan") for p in _files(path / layout.DARSHAN_DIR, ("*.darshan",), False)]
         return files, manifest, bad_manifest
+    refuse_runs_below(path)
     files = []
     for p in _files(path, _LOOSE_PATTERNS, True):
         if p.name.endswith((".json", ".json.gz")):
@@ -330,10 +368,7 @@ def write_merged(res: MergeResult, run_dir: "str | os.PathLike[str]", force: boo
     """
     run_dir = Path(run_dir)
     targets = {"merged": run_dir / MERGED, "counters": run_dir / COUNTERS, "info": run_dir / MERGE_INFO}
-    if not force:
-        for t in targets.values():
-            if t.exists():
-                raise OutputExistsError(t)
+    refuse_existing(*targets.values(), force=force)
     run_dir.mkdir(parents=True, exist_ok=True)
     info = {
         "trace_merge_version": __version__,

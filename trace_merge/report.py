@@ -18,8 +18,7 @@ from typing import TYPE_CHECKING, Any, Optional
 import pandas as pd
 
 from trace_merge import __version__, analysis, plots
-from trace_merge.errors import OutputExistsError
-from trace_merge.outputs import atomic_output
+from trace_merge.outputs import atomic_output, refuse_existing
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from matplotlib.figure import Figure
@@ -199,8 +198,7 @@ def write_report(run: "Run", path: "str | os.PathLike[str]", force: bool = False
         ``path`` exists and ``force`` is False.
     """
     path = Path(path)
-    if path.exists() and not force:
-        raise OutputExistsError(path)  # before the (slow) rendering
+    refuse_existing(path, force=force)  # before the (slow) rendering
     text = render_report(run, parts)
     with atomic_output(path, force) as tmp:
         tmp.write_text(text, encoding="utf-8")

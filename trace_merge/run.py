@@ -98,7 +98,8 @@ class Run:
         Raises
         ------
         TraceInputError
-            Nothing usable at ``path`` (the message names the file and the cause).
+            Nothing usable at ``path`` (the message names the file and the cause), or ``path`` is a directory
+            holding runs rather than a run (:func:`trace_merge.merge.refuse_runs_below`; runs are never pooled).
         """
         from trace_merge import merge
 
@@ -116,7 +117,7 @@ class Run:
             else:
                 logger.info("%s: using %s", p, merge.MERGED)
                 return cls(path=p, frame=frame, counters=counters, warnings=list(info.get("warnings", [])),
-                           residual=dict(info.get("residual") or {}), manifest=_read_manifest(p),
+                           residual=dict(info.get("residual") or {}), manifest=merge.load_manifest(p)[0],
                            sources=list(info.get("sources", [])), cached=True)
         res = merge.merge_path(p)
         return cls(path=p, frame=res.frame, counters=res.counters, warnings=notes + list(res.warnings),
@@ -212,14 +213,6 @@ class Run:
             "warnings": list(self.warnings),
             "alignment_residual": _plain(self.residual),
         }
-
-
-def _read_manifest(run_dir: Path) -> Optional[dict[str, Any]]:
-    p = run_dir / "manifest.json"
-    try:
-        return json.loads(p.read_text()) if p.is_file() else None
-    except (OSError, ValueError):
-        return None
 
 
 def _unique_labels(runs: Sequence[Run]) -> list[str]:

@@ -23,6 +23,7 @@ from benchmarks.common.runs import (format_bandwidth, format_breakdown, format_l
 from benchmarks.hepcnn.config import DEMO_DATA
 from benchmarks.hepcnn.data import generate
 from benchmarks.hepcnn.sweep import Point, comparison_rows, format_comparison, layers_for, run_point
+from timelogger import layout
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -82,7 +83,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     written = []
     for pt in points:
         run_dir = stamp / pt.shuffle
-        report, trace = run_dir / "report.html", run_dir / "trace.perfetto.json.gz"
+        report, trace = run_dir / layout.REPORT, run_dir / "trace.perfetto.json.gz"
         stream([venv_tool("trace-merge"), "report", str(run_dir), "-o", str(report)], prefix="  ")
         stream([venv_tool("trace-merge"), "export", str(run_dir), "--perfetto", str(trace)], prefix="  ")
         written += [report, trace]

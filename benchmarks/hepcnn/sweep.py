@@ -13,10 +13,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from benchmarks.common.errors import OutputExistsError, TraceInputError
+from benchmarks.common.errors import TraceInputError
 from benchmarks.common.launch import Layers, run_command, stream
 from benchmarks.common.runs import finalize_run, format_breakdown
 from benchmarks.hepcnn.shuffle import MODES
+from trace_merge.outputs import refuse_existing
 
 
 @dataclass(frozen=True)
@@ -113,9 +114,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise TraceInputError("--shuffle", f"unknown mode {mode!r}; expected {','.join(MODES)}")
     check_dataset(args.data, max(args.ranks))
     points = [Point(n, mode) for n in args.ranks for mode in args.shuffle]
-    for point in points:
-        if (args.out / point.name).exists() and not args.force:
-            raise OutputExistsError(args.out / point.name)
+    refuse_existing(*(args.out / point.name for point in points), force=args.force)
     layers = layers_for(args.data, not args.no_posix, args.horovod_timeline)
     results = []
     for point in points:

@@ -20,13 +20,14 @@ import numpy as np
 
 from benchmarks.common.env import env_world_size
 from benchmarks.common.errors import TraceInputError
+from benchmarks.common.runs import SUMMARY
 from benchmarks.hepcnn.config import TrainConfig, add_train_flags, config_from_args
 from benchmarks.hepcnn.data import DatasetInfo, check_dataset
 from benchmarks.hepcnn.loaders import FileReader, make_loader
 from benchmarks.hepcnn.shuffle import epoch_files, shard, steps_per_epoch
+from timelogger import layout
 
 log = logging.getLogger(__name__)
-SUMMARY = "summary.json"
 
 
 def setup_parser(p: argparse.ArgumentParser) -> None:
@@ -133,7 +134,7 @@ def train(cfg: TrainConfig, info: DatasetInfo, run_dir: Path, tl: Any, t0: float
                 for step in range(steps[epoch]):
                     tl.set_step(global_step)
                     if window and global_step == window[0]:
-                        profile.enter_context(tl.tf_profile(str(run_dir / "tf" / f"rank-{rank}")))
+                        profile.enter_context(tl.tf_profile(str(layout.tf_logdir(run_dir, rank))))
                     profiling = bool(window) and window[0] <= global_step < window[1]
                     # The TF profiler's step marker (what Keras' fit emits): lets the framework layer's events be
                     # checked against this step's app interval after alignment.

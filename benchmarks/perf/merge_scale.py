@@ -38,6 +38,9 @@ from typing import Any, Iterable, Mapping, Sequence
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # runnable as a script from a checkout
 
+from benchmarks.common.errors import BenchmarkError, cli_main  # noqa: E402
+from benchmarks.common.launch import venv_tool  # noqa: E402
+
 TARGET_SECONDS_5M = 10.0
 TARGET_RSS_MIB = 3072.0
 
@@ -62,11 +65,10 @@ FULL = (TraceSet("0.6M", ranks=8, epochs=20, steps=200), TraceSet("5M", ranks=8,
 
 def tool(name: str) -> str:
     """A console script installed next to this interpreter (the venv), else on PATH."""
-    exe = Path(sys.executable).parent / name
-    found = str(exe) if exe.exists() else shutil.which(name)
-    if not found:
-        raise SystemExit(f"merge_scale: {name} not found (pip install 'dlio-layers[posix]')")
-    return found
+    try:
+        return venv_tool(name)
+    except BenchmarkError as err:
+        raise BenchmarkError(f"{err} (pip install 'dlio-layers[posix]')") from None
 
 
 def generate(ts: TraceSet, cache: Path) -> Path:
@@ -100,7 +102,7 @@ def timed(cmd: Sequence[str]) -> "tuple[float, float, float, str]":
         out.seek(0)
         err.seek(0)
         if proc.returncode != 0:
-            raise SystemExit(f"merge_scale: {cmd[0]} failed ({proc.returncode}): {err.read().decode()[-2000:]}")
+            raise BenchmarkError(f"{cmd[0]} failed ({proc.returncode}): {err.read().decode()[-2000:]}")
         return wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024.0, out.read().decode()
 
 
@@ -220,4 +222,4 @@ def main(argv: "Sequence[str] | None" = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(cli_main(main))

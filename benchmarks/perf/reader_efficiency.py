@@ -30,6 +30,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from benchmarks.common.launch import Layers, run_command, stream  # noqa: E402
+from benchmarks.common.runs import SUMMARY  # noqa: E402
 from benchmarks.hepcnn.config import DEMO, DEMO_DATA  # noqa: E402
 from benchmarks.hepcnn.data import check_dataset, generate  # noqa: E402
 from benchmarks.hepcnn.loaders import FileReader, TFDataLoader  # noqa: E402
@@ -202,7 +203,7 @@ def overhead(data: Path, repeat: int) -> dict[str, float]:
                 run_dir = Path(tmp) / f"{name}-{i}"
                 stream(run_command(2, run_dir, program, layers), prefix=f"  {name}/{i} ",
                        echo=sys.stderr)  # stdout carries only the JSON line
-                summary = json.loads((run_dir / "summary.json").read_text())
+                summary = json.loads((run_dir / SUMMARY).read_text())
                 detail = summary["epochs_detail"]
                 times[name].append(sum(e["time_s"] for e in detail[1:]))
                 steps = sum(e["samples"] for e in detail[1:]) // (summary["batch_per_rank"] * summary["ranks"])

@@ -1,0 +1,74 @@
+"""The run directory, named once: what ``timelogger run`` creates and ``trace-merge`` reads and writes.
+
+::
+
+    RUN_DIR/
+      manifest.json             rank 0's record of the job (command, ranks, hosts, versions, layers)
+      launch/rank-<r>.json      each rank's launch record
+      app/rank-<r>-pid-<p>.pfw  TimeLogger intervals, one file per process
+      tf/rank-<r>/              TF profiler logdir of rank r (``plugins/profile/<run>/<host>.xplane.pb``)
+      horovod/timeline.json     Horovod timeline (Horovod's rank 0 writes it)
+      posix/trace-*.pfw[.gz]    DFTracer POSIX preload
+      darshan/*.darshan         Darshan logs
+      merged.parquet, counters.parquet, merge_info.json   ``trace-merge merge`` outputs (derived data)
+      report.html               ``trace-merge report`` (default output)
+
+Only the standard library is used (the capture side imports this); ``trace_merge`` and the benchmarks import it
+from here, never the other way round.
+"""
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Tuple, Union
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+MANIFEST = "manifest.json"
+LAUNCH_DIR = "launch"
+APP_DIR = "app"
+TF_DIR = "tf"
+HOROVOD_DIR = "horovod"
+POSIX_DIR = "posix"
+DARSHAN_DIR = "darshan"
+#: the per-layer subdirectories; a directory with any of them (or a manifest) is a run directory
+LAYER_DIRS: Tuple[str, ...] = (APP_DIR, TF_DIR, HOROVOD_DIR, POSIX_DIR, DARSHAN_DIR)
+
+#: ``trace-merge merge`` outputs
+MERGED = "merged.parquet"
+COUNTERS = "counters.parquet"
+MERGE_INFO = "merge_info.json"
+#: ``trace-merge report``'s default output in a run directory
+REPORT = "report.html"
+
+
+def tf_logdir(run_dir: PathLike, rank: int) -> Path:
+    """TF profiler logdir of ``rank``: ``RUN_DIR/tf/rank-<r>`` (ranks must not share one)."""
+    return Path(run_dir) / TF_DIR / f"rank-{rank}"
+
+
+def launch_record(run_dir: PathLike, rank: int) -> Path:
+    """``RUN_DIR/launch/rank-<r>.json``: what ``timelogger run`` recorded for ``rank``."""
+    return Path(run_dir) / LAUNCH_DIR / f"rank-{rank}.json"
+
+
+def app_file_stem(rank: int, pid: int) -> str:
+    """Stem of a process's app file in ``RUN_DIR/app/``: ``rank-<r>-pid-<p>`` (``-<k>`` added when taken)."""
+    return f"rank-{rank}-pid-{pid}"
+
+
+#: an app file's name; group 1 is the rank
+APP_FILE = re.compile(r"^rank-(\d+)-pid-\d+(?:-\d+)?\.pfw(?:\.gz)?$")
+#: glob of the launch records in ``RUN_DIR/launch/``
+LAUNCH_GLOB = "rank-*.json"
+
+
+def horovod_timeline(run_dir: PathLike) -> Path:
+    """``RUN_DIR/horovod/timeline.json`` (``HOROVOD_TIMELINE``)."""
+    return Path(run_dir) / HOROVOD_DIR / "timeline.json"
+
+
+def posix_log_prefix(run_dir: PathLike) -> Path:
+    """``RUN_DIR/posix/trace``: ``DFTRACER_LOG_FILE``, the preload appends ``-<host>-<pid>.pfw[.gz]``."""
+    return Path(run_dir) / POSIX_DIR / "trace"
