@@ -18,6 +18,7 @@ By default the breakdown is made from the ``app`` layer, the user's own phase ta
 from __future__ import annotations
 
 import logging
+import re
 from typing import Optional, Sequence
 
 import numpy as np
@@ -175,7 +176,10 @@ class LowerLayers:
     ``raw[c]`` for each component but ``python``: ``fs`` = every call of a file-system layer
     (:data:`~trace_merge.schema.FS_LAYERS`: reads, writes, opens, metadata) of the rank's processes, forked
     workers included; ``comm`` = the ``comm`` layer (Horovod timeline, rank 0) and framework ``comm`` events
-    (Horovod ops in each rank's TF profile); ``input_wait`` = framework ``wait`` events (the consumer side
+    (Horovod ops where a TF profile times them; TF 2.15's host profile does not). Horovod writes its timeline on
+    rank 0 only, so the collectives it shows *executing* (``ALLREDUCE``, ``MPI_ALLREDUCE``, ``BROADCAST``, ...;
+    not the per-rank ``NEGOTIATE_*``) count as communication on every rank: a collective runs on all ranks at
+    once (to within Horovod's cycle time and the clock alignment); ``input_wait`` = framework ``wait`` events (the consumer side
     of tf.data: ``IteratorGetNext`` and the pipeline it pulls inline); ``compute`` = framework ``compute``
     and ``other`` events (kernels, the step function around them). tf.data producer threads' work
     (framework ``io``/``preprocess``) is no component: it runs the user's Python (``py_function``,
@@ -219,9 +223,30 @@ class LowerLayers:
             "input_wait": fw & (cat == "wait"),
             "compute": fw & np.isin(cat, ("compute", "other")),
         }
+        # Horovod writes its timeline on rank 0 only, but a collective it shows executing (not negotiating)
+        # runs on every rank at once: other ranks get those activities as their communication time.
+        shared = (lay == "comm") & _is_collective(rows["name"])
+        if shared.any() and len(att.ranks) > 1:
+            other = [k for k in range(len(att.ranks)) if k not in set(r[shared].tolist())]
+            src_s, src_e = rows["start_ns"].to_numpy(dtype=_I8)[shared], rows["end_ns"].to_numpy(dtype=_I8)[shared]
+            ks = np.repeat(np.asarray(other, dtype=_I8), src_s.size)
+            s = np.concatenate((s, att.axis.to_axis(ks, np.tile(src_s, len(other)))))
+            e = np.concatenate((e, att.axis.to_axis(ks, np.tile(src_e, len(other)))))
+            masks = {c: np.concatenate((m, np.full(ks.size, c == "comm"))) for c, m in masks.items()}
+        framework = merge_intervals(s[:fw.size][fw], e[:fw.size][fw])
         raw = {c: merge_intervals(s[m], e[m]) for c, m in masks.items()}
         layers = {int(k): sorted(v) for k, v in pd.Series(lay).groupby(rows["rank"].to_numpy()).unique().items()}
-        return cls(raw, merge_intervals(s[fw], e[fw]), layers)
+        return cls(raw, framework, layers)
+
+
+#: Horovod timeline activities that are a collective executing (on every rank at once), not a negotiation
+_COLLECTIVE = re.compile(r"^(ALLREDUCE|ALLGATHER|BROADCAST|ALLTOALL|REDUCESCATTER|BARRIER|MPI_|NCCL_|GLOO_|CCL_)")
+
+
+def _is_collective(names: pd.Series) -> np.ndarray:
+    cats = names.astype("category")
+    hit = np.array([bool(_COLLECTIVE.match(str(c))) for c in cats.cat.categories] + [False])
+    return hit[cats.cat.codes.to_numpy()]
 
 
 def layered_breakdown_df(frame: pd.DataFrame) -> pd.DataFrame:
@@ -464,8 +489,8 @@ def step_series_df(frame: pd.DataFrame) -> pd.DataFrame:
     """One row per rank and training step: its time and the input wait inside it, from the best evidence.
 
     A step is framework-covered when TF profiler rows cover at least half of it; its input wait is then the
-    union of the framework's input-pipeline waits (``IteratorGetNext`` family, cat ``wait``) inside it
-    (``basis="framework"``). Otherwise it is the app layer's exposed input inside it: self time of io ∪ wait
+    union of the framework's input-pipeline waits (``IteratorGetNext`` family, cat ``wait``) and of the app's
+    own exposed io/wait inside it (``basis="framework"``). Otherwise it is the app layer's exposed input inside it: self time of io ∪ wait
     phases not overlapped by compute self time (``basis="app"``).
 
     Returns
@@ -494,7 +519,10 @@ def _step_series(att: Optional[_Attribution], lower: "LowerLayers") -> pd.DataFr
         else np.zeros(0, dtype=bool)
     app_exposed = subtract_intervals(*att.self_union(["io", "wait"]), *att.self_time["compute"])
     fw_busy = subtract_intervals(*union_of(lower.raw["compute"], lower.raw["comm"]), *lower.raw["input_wait"])
-    wait = np.where(by_fw, covered_ns(*lower.raw["input_wait"], ws, we), covered_ns(*app_exposed, ws, we))
+    # inside a profile window the framework sees tf.data waits; the app's own wait/io phases (a Python loader
+    # outside tf.data) stay evidence too
+    fw_wait = union_of(lower.raw["input_wait"], app_exposed)
+    wait = np.where(by_fw, covered_ns(*fw_wait, ws, we), covered_ns(*app_exposed, ws, we))
     comp = np.where(by_fw, covered_ns(*fw_busy, ws, we), covered_ns(*att.self_time["compute"], ws, we))
     r = w["_r"].to_numpy(dtype=_I8)
     first = np.r_[True, r[1:] != r[:-1]] if len(r) else np.zeros(0, dtype=bool)
@@ -578,7 +606,8 @@ def _input_bound(att: Optional[_Attribution], lower: "LowerLayers") -> pd.DataFr
 
 #: what each basis of the verdict measured, for the text outputs
 BASIS_TEXT = {
-    "framework": "the TF profiler's input-pipeline wait (IteratorGetNext family) inside steps in the profile window",
+    "framework": "the TF profiler's input-pipeline wait (IteratorGetNext family), with the app's own wait/io "
+                 "phases, inside steps in the profile window",
     "app": "the app layer's exposed io/wait phases inside training steps",
     "epoch": "the app layer's exposed io/wait phases inside epochs (no step tags)",
 }
