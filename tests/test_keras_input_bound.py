@@ -22,26 +22,21 @@ import pytest
 pytest.importorskip("tensorflow")
 pytest.importorskip("h5py")
 
+from test_timelogger_util import REPO, clean_env  # noqa: E402
 from timelogger.cli import _dftracer_preload  # noqa: E402
 from trace_merge.intervals import covered_ns, merge_intervals  # noqa: E402
 from trace_merge.run import Run  # noqa: E402
 
 pytestmark = pytest.mark.tf
 
-REPO = Path(__file__).resolve().parents[1]
 WORKLOAD = Path(__file__).resolve().parent / "workloads" / "keras_slow_input.py"
 BIN = Path(sys.executable).parent
 EPOCHS, STEPS, SLEEP_MS = 2, 8, 100
 
 
 def _env() -> dict:
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("TIMELOGGER_", "PMI_", "PMIX_", "OMPI_", "SLURM_", "HOROVOD_", "DFTRACER_"))
-           and k != "LD_PRELOAD"}
-    env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
-    env["PYTHONPATH"] = os.pathsep.join(x for x in (str(REPO), env.get("PYTHONPATH", "")) if x)
-    env["TF_CPP_MIN_LOG_LEVEL"] = "2"
-    return env
+    """The clean test environment, importing this checkout's timelogger in the launched job."""
+    return clean_env(PYTHONPATH=os.pathsep.join(x for x in (str(REPO), os.environ.get("PYTHONPATH", "")) if x))
 
 
 def _check(p: subprocess.CompletedProcess) -> subprocess.CompletedProcess:

@@ -52,7 +52,8 @@ def _build() -> type:
         is ~5-45 µs) and over-reports a fast pipeline's wait (~220 µs of eager ``next()`` where the in-graph
         fetch costs a few µs). It measures a slow pipeline's wait correctly (5.05 ms for a 5 ms sleep) and keeps
         the inner pipeline's prefetching, but adds a Python/GIL hop per batch and hides the pipeline from
-        tf.data's optimiser and ``tf.distribute`` sharding. The profile window costs nothing outside its steps.
+        tf.data's optimiser and ``tf.distribute`` sharding. The profile window costs nothing outside its steps
+        (and in ``tests/test_keras_input_bound.py``'s input-bound fit, no measurable time inside them).
 
         Parameters
         ----------
@@ -112,7 +113,7 @@ def _build() -> type:
 
         def on_train_begin(self, logs: Any = None) -> None:
             if self.profile_window is not None and self.profile_window.start is None:
-                self._profile_start()  # before the fit interval opens: starting the profiler takes a while
+                self._profile_start()  # before the fit interval opens: the profiler's start is not the job's
             self._train = self.tl.phase(self._names[0], "other").__enter__()
 
         def on_train_end(self, logs: Any = None) -> None:
