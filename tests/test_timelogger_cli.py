@@ -13,6 +13,7 @@ import pytest
 
 from test_timelogger_util import app_files, clean_env, intervals, meta, read_pfw
 from timelogger import cli
+from timelogger.tf import ProfileWindow, parse_profile_spec
 
 
 def _args(run_dir: Path, *extra: str, cmd: tuple = ("python", "train.py")) -> argparse.Namespace:
@@ -42,6 +43,38 @@ def test_prepare_sets_env_and_writes_manifest(tmp_path: Path, monkeypatch: pytes
     assert json.loads((run_dir / "launch" / "rank-0.json").read_text()) == record
     assert not list(run_dir.rglob("*.tmp"))
     assert manifest["ranks"] == [{"rank": 0, "hostname": record["hostname"], "pid": record["pid"]}]
+
+
+@pytest.mark.parametrize("opts, spec", [((), None), (("--tf-profile",), "all"), (("--tf-profile=3:5",), "3:5"),
+                                         (("--tf-profile", "2:", "--force"), "2:")])
+def test_tf_profile_option_sets_env_and_manifest(tmp_path: Path, opts: tuple, spec: "str | None") -> None:
+    env: dict = {}
+    cli.prepare(_args(tmp_path / "run", *opts), env)
+    assert env.get("TIMELOGGER_TF_PROFILE") == spec
+    manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
+    assert manifest["layers"]["tf_profile"] == (spec or False)
+    assert manifest["env"].get("TIMELOGGER_TF_PROFILE") == spec
+
+
+def test_bad_tf_profile_spec_is_an_error(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    assert cli.main(["run", "-o", str(tmp_path), "--tf-profile=5:3", "--", "true"]) == 2
+    err = capsys.readouterr().err
+    assert "--tf-profile" in err and "START:STOP" in err and not (tmp_path / "manifest.json").exists()
+
+
+@pytest.mark.parametrize("spec, window", [
+    ("all", ProfileWindow(None, None)), (True, ProfileWindow(None, None)), ("3:5", ProfileWindow(3, 5)),
+    ("3:", ProfileWindow(3, None)), (":4", ProfileWindow(0, 4)), ("7", ProfileWindow(7, 8)),
+    (7, ProfileWindow(7, 8)), ((1, 3), ProfileWindow(1, 3)), (None, None), (False, None), ("", None),
+    ("off", None)])
+def test_parse_profile_spec(spec: object, window: "ProfileWindow | None") -> None:
+    assert parse_profile_spec(spec) == window
+
+
+@pytest.mark.parametrize("spec", ["5:3", "2:2", "-1", "python", "1:x"])
+def test_parse_profile_spec_refuses(spec: str) -> None:
+    with pytest.raises(ValueError, match="START:STOP"):
+        parse_profile_spec(spec)
 
 
 def test_non_zero_rank_writes_no_manifest(tmp_path: Path) -> None:

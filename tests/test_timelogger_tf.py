@@ -51,6 +51,7 @@ def test_keras_callback_records_fit_epochs_batches(fit_run: dict) -> None:
     assert len(batches) == 8 and all(b["cat"] == "compute" for b in batches)  # 64 samples / 16, 2 epochs
     assert [b["args"]["step"] for b in batches] == list(range(8))
     assert [b["args"]["batch"] for b in batches] == [0, 1, 2, 3] * 2
+    assert all(b["args"]["includes_input_wait"] is True for b in batches)  # Keras fetches inside the batch
     assert [b["args"]["epoch"] for b in batches] == [0] * 4 + [1] * 4
     train = intervals(ev, "Train Loop")[0]
     for e in epochs + batches:  # contained in the fit interval, batches in their epoch

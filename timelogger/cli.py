@@ -1,4 +1,5 @@
-"""``timelogger run -o RUN_DIR [--posix [--posix-filter DIR]] [--horovod-timeline] [--force] -- CMD ...``
+"""``timelogger run -o RUN_DIR [--posix [--posix-filter DIR]] [--horovod-timeline] [--tf-profile[=SPEC]] [--force]
+-- CMD ...``
 
 Runs once per rank (``mpiexec -n N timelogger run ... -- python train.py`` or under ``srun``): prepares the run
 directory and the capture environment, records this rank's launch, lets rank 0 write ``manifest.json``, then
@@ -22,6 +23,7 @@ from typing import Any, Dict, List, Optional, Sequence
 from . import layout
 from ._env import detect_rank_world, hostname
 from .logger import ENV_DIR, VERSION
+from .tf import ENV_TF_PROFILE, parse_profile_spec
 
 _DARSHAN_HINT = (
     "timelogger: Darshan is not enabled. On a cluster with Darshan, add it at launch (it cannot be switched on "
@@ -53,6 +55,11 @@ def setup_parser(sub: Optional[Any] = None) -> argparse.ArgumentParser:
                         help="only trace files under DIR (DFTRACER_DATA_DIR; default: all)")
     parser.add_argument("--horovod-timeline", action="store_true",
                         help="HOROVOD_TIMELINE=RUN_DIR/horovod/timeline.json (Horovod's rank 0 writes it)")
+    parser.add_argument("--tf-profile", nargs="?", const="all", default=None, metavar="SPEC",
+                        help="TF profiler window around model.fit for TimeLoggerCallback (TIMELOGGER_TF_PROFILE): "
+                             "'all' (default: the whole fit), 'START:STOP' (global steps START..STOP-1, from 0), "
+                             "'START:' or 'N'; xplane.pb goes to RUN_DIR/tf/rank-<r>/. Write it as "
+                             "--tf-profile=SPEC or put it before another option or --")
     parser.add_argument("--force", action="store_true",
                         help="reuse a run directory holding a previous run (its app files of this rank go)")
     parser.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD ...", help="the program to run")
@@ -132,7 +139,7 @@ def prepare(args: argparse.Namespace, env: Dict[str, str]) -> Dict[str, Any]:
         p.unlink(missing_ok=True)
 
     env[ENV_DIR] = str(run_dir)
-    layers: Dict[str, Any] = {"app": True, "posix": False, "horovod_timeline": False,
+    layers: Dict[str, Any] = {"app": True, "posix": False, "horovod_timeline": False, "tf_profile": False,
                               "darshan": _darshan_enabled(env)}
     if args.posix:
         so = _dftracer_preload()
@@ -155,6 +162,14 @@ def prepare(args: argparse.Namespace, env: Dict[str, str]) -> Dict[str, Any]:
         (run_dir / layout.HOROVOD_DIR).mkdir(exist_ok=True)
         env["HOROVOD_TIMELINE"] = str(layout.horovod_timeline(run_dir))
         layers["horovod_timeline"] = env["HOROVOD_TIMELINE"]
+    if args.tf_profile is not None:
+        try:
+            parse_profile_spec(args.tf_profile)
+        except ValueError as exc:
+            raise LaunchError(f"--tf-profile: {exc}") from exc
+        # TimeLoggerCallback acts on it (profile into RUN_DIR/tf/rank-<r>); a custom loop uses tl.tf_profile()
+        env[ENV_TF_PROFILE] = args.tf_profile
+    layers["tf_profile"] = env.get(ENV_TF_PROFILE) or False  # also when the user exported it
     if rank == 0 and not layers["darshan"]:
         print(_DARSHAN_HINT.format(darshan_dir=run_dir / layout.DARSHAN_DIR), file=sys.stderr)
 
@@ -187,8 +202,8 @@ def prepare(args: argparse.Namespace, env: Dict[str, str]) -> Dict[str, Any]:
             "world_size": world, "launcher": launcher, "ranks": known, "ranks_dir": layout.LAUNCH_DIR,
             "hosts": sorted({r["hostname"] for r in known}),
             "hostname": hostname(), "versions": _versions(), "clocks": record["clock"], "layers": layers,
-            "env": {k: env[k] for k in (ENV_DIR, "HOROVOD_TIMELINE", "DFTRACER_LOG_FILE", "DFTRACER_DATA_DIR",
-                                        "DARSHAN_LOGPATH", "SLURM_JOB_ID") if k in env},
+            "env": {k: env[k] for k in (ENV_DIR, ENV_TF_PROFILE, "HOROVOD_TIMELINE", "DFTRACER_LOG_FILE",
+                                        "DFTRACER_DATA_DIR", "DARSHAN_LOGPATH", "SLURM_JOB_ID") if k in env},
         }
         _atomic_json(run_dir / layout.MANIFEST, manifest)
     return record

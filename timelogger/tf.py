@@ -1,6 +1,8 @@
 """TF profiler window with a wall-clock anchor (``docs/wire-format.md``, "TF 2.15 anchor marker").
 
-TensorFlow is imported only when a profile starts, with an actionable message if it is missing.
+TensorFlow is imported only when a profile starts, with an actionable message if it is missing. Also the profile
+window specification shared by ``timelogger run --tf-profile[=SPEC]`` and
+``TimeLoggerCallback(profile_batches=...)`` (:func:`parse_profile_spec`).
 """
 from __future__ import annotations
 
@@ -8,19 +10,76 @@ import logging
 import os
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Optional, Union
+from typing import TYPE_CHECKING, Any, NamedTuple, Optional, Tuple, Union
 
 from . import layout
 
 if TYPE_CHECKING:  # pragma: no cover
     from .logger import TimeLogger
 
-__all__ = ["TFProfile", "MARKER"]
+__all__ = ["TFProfile", "MARKER", "ENV_TF_PROFILE", "ProfileWindow", "parse_profile_spec"]
 
 _log = logging.getLogger(__name__)
 
 #: Name of the TraceMe whose wall time the ``tf_profile`` metadata event records.
 MARKER = "timelogger_anchor"
+#: Environment variable set by ``timelogger run --tf-profile[=SPEC]``; read by ``TimeLoggerCallback``.
+ENV_TF_PROFILE = "TIMELOGGER_TF_PROFILE"
+
+
+class ProfileWindow(NamedTuple):
+    """Which part of ``model.fit`` to profile: global steps ``start <= step < stop``.
+
+    Steps are the callback's global step counter (``args.step``: 0-based, counted over all epochs). ``start``
+    None means the whole fit (``on_train_begin`` to ``on_train_end``); ``stop`` None means up to the end of fit.
+    """
+
+    start: Optional[int]
+    stop: Optional[int]
+
+
+ALL = ProfileWindow(None, None)
+
+
+def parse_profile_spec(spec: Union[str, bool, int, Tuple[int, int], ProfileWindow, None]) -> Optional[ProfileWindow]:
+    """Parse a profile window: None (no profile) or a :class:`ProfileWindow`.
+
+    Accepted: ``"all"`` / ``True`` (the whole fit); ``"START:STOP"`` (global steps START to STOP-1,
+    like a Python slice), ``"START:"`` (from START to the end of fit), ``"N"`` / ``N`` (step N only; a number
+    is always a step, never a boolean), a pair ``(START, STOP)``; ``None``, ``False``, ``""``, ``"off"``,
+    ``"none"``, ``"false"`` give None (no profile).
+
+    Raises
+    ------
+    ValueError
+        Anything else (negative steps, STOP <= START, not a number), with the accepted forms in the message.
+    """
+    if spec is None or spec is False:
+        return None
+    if spec is True:
+        return ALL
+    if isinstance(spec, ProfileWindow):
+        return spec
+    if isinstance(spec, (tuple, list)) and len(spec) == 2:
+        spec = f"{spec[0]}:{spec[1]}"
+    text = str(spec).strip().lower()
+    if text in ("all", "true", "yes", "on"):
+        return ALL
+    if text in ("", "off", "none", "false", "no"):
+        return None
+    try:
+        if ":" in text:
+            a, b = text.split(":", 1)
+            start, stop = int(a or 0), (int(b) if b else None)
+        else:
+            start = int(text)
+            stop = start + 1
+    except ValueError:
+        start, stop = -1, None
+    if start < 0 or (stop is not None and stop <= start):
+        raise ValueError(f"bad TF profile window {spec!r}: use 'all', 'START:STOP' (global steps, STOP excluded), "
+                         "'START:' or 'N'")
+    return ProfileWindow(start, stop)
 
 
 class TFProfile:
