@@ -9,6 +9,8 @@ import sys
 from pathlib import Path
 
 import numpy as np
+
+from trace_merge.analysis import COMPONENTS
 import pandas as pd
 import pytest
 
@@ -106,6 +108,13 @@ def test_breakdown_rows_sum_to_100_and_summary(hvd_runs: dict) -> None:
         # the TF profiler's step markers fall inside the app's Training Iteration of the same step
         residual = parts["run"].residual
         assert residual["checked"] == 2 * 2 and residual["outside"] == 0 and residual["unmatched"] == 0
+        # layered: the allreduce inside each rank's Train Step shows as communication on every rank
+        lay = parts["run"].layered_breakdown()
+        step = lay[lay["phase"] == "Train Step"].groupby("rank")[["time_s", "comm_s"]].sum()
+        assert step.index.tolist() == [0, 1] and (step["comm_s"] > 0).all(), (mode, step)
+        assert (step["comm_s"] < step["time_s"]).all()
+        comp = [f"{c}_s" for c in COMPONENTS]
+        np.testing.assert_allclose(lay[comp].sum(axis=1), lay["time_s"], atol=1e-9)
 
 
 def _launch(args: list[str], run_dir: Path, ranks: int = 2) -> subprocess.CompletedProcess:

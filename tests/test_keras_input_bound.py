@@ -152,3 +152,23 @@ def test_profile_batches_window_covers_only_its_steps(keras_data: Path) -> None:
     assert set(steps[cov > 0]) == {2, 3}
     assert (cov[np.isin(steps, [2, 3])] >= 0.8 * dur[np.isin(steps, [2, 3])]).all()
     assert json.loads((run_dir / "manifest.json").read_text())["layers"]["tf_profile"] is False
+
+
+def test_verdict_of_a_slow_keras_fit_is_input_bound_with_the_profile(keras_slow_run: Path) -> None:
+    """The headline of the analysis: framework basis, ≥ 50 % input wait, the layered split agrees."""
+    run = Run.open(keras_slow_run)
+    v = run.verdict()
+    assert v["basis"] == "framework" and v["input_pct"] >= 50.0 and v["verdict"] == "highly input-bound", v
+    assert any(n.startswith("excluded: the first step") for n in v["notes"])
+    lay = run.layered_breakdown()
+    it = lay[lay["phase"] == "Training Iteration"][["time_s", "input_wait_s"]].sum()
+    assert it["input_wait_s"] >= 0.5 * it["time_s"]
+    parts = run.analyse()
+    assert parts.explanations and "framework" in parts.explanations[0]
+
+
+def test_verdict_without_the_profile_names_the_blind_spot(keras_slow_run_noprofile: Path) -> None:
+    v = Run.open(keras_slow_run_noprofile).verdict()
+    assert v["basis"] == "app"
+    blind = [n for n in v["notes"] if n.startswith("blind spot")]
+    assert len(blind) == 1 and "--tf-profile" in blind[0], v["notes"]
