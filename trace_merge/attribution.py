@@ -23,8 +23,8 @@ from typing import Optional, Sequence
 import numpy as np
 import pandas as pd
 
-from trace_merge.intervals import (Axis, combined_codes, covered_ns, intersect_intervals, merge_intervals,
-                                   nesting_depth, subtract_intervals, union_of)
+from trace_merge.intervals import (Axis, combined_codes, covered_ns, forest_depth, intersect_intervals,
+                                   merge_intervals, nesting_parents, start_order, subtract_intervals, union_of)
 from trace_merge.schema import LAYERS
 
 logger = logging.getLogger(__name__)
@@ -104,9 +104,12 @@ class _Attribution:
         taxis = Axis(thread, s, e, nthreads)
         ts = taxis.to_axis(thread, s)
         te = taxis.to_axis(thread, e)
-        order = np.argsort(ts, kind="stable")  # every selection below is then already sorted
+        order = start_order(ts, -te)  # ties: longer (outer) first; every selection below is then already sorted
         ts, te, cat_idx = ts[order], te[order], cat_idx[order]
-        depth = np.minimum(nesting_depth(ts, te), MAX_DEPTH)
+        # depth in the nesting forest, not the count of intervals open at the start: with crossing intervals
+        # the count can rank an interval below one it contains (two of its openers closed before the inner one
+        # started); in the forest the innermost open interval (latest start, ties shorter) is the deepest
+        depth = forest_depth(nesting_parents(ts, te), MAX_DEPTH)
         out: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {c: [] for c in PRIORITY}
         deeper = (_EMPTY, _EMPTY)
         for d in range(int(depth.max()) if depth.size else -1, -1, -1):

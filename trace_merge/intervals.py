@@ -15,7 +15,7 @@ Groups
 
 Nesting
     :func:`nesting_depth` (how many intervals are open when each starts), :func:`nesting_parents` (the forest a
-    stack sweep builds), :func:`innermost` (the innermost interval containing each query),
+    stack sweep builds), :func:`forest_depth` (depth in that forest: the innermost open interval is the deepest), :func:`innermost` (the innermost interval containing each query),
     :func:`spans_several` and :func:`drop_from_forest` (forest surgery used by step propagation).
 """
 from __future__ import annotations
@@ -199,6 +199,22 @@ def nesting_depth(s: np.ndarray, e: np.ndarray) -> np.ndarray:
     pos = np.empty(s.size, dtype=_I8)
     pos[order] = np.arange(s.size, dtype=_I8)
     return pos - np.searchsorted(np.sort(e), s, side="right")
+
+
+def forest_depth(parent: np.ndarray, cap: int) -> np.ndarray:
+    """Depth of each node in a nesting forest (:func:`nesting_parents`; 0 = root), at most ``cap``.
+
+    With the forest of a stack sweep, of the intervals open at an instant the one started last (same start:
+    the shorter) is the deepest: every other open one is its ancestor. O(n * depth), vectorised.
+    """
+    depth = np.zeros(len(parent), dtype=_I8)
+    idx = np.flatnonzero(parent >= 0)
+    up = parent[idx]
+    while idx.size and int(depth[idx[0]]) < cap:
+        depth[idx] += 1
+        keep = parent[up] >= 0
+        idx, up = idx[keep], parent[up[keep]]
+    return depth
 
 
 def combined_codes(*keys: np.ndarray) -> np.ndarray:
