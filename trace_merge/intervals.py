@@ -15,7 +15,8 @@ Groups
 
 Nesting
     :func:`nesting_depth` (how many intervals are open when each starts), :func:`nesting_parents` (the forest a
-    stack sweep builds), :func:`forest_depth` (depth in that forest: the innermost open interval is the deepest), :func:`innermost` (the innermost interval containing each query),
+    stack sweep builds), :func:`forest_depth` (depth in that forest: the innermost open interval is the
+    deepest), :func:`innermost` (the innermost interval containing each query),
     :func:`spans_several` and :func:`drop_from_forest` (forest surgery used by step propagation).
 """
 from __future__ import annotations
