@@ -124,12 +124,15 @@ def test_posix_rows_get_rank_epoch_step_from_app(run: Path) -> None:
     for it in iters.itertuples():
         inside = reads[(reads["start_ns"] >= it.start_ns) & (reads["end_ns"] <= it.end_ns)]
         assert len(inside), f"reads of step {it.step}"
-        assert (inside["step"] == it.step).all() and (inside["epoch"] == it.epoch).all()
+        # exact lists: a <NA> (nothing propagated) must fail, not be skipped by .all()
+        assert inside["step"].fillna(-1).tolist() == [it.step] * len(inside)
+        assert inside["epoch"].fillna(-1).tolist() == [it.epoch] * len(inside)
     # the checkpoint read after set_step(None) gets the epoch of its enclosing phase but no step
     ckpt = f[(f["layer"] == "app") & (f["name"] == "Checkpoint")]
     for c in ckpt.itertuples():
         inside = reads[(reads["start_ns"] >= c.start_ns) & (reads["end_ns"] <= c.end_ns)]
-        assert len(inside) and inside["step"].isna().all() and (inside["epoch"] == c.epoch).all()
+        assert len(inside) and inside["step"].isna().all()
+        assert inside["epoch"].fillna(-1).tolist() == [c.epoch] * len(inside)
     # reads outside every tagged interval keep nulls (the child's read after the epochs)
     worker = f[(f["layer"] == "app") & (f["name"] == "Worker Read")].iloc[0]
     wr = reads[(reads["start_ns"] >= worker.start_ns) & (reads["end_ns"] <= worker.end_ns)]

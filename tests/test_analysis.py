@@ -11,7 +11,6 @@ import subprocess
 import numpy as np
 import pandas as pd
 import pytest
-from test_run_fixtures import BIN, dftracer_set, real_run, tool_env  # noqa: F401  (fixtures)
 
 from trace_merge import analysis as A
 from trace_merge import intervals as I
@@ -263,14 +262,14 @@ def test_compare_df_deltas_and_ratios_against_the_first_run():
 # -- real traces ------------------------------------------------------------------------------------------
 
 
-def test_event_stats_match_dftracer_stats_per_name(dftracer_set, tmp_path):
+def test_event_stats_match_dftracer_stats_per_name(dftracer_set, tmp_path, bin_dir, tool_env):
     from trace_merge.merge import merge_path
 
     frame = merge_path(dftracer_set).frame
     ours = A.event_stats_df(frame, by=("name",)).set_index("name")
-    out = subprocess.run([str(BIN / "dftracer_stats"), "-d", str(dftracer_set), "--index-dir", str(tmp_path),
+    out = subprocess.run([str(bin_dir / "dftracer_stats"), "-d", str(dftracer_set), "--index-dir", str(tmp_path),
                           "--report", "detailed", "--json"], capture_output=True, text=True, check=True,
-                         env=tool_env())
+                         env=tool_env)
     theirs: dict[str, dict] = {}
     sizes: dict[str, int] = {}
     for per_file in json.loads(out.stdout):
@@ -328,13 +327,12 @@ def test_breakdown_of_a_real_run(real_run):
         assert row["wall_s"] == pytest.approx((rows["end_ns"].max() - rows["start_ns"].min()) / 1e9)
 
 
-def test_access_pattern_matches_darshan_counters_on_a_real_dxt_log():
+def test_access_pattern_matches_darshan_counters_on_a_real_dxt_log(darshan_logs):
     import darshan
 
-    from test_run_fixtures import DARSHAN_LOGS
     from trace_merge.run import Run
 
-    log = DARSHAN_LOGS / "dxt.darshan"
+    log = darshan_logs / "dxt.darshan"
     counters = darshan.DarshanReport(str(log), read_all=True).records["POSIX"].to_df()["counters"]
     ap = Run.open(log).access_pattern().sum()
     assert ap["reads"] == counters["POSIX_READS"].sum()
@@ -346,12 +344,10 @@ def test_access_pattern_matches_darshan_counters_on_a_real_dxt_log():
 
 
 @pytest.mark.mpi
-def test_aggregate_bandwidth_of_a_real_two_rank_run(tmp_path):
-    from test_run_fixtures import make_real_run
-
+def test_aggregate_bandwidth_of_a_real_two_rank_run(tmp_path, real_run_factory):
     from trace_merge.run import Run
 
-    run_dir, files = make_real_run(tmp_path, sizes=(2_000_000, 1_000_000), epochs=1, ranks=2)
+    run_dir, files = real_run_factory(tmp_path, sizes=(2_000_000, 1_000_000), epochs=1, ranks=2)
     run = Run.open(run_dir)
     bw = run.bandwidth()
     per_rank = sum(p.stat().st_size for p in files)

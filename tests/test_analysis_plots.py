@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from test_run_fixtures import dftracer_set, real_run  # noqa: F401  (fixtures)
 
 from trace_merge import analysis as A
 from trace_merge import plots

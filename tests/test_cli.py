@@ -8,7 +8,6 @@ import subprocess
 import sys
 
 import pytest
-from test_run_fixtures import BIN, DARSHAN_LOGS, dftracer_set, make_real_run, real_run, tool_env  # noqa: F401
 
 from trace_merge.cli import SUBCOMMANDS, main
 from trace_merge.errors import TraceInputError
@@ -58,14 +57,14 @@ def test_summary_json_of_a_bare_dftracer_directory(dftracer_set, capsys):
 
 @pytest.mark.parametrize("log,module", [("dxt.darshan", "POSIX"), ("ior_hdf5_example.darshan", "POSIX"),
                                         ("noposix.darshan", "STDIO")])
-def test_summary_of_a_single_darshan_log_reads_what_darshan_counted(log, module, capsys):
+def test_summary_of_a_single_darshan_log_reads_what_darshan_counted(log, module, capsys, darshan_logs):
     """Bytes read equal Darshan's own ``<MOD>_BYTES_READ`` counters (DXT segments or, without DXT, counters;
     the shared-file record of rank -1 is not added on top of per-rank segments)."""
     import darshan
 
-    report = darshan.DarshanReport(str(DARSHAN_LOGS / log), read_all=True)
+    report = darshan.DarshanReport(str(darshan_logs / log), read_all=True)
     counted = int(report.records[module].to_df()["counters"][f"{module}_BYTES_READ"].sum())
-    assert main(["summary", str(DARSHAN_LOGS / log), "--json"]) == 0
+    assert main(["summary", str(darshan_logs / log), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["bandwidth"]["totals"]["read_bytes"] == counted > 0
     assert doc["verdict"]["verdict"] == "unknown"  # a bare Darshan log has no training steps
@@ -108,8 +107,8 @@ def test_export_perfetto(run_copy, tmp_path, capsys):
     assert main(["export", str(run_copy), "--perfetto", str(tmp_path / "trace.txt")]) == 2
 
 
-def test_compare_two_runs(real_run, tmp_path, capsys):
-    other, _ = make_real_run(tmp_path / "b", sizes=(1_000_000,), epochs=1, posix=False)
+def test_compare_two_runs(real_run, real_run_factory, tmp_path, capsys):
+    other, _ = real_run_factory(tmp_path / "b", sizes=(1_000_000,), epochs=1, posix=False)
     assert main(["compare", str(real_run[0]), str(other), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert len(doc) == 4
@@ -149,10 +148,10 @@ def test_garbage_darshan_log(tmp_path, capsys):
 
 
 @pytest.fixture()
-def runs_parent(real_run, tmp_path, monkeypatch):
+def runs_parent(real_run, real_run_factory, tmp_path, monkeypatch):
     """``runs/a`` and ``runs/b``: two real runs in one directory (cwd = tmp_path, so paths print as given)."""
     shutil.copytree(real_run[0], tmp_path / "runs" / "a")
-    other, _ = make_real_run(tmp_path / "b", sizes=(100_000,), epochs=1, posix=False)
+    other, _ = real_run_factory(tmp_path / "b", sizes=(100_000,), epochs=1, posix=False)
     shutil.copytree(other, tmp_path / "runs" / "b")
     monkeypatch.chdir(tmp_path)
     return tmp_path / "runs"
@@ -194,9 +193,9 @@ def test_debug_lets_the_traceback_through(tmp_path):
 # -- real subprocess ---------------------------------------------------------------------------------------
 
 
-def test_console_script_and_module_smoke(dftracer_set, tmp_path):
-    env = tool_env()
-    res = subprocess.run([str(BIN / "trace-merge"), "summary", str(dftracer_set)], capture_output=True, text=True,
+def test_console_script_and_module_smoke(dftracer_set, tmp_path, bin_dir, tool_env):
+    env = tool_env
+    res = subprocess.run([str(bin_dir / "trace-merge"), "summary", str(dftracer_set)], capture_output=True, text=True,
                          env=env, timeout=120)
     assert res.returncode == 0, res.stderr
     assert "read bandwidth per rank" in res.stdout
@@ -220,7 +219,7 @@ def test_summary_layers_option(real_run, capsys):
     assert "unknown layer(s) 'disk'" in capsys.readouterr().err
 
 
-def test_merge_needs_a_directory(capsys):
-    log = DARSHAN_LOGS / "dxt.darshan"
+def test_merge_needs_a_directory(capsys, darshan_logs):
+    log = darshan_logs / "dxt.darshan"
     assert main(["merge", str(log)]) == 2
     one_line_error(capsys.readouterr().err, str(log), "not a directory")

@@ -5,7 +5,6 @@ import gzip
 import json
 
 import pytest
-from test_run_fixtures import dftracer_set, real_run  # noqa: F401  (fixtures)
 
 from trace_merge.errors import OutputExistsError
 from trace_merge.perfetto import export_perfetto

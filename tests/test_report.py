@@ -7,7 +7,6 @@ import shutil
 import subprocess
 
 import pytest
-from test_run_fixtures import real_run  # noqa: F401  (fixture)
 
 from trace_merge.errors import OutputExistsError
 from trace_merge.report import render_report, write_report

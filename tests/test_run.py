@@ -7,7 +7,6 @@ import shutil
 
 import pandas as pd
 import pytest
-from test_run_fixtures import dftracer_set, real_run  # noqa: F401  (fixtures)
 
 from trace_merge.errors import TraceInputError
 from trace_merge.merge import merge_path, write_merged

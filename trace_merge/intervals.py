@@ -14,8 +14,9 @@ Groups
     sorted pass serves every group (:func:`grouped_union_ns`).
 
 Nesting
-    :func:`nesting_depth` (how many intervals are open when each starts), :func:`nesting_parents` (the forest a
-    stack sweep builds), :func:`innermost` (the innermost interval containing each query),
+    :func:`nesting_parents` (the forest a stack sweep builds), :func:`self_segments` (each interval's self time:
+    the innermost open interval owns each instant), :func:`innermost` (the innermost interval containing each
+    query),
     :func:`spans_several` and :func:`drop_from_forest` (forest surgery used by step propagation).
 """
 from __future__ import annotations
@@ -192,14 +193,6 @@ def grouped_union_ns(groups: np.ndarray, starts: np.ndarray, ends: np.ndarray,
     out = np.zeros(ngroups, dtype=_I8)
     np.add.at(out, axis.group_of(ms), me - ms)
     return out
-
-def nesting_depth(s: np.ndarray, e: np.ndarray) -> np.ndarray:
-    """Number of intervals still open when each interval starts (0 = outermost); ties: longer is outer."""
-    order = start_order(s, -e)
-    pos = np.empty(s.size, dtype=_I8)
-    pos[order] = np.arange(s.size, dtype=_I8)
-    return pos - np.searchsorted(np.sort(e), s, side="right")
-
 
 def combined_codes(*keys: np.ndarray) -> np.ndarray:
     """One dense int64 code per distinct tuple of the key arrays (hash-based, O(n))."""
