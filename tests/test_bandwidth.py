@@ -13,7 +13,6 @@ import textwrap
 import numpy as np
 import pandas as pd
 import pytest
-from test_run_fixtures import BIN, tool_env
 
 from trace_merge import bandwidth as B
 from trace_merge.schema import to_counters, to_frame
@@ -126,7 +125,7 @@ H5_SCRIPT = textwrap.dedent("""
 """)
 
 
-def test_real_run_data_bytes_are_the_h5_reads_and_imports_are_other(tmp_path):
+def test_real_run_data_bytes_are_the_h5_reads_and_imports_are_other(tmp_path, bin_dir, tool_env):
     h5py = pytest.importorskip("h5py")
     pytest.importorskip("dftracer")
     from trace_merge.run import Run
@@ -137,8 +136,8 @@ def test_real_run_data_bytes_are_the_h5_reads_and_imports_are_other(tmp_path):
         with h5py.File(files[-1], "w") as fh:
             fh["x"] = np.arange(n, dtype=np.float64)
     (tmp_path / "train.py").write_text(H5_SCRIPT)
-    env = tool_env() | {"DFTRACER_INC_METADATA": "1"}
-    subprocess.run([str(BIN / "timelogger"), "run", "-o", str(tmp_path / "run"), "--posix", "--",
+    env = tool_env | {"DFTRACER_INC_METADATA": "1"}
+    subprocess.run([str(bin_dir / "timelogger"), "run", "-o", str(tmp_path / "run"), "--posix", "--",
                     sys.executable, str(tmp_path / "train.py"), *map(str, files)],
                    check=True, capture_output=True, env=env, cwd=tmp_path, timeout=120)
     run = Run.open(tmp_path / "run")
