@@ -186,7 +186,7 @@ def test_comparison_table_and_figure(hvd_runs: dict) -> None:
     tables = [format_breakdown(hvd_runs[p.shuffle], title=p.shuffle) for p in points]
     both = side_by_side(tables).splitlines()
     assert len(both) == max(len(t.splitlines()) for t in tables) and both[0].split() == ["local", "global"]
-    fig = sweep_figure(rows, {p.name: hvd_runs[p.shuffle]["breakdown"] for p in points})
+    fig = sweep_figure(rows, {p.name: hvd_runs[p.shuffle]["analysis"].breakdown for p in points})
     axes = fig.get_axes()
     assert len(axes) == 3 and axes[-1].get_xlabel() == "ranks"
     lines = {line.get_label(): line for line in axes[-1].get_lines()}
