@@ -1,7 +1,7 @@
 """Find every source of a run, read it, align it, and store the merged frame.
 
 A run directory (``manifest.json``, ``app/``, ``tf/rank-<r>/``, ``horovod/``, ``posix/``, ``darshan/``;
-:mod:`timelogger.layout`, ../shared/DESIGN.md) or loose inputs: a bare directory of ``.pfw``/``.pfw.gz``/
+:mod:`timelogger.layout`, ``docs/frame.md``) or loose inputs: a bare directory of ``.pfw``/``.pfw.gz``/
 ``.darshan``/``.xplane.pb`` files (searched recursively, e.g. a TF logdir) or a single file. A directory that
 is not a run but holds runs below it is refused (:func:`refuse_runs_below`), never pooled into one.
 

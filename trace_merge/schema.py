@@ -1,4 +1,4 @@
-"""The one frame schema (see ../shared/DESIGN.md, "The frame").
+"""The one frame schema (columns and their meaning: ``docs/frame.md``).
 
 Every reader returns rows in this layout; :func:`to_frame` is the only place that
 assigns dtypes, so readers build plain column dicts (lists or numpy arrays) and call it.
