@@ -213,8 +213,6 @@ def propagate_steps(frame: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-
-
 def _outside_by(fw: pd.DataFrame, app: pd.DataFrame, keys: list[str]) -> "tuple[np.ndarray, int]":
     """ns each framework event lies outside its step window, and how many found no window."""
     win = (

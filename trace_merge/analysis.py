@@ -17,10 +17,11 @@ import numpy as np
 import pandas as pd
 
 from trace_merge.attribution import (COMPONENT_LABELS, COMPONENTS, INPUT_BOUND_HIGH_PCT,
-                                     INPUT_BOUND_MODERATE_PCT, PRIORITY, LowerLayers, accelerator_utilisation,
+                                     INPUT_BOUND_MODERATE_PCT, PRIORITY, accelerator_utilisation,
                                      breakdown_df, exposed_io_df, input_bound_df, layered_breakdown_df,
                                      step_series_df, verdict, verdict_label, _attribution, _breakdown,
-                                     _exposed, _input_bound, _layered, _layers_for, _step_series, _verdict)
+                                     _exposed, _input_bound, _layered, _step_evidence, _step_series,
+                                     _verdict)
 from trace_merge.bandwidth import (READ_LAYER_ORDER, SIZE_BINS, access_pattern_df, bandwidth_df,
                                    bandwidth_totals, job_wall_ns, read_rows)
 from trace_merge.intervals import (covered_ns, grouped_union_ns, intersect_intervals, merge_intervals,
@@ -106,9 +107,8 @@ def run_metrics(frame: pd.DataFrame, counters: Optional[pd.DataFrame] = None,
                 layers: "str | Sequence[str] | None" = None) -> dict:
     """The handful of scalars that characterise a run (used by :func:`compare_df` and summaries)."""
     att = _attribution(frame, layers)
-    lower = LowerLayers.of(frame, att)
     return _metrics(frame, _breakdown(att), _exposed(att), bandwidth_totals(frame, counters),
-                    _verdict(_input_bound(att, lower)))
+                    _verdict(_input_bound(*_step_evidence(frame, att, layers))))
 
 
 def _metrics(frame: pd.DataFrame, bd: pd.DataFrame, exp: pd.DataFrame, totals: dict, v: dict) -> dict:
@@ -219,14 +219,14 @@ def summarise(frame: pd.DataFrame, counters: Optional[pd.DataFrame] = None,
     with ThreadPoolExecutor(max_workers=1) as pool:
         aside = pool.submit(lambda: (bandwidth_df(frame, counters), event_stats_df(frame)))
         att = _attribution(frame, layers)
-        app_att = att if _layers_for(frame, layers) == ["app"] else _attribution(frame, ["app"])
-        lower = LowerLayers.of(frame, app_att)
+        base, lower = _step_evidence(frame, att, layers)
         bd = _breakdown(att)
         exp = _exposed(att)
-        per = _input_bound(app_att if app_att is not None else att,
-                           lower if app_att is not None else LowerLayers.of(frame, att))
-        steps = _step_series(app_att, lower).drop(columns=["_r", "_ws", "_we"])
-        layered = _layered(app_att, lower)
+        series = _step_series(base, lower)
+        per = _input_bound(base, lower, series)
+        steps = series.drop(columns=["_r", "_ws", "_we"])
+        # phases are the app's: a frame without an app layer has no layered breakdown
+        layered = _layered(base if (frame["layer"] == "app").any() else None, lower)
         bw, stats = aside.result()
     totals = bandwidth_totals(frame, counters, per_rank=bw)
     v = _verdict(per)

@@ -26,7 +26,7 @@ import pandas as pd
 
 from trace_merge.intervals import (Axis, combined_codes, covered_ns, intersect_intervals, merge_intervals,
                                    self_segments, subtract_intervals, union_of)
-from trace_merge.schema import FS_LAYERS, LAYERS, STEP_PHASE
+from trace_merge.schema import FS_LAYERS, LAYERS, STEP_PHASE, category_mask
 
 logger = logging.getLogger(__name__)
 _I8 = np.int64
@@ -62,6 +62,9 @@ class _Attribution:
         Rank number of each rank code.
     axis
         The rank axis (:class:`Axis`) all lists below live on.
+    segments
+        ``(starts, ends, owner)``: each interval's self time on its thread (:func:`self_segments`), on the
+        rank axis, with the index of the owning row.
     self_time
         cat -> merged list of instants whose innermost phase (on some thread) has that cat.
     raw
@@ -90,7 +93,12 @@ class _Attribution:
         re_ = self.axis.to_axis(self._r, e)
         self.raw = {c: merge_intervals(rs[cat_idx == i], re_[cat_idx == i]) for i, c in enumerate(PRIORITY)}
         thread = combined_codes(self._r, rows["pid"].to_numpy(), rows["tid"].to_numpy())
-        self.self_time = self._self_time(thread, s, e, cat_idx)
+        seg_s, seg_e, owner = self_segments(thread, s, e)
+        seg_r = self._r[owner]
+        self.segments = (self.axis.to_axis(seg_r, seg_s), self.axis.to_axis(seg_r, seg_e), owner)
+        seg_cat = cat_idx[owner]
+        self.self_time = {c: merge_intervals(self.segments[0][seg_cat == i], self.segments[1][seg_cat == i])
+                          for i, c in enumerate(PRIORITY)}
         self._windows: dict[tuple[str, ...], pd.DataFrame] = {}
 
     @staticmethod
@@ -98,15 +106,6 @@ class _Attribution:
         lookup = np.array([PRIORITY.index(str(c)) if str(c) in PRIORITY else PRIORITY.index("other")
                            for c in cats.cat.categories] + [PRIORITY.index("other")], dtype=_I8)
         return lookup[cats.cat.codes.to_numpy()]  # code -1 (missing) picks the trailing "other"
-
-    def _self_time(self, thread: np.ndarray, s: np.ndarray, e: np.ndarray, cat_idx: np.ndarray
-                   ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-        seg_s, seg_e, owner = self_segments(thread, s, e)
-        r = self._r[owner]
-        self.segments = (self.axis.to_axis(r, seg_s), self.axis.to_axis(r, seg_e), owner)
-        seg_cat = cat_idx[owner]
-        return {c: merge_intervals(self.segments[0][seg_cat == i], self.segments[1][seg_cat == i])
-                for i, c in enumerate(PRIORITY)}
 
     def windows(self, keys: Sequence[str]) -> pd.DataFrame:
         """``[start, end]`` of the rows per ``(rank, *keys)`` (keys non-null), with axis coordinates.
@@ -214,18 +213,18 @@ class LowerLayers:
         r = pos[keep]
         s = att.axis.to_axis(r, rows["start_ns"].to_numpy(dtype=_I8))
         e = att.axis.to_axis(r, rows["end_ns"].to_numpy(dtype=_I8))
-        lay = rows["layer"].astype(str).to_numpy()
-        cat = rows["cat"].astype(str).to_numpy()
-        fw = (lay == "framework") & (rows["name"].astype(str).to_numpy() != _ANCHOR)
+        lay, cat = rows["layer"], rows["cat"]  # category comparisons: codes, not strings per row
+        is_comm = (lay == "comm").to_numpy()
+        fw = (lay == "framework").to_numpy() & (rows["name"] != _ANCHOR).to_numpy()
         masks = {
-            "fs": np.isin(lay, FS_LAYERS),
-            "comm": (lay == "comm") | (fw & (cat == "comm")),
-            "input_wait": fw & (cat == "wait"),
-            "compute": fw & np.isin(cat, ("compute", "other")),
+            "fs": lay.isin(FS_LAYERS).to_numpy(),
+            "comm": is_comm | (fw & (cat == "comm").to_numpy()),
+            "input_wait": fw & (cat == "wait").to_numpy(),
+            "compute": fw & cat.isin(("compute", "other")).to_numpy(),
         }
         # Horovod writes its timeline on rank 0 only, but a collective it shows executing (not negotiating)
         # runs on every rank at once: other ranks get those activities as their communication time.
-        shared = (lay == "comm") & _is_collective(rows["name"])
+        shared = is_comm & category_mask(rows["name"], lambda n: bool(_COLLECTIVE.match(n)))
         if shared.any() and len(att.ranks) > 1:
             other = [k for k in range(len(att.ranks)) if k not in set(r[shared].tolist())]
             src_s, src_e = rows["start_ns"].to_numpy(dtype=_I8)[shared], rows["end_ns"].to_numpy(dtype=_I8)[shared]
@@ -235,18 +234,16 @@ class LowerLayers:
             masks = {c: np.concatenate((m, np.full(ks.size, c == "comm"))) for c, m in masks.items()}
         framework = merge_intervals(s[:fw.size][fw], e[:fw.size][fw])
         raw = {c: merge_intervals(s[m], e[m]) for c, m in masks.items()}
-        layers = {int(k): sorted(v) for k, v in pd.Series(lay).groupby(rows["rank"].to_numpy()).unique().items()}
+        present = rows.groupby(["rank", "layer"], observed=True).size().index
+        layers: dict[int, list[str]] = {}
+        for rank, layer in present:
+            layers.setdefault(int(rank), []).append(str(layer))
+        layers = {k: sorted(v) for k, v in layers.items()}
         return cls(raw, framework, layers)
 
 
 #: Horovod timeline activities that are a collective executing (on every rank at once), not a negotiation
 _COLLECTIVE = re.compile(r"^(ALLREDUCE|ALLGATHER|BROADCAST|ALLTOALL|REDUCESCATTER|BARRIER|MPI_|NCCL_|GLOO_|CCL_)")
-
-
-def _is_collective(names: pd.Series) -> np.ndarray:
-    cats = names.astype("category")
-    hit = np.array([bool(_COLLECTIVE.match(str(c))) for c in cats.cat.categories] + [False])
-    return hit[cats.cat.codes.to_numpy()]
 
 
 def layered_breakdown_df(frame: pd.DataFrame) -> pd.DataFrame:
@@ -462,6 +459,16 @@ def verdict_label(input_pct: float) -> str:
     return "not input-bound"
 
 
+def _step_evidence(frame: pd.DataFrame, att: Optional[_Attribution], layers: "str | Sequence[str] | None"
+                   ) -> "tuple[Optional[_Attribution], LowerLayers]":
+    """What a summary's verdict reads steps from, whatever layers its breakdown was made of (``att``): the app
+    layer's attribution when the frame has an app layer (steps are the app's), else ``att``; and the lower
+    layers below it."""
+    if att is not None and _layers_for(frame, layers) != ["app"] and (frame["layer"] == "app").any():
+        att = _attribution(frame, ["app"])
+    return att, LowerLayers.of(frame, att)
+
+
 def input_bound_df(frame: pd.DataFrame, layers: "str | Sequence[str] | None" = None) -> pd.DataFrame:
     """Per rank: step time, input wait inside steps from the best evidence present, AU, verdict.
 
@@ -540,13 +547,16 @@ def _step_series(att: Optional[_Attribution], lower: "LowerLayers") -> pd.DataFr
     })
 
 
-def _input_bound(att: Optional[_Attribution], lower: "LowerLayers") -> pd.DataFrame:
+def _input_bound(att: Optional[_Attribution], lower: "LowerLayers",
+                 series: Optional[pd.DataFrame] = None) -> pd.DataFrame:
+    """Per-rank sums of :func:`_step_series` (``series`` when the caller has it already)."""
     cols = ["rank", "basis", "steps", "steps_total", "step_s", "input_wait_s", "input_pct", "compute_s",
             "au_pct", "excluded_s", "input_visible", "verdict"]
     if att is None:
         return pd.DataFrame({c: pd.Series(dtype="object" if c in ("basis", "verdict") else "float64")
                              for c in cols})
-    series = _step_series(att, lower)
+    if series is None:
+        series = _step_series(att, lower)
     n = len(att.ranks)
     used = series[series["counted"]]
     r_used = used["_r"].to_numpy(dtype=_I8)
@@ -578,7 +588,6 @@ def _input_bound(att: Optional[_Attribution], lower: "LowerLayers") -> pd.DataFr
                 continue
             ms, me = merge_intervals(w["_ws"].to_numpy(dtype=_I8), w["_we"].to_numpy(dtype=_I8))
             rr = att.axis.group_of(ms)
-            step_s[np.unique(rr)] = 0.0
             step_s += per_rank((me - ms) / 1e9, rr)
             wait_s += per_rank(covered_ns(*exposed, ms, me) / 1e9, rr)
             comp_s += per_rank(covered_ns(*att.self_time["compute"], ms, me) / 1e9, rr)

@@ -31,6 +31,7 @@ import numpy as np
 import pandas as pd
 
 from trace_merge.intervals import grouped_union_ns
+from trace_merge.schema import category_mask
 
 logger = logging.getLogger(__name__)
 _I8 = np.int64
@@ -58,25 +59,15 @@ NOT_DATA_PATH = re.compile(r"""
 """, re.VERBOSE)
 
 
-def _category_mask(series: pd.Series, predicate) -> np.ndarray:
-    """Evaluate ``predicate(str) -> bool`` once per category present instead of once per row (null: False)."""
-    codes = series.cat.codes.to_numpy()
-    hit = np.zeros(len(series.cat.categories), dtype=bool)
-    cats = series.cat.categories
-    for code in np.unique(codes[codes >= 0]):
-        hit[code] = bool(predicate(str(cats[code])))
-    return np.where(codes >= 0, hit[np.maximum(codes, 0)] if len(cats) else False, False)
-
-
 def _is_read_name(name: str) -> bool:
     return bool(_READ_NAME.search(name)) and not _NOT_READ_NAME.search(name)
 
 
 def _read_mask(frame: pd.DataFrame) -> np.ndarray:
     """Rows named like a read, or app-layer ``io`` rows not named like a write (bytes known or not)."""
-    named = _category_mask(frame["name"], _is_read_name)
+    named = category_mask(frame["name"], _is_read_name)
     app_io = ((frame["layer"] == "app") & (frame["cat"] == "io")).to_numpy(dtype=bool, na_value=False)
-    app_io &= ~_category_mask(frame["name"], lambda n: bool(_WRITE_NAME.search(n)))
+    app_io &= ~category_mask(frame["name"], lambda n: bool(_WRITE_NAME.search(n)))
     return named | app_io
 
 
@@ -108,9 +99,9 @@ def data_file_mask(rows: pd.DataFrame, frame: Optional[pd.DataFrame] = None) -> 
     """
     names = app_file_names(rows if frame is None else frame)
     if names:
-        data = _category_mask(rows["file"], lambda p: _named_by_app(p, names))
+        data = category_mask(rows["file"], lambda p: _named_by_app(p, names))
     else:
-        data = _category_mask(rows["file"], lambda p: not NOT_DATA_PATH.search(p))
+        data = category_mask(rows["file"], lambda p: not NOT_DATA_PATH.search(p))
     return data | (rows["layer"] == "app").to_numpy(dtype=bool, na_value=False)
 
 
