@@ -187,7 +187,8 @@ class Run:
         -------
         dict
             ``path``, ``events``, ``ranks``, ``rows_per_layer``, ``sources``, ``metrics``, ``verdict``,
-            ``explanations``, ``layered_breakdown``, ``breakdown``, ``exposed_io``, ``input_bound``, ``steps``,
+            ``explanations``, ``layered_breakdown``, ``breakdown``, ``exposed_io``, ``input_bound`` (the per-step
+            series is :meth:`step_series`: one row per step is too long for a summary),
             ``bandwidth`` (``per_rank``, ``totals``), ``event_stats`` (records), ``warnings``,
             ``alignment_residual``.
         """
@@ -207,7 +208,6 @@ class Run:
             "breakdown": _records(a.breakdown),
             "exposed_io": _records(a.exposed_io),
             "input_bound": _records(a.input_bound),
-            "steps": _records(a.steps),
             "bandwidth": {"per_rank": _records(a.bandwidth), "totals": _plain(a.bandwidth_totals)},
             "event_stats": _records(a.event_stats),
             "warnings": list(self.warnings),
