@@ -250,9 +250,9 @@ def explain(metrics: dict, verdict: dict, layered: pd.DataFrame) -> list[str]:
     io, exposed, wait = metrics.get("io_pct"), metrics.get("exposed_io_pct"), verdict.get("input_pct")
     if verdict.get("basis") == "framework" and wait is not None and exposed is not None \
             and verdict_label(wait) != verdict_label(exposed):
-        out.append(f"the verdict uses the framework's input wait ({wait:.1f} % of step time), not the app layer's "
-                   f"exposed I/O ({exposed:.1f} % of wall time): app step phases such as Keras batches contain "
-                   "the wait for their batch, which only the TF profile shows")
+        out.append(f"the verdict uses the framework's input wait inside the profiled steps ({wait:.1f} % of step "
+                   f"time), not the app layer's exposed I/O ({exposed:.1f} % of all wall time, start-up included), "
+                   "which also cannot see a wait inside a step phase that contains it (a Keras batch)")
     if io is not None and exposed is not None and io >= 1.0 and io >= 2 * exposed:
         out.append(f"io phases take {io:.1f} % of wall time but only {exposed:.1f} % is exposed: the rest ran "
                    "while another thread computed (prefetching hid it)")
