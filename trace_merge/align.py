@@ -13,7 +13,11 @@ Steps (:func:`align`):
    ``clock_sync`` metadata) is subtracted from every row of that rank, whatever the layer.
 4. **Alignment residual** (:func:`alignment_residual`): framework events that carry a step must fall
    inside that step's app interval.
-5. **Epoch/step propagation** (:func:`propagate_steps`): non-app rows get the epoch/step of the
+5. **Darshan DXT placement** (:mod:`trace_merge.dxt_clock`): each rank's DXT segments are moved from the
+   job-header placement onto the aligned clock by matching their content (file, offset, size) to DFTracer
+   POSIX calls or app phases of the same rank; the header placement is kept, with a warning, when the
+   content cannot decide.
+6. **Epoch/step propagation** (:func:`propagate_steps`): non-app rows get the epoch/step of the
    innermost tagged app interval of the same rank that contains them.
 """
 from __future__ import annotations
@@ -27,6 +31,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from .dxt_clock import DxtClock, place_source
 from .intervals import drop_from_forest, innermost, nesting_parents, spans_several, start_order
 from .readers import rank_from_name
 from .schema import STEP_PHASE, SourceData, concat_frames
@@ -59,6 +64,7 @@ class AlignResult:
     warnings: list[str] = field(default_factory=list)
     dropped: list[str] = field(default_factory=list)
     offsets: dict[int, int] = field(default_factory=dict)
+    dxt_clock: list[DxtClock] = field(default_factory=list)
 
 
 def meta_value(meta: Mapping[str, Any], *keys: str, default: Any = None) -> Any:
@@ -343,6 +349,8 @@ def align(sources: Sequence[SourceData]) -> AlignResult:
     app_starts = [s.frame["start_ns"].to_numpy() for s in app_sources if len(s.frame)]
     app_median = float(np.median(np.concatenate(app_starts))) if app_starts else None
     frames = []
+    kinds: list[str] = []  # source kind of each entry of frames
+    darshan: list[tuple[int, str]] = []  # (index in frames, path) of Darshan sources with DXT rows
     for src in sources:
         frame = src.frame
         if src.kind not in APP_KINDS:
@@ -356,9 +364,29 @@ def align(sources: Sequence[SourceData]) -> AlignResult:
                 )
                 dropped.append(src.path)
                 continue
+        if src.kind == "darshan" and len(frame):
+            darshan.append((len(frames), src.path))
         frames.append(apply_offsets(frame, offsets))
+        kinds.append(src.kind)
+    dxt_clock = _place_dxt(frames, darshan, kinds, warnings)
     frame = time_order(concat_frames(frames))  # first: propagate_steps then finds each rank's app rows in order
     log.debug("clock offsets subtracted (ns, per rank): %s", offsets)
     residual = alignment_residual(frame)
     frame = propagate_steps(frame)
-    return AlignResult(frame=frame, residual=residual, warnings=warnings, dropped=dropped, offsets=offsets)
+    return AlignResult(frame=frame, residual=residual, warnings=warnings, dropped=dropped, offsets=offsets,
+                       dxt_clock=dxt_clock)
+
+
+def _place_dxt(frames: list[pd.DataFrame], darshan: "list[tuple[int, str]]", kinds: list[str],
+               warnings: list[str]) -> list[DxtClock]:
+    """Replace each Darshan source's frame in ``frames`` by its content-placed one; the per-rank results."""
+    if not darshan:
+        return []
+    app = concat_frames([f for f, k in zip(frames, kinds) if k in APP_KINDS])
+    posix = concat_frames([f[(f["layer"] == "posix").to_numpy()] for f, k in zip(frames, kinds) if k == "dftracer"])
+    clocks: list[DxtClock] = []
+    for at, path in darshan:
+        frames[at], found, notes = place_source(path, frames[at], app, posix)
+        clocks += found
+        warnings += notes
+    return clocks

@@ -141,6 +141,10 @@ def _summary_text(run, parts) -> str:
         lines += [f"  - {w}" for w in run.warnings]
     if run.residual:
         lines.append("alignment residual: " + json.dumps(run.residual, default=str))
+    for c in run.dxt_clock:
+        lines.append(f"DXT clock: {c['source']} rank {c['rank']}: {c['offset_ns'] / 1e6:+.3f} ms from the header "
+                     f"(basis {c['basis']}, confidence {c['confidence']:.2f}, {c['matched']} of {c['segments']} "
+                     "segments matched)")
     legend = "; ".join(f"{c} = {label}" for c, label in COMPONENT_LABELS.items())
     lines += ["", "layered breakdown: each app phase's self time (s) split by what the lower layers of its rank "
               f"did inside it ({legend}); epoch 'none' = outside any epoch; docs/metrics.md",

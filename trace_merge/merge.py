@@ -63,6 +63,9 @@ class MergeResult:
         Paths of the files that made it into the frame.
     clock_offsets_ns
         rank -> the clock offset (ns, that rank's clock minus rank 0's) subtracted from its rows.
+    dxt_clock
+        Per Darshan log and rank, where its DXT segments were placed (:class:`trace_merge.dxt_clock.DxtClock`
+        as a dict: ``source, rank, offset_ns, confidence, basis, matched, segments, uncertainty_ns``).
     """
 
     frame: pd.DataFrame
@@ -72,6 +75,7 @@ class MergeResult:
     manifest: "dict[str, Any] | None" = None
     sources: list[str] = field(default_factory=list)
     clock_offsets_ns: dict[int, int] = field(default_factory=dict)
+    dxt_clock: list[dict[str, Any]] = field(default_factory=list)
 
     def rows_per_layer(self) -> dict[str, int]:
         counts = self.frame["layer"].value_counts()
@@ -336,6 +340,7 @@ def merge_path(path: "str | os.PathLike[str]") -> MergeResult:
         manifest=manifest,
         sources=[s.path for s in sources if s.path not in aligned.dropped],
         clock_offsets_ns=aligned.offsets,
+        dxt_clock=[c.as_dict() for c in aligned.dxt_clock],
     )
 
 
@@ -376,6 +381,7 @@ def write_merged(res: MergeResult, run_dir: "str | os.PathLike[str]", force: boo
         "warnings": res.warnings,
         "residual": res.residual,
         "clock_offsets_ns": {str(r): int(o) for r, o in res.clock_offsets_ns.items()},
+        "dxt_clock": res.dxt_clock,
         "rows_per_layer": res.rows_per_layer(),
         "rows": int(len(res.frame)),
         "counter_rows": int(len(res.counters)),

@@ -80,6 +80,9 @@ class Run:
         The files that made it into the frame.
     cached
         True when the frame came from a fresh ``merged.parquet``.
+    dxt_clock
+        Where each Darshan log's DXT segments were placed, per rank (see
+        :attr:`trace_merge.merge.MergeResult.dxt_clock`).
     """
 
     path: Path
@@ -90,6 +93,7 @@ class Run:
     manifest: Optional[dict[str, Any]] = None
     sources: list[str] = field(default_factory=list)
     cached: bool = False
+    dxt_clock: list[dict[str, Any]] = field(default_factory=list)
 
     @classmethod
     def open(cls, path: "str | os.PathLike[str]") -> "Run":
@@ -118,10 +122,12 @@ class Run:
                 logger.info("%s: using %s", p, merge.MERGED)
                 return cls(path=p, frame=frame, counters=counters, warnings=list(info.get("warnings", [])),
                            residual=dict(info.get("residual") or {}), manifest=merge.load_manifest(p)[0],
-                           sources=list(info.get("sources", [])), cached=True)
+                           sources=list(info.get("sources", [])), cached=True,
+                           dxt_clock=list(info.get("dxt_clock") or []))
         res = merge.merge_path(p)
         return cls(path=p, frame=res.frame, counters=res.counters, warnings=notes + list(res.warnings),
-                   residual=dict(res.residual or {}), manifest=res.manifest, sources=list(res.sources))
+                   residual=dict(res.residual or {}), manifest=res.manifest, sources=list(res.sources),
+                   dxt_clock=list(res.dxt_clock))
 
     @property
     def label(self) -> str:
@@ -190,7 +196,7 @@ class Run:
             ``explanations``, ``layered_breakdown``, ``breakdown``, ``exposed_io``, ``input_bound`` (the per-step
             series is :meth:`step_series`: one row per step is too long for a summary),
             ``bandwidth`` (``per_rank``, ``totals``), ``event_stats`` (records), ``warnings``,
-            ``alignment_residual``.
+            ``alignment_residual``, ``dxt_clock``.
         """
         a = parts if parts is not None else self.analyse()
         layers = self.frame["layer"].value_counts()
@@ -212,6 +218,7 @@ class Run:
             "event_stats": _records(a.event_stats),
             "warnings": list(self.warnings),
             "alignment_residual": _plain(self.residual),
+            "dxt_clock": _plain(self.dxt_clock),
         }
 
 
