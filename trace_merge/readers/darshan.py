@@ -10,8 +10,12 @@
   ``name`` ``read``/``write``, ``bytes`` = length, ``offset``, ``file``, ``rank``, ``host`` (the DXT
   record's hostname). Segment times are seconds since Darshan started; they are made absolute
   with the job start (``start_time_sec`` + ``start_time_nsec`` of the job header; logs older than
-  3.41 only have whole seconds). Each rank's Darshan start may differ slightly from the job start
-  (init skew), which alignment has to allow for.
+  3.41 only have whole seconds). Each rank's Darshan start may differ from the job start by
+  milliseconds (init skew): :mod:`trace_merge.dxt_clock` moves each rank's segments onto the app clock
+  by their content during alignment.
+* A module the header lists but PyDarshan read no records of (it skips a module whose version field
+  it does not know, saying so only on stderr) gives a warning
+  ``"<file>: module <NAME> not read (PyDarshan dropped it: ...)"``.
 
 PyDarshan's C library can crash the interpreter (abort or segfault) on a truncated or corrupted
 log, so :func:`read` first checks the log's structure in Python: magic number, version, that
@@ -82,6 +86,7 @@ def read(path: "str | os.PathLike[str]") -> SourceData:
     except Exception as err:  # PyDarshan raises bare RuntimeError/ValueError on bad logs
         raise TraceInputError(path, f"PyDarshan cannot read this log ({err})") from None
 
+    warnings += _dropped_modules(path, report)
     job = dict(report.metadata.get("job", {}))
     start_ns = _job_time_ns(job, "start")
     names = {int(k): str(v) for k, v in report.name_records.items()}
@@ -113,7 +118,9 @@ def read(path: "str | os.PathLike[str]") -> SourceData:
 def validate(path: "str | os.PathLike[str]") -> dict:
     """Check a Darshan log's structure so PyDarshan never sees a broken one.
 
-    Returns ``{"version", "partial", "compression", "regions"}``.
+    Returns ``{"version", "partial", "compression", "regions", "maps_at", "versions_at"}``: the last two are
+    byte offsets of the region maps (``(offset, length)`` uint64 pairs, name records first, then one per
+    module id) and of the per-module version array (uint32, one per module id).
 
     Raises
     ------
@@ -162,7 +169,27 @@ def validate(path: "str | os.PathLike[str]") -> dict:
                 f"truncated or corrupted Darshan log ({label} region {off}+{length} is outside the {len(data)}-byte file)",
             )
         _check_region(path, label, data[off : off + length], comp)
-    return {"version": version, "partial": bool(partial), "compression": comp, "regions": len(regions)}
+    return {"version": version, "partial": bool(partial), "compression": comp, "regions": len(regions),
+            "maps_at": maps_at, "versions_at": maps_at + 16 * (1 + n_mods)}
+
+
+def _dropped_modules(path: str, report: Any) -> list[str]:
+    """Modules the header says hold data but PyDarshan read nothing from.
+
+    PyDarshan's C library skips a module whose version field it does not know (printing to stderr only) and
+    keeps the module in ``report.modules`` with no records; its counters would silently be missing.
+    """
+    wanted = set(COUNTER_LAYERS) | set(DXT_LAYERS) | {"LUSTRE"}
+    out = []
+    for name, info in report.modules.items():
+        if not info.get("len"):
+            continue
+        recs = report.records.get(name) if hasattr(report.records, "get") else None
+        if (recs is not None and len(recs)) or (recs is None and name not in wanted):
+            continue  # read, or a module PyDarshan never reads (nor do we)
+        cause = (f"version {info.get('ver')} in the log header, {info['len']}-byte region, no records read")
+        out.append(f"{path}: module {name} not read (PyDarshan dropped it: {cause})")
+    return out
 
 
 def _check_region(path: str, label: str, blob: bytes, comp: int) -> None:
