@@ -41,7 +41,8 @@ def _groups(seg: pd.DataFrame) -> "list[pd.DataFrame]":
     return [seg.iloc[a:b] for a, b in zip(np.r_[0, cut], np.r_[cut, len(seg)])]
 
 
-def _write_app(run: Path, dxt: pd.DataFrame, offsets: dict, rename: "str | None" = None) -> None:
+def _write_app(run: Path, dxt: pd.DataFrame, offsets: dict, rename: "str | None" = None,
+               with_file: bool = True) -> None:
     """One real TimeLogger file per rank: an ``io`` phase per group of the rank's POSIX segments of a file,
     at the segments' header placement + the rank's offset, 20–200 µs wider on each side (seeded)."""
     rng = np.random.default_rng(8)
@@ -61,7 +62,8 @@ def _write_app(run: Path, dxt: pd.DataFrame, offsets: dict, rename: "str | None"
             tl_logger._pc = lambda: next(clock)
             try:
                 with tl.phase("Read File", cat="io") as ph:
-                    ph.update(file=fname, bytes=nbytes)
+                    if with_file:
+                        ph.update(file=fname, bytes=nbytes)
             finally:
                 tl_logger._pc = real
         tl.close()
@@ -118,11 +120,13 @@ def test_summary_text_names_the_dxt_clock(ior_run, capsys) -> None:
     assert all(abs(shown[r] - OFFSETS[r] / 1e6) <= 0.5 for r in OFFSETS), shown
 
 
-@pytest.mark.parametrize("case", ["other-file", "no-app"])
+@pytest.mark.parametrize("case", ["other-file", "no-file"])
 def test_nothing_matches_keeps_header_with_warning(ior_run, case: str) -> None:
     run, dxt = ior_run
     if case == "other-file":
         _write_app(run, dxt, OFFSETS, rename="/scratch/somewhere/else.h5")
+    else:  # app phases that name no file
+        _write_app(run, dxt, OFFSETS, with_file=False)
     res = merge_path(run)
     assert [c["basis"] for c in res.dxt_clock] == ["header"] * 4
     assert all(c["offset_ns"] == 0 for c in res.dxt_clock)
@@ -131,6 +135,13 @@ def test_nothing_matches_keeps_header_with_warning(ior_run, case: str) -> None:
     f = res.frame
     assert np.array_equal(np.sort(f.loc[f["layer"] == "posix", "start_ns"].to_numpy()),
                           np.sort(dxt.loc[dxt["layer"] == "posix", "start_ns"].to_numpy()))
+
+
+def test_darshan_alone_is_reported_not_warned(ior_run) -> None:
+    """Without any other layer there is no clock for the header placement to be wrong against."""
+    run, dxt = ior_run
+    res = merge_path(run)
+    assert [c["basis"] for c in res.dxt_clock] == ["header"] * 4 and res.warnings == []
 
 
 def test_periodic_phases_are_ambiguous(ior_run) -> None:

@@ -384,9 +384,11 @@ def _place_dxt(frames: list[pd.DataFrame], darshan: "list[tuple[int, str]]", kin
         return []
     app = concat_frames([f for f, k in zip(frames, kinds) if k in APP_KINDS])
     posix = concat_frames([f[(f["layer"] == "posix").to_numpy()] for f, k in zip(frames, kinds) if k == "dftracer"])
+    # Darshan logs alone have no other clock to be wrong against: the header placement is reported, not warned
+    alone = all(not len(f) for f, k in zip(frames, kinds) if k != "darshan")
     clocks: list[DxtClock] = []
     for at, path in darshan:
         frames[at], found, notes = place_source(path, frames[at], app, posix)
         clocks += found
-        warnings += notes
+        warnings += [] if alone else notes
     return clocks
