@@ -118,6 +118,8 @@ def test_summary_text_names_the_dxt_clock(ior_run, capsys) -> None:
     shown = {int(m[1]): float(m[2]) for m in (re.search(r" rank (\d+): ([-+][\d.]+) ms from the header", x)
                                             for x in lines)}
     assert all(abs(shown[r] - OFFSETS[r] / 1e6) <= 0.5 for r in OFFSETS), shown
+    assert main(["report", str(run)]) == 0
+    assert "Darshan DXT placement per rank" in (run / "report.html").read_text()
 
 
 @pytest.mark.parametrize("case", ["other-file", "no-file"])

@@ -143,6 +143,9 @@ def render_report(run: "Run", parts: "Optional[analysis.Summary]" = None) -> str
         "<h2>Alignment residual</h2>",
         "<p>Framework events of a training step must fall inside the app interval of that step after "
         "alignment; what is left over is shown here.</p>", _kv(run.residual),
+        *(["<h3>Darshan DXT placement per rank</h3>", "<p>Offset added to the job-header placement, found from "
+           "the segments' content (docs/frame.md, clocks).</p>", _table(pd.DataFrame(run.dxt_clock))]
+          if run.dxt_clock else []),
         "<h2>Layered breakdown: what the lower layers did inside each app phase</h2>",
         "<p>Each app phase's self time (innermost phase per thread), split by what the lower layers of the same "
         "rank were doing inside it; where they overlap the first of "
