@@ -130,13 +130,33 @@ def _codes(files: pd.Series) -> "tuple[np.ndarray, np.ndarray]":
     return cat.cat.codes.to_numpy().astype(np.int64), np.asarray(cat.cat.categories, dtype=object)
 
 
-def _ranges(sorted_lo: np.ndarray, sorted_hi: np.ndarray, q_lo: np.ndarray, q_hi: np.ndarray
-            ) -> "tuple[np.ndarray, np.ndarray]":
-    """Pairs (query, item): items with ``sorted_hi >= q_lo`` and ``sorted_lo <= q_hi`` (both arrays sorted)."""
-    a = np.searchsorted(sorted_hi, q_lo, side="left")
-    b = np.searchsorted(sorted_lo, q_hi, side="right")
-    n = np.maximum(b - a, 0)
-    q = np.repeat(np.arange(len(q_lo)), n)
+class _Grouped:
+    """Items ``[lo, hi]`` in groups, sorted by (group, lo), with ``hi`` also ascending inside a group
+    (disjoint windows, or points): :meth:`ranges` finds, for many queries at once, the items of the query's
+    group that overlap ``[q_lo, q_hi]`` — one ``searchsorted`` over all groups instead of a loop per group.
+    """
+
+    def __init__(self, group: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> None:
+        order = np.lexsort((lo, group))
+        self.group, self.lo, self.hi = group[order], lo[order], hi[order]
+        self._lo_sorted, self._hi_sorted = np.sort(self.lo), np.sort(self.hi)
+        # a time's rank among all items' times keeps its order; group * m + rank orders (group, time)
+        self._m = len(lo) + 1
+        self._key_lo = self.group * self._m + np.searchsorted(self._lo_sorted, self.lo, "left")
+        self._key_hi = self.group * self._m + np.searchsorted(self._hi_sorted, self.hi, "left")
+
+    def ranges(self, group: np.ndarray, q_lo: np.ndarray, q_hi: np.ndarray) -> "tuple[np.ndarray, np.ndarray]":
+        """``[a, b)`` per query: items of ``group`` (-1: none) with ``hi >= q_lo`` and ``lo <= q_hi``."""
+        base = np.maximum(group, 0) * self._m
+        a = np.searchsorted(self._key_hi, base + np.searchsorted(self._hi_sorted, q_lo, "left"), "left")
+        b = np.searchsorted(self._key_lo, base + np.searchsorted(self._lo_sorted, q_hi, "right"), "left")
+        return a, np.where(group >= 0, np.maximum(a, b), a)
+
+
+def _expand(a: np.ndarray, b: np.ndarray) -> "tuple[np.ndarray, np.ndarray]":
+    """(query index, item index) for every item in ``[a[q], b[q])``."""
+    n = b - a
+    q = np.repeat(np.arange(len(a)), n)
     first = np.repeat(a - np.concatenate(([0], np.cumsum(n)[:-1])), n)
     return q, np.arange(int(n.sum())) + first
 
@@ -144,76 +164,65 @@ def _ranges(sorted_lo: np.ndarray, sorted_hi: np.ndarray, q_lo: np.ndarray, q_hi
 class _Votes:
     """Candidate offset intervals ``[lo, hi]`` (ns) per segment, for one rank and one basis."""
 
-    def __init__(self, seg: pd.DataFrame, ref: pd.DataFrame, basis: str, window: "tuple[int, int]") -> None:
-        self.seg, self.ref, self.basis, self.window = seg, ref, basis, window
+    def __init__(self, seg: pd.DataFrame, ref: pd.DataFrame, basis: str) -> None:
+        self.basis = basis
         s_code, s_files = _codes(seg["file"])
         r_code, r_files = _codes(ref["file"])
         fmap = _file_map(s_files, r_files)
-        self.ref_file = np.where(r_code >= 0, fmap[np.maximum(r_code, 0)], -1) if len(r_files) else r_code
-        self.seg_file = s_code
-        self.matchable = np.isin(s_code, self.ref_file[self.ref_file >= 0])
+        ref_file = np.where(r_code >= 0, fmap[np.maximum(r_code, 0)], -1) if len(r_files) else r_code
+        self.matchable = np.isin(s_code, ref_file[ref_file >= 0])
+        self.s_start = seg["start_ns"].to_numpy()
+        self.s_end = seg["end_ns"].to_numpy()
+        known = ref_file >= 0
+        r_start = ref["start_ns"].to_numpy()[known]
+        if basis == "app":
+            r_end = ref["end_ns"].to_numpy()[known]
+            groups, lo, hi = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)], [np.zeros(0, np.int64)]
+            for f in np.unique(ref_file[known]):  # one file's phases merged: one vote per window
+                mine = ref_file[known] == f
+                ws, we = merge_intervals(r_start[mine], r_end[mine])
+                groups.append(np.full(len(ws), f)), lo.append(ws), hi.append(we)
+            self.items = _Grouped(np.concatenate(groups), np.concatenate(lo), np.concatenate(hi))
+            self.queries = [s_code]
+        else:
+            # a call is the same as a segment when file, size and offset agree (offset -1: not recorded)
+            r_keys = pd.MultiIndex.from_arrays([
+                ref_file[known], ref["bytes"].to_numpy(dtype=np.int64, na_value=-1)[known],
+                ref["offset"].to_numpy(dtype=np.int64, na_value=-1)[known]])
+            uniq = r_keys.unique()
+            self.items = _Grouped(uniq.get_indexer(r_keys).astype(np.int64), r_start, r_start)
+            s_bytes = seg["bytes"].to_numpy(dtype=np.int64, na_value=-1)
+            s_off = seg["offset"].to_numpy(dtype=np.int64, na_value=-1)
+            self.queries = [uniq.get_indexer(pd.MultiIndex.from_arrays([s_code, s_bytes, off])).astype(np.int64)
+                            for off in (s_off, np.full(len(s_off), -1, dtype=np.int64))]
+
+    def _bounds(self, segs: np.ndarray, window: "tuple[int, int]") -> "tuple[np.ndarray, np.ndarray]":
+        if self.basis == "app":
+            return self.s_end[segs] + window[0], self.s_start[segs] + window[1]
+        return self.s_start[segs] + window[0] - POSIX_TOLERANCE_NS, self.s_start[segs] + window[1] + POSIX_TOLERANCE_NS
+
+    def count(self, segs: np.ndarray, window: "tuple[int, int]") -> int:
+        """How many votes :meth:`pairs` would make (without making them)."""
+        q_lo, q_hi = self._bounds(segs, window)
+        return sum(int((b - a).sum()) for a, b in (self.items.ranges(g[segs], q_lo, q_hi) for g in self.queries))
 
     def pairs(self, segs: np.ndarray, window: "tuple[int, int]") -> "tuple[np.ndarray, np.ndarray, np.ndarray]":
         """``(segment index, lo, hi)`` of every vote of segments ``segs`` with an offset inside ``window``."""
         w_lo, w_hi = window
-        s_start = self.seg["start_ns"].to_numpy()
-        s_end = self.seg["end_ns"].to_numpy()
+        q_lo, q_hi = self._bounds(segs, window)
         out_i, out_lo, out_hi = [], [], []
-        r_start = self.ref["start_ns"].to_numpy()
-        r_end = self.ref["end_ns"].to_numpy()
-        for f in np.unique(self.seg_file[segs]):
-            mine = segs[self.seg_file[segs] == f]
-            theirs = np.flatnonzero(self.ref_file == f)
-            if not len(mine) or not len(theirs):
-                continue
+        for g in self.queries:
+            q, k = _expand(*self.items.ranges(g[segs], q_lo, q_hi))
+            i = segs[q]
             if self.basis == "app":
-                ws, we = merge_intervals(r_start[theirs], r_end[theirs])  # disjoint: one vote per window
-                q, k = _ranges(ws, we, s_end[mine] + w_lo, s_start[mine] + w_hi)
-                lo = np.maximum(ws[k] - s_start[mine][q], w_lo)
-                hi = np.minimum(we[k] - s_end[mine][q], w_hi)
-                i = mine[q]
+                lo = np.maximum(self.items.lo[k] - self.s_start[i], w_lo)
+                hi = np.minimum(self.items.hi[k] - self.s_end[i], w_hi)
             else:
-                i, lo, hi = self._posix_pairs(mine, theirs, s_start, r_start, window)
+                d = self.items.lo[k] - self.s_start[i]
+                lo, hi = np.maximum(d - POSIX_TOLERANCE_NS, w_lo), np.minimum(d + POSIX_TOLERANCE_NS, w_hi)
             keep = lo <= hi
             out_i.append(i[keep]), out_lo.append(lo[keep]), out_hi.append(hi[keep])
-        if not out_i:
-            empty = np.zeros(0, dtype=np.int64)
-            return empty, empty, empty
         return np.concatenate(out_i), np.concatenate(out_lo), np.concatenate(out_hi)
-
-    def _posix_pairs(self, mine: np.ndarray, theirs: np.ndarray, s_start: np.ndarray, r_start: np.ndarray,
-                     window: "tuple[int, int]") -> "tuple[np.ndarray, np.ndarray, np.ndarray]":
-        """Votes of calls of one file with the same size (and offset, where both know it)."""
-        s_bytes = self.seg["bytes"].to_numpy(dtype=np.int64, na_value=-1)[mine]
-        r_bytes = self.ref["bytes"].to_numpy(dtype=np.int64, na_value=-1)[theirs]
-        s_off = self.seg["offset"].to_numpy(dtype=np.int64, na_value=-1)[mine]
-        r_off = self.ref["offset"].to_numpy(dtype=np.int64, na_value=-1)[theirs]
-        # sort the calls by (size, start): one search per segment finds its size's calls in the window
-        order = np.lexsort((r_start[theirs], r_bytes))
-        theirs, r_bytes, r_off = theirs[order], r_bytes[order], r_off[order]
-        t = r_start[theirs]
-        sizes, first = np.unique(r_bytes, return_index=True)
-        bound = np.append(first, len(theirs))
-        slot = np.searchsorted(sizes, s_bytes)
-        slot_ok = (slot < len(sizes)) & (sizes[np.minimum(slot, len(sizes) - 1)] == s_bytes)
-        out_i, out_d = [], []
-        for k in np.unique(slot[slot_ok]):  # one pass per distinct size
-            q_idx = np.flatnonzero(slot_ok & (slot == k))
-            a, b = bound[k], bound[k + 1]
-            lo_t = s_start[mine[q_idx]] + window[0] - POSIX_TOLERANCE_NS
-            hi_t = s_start[mine[q_idx]] + window[1] + POSIX_TOLERANCE_NS
-            q, j = _ranges(t[a:b], t[a:b], lo_t, hi_t)
-            j = j + a
-            qi = q_idx[q]
-            same = (s_off[qi] < 0) | (r_off[j] < 0) | (s_off[qi] == r_off[j])
-            out_i.append(mine[qi[same]])
-            out_d.append(t[j[same]] - s_start[mine[qi[same]]])
-        if not out_i:
-            empty = np.zeros(0, dtype=np.int64)
-            return empty, empty, empty
-        d = np.concatenate(out_d)
-        return np.concatenate(out_i), np.maximum(d - POSIX_TOLERANCE_NS, window[0]), np.minimum(
-            d + POSIX_TOLERANCE_NS, window[1])
 
 
 def _coverage(i: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> "tuple[np.ndarray, np.ndarray]":
@@ -289,23 +298,21 @@ def estimate_rank(seg: pd.DataFrame, ref: pd.DataFrame, basis: str,
     _Estimate or None
         None when no segment has a partner in the window.
     """
-    votes = _Votes(seg, ref, basis, (-window_ns, window_ns))
+    votes = _Votes(seg, ref, basis)
     segs = np.flatnonzero(votes.matchable)
     if not len(segs):
         return None
     # first pass over the whole window; an even sample of segments when all would cost too much
-    sample = segs
-    i, lo, hi = votes.pairs(sample, (-window_ns, window_ns))
-    if len(i) > PAIR_BUDGET:
-        stride = int(np.ceil(len(i) / PAIR_BUDGET))
-        sample = segs[::stride]
-        i, lo, hi = votes.pairs(sample, (-window_ns, window_ns))
+    window = (-window_ns, window_ns)
+    total = votes.count(segs, window)
+    sample = segs if total <= PAIR_BUDGET else segs[:: int(np.ceil(total / PAIR_BUDGET))]
+    i, lo, hi = votes.pairs(sample, window)
     pos, values = _coverage(i, lo, hi)
     if not len(pos):
         return None
     top, r_lo, r_hi, runner = _best(pos, values)
     runner_share = runner / len(sample)
-    if sample is not segs or len(i) > PAIR_BUDGET // 4:
+    if sample is not segs:
         # second pass: every segment, only near the optimum (few pairs)
         near = (r_lo - 2 * SEPARATION_NS, r_hi + 2 * SEPARATION_NS)
         i, lo, hi = votes.pairs(segs, near)
