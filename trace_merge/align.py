@@ -338,7 +338,9 @@ def align(sources: Sequence[SourceData]) -> AlignResult:
     -------
     AlignResult
         ``frame``: all rows, rank-0 clock, epoch/step propagated. ``residual``: see
-        :func:`alignment_residual`. ``warnings``/``dropped``: sources left out (different day).
+        :func:`alignment_residual`. ``warnings``/``dropped``: sources left out (different day), DXT
+        segments left at the header placement. ``dxt_clock``: per Darshan log and rank, where its DXT
+        segments were placed (:class:`trace_merge.dxt_clock.DxtClock`).
     """
     app_sources = [s for s in sources if s.kind in APP_KINDS]
     procs = processes(app_sources)

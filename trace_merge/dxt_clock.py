@@ -77,9 +77,10 @@ class DxtClock:
     basis
         ``posix``, ``app`` or ``header``.
     matched
-        Segments explained at the chosen offset.
+        Segments explained at the chosen offset (the rank's POSIX-layer segments are matched when it has
+        any, its MPI-IO ones otherwise: an MPI-IO segment wraps the POSIX calls it makes).
     segments
-        DXT segments of this rank used for the estimate.
+        DXT rows of this rank (every layer), all moved by ``offset_ns``.
     uncertainty_ns
         Half the width of the region of best offsets (ns); None when nothing matched.
     """
