@@ -261,6 +261,7 @@ class _State:
         self.clock_sync: list[dict] = []
         self.tf_profile: list[dict] = []
         self.close: Optional[dict] = None
+        self.dropped = 0  # intervals the TimeLogger writer could not write (timelogger_dropped / close records)
         self.thread_names: dict[int, str] = {}
         self.process_names: dict[int, str] = {}
         self.bookkeeping: list[str] = []
@@ -316,6 +317,9 @@ class _State:
             self.tf_profile.append(_plain(args))
         elif name == "timelogger_close":
             self.close = _plain(args)
+            self.dropped = max(self.dropped, _as_int(args.get("dropped")) or 0)
+        elif name == "timelogger_dropped":  # running total, written as intervals are dropped (survives kill -9)
+            self.dropped = max(self.dropped, _as_int(args.get("total")) or 0)
         elif name in ("thread_name", "process_name"):
             target = self.thread_names if name == "thread_name" else self.process_names
             ident = _as_int(ev.get("tid" if name == "thread_name" else "pid"))
@@ -477,7 +481,7 @@ def _parse_lines(body: bytes, first_lineno: int, state: _State, warnings: list[s
 
 #: Metadata names whose ``args`` the fast parser does not keep (TimeLogger's); seeing one sends
 #: the file to the line parser.
-_RICH_METADATA = frozenset({"timelogger", "clock_sync", "tf_profile", "timelogger_close"})
+_RICH_METADATA = frozenset({"timelogger", "clock_sync", "tf_profile", "timelogger_close", "timelogger_dropped"})
 
 
 def _parse_arrow(body: "bytes | memoryview", state: _State) -> Optional[_Cols]:
@@ -797,8 +801,12 @@ def _result(path: str, state: _State, cols: _Cols, kind: str, warnings: list[str
                 "clock_offset_ns": _as_int(state.clock_sync[-1].get("clock_offset_ns")) if state.clock_sync else None,
                 "tf_anchors": state.tf_profile,
                 "close": state.close,
+                "dropped": state.dropped,
             }
         )
+        if state.dropped:
+            warnings.append(f"{path}: {state.dropped} intervals dropped by the writer (it could not keep up, or a "
+                            "write failed); the app layer is incomplete")
     else:
         hosts = sorted(set(state.maps["HH"].values()))
         meta.update(
