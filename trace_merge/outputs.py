@@ -3,7 +3,8 @@
 - :func:`atomic_outputs` writes a *set* of files so that all of them land or none: every file goes to a
   temporary name ``.<name>.tmp-<pid>`` beside its target, and only when all are written are they renamed into
   place. A failure (disk full, a signal turned into an exception) removes the temporaries. Temporaries left by a
-  process that died (``kill -9``) are removed by the next writer of the same targets.
+  process that died (``kill -9``) are removed by the next writer of the same targets. SIGTERM and SIGINT are
+  held back while the files are renamed, so that they land together.
 - :func:`exclusive` keeps two processes from writing the same outputs at once (``trace-merge merge`` of one run
   twice): the second one is refused with a one-line error instead of both writing.
 """
@@ -15,6 +16,7 @@ import fcntl
 import logging
 import os
 import re
+import signal
 import socket
 from pathlib import Path
 from typing import Iterator, Sequence
@@ -100,14 +102,32 @@ def atomic_outputs(paths: Sequence["str | os.PathLike[str]"], force: bool = Fals
         try:
             yield temps
         except OSError as exc:
-            # name the file being written: pyarrow's errors carry no file name
-            failed = next((t for t in reversed(temps) if t.exists()), temps[0])
-            raise OutputWriteError(targets[temps.index(failed)], exc.strerror or str(exc)) from exc
-        for tmp, target in zip(temps, targets):
-            os.replace(tmp, target)
+            raise OutputWriteError(targets[_failed(temps, exc)], exc.strerror or str(exc)) from exc
+        # a signal between two renames would leave a mix of old and new files: hold SIGTERM/SIGINT until all
+        # are in place (their handlers run right after)
+        held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})
+        try:
+            for tmp, target in zip(temps, targets):
+                os.replace(tmp, target)
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, held)
     finally:
         for tmp in temps:
-            tmp.unlink(missing_ok=True)
+            try:
+                tmp.unlink(missing_ok=True)
+            except OSError as exc:  # must not hide the error that brought us here
+                log.warning("%s: temporary output not removed (%s)", tmp, exc.strerror or exc)
+
+
+def _failed(temps: list[Path], exc: OSError) -> int:
+    """Index of the temporary whose writing raised ``exc``.
+
+    The error's file name where it has one; else (pyarrow names no file, and removes what it failed to write)
+    the first temporary not written, as they are written in order; else the last.
+    """
+    if exc.filename is not None and Path(exc.filename) in temps:
+        return temps.index(Path(exc.filename))
+    return next((i for i, t in enumerate(temps) if not t.exists()), len(temps) - 1)
 
 
 @contextlib.contextmanager

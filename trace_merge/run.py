@@ -233,9 +233,8 @@ class Run:
 def _unique_labels(runs: Sequence[Run]) -> list[str]:
     """Column labels for :meth:`Run.compare`: the run's name, its path where names clash, and ``#2``, ``#3`` for
     a run given more than once (compared with itself, with a warning: every delta is 0)."""
-    labels = [r.label for r in runs]
-    if len(set(labels)) != len(labels):
-        labels = [str(r.path) if labels.count(r.label) > 1 else r.label for r in runs]
+    # the same name for different paths (a/run, b/run): the paths tell them apart
+    labels = [str(r.path) if len({str(o.path) for o in runs if o.label == r.label}) > 1 else r.label for r in runs]
     out: list[str] = []
     for label in labels:
         n = sum(x == label for x in labels[:len(out) + 1])
