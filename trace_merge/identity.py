@@ -14,18 +14,21 @@ from __future__ import annotations
 
 import filecmp
 import hashlib
-import logging
 import os
 from pathlib import Path
-from typing import Mapping, Optional
-
-log = logging.getLogger(__name__)
+from typing import Mapping, Optional, TypedDict
 
 #: bytes hashed at each end of a file
 EDGE_BYTES = 64 * 1024
 
-#: ``{"size": bytes, "fingerprint": hex or None}`` of one file; None when it could not be read
-Identity = dict
+
+class Identity(TypedDict):
+    """One file's identity as ``merge_info.json`` stores it."""
+
+    #: bytes; -1 when the file could not be read
+    size: int
+    #: :func:`fingerprint` digest (hex); None when the file could not be read
+    fingerprint: Optional[str]
 
 
 def fingerprint(path: "str | os.PathLike[str]") -> tuple[int, str]:
