@@ -1,9 +1,9 @@
 """``trace-merge merge`` writes its three outputs all or none: two merges at once, SIGTERM, kill -9, disk full.
 
 Every case runs the real CLI in a real subprocess on a copy of a real run. To hit the narrow moments that
-matter (every temporary written, or one file renamed of three), the subprocess stops itself there with SIGSTOP
-from a hook on the call that follows (``signal.pthread_sigmask`` right before the renames, the second
-``os.replace``); the test then sends the real signal. Disk full is a real short write: ``RLIMIT_FSIZE`` makes
+matter (outputs half written, or one file renamed of three), the subprocess stops itself there with SIGSTOP
+from a hook on the call that follows (writing ``merge_info.json``, the second ``os.replace``); the test then
+sends the real signal. Disk full is a real short write: ``RLIMIT_FSIZE`` makes
 the kernel fail the write with ``EFBIG``.
 """
 from __future__ import annotations
@@ -29,26 +29,29 @@ from trace_merge.run import Run
 
 OUTPUTS = ("merged.parquet", "counters.parquet", "merge_info.json")
 
-#: ``trace-merge merge`` that stops itself (SIGSTOP) at ``argv[2]``: "renames" = every temporary written, before
-#: the first rename; "second-rename" = merged.parquet renamed, the other two not yet
+#: ``trace-merge merge`` that stops itself (SIGSTOP) at ``argv[2]``: "info" = the two parquet files written to
+#: their temporary names, merge_info.json about to be; "second-rename" = merged.parquet renamed into place,
+#: the other two not yet
 PAUSED_MERGE = textwrap.dedent("""
-    import os, signal, sys
+    import os, pathlib, signal, sys
     from trace_merge.cli import main
 
-    where = sys.argv[2]
-    if where == "renames":
-        real_mask = signal.pthread_sigmask
-        def hook(*a):
-            signal.pthread_sigmask = real_mask
-            os.kill(os.getpid(), signal.SIGSTOP)
-            return real_mask(*a)
-        signal.pthread_sigmask = hook
+    def stop():
+        os.kill(os.getpid(), signal.SIGSTOP)
+
+    if sys.argv[2] == "info":
+        real_write = pathlib.Path.write_text
+        def hook(self, *a, **kw):
+            if self.name.startswith(".merge_info.json.tmp-"):
+                stop()
+            return real_write(self, *a, **kw)
+        pathlib.Path.write_text = hook
     else:
         real_replace, calls = os.replace, []
         def hook(src, dst):
             calls.append(dst)
             if len(calls) == 2:
-                os.kill(os.getpid(), signal.SIGSTOP)
+                stop()
             return real_replace(src, dst)
         os.replace = hook
     sys.exit(main(["merge", sys.argv[1], *sys.argv[3:]]))
@@ -104,9 +107,9 @@ def one_line_error(err: str) -> str:
 
 
 def test_a_second_merge_is_refused_while_one_runs_and_kill_9_leaves_nothing_in_the_way(run_copy, capsys):
-    first = start_paused(run_copy, "renames")
-    temps = {f".{n}.tmp-{first.pid}" for n in OUTPUTS}
-    assert set(leftovers(run_copy)) == temps | {".merge.lock"}  # stopped with every temporary written
+    first = start_paused(run_copy, "info")
+    temps = {f".{n}.tmp-{first.pid}" for n in OUTPUTS[:2]}
+    assert set(leftovers(run_copy)) == temps | {".merge.lock"}  # stopped with the parquet files written
     # a second merge of the same run at once: refused before it looks at (or writes) anything
     assert main(["merge", str(run_copy)]) == 2
     assert one_line_error(capsys.readouterr().err) == (
@@ -128,8 +131,8 @@ def test_a_second_merge_is_refused_while_one_runs_and_kill_9_leaves_nothing_in_t
 
 
 def test_sigterm_while_writing_removes_the_temporaries(run_copy, capsys):
-    proc = start_paused(run_copy, "renames")
-    assert len(leftovers(run_copy)) == 4
+    proc = start_paused(run_copy, "info")
+    assert len(leftovers(run_copy)) == 3
     proc.send_signal(signal.SIGTERM)
     proc.send_signal(signal.SIGCONT)
     _, err = proc.communicate(timeout=60)

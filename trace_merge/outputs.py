@@ -18,6 +18,7 @@ import os
 import re
 import signal
 import socket
+import threading
 from pathlib import Path
 from typing import Iterator, Sequence
 
@@ -103,20 +104,45 @@ def atomic_outputs(paths: Sequence["str | os.PathLike[str]"], force: bool = Fals
             yield temps
         except OSError as exc:
             raise OutputWriteError(targets[_failed(temps, exc)], exc.strerror or str(exc)) from exc
-        # a signal between two renames would leave a mix of old and new files: hold SIGTERM/SIGINT until all
-        # are in place (their handlers run right after)
-        held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})
-        try:
+        with _signals_held():  # a signal between two renames would leave a mix of old and new files
             for tmp, target in zip(temps, targets):
                 os.replace(tmp, target)
-        finally:
-            signal.pthread_sigmask(signal.SIG_SETMASK, held)
     finally:
         for tmp in temps:
             try:
                 tmp.unlink(missing_ok=True)
             except OSError as exc:  # must not hide the error that brought us here
                 log.warning("%s: temporary output not removed (%s)", tmp, exc.strerror or exc)
+
+
+@contextlib.contextmanager
+def _signals_held() -> Iterator[None]:
+    """Defer SIGTERM and SIGINT to the end of the block: their handlers (or default action) run right after.
+
+    A signal mask would not do: the kernel hands a process-directed signal to any thread not blocking it
+    (pyarrow's pool threads), and Python then runs the handler in the main thread all the same. So the Python
+    handlers are swapped for one that only records the signal. Only the main thread may do that; elsewhere
+    (where no handler can interrupt this thread) the block runs as is.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    pending: list[tuple[int, object]] = []
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    previous = {sig: h for sig, h in previous.items() if h is not None}  # None: set outside Python, left alone
+    for sig in previous:
+        signal.signal(sig, lambda signum, frame: pending.append((signum, frame)))
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        for signum, frame in pending:
+            handler = previous[signum]
+            if callable(handler):
+                handler(signum, frame)
+            elif handler == signal.SIG_DFL:
+                os.kill(os.getpid(), signum)
 
 
 def _failed(temps: list[Path], exc: OSError) -> int:
