@@ -481,17 +481,19 @@ def stored_outputs(run_dir: Path) -> "tuple[dict[str, Any] | None, str | None]":
 
 
 def refuse_stored(run_dir: Path, force: bool = False) -> None:
-    """Refuse a complete set of outputs in ``run_dir`` unless ``force``; an incomplete one is no output.
+    """Refuse a complete set of outputs in ``run_dir`` unless ``force``; an incomplete one is no output (a warning).
 
     Raises
     ------
     OutputExistsError
         A complete set (:func:`stored_outputs`) exists and ``force`` is False.
     """
+    if force:
+        return
     info, why = stored_outputs(run_dir)
     if why:
         log.warning("%s: %s; written anew", run_dir, why)
-    elif info is not None and not force:
+    elif info is not None:
         raise OutputExistsError(run_dir / MERGED)
 
 
