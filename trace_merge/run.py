@@ -33,13 +33,13 @@ def _stored(run_dir: Path, notes: list[str]) -> "tuple[pd.DataFrame, pd.DataFram
     """
     from trace_merge import merge
 
-    def remerge(why: str) -> None:
-        notes.append(f"{why}; merged again from the sources (trace-merge merge --force stores the new merge)")
+    def remerge(why: str, store: str = "trace-merge merge --force") -> None:
+        notes.append(f"{why}; merged again from the sources ({store} stores the new merge)")
         logger.warning("%s", notes[-1])
 
     info, why = merge.stored_outputs(run_dir)
-    if why:
-        remerge(f"{run_dir}: {why}")
+    if why:  # an incomplete set is no output: merge replaces it without --force
+        remerge(f"{run_dir}: {why}", "trace-merge merge")
         return None
     if info is None:
         return None
