@@ -63,6 +63,9 @@ class MergeResult:
         Paths of the files that made it into the frame.
     clock_offsets_ns
         rank -> the clock offset (ns, that rank's clock minus rank 0's) subtracted from its rows.
+    dropped
+        app file -> intervals its TimeLogger writer dropped (could not keep up, or a write failed); only files
+        that dropped any. Each also has a warning.
     """
 
     frame: pd.DataFrame
@@ -72,6 +75,7 @@ class MergeResult:
     manifest: "dict[str, Any] | None" = None
     sources: list[str] = field(default_factory=list)
     clock_offsets_ns: dict[int, int] = field(default_factory=dict)
+    dropped: dict[str, int] = field(default_factory=dict)
 
     def rows_per_layer(self) -> dict[str, int]:
         counts = self.frame["layer"].value_counts()
@@ -336,6 +340,8 @@ def merge_path(path: "str | os.PathLike[str]") -> MergeResult:
         manifest=manifest,
         sources=[s.path for s in sources if s.path not in aligned.dropped],
         clock_offsets_ns=aligned.offsets,
+        dropped={s.path: int(meta_value(s.meta, "dropped")) for s in app
+                 if meta_value(s.meta, "dropped") and s.path not in aligned.dropped},
     )
 
 
@@ -376,6 +382,7 @@ def write_merged(res: MergeResult, run_dir: "str | os.PathLike[str]", force: boo
         "warnings": res.warnings,
         "residual": res.residual,
         "clock_offsets_ns": {str(r): int(o) for r, o in res.clock_offsets_ns.items()},
+        "dropped_intervals": res.dropped,
         "rows_per_layer": res.rows_per_layer(),
         "rows": int(len(res.frame)),
         "counter_rows": int(len(res.counters)),
