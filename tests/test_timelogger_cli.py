@@ -14,6 +14,7 @@ import pytest
 
 from test_timelogger_util import app_files, clean_env, intervals, meta, read_pfw
 from timelogger import cli
+from timelogger.layout import LAYER_DIRS
 from timelogger.tf import ProfileWindow, parse_profile_spec
 
 
@@ -129,12 +130,18 @@ for epoch in range(2):
 """
 
 
-def test_run_with_posix_preload_writes_dftracer_trace(tmp_path: Path) -> None:
+def _reader_workload(tmp_path: Path, files: int = 3, size: int = 65536) -> Path:
+    """``tmp_path/reader.py`` (:data:`_READER`) and the data directory it reads; returns that directory."""
     data = tmp_path / "data"
     data.mkdir()
-    for i in range(3):
-        (data / f"sample-{i}.bin").write_bytes(bytes(65536))
+    for i in range(files):
+        (data / f"sample-{i}.bin").write_bytes(bytes(size))
     (tmp_path / "reader.py").write_text(_READER)
+    return data
+
+
+def test_run_with_posix_preload_writes_dftracer_trace(tmp_path: Path) -> None:
+    data = _reader_workload(tmp_path)
     run_dir = tmp_path / "run"
     p = _run([sys.executable, "-m", "timelogger", "run", "-o", str(run_dir), "--posix", "--posix-filter", str(data),
               "--", sys.executable, "reader.py", str(data)], tmp_path)
@@ -234,18 +241,14 @@ def test_command_that_cannot_run(tmp_path: Path) -> None:
 
 
 def _layer_files(run_dir: Path) -> set:
-    return {p.relative_to(run_dir) for d in ("app", "posix", "darshan", "tf", "horovod") for p in (run_dir / d).rglob("*")
-            if p.is_file()} if run_dir.is_dir() else set()
+    """Paths (relative to ``run_dir``) of the files in its layer directories."""
+    return {p.relative_to(run_dir) for d in LAYER_DIRS for p in (run_dir / d).rglob("*") if p.is_file()}
 
 
 def test_force_replaces_the_previous_run_in_every_layer(tmp_path: Path, darshan_logs: Path) -> None:
     from trace_merge.run import Run
 
-    data = tmp_path / "data"
-    data.mkdir()
-    for i in range(3):
-        (data / f"sample-{i}.bin").write_bytes(bytes(65536))
-    (tmp_path / "reader.py").write_text(_READER)
+    data = _reader_workload(tmp_path)
     run_dir = tmp_path / "run"
     cmd = [sys.executable, "-m", "timelogger", "run", "-o", str(run_dir), "--posix", "--posix-filter", str(data),
            "--", sys.executable, "reader.py", str(data)]
@@ -333,10 +336,7 @@ def test_force_under_mpiexec_replaces_a_larger_previous_run(tmp_path: Path) -> N
     mpiexec = Path(sys.executable).parent / "mpiexec"
     if not mpiexec.exists():
         pytest.skip(f"{mpiexec} not found (pip install mpich)")
-    data = tmp_path / "data"
-    data.mkdir()
-    (data / "sample.bin").write_bytes(bytes(4096))
-    (tmp_path / "reader.py").write_text(_READER)
+    data = _reader_workload(tmp_path, files=1, size=4096)
     run_dir = tmp_path / "run"
 
     def launch(n: int, *extra: str) -> subprocess.CompletedProcess:
