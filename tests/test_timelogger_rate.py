@@ -112,3 +112,33 @@ tl.close()
     src = read_any(path)
     assert src.meta["dropped"] == 100
     assert any(str(path) in w and "100 intervals dropped" in w for w in src.warnings)
+
+
+def test_dropped_intervals_reach_the_summary(tmp_path: Path, capsys) -> None:
+    """The summary says the app layer is incomplete and by how much, merged afresh and from merged.parquet."""
+    from trace_merge.cli import main
+
+    script = f"""
+from timelogger import TimeLogger
+tl = TimeLogger({str(tmp_path)!r}, rank=0, world_size=1, flush_interval=3600, max_lag=0.0)
+with tl.phase("outer", cat="other"):
+    for i in range(250):
+        with tl.phase("tick", cat="compute"):
+            pass
+    tl.flush()   # max_lag 0: every buffered interval is already too old, so all 250 ticks are dropped
+tl.close()
+"""
+    run_py(script, tmp_path)
+    [path] = app_files(tmp_path)
+    for step in ("fresh", "cached"):
+        assert main(["summary", str(tmp_path), "--json"]) == 0
+        summary = json.loads(capsys.readouterr().out)
+        assert summary["dropped_app_intervals"] == 250, step
+        assert any(str(path) in w and "250 intervals dropped" in w for w in summary["warnings"]), step
+        assert main(["summary", str(tmp_path)]) == 0
+        text = capsys.readouterr().out
+        assert "app layer incomplete: 250 intervals dropped by the TimeLogger writer in 1 file(s)" in text, step
+        if step == "fresh":
+            assert main(["merge", str(tmp_path)]) == 0
+            assert json.loads((tmp_path / "merge_info.json").read_text())["dropped_intervals"] == {str(path): 250}
+            capsys.readouterr()

@@ -44,6 +44,8 @@ MERGE_INFO = "merge_info.json"
 MERGE_LOCK = ".merge.lock"
 #: ``trace-merge report``'s default output in a run directory
 REPORT = "report.html"
+#: files derived from a run (stale once the run is replaced: ``timelogger run --force`` removes them)
+OUTPUTS: Tuple[str, ...] = (MERGED, COUNTERS, MERGE_INFO, REPORT)
 
 
 def tf_logdir(run_dir: PathLike, rank: int) -> Path:

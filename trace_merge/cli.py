@@ -135,6 +135,10 @@ def _summary_text(run, parts) -> str:
     layers = ", ".join(f"{k} {n:,}" for k, n in run.frame["layer"].value_counts().items() if n)
     lines = [f"{run.path}: {m['events']:,} events, {m['ranks']} rank(s), layers: {layers or 'none'}; "
              f"{len(run.counters):,} counter rows; job wall time {m['job_wall_s']:.4g} s"]
+    if run.dropped:
+        lines.append(f"app layer incomplete: {sum(run.dropped.values()):,} intervals dropped by the TimeLogger "
+                     f"writer in {len(run.dropped)} file(s) (it could not keep up, or a write failed); app-layer "
+                     "times below undercount")
     if v["input_pct"] is not None:
         lines.append(f"verdict: {v['verdict']} ({v['input_pct']:.1f} % of step time waiting for input; "
                      f"AU {v['au_pct']:.1f} %; basis {v['basis']})")

@@ -69,6 +69,9 @@ class MergeResult:
         Identity (:mod:`trace_merge.identity`) of every file found, read or not, and of ``manifest.json``,
         keyed by the name relative to the merged directory; taken before reading, so a file that changes
         during the merge shows as changed afterwards.
+    dropped
+        app file -> intervals its TimeLogger writer dropped (could not keep up, or a write failed); only files
+        that dropped any. Each also has a warning.
     """
 
     frame: pd.DataFrame
@@ -79,6 +82,7 @@ class MergeResult:
     sources: list[str] = field(default_factory=list)
     clock_offsets_ns: dict[int, int] = field(default_factory=dict)
     inputs: dict[str, Identity] = field(default_factory=dict)
+    dropped: dict[str, int] = field(default_factory=dict)
 
     def rows_per_layer(self) -> dict[str, int]:
         counts = self.frame["layer"].value_counts()
@@ -412,6 +416,8 @@ def merge_path(path: "str | os.PathLike[str]") -> MergeResult:
         sources=[s.path for s in sources if s.path not in aligned.dropped],
         clock_offsets_ns=aligned.offsets,
         inputs=inputs,
+        dropped={s.path: int(meta_value(s.meta, "dropped")) for s in app
+                 if meta_value(s.meta, "dropped") and s.path not in aligned.dropped},
     )
 
 
@@ -531,6 +537,7 @@ def write_merged(res: MergeResult, run_dir: "str | os.PathLike[str]", force: boo
                 "warnings": res.warnings,
                 "residual": res.residual,
                 "clock_offsets_ns": {str(r): int(o) for r, o in res.clock_offsets_ns.items()},
+                "dropped_intervals": res.dropped,
                 "rows_per_layer": res.rows_per_layer(),
                 "rows": int(len(res.frame)),
                 "counter_rows": int(len(res.counters)),

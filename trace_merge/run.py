@@ -100,6 +100,8 @@ class Run:
         The files that made it into the frame.
     cached
         True when the frame came from a fresh ``merged.parquet``.
+    dropped
+        app file -> intervals its TimeLogger writer dropped (:attr:`trace_merge.merge.MergeResult.dropped`).
     """
 
     path: Path
@@ -110,6 +112,7 @@ class Run:
     manifest: Optional[dict[str, Any]] = None
     sources: list[str] = field(default_factory=list)
     cached: bool = False
+    dropped: dict[str, int] = field(default_factory=dict)
 
     @classmethod
     def open(cls, path: "str | os.PathLike[str]") -> "Run":
@@ -133,10 +136,12 @@ class Run:
             logger.info("%s: using %s", p, merge.MERGED)
             return cls(path=p, frame=frame, counters=counters, warnings=list(info.get("warnings", [])),
                            residual=dict(info.get("residual") or {}), manifest=merge.load_manifest(p)[0],
-                       sources=list(info.get("sources", [])), cached=True)
+                       sources=list(info.get("sources", [])), cached=True,
+                       dropped=_dropped(info.get("dropped_intervals")))
         res = merge.merge_path(p)
         return cls(path=p, frame=res.frame, counters=res.counters, warnings=notes + list(res.warnings),
-                   residual=dict(res.residual or {}), manifest=res.manifest, sources=list(res.sources))
+                   residual=dict(res.residual or {}), manifest=res.manifest, sources=list(res.sources),
+                   dropped=dict(res.dropped))
 
     @property
     def label(self) -> str:
@@ -205,7 +210,7 @@ class Run:
             ``explanations``, ``layered_breakdown``, ``breakdown``, ``exposed_io``, ``input_bound`` (the per-step
             series is :meth:`step_series`: one row per step is too long for a summary),
             ``bandwidth`` (``per_rank``, ``totals``), ``event_stats`` (records), ``warnings``,
-            ``alignment_residual``.
+            ``alignment_residual``, ``dropped_app_intervals`` (intervals the TimeLogger writers dropped, total).
         """
         a = parts if parts is not None else self.analyse()
         layers = self.frame["layer"].value_counts()
@@ -227,7 +232,15 @@ class Run:
             "event_stats": _records(a.event_stats),
             "warnings": list(self.warnings),
             "alignment_residual": _plain(self.residual),
+            "dropped_app_intervals": sum(self.dropped.values()),
         }
+
+
+def _dropped(value: Any) -> dict[str, int]:
+    """``merge_info.json``'s ``dropped_intervals`` (absent before it was recorded; then the warnings still say)."""
+    if not isinstance(value, dict):
+        return {}
+    return {str(k): int(v) for k, v in value.items() if isinstance(v, int) and not isinstance(v, bool) and v > 0}
 
 
 def _unique_labels(runs: Sequence[Run]) -> list[str]:
