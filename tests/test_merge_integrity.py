@@ -23,13 +23,6 @@ from trace_merge.run import Run
 
 
 @pytest.fixture()
-def run_copy(real_run, tmp_path) -> Path:
-    dst = tmp_path / "run"
-    shutil.copytree(real_run[0], dst)
-    return dst
-
-
-@pytest.fixture()
 def merged_copy(run_copy) -> Path:
     """``run_copy`` with its merge stored (and used: the first open is from the cache)."""
     write_merged(merge_path(run_copy), run_copy)

@@ -80,10 +80,11 @@ def processes(app_sources: Iterable[SourceData]) -> list[Process]:
         pid = meta_value(m, "pid")
         if rank is None or pid is None:
             continue
+        # the reader checked these (a bad value is warned about there and comes as None)
         offset = meta_value(m, "clock_offset_ns", default=None)
-        if offset is None:
-            offset = (meta_value(m, "clock_sync", default={}) or {}).get("clock_offset_ns", 0)
-        out.append(Process(int(rank), int(pid), meta_value(m, "hostname", "host"), int(offset or 0)))
+        if not all(isinstance(v, int) for v in (rank, pid)):
+            continue
+        out.append(Process(rank, pid, meta_value(m, "hostname", "host"), offset if isinstance(offset, int) else 0))
     return out
 
 

@@ -354,18 +354,45 @@ def _read_all(
     return sources
 
 
-def _missing_ranks(path: Path, manifest: "dict[str, Any] | None", app: list[SourceData]) -> "str | None":
+#: more ranks than any machine runs: a larger world size is a corrupt value
+MAX_WORLD_SIZE = 2**24
+
+
+def _missing_ranks(path: Path, manifest: "dict[str, Any] | None", app: list[SourceData]) -> list[str]:
+    """Warnings about the world size (a bad value in the manifest) and the ranks it names that have no app file.
+
+    Work and output are bounded by the ranks present, not by the world size a file claims: missing ranks are
+    the gaps between present ranks and the tail up to the world size, given as ranges.
+    """
+    warnings: list[str] = []
     world = (manifest or {}).get("world_size")
-    for src in app:
+    if world is not None and (not isinstance(world, int) or isinstance(world, bool)
+                              or not 1 <= world <= MAX_WORLD_SIZE):
+        warnings.append(f"{path / MANIFEST}: world_size {world!r} is not an integer in [1, {MAX_WORLD_SIZE}]; "
+                        "ignored")
+        world = None
+    for src in app:  # the reader checked app headers' values
         world = world or meta_value(src.meta, "world_size")
     if not world:
-        return None
-    present = {int(meta_value(s.meta, "rank")) for s in app if meta_value(s.meta, "rank") is not None}
-    missing = sorted(set(range(int(world))) - present)
-    if not missing:
-        return None
-    names = ", ".join(map(str, missing))
-    return f"{path}: no app (TimeLogger) files for rank(s) {names} of world_size {world}; their layers are unaligned"
+        return warnings
+    present = sorted({r for s in app if isinstance(r := meta_value(s.meta, "rank"), int)})
+    gaps: list[tuple[int, int]] = []  # [first, last] of each run of missing ranks
+    expected = 0
+    for r in present + [world]:
+        if r > expected:
+            gaps.append((expected, min(r, world) - 1))
+        expected = max(expected, r + 1)
+        if expected >= world:
+            break
+    if not gaps:
+        return warnings
+    n_missing = sum(b - a + 1 for a, b in gaps)
+    names = ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in gaps)
+    note = "; their layers are unaligned"
+    if n_missing > 2 * len(present) + 16:
+        note += f" ({n_missing} missing, only {len(present)} present: is world_size right?)"
+    warnings.append(f"{path}: no app (TimeLogger) files for rank(s) {names} of world_size {world}" + note)
+    return warnings
 
 
 def merge_path(path: "str | os.PathLike[str]") -> MergeResult:
@@ -397,9 +424,7 @@ def merge_path(path: "str | os.PathLike[str]") -> MergeResult:
         raise TraceInputError(path, f"no usable trace data ({why})")
     app = [s for s in sources if s.kind in APP_KINDS]
     if is_run_dir(path):
-        missing = _missing_ranks(path, manifest, app)
-        if missing:
-            warnings.append(missing)
+        warnings.extend(_missing_ranks(path, manifest, app))
     aligned = align(sources)
     warnings.extend(aligned.warnings)
     counters = [s.counters for s in sources if len(s.counters) and s.path not in aligned.dropped]
