@@ -6,6 +6,7 @@ from __future__ import annotations
 import gzip
 import json
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -139,3 +140,47 @@ def test_a_bad_value_in_a_dftracer_file_leaves_the_fast_parser(dftracer_set: Pat
     assert f"{bad}:{k + 1}: negative dur -7; event skipped" in damaged.warnings
     assert len(damaged.frame) == len(full.frame) - 1
     assert damaged.meta["parser"] == "lines" and full.meta["parser"] == "arrow"
+
+
+def shift_file(path: Path, us: int) -> None:
+    """Add ``us`` µs to every ``ts`` of a TimeLogger file (what a wrong clock or an edit does)."""
+    def move(m: re.Match) -> str:
+        return f'"ts":{int(m.group(1)) + us}.'
+    path.write_text(re.sub(r'"ts":(\d+)\.', move, path.read_text()))
+
+
+@pytest.fixture(scope="module")
+def two_rank_run(real_run_factory, tmp_path_factory) -> Path:
+    return real_run_factory(tmp_path_factory.mktemp("two"), ranks=2)[0]
+
+
+@pytest.mark.parametrize("shift_s", [30, 2 * 86400])
+def test_one_rank_shifted_is_flagged_or_left_out(two_rank_run: Path, tmp_path: Path, shift_s: int) -> None:
+    run = tmp_path / "run"
+    shutil.copytree(two_rank_run, run)
+    (rank1,) = (run / "app").glob("rank-1-*.pfw")
+    shift_file(rank1, shift_s * 1_000_000)
+    res = merge_path(run)
+    if shift_s == 30:
+        [w] = [w for w in res.warnings if w.startswith(f"{rank1}: rank 1's app layer")]
+        assert "starts and ends +30.0 s away from the other ranks'" in w
+        assert any(w.startswith("rank 1: 100 % of its posix rows lie outside") for w in res.warnings)
+        assert res.rows_per_layer()["app"] == merge_path(two_rank_run).rows_per_layer()["app"]
+    else:  # a different day: not this run's; the run keeps its one-day span
+        assert f"{rank1}: its events start +48.0 h from the run's launch (manifest.json): a different run or a " \
+               "wrong clock; left out of the merge" in res.warnings
+        assert set(res.frame.loc[res.frame["layer"] == "app", "rank"]) == {0}
+        assert res.frame["end_ns"].max() - res.frame["start_ns"].min() < 3600 * 10**9
+
+
+def test_unshifted_runs_are_not_flagged(two_rank_run: Path, real_run) -> None:
+    for run in (two_rank_run, real_run[0]):
+        res = merge_path(run)
+        assert not [w for w in res.warnings if "suspect" in w or "left out" in w], res.warnings
+
+
+def test_a_one_rank_app_file_shifted_from_its_own_posix_layer(run_copy: Path) -> None:
+    shift_file(app_file(run_copy), 30_000_000)
+    res = merge_path(run_copy)
+    assert any(w.startswith("rank 0: 100 % of its posix rows lie outside its app layer's time span (median -30.0 s")
+               for w in res.warnings)

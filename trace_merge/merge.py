@@ -425,7 +425,8 @@ def merge_path(path: "str | os.PathLike[str]") -> MergeResult:
     app = [s for s in sources if s.kind in APP_KINDS]
     if is_run_dir(path):
         warnings.extend(_missing_ranks(path, manifest, app))
-    aligned = align(sources)
+    launch = (manifest or {}).get("created_wall_ns")
+    aligned = align(sources, launch_ns=launch if isinstance(launch, int) and not isinstance(launch, bool) else None)
     warnings.extend(aligned.warnings)
     counters = [s.counters for s in sources if len(s.counters) and s.path not in aligned.dropped]
     counters_df = pd.concat(counters, ignore_index=True) if counters else empty_counters()
