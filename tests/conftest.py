@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -132,3 +133,11 @@ def dftracer_set(tmp_path_factory) -> Path:
 def real_run(tmp_path_factory) -> tuple[Path, list[Path]]:
     """``(run_dir, files)`` of one real TimeLogger + DFTracer run. Read-only: copy before writing into it."""
     return make_real_run(tmp_path_factory.mktemp("real"))
+
+
+@pytest.fixture()
+def run_copy(real_run, tmp_path) -> Path:
+    """A writable copy of :func:`real_run`'s run directory, for tests that damage it."""
+    dst = tmp_path / "run"
+    shutil.copytree(real_run[0], dst)
+    return dst

@@ -131,3 +131,37 @@ def test_not_a_timeline(tmp_path: Path) -> None:
     (tmp_path / "notes.json").write_text('{"lr": 0.1}')
     with pytest.raises(TraceInputError, match="not a Horovod timeline"):
         detect(tmp_path / "notes.json")
+
+
+def test_a_corrupt_event_is_skipped_not_the_rest(timeline: dict, tmp_path: Path) -> None:
+    """A damaged event in the middle (a byte the JSON decoder refuses): that event goes, everything after stays,
+    and the warning names the line and does not call the file truncated."""
+    text = timeline["path"].read_text()
+    full = horovod.read(timeline["path"]).frame
+    at = text.index('{"ph": "B", "name": "ALLREDUCE"', len(text) // 3)
+    bad = tmp_path / "timeline.json"
+    bad.write_text(text[:at] + '{"ph": "B", "name": "ALL\x01REDUCE", "ts": 1@2' + text[at + 40:])
+    src = horovod.read(bad)
+    line = 1 + text.count("\n", 0, at)
+    assert [w for w in src.warnings if "corrupt event" in w] == [
+        f"{bad}:{line}: 1 corrupt event(s) skipped (first: Invalid control character at); read the rest"]
+    assert not any("truncated" in w for w in src.warnings)
+    # the ALLREDUCE that lost its B is gone (its E has nothing to close); every other row is there
+    assert len(full) - 1 <= len(src.frame) < len(full)
+    assert src.frame["start_ns"].max() == full["start_ns"].max()
+
+
+@pytest.mark.parametrize("value", ['"x"', "1e400", "true", "-5"])
+def test_an_event_with_a_bad_ts_or_dur_is_skipped(timeline: dict, tmp_path: Path, value: str) -> None:
+    text = timeline["path"].read_text()
+    full = horovod.read(timeline["path"]).frame
+    key = '"dur": ' if value == "-5" else '"ts": '
+    at = text.index('{"ph": "X"') if value == "-5" else text.index('{"ph": "B", "name": "MPI_ALLREDUCE"')
+    start = text.index(key, at) + len(key)
+    end = start + len(text[start:].split(",")[0].split("}")[0])
+    bad = tmp_path / "timeline.json"
+    bad.write_text(text[:start] + value + text[end:])
+    src = horovod.read(bad)
+    [w] = [w for w in src.warnings if "bad values" in w]
+    assert w.startswith(f"{bad}:{1 + text.count(chr(10), 0, at)}: 1 event(s) with bad values skipped")
+    assert len(src.frame) >= len(full) - 1 and (src.frame["end_ns"] >= src.frame["start_ns"]).all()

@@ -1,4 +1,4 @@
-"""Run.open: fresh merged.parquet is used, stale is not; summary is strict JSON; analyses agree with the frame."""
+"""Run.open: merged.parquet of the same sources is used, of changed sources is not; summary is strict JSON; analyses agree with the frame."""
 from __future__ import annotations
 
 import json
@@ -24,10 +24,17 @@ def test_open_uses_fresh_merged_parquet_and_remerges_stale(real_run, tmp_path):
     pd.testing.assert_frame_equal(cached.frame.reset_index(drop=True), direct.frame.reset_index(drop=True),
                                   check_categorical=False)
     pd.testing.assert_frame_equal(cached.breakdown(), direct.breakdown())
+    # a newer modification time alone is no change (a copy of the run keeps its merge) ...
     source = next((run_dir / "app").glob("*.pfw"))
     later = (run_dir / "merged.parquet").stat().st_mtime + 5
     os.utime(source, (later, later))
-    assert not Run.open(run_dir).cached
+    assert Run.open(run_dir).cached
+    # ... new content is
+    with open(source, "a") as fh:
+        fh.write("\n")
+    stale = Run.open(run_dir)
+    assert not stale.cached
+    assert f"out of date, sources changed since it was made (app/{source.name} changed)" in stale.warnings[0]
 
 
 def test_summary_is_strict_json_and_consistent(real_run):

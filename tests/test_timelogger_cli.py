@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
+import shutil
 import socket
 import subprocess
 import sys
@@ -13,6 +14,7 @@ import pytest
 
 from test_timelogger_util import app_files, clean_env, intervals, meta, read_pfw
 from timelogger import cli
+from timelogger.layout import LAYER_DIRS
 from timelogger.tf import ProfileWindow, parse_profile_spec
 
 
@@ -42,7 +44,8 @@ def test_prepare_sets_env_and_writes_manifest(tmp_path: Path, monkeypatch: pytes
     assert set(manifest["clocks"]) == {"wall_ns", "perf_ns"} and manifest["versions"]["timelogger"]
     assert json.loads((run_dir / "launch" / "rank-0.json").read_text()) == record
     assert not list(run_dir.rglob("*.tmp"))
-    assert manifest["ranks"] == [{"rank": 0, "hostname": record["hostname"], "pid": record["pid"]}]
+    assert manifest["ranks"] == [{"rank": 0, "hostname": record["hostname"], "pid": record["pid"],
+                                  "launch_id": record["launch_id"]}]
 
 
 @pytest.mark.parametrize("opts, spec", [((), None), (("--tf-profile",), "all"), (("--tf-profile=3:5",), "3:5"),
@@ -127,12 +130,18 @@ for epoch in range(2):
 """
 
 
-def test_run_with_posix_preload_writes_dftracer_trace(tmp_path: Path) -> None:
+def _reader_workload(tmp_path: Path, files: int = 3, size: int = 65536) -> Path:
+    """``tmp_path/reader.py`` (:data:`_READER`) and the data directory it reads; returns that directory."""
     data = tmp_path / "data"
     data.mkdir()
-    for i in range(3):
-        (data / f"sample-{i}.bin").write_bytes(bytes(65536))
+    for i in range(files):
+        (data / f"sample-{i}.bin").write_bytes(bytes(size))
     (tmp_path / "reader.py").write_text(_READER)
+    return data
+
+
+def test_run_with_posix_preload_writes_dftracer_trace(tmp_path: Path) -> None:
+    data = _reader_workload(tmp_path)
     run_dir = tmp_path / "run"
     p = _run([sys.executable, "-m", "timelogger", "run", "-o", str(run_dir), "--posix", "--posix-filter", str(data),
               "--", sys.executable, "reader.py", str(data)], tmp_path)
@@ -229,3 +238,122 @@ def test_command_that_cannot_run(tmp_path: Path) -> None:
                        timeout=60)
     assert p.returncode == 127
     assert "no-such-program: cannot execute" in p.stderr and "Traceback" not in p.stderr
+
+
+def _layer_files(run_dir: Path) -> set:
+    """Paths (relative to ``run_dir``) of the files in its layer directories."""
+    return {p.relative_to(run_dir) for d in LAYER_DIRS for p in (run_dir / d).rglob("*") if p.is_file()}
+
+
+def test_force_replaces_the_previous_run_in_every_layer(tmp_path: Path, darshan_logs: Path) -> None:
+    from trace_merge.run import Run
+
+    data = _reader_workload(tmp_path)
+    run_dir = tmp_path / "run"
+    cmd = [sys.executable, "-m", "timelogger", "run", "-o", str(run_dir), "--posix", "--posix-filter", str(data),
+           "--", sys.executable, "reader.py", str(data)]
+    merge = [sys.executable, "-m", "trace_merge", "merge", str(run_dir)]
+    _run(cmd, tmp_path)
+    _run(merge, tmp_path)
+    first = Run.open(run_dir)
+    posix_rows = int((first.frame["layer"] == "posix").sum())
+    assert posix_rows >= 6 and list(first.frame["rank"].unique()) == [0]
+    # the previous run also had a site Darshan writing into darshan/ (kept: a job script may have made it)
+    (run_dir / "darshan").mkdir()
+    shutil.copy(darshan_logs / "dxt.darshan", run_dir / "darshan")
+    old = _layer_files(run_dir)
+    assert {p.parts[0] for p in old} == {"app", "posix", "darshan"}
+
+    p = subprocess.run(cmd, cwd=tmp_path, env=clean_env(), capture_output=True, text=True, timeout=90)
+    assert p.returncode == 2 and "holds a previous run" in p.stderr and "--force" in p.stderr
+    assert _layer_files(run_dir) == old and (run_dir / "merged.parquet").exists()
+
+    p = _run(cmd[:6] + ["--force"] + cmd[6:], tmp_path)
+    assert "removed the previous run" in p.stderr
+    new = _layer_files(run_dir)
+    assert not new & old and {p.parts[0] for p in new} == {"app", "posix"}
+    assert (run_dir / "darshan").is_dir()
+    assert not any((run_dir / n).exists() for n in ("merged.parquet", "counters.parquet", "merge_info.json"))
+    assert sorted(p.name for p in run_dir.iterdir()) == ["app", "darshan", "launch", "manifest.json", "posix"]
+    _run(merge, tmp_path)
+    second = Run.open(run_dir)
+    assert int((second.frame["layer"] == "posix").sum()) == posix_rows  # not doubled by the previous run's file
+    assert list(second.frame["rank"].unique()) == [0] and "darshan" not in set(second.frame["layer"])
+    assert len(second.frame[second.frame["layer"] == "app"]) == 6
+
+
+def _prepare_rank(run_dir: Path, rank: int, *extra: str) -> dict:
+    args = _args(run_dir, *extra)
+    args.cmd = args.cmd[1:] if args.cmd[0] == "--" else args.cmd
+    return cli.prepare(args, {"PMI_RANK": str(rank), "PMI_SIZE": "2"})
+
+
+def test_force_other_ranks_wait_until_rank0_cleared(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rank 1 arrives first: it must not go on (or make its layer directories) before rank 0 has removed the
+    previous run, although the previous run's manifest and its launch record are there."""
+    import threading
+
+    monkeypatch.setattr(cli, "_WAIT_RANKS_S", 5.0)
+    run_dir = tmp_path / "run"
+    # the previous 2-rank launch, as the launcher left it
+    t = threading.Thread(target=_prepare_rank, args=(run_dir, 1))
+    t.start()
+    _prepare_rank(run_dir, 0)
+    t.join()
+    previous = json.loads((run_dir / "manifest.json").read_text())["ranks"]
+    assert sorted(r["rank"] for r in previous) == [0, 1]
+
+    result: dict = {}
+    t = threading.Thread(target=lambda: result.update(_prepare_rank(run_dir, 1, "--force", "--horovod-timeline")))
+    t.start()
+    t.join(0.5)
+    assert t.is_alive() and not (run_dir / "horovod").exists()  # waiting for rank 0
+    rec0 = _prepare_rank(run_dir, 0, "--force", "--horovod-timeline")
+    t.join(30)
+    assert not t.is_alive() and (run_dir / "horovod").is_dir()
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    ids = {r["rank"]: r["launch_id"] for r in manifest["ranks"]}
+    assert ids == {0: rec0["launch_id"], 1: result["launch_id"]}
+    assert not set(ids.values()) & {r["launch_id"] for r in previous}
+    # rank 0 removed rank 1's new record with the old ones; rank 1 wrote it again
+    assert json.loads((run_dir / "launch" / "rank-1.json").read_text()) == result
+    assert not list(run_dir.glob(".timelogger-previous-run-*"))
+
+
+def test_force_rank_gives_up_without_rank0(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                           capsys: pytest.CaptureFixture) -> None:
+    monkeypatch.setattr(cli, "_WAIT_FORCE_S", 0.2)
+    monkeypatch.setattr(cli, "_WAIT_CLEAR_MARGIN_S", 0.0)
+    for key, value in {"PMI_RANK": "1", "PMI_SIZE": "2"}.items():
+        monkeypatch.setenv(key, value)
+    assert cli.main(["run", "-o", str(tmp_path), "--force", "--", "true"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and str(tmp_path / "manifest.json") in err[0] and "rank 0 did not list rank 1" in err[0]
+
+
+@pytest.mark.mpi
+def test_force_under_mpiexec_replaces_a_larger_previous_run(tmp_path: Path) -> None:
+    mpiexec = Path(sys.executable).parent / "mpiexec"
+    if not mpiexec.exists():
+        pytest.skip(f"{mpiexec} not found (pip install mpich)")
+    data = _reader_workload(tmp_path, files=1, size=4096)
+    run_dir = tmp_path / "run"
+
+    def launch(n: int, *extra: str) -> subprocess.CompletedProcess:
+        return _run([str(mpiexec), "-n", str(n), "timelogger", "run", "-o", str(run_dir), "--posix", *extra, "--",
+                     "python", "reader.py", str(data)], tmp_path, timeout=120)
+
+    launch(3)
+    old = _layer_files(run_dir)
+    assert sorted(p.name.split("-pid-")[0] for p in app_files(run_dir)) == ["rank-0", "rank-1", "rank-2"]
+    launch(2, "--force")
+    new = _layer_files(run_dir)
+    assert not new & old and any(p.parts[0] == "posix" for p in new)
+    launches = {json.loads(f.read_text())["rank"]: json.loads(f.read_text()) for f in (run_dir / "launch").iterdir()}
+    assert set(launches) == {0, 1}
+    files = app_files(run_dir)
+    assert sorted((read_pfw(f)[0]["args"]["rank"], read_pfw(f)[0]["args"]["pid"]) for f in files) == \
+        [(r, launches[r]["pid"]) for r in (0, 1)]
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert {r["rank"]: r["launch_id"] for r in manifest["ranks"]} == {r: launches[r]["launch_id"] for r in (0, 1)}
+    assert not list(run_dir.glob(".timelogger-previous-run-*"))

@@ -6,6 +6,11 @@ directory and the capture environment, records this rank's launch, lets rank 0 w
 replaces itself with CMD through ``os.execvpe`` so MPI's inherited descriptors and the launcher's signals reach the
 real program (DESIGN.md, "Launcher notes"). Nothing here changes what CMD computes: only environment variables
 that switch on capture are added.
+
+A run directory holding a previous run is refused unless ``--force``; then rank 0 removes the previous run (every
+layer's files, the manifest, launch records and merge outputs) while the other ranks wait for the manifest to list
+their launch before they exec, so nothing of this run is written until the old one is gone and nothing of the old
+one is left for the next merge to mix in. The run directory is one directory shared by all ranks.
 """
 from __future__ import annotations
 
@@ -14,6 +19,8 @@ import importlib.util
 import json
 import os
 import platform
+import secrets
+import shutil
 import sys
 import time
 from importlib import metadata
@@ -36,7 +43,15 @@ _VERSION_DISTS = ("tensorflow-cpu", "tensorflow", "keras", "horovod", "mpi4py", 
                   "darshan", "h5py", "numpy")
 
 
+#: how long rank 0 waits for the other ranks' launch records before it writes the manifest (s)
 _WAIT_RANKS_S = 2.0
+#: with --force, how long rank 0 waits for every rank to check in (s): the other ranks exec only once the manifest
+#: lists them, and they give up (an error) _WAIT_CLEAR_MARGIN_S later than that
+_WAIT_FORCE_S = 60.0
+_WAIT_CLEAR_MARGIN_S = 60.0
+_POLL_S = 0.05
+#: where rank 0 moves the previous run before deleting it (inside RUN_DIR: same file system, so rename works)
+_TRASH_PREFIX = ".timelogger-previous-run-"
 
 
 class LaunchError(Exception):
@@ -61,7 +76,8 @@ def setup_parser(sub: Optional[Any] = None) -> argparse.ArgumentParser:
                              "'START:' or 'N'; xplane.pb goes to RUN_DIR/tf/rank-<r>/. Write it as "
                              "--tf-profile=SPEC or put it before another option or --")
     parser.add_argument("--force", action="store_true",
-                        help="reuse a run directory holding a previous run (its app files of this rank go)")
+                        help="replace a previous run in RUN_DIR: rank 0 deletes its files in every layer "
+                             "directory, its manifest, launch records and merge outputs before any rank starts CMD")
     parser.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD ...", help="the program to run")
     return parser
 
@@ -102,23 +118,109 @@ def _darshan_enabled(env: Dict[str, str]) -> bool:
     return "darshan" in env.get("LD_PRELOAD", "").lower() or any(k.startswith("DARSHAN_") for k in env)
 
 
-def _check_previous(run_dir: Path, rank: int, world: int, force: bool) -> List[Path]:
-    """App files of a previous run this rank is responsible for (its own rank; rank 0 also ranks >= world).
+def _previous_run(run_dir: Path, rank: int, world: int) -> List[Path]:
+    """Files in ``run_dir`` that this rank can tell belong to a previous run, not to the one being launched.
 
-    Each rank looks only at its own rank's files, so a fast rank that already started writing cannot make a slow
-    rank refuse.
+    Only rank r writes ``launch/rank-<r>.json`` and rank r's app files, only rank 0 the manifest, and nothing of a
+    launch writes merge outputs, so those found now are a previous run's even while faster ranks of this launch
+    already write their own files; any file in a layer directory counts too when this is the only rank.
     """
+    found = [layout.launch_record(run_dir, rank)]
     app = run_dir / layout.APP_DIR
-    stale: List[Path] = []
     if app.is_dir():
-        for p in app.iterdir():
+        for p in sorted(app.iterdir()):
             m = layout.APP_FILE.match(p.name)
             if m and (int(m.group(1)) == rank or (rank == 0 and int(m.group(1)) >= world)):
-                stale.append(p)
-    if stale and not force:
-        raise LaunchError(f"{app}: holds app files of a previous run (e.g. {stale[0].name}); "
-                          "use another -o or --force")
-    return stale
+                found.append(p)
+    if rank == 0:
+        found += [run_dir / name for name in (layout.MANIFEST, *layout.OUTPUTS)]
+    if world == 1:
+        found += [p for d in layout.LAYER_DIRS if (run_dir / d).is_dir() for p in sorted((run_dir / d).iterdir())]
+    return [p for p in dict.fromkeys(found) if p.exists()]
+
+
+def _clear_previous(run_dir: Path, keep: Path) -> int:
+    """Remove the previous run from ``run_dir`` (rank 0 with ``--force``, before any rank of this launch execs).
+
+    Everything inside the layer directories goes, and the manifest, the merge outputs and every launch record but
+    ``keep`` (this rank's new one); the layer directories themselves stay, since a job script may have made one
+    (``darshan/`` for ``DARSHAN_LOGPATH``). All of it is first renamed into one hidden directory and then deleted:
+    a rename is quick and all-or-nothing per file, so a failure cannot leave a half-cleared layer for the next
+    merge to mix in. Returns how many entries were removed.
+    """
+    trash = run_dir / f"{_TRASH_PREFIX}{os.getpid()}"
+    entries = [run_dir / name for name in (layout.MANIFEST, *layout.OUTPUTS)]
+    entries += [p for p in (run_dir / layout.LAUNCH_DIR).glob(layout.LAUNCH_GLOB) if p != keep]
+    entries += [p for d in layout.LAYER_DIRS if (run_dir / d).is_dir() for p in (run_dir / d).iterdir()]
+    # what an earlier clearing could not delete
+    entries += [p for p in run_dir.glob(f"{_TRASH_PREFIX}*") if p != trash]
+    moved = 0
+    for src in entries:
+        dst = trash / src.relative_to(run_dir)
+        try:
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            os.rename(src, dst)
+        except FileNotFoundError:
+            continue  # not there (an output never made), or another rank's launch record being replaced
+        except OSError as exc:
+            raise LaunchError(f"{src}: cannot remove the previous run's file ({exc.strerror or exc})") from exc
+        moved += 1
+    if trash.exists():
+        try:
+            shutil.rmtree(trash)
+        except OSError as exc:
+            # The layers are already clear; only disk space is at stake, and the next --force retries.
+            print(f"timelogger: {trash}: could not delete the previous run moved here ({exc}); delete it by hand",
+                  file=sys.stderr)
+    return moved
+
+
+def _checked_in(run_dir: Path, world: int, timeout: float) -> List[Dict[str, Any]]:
+    """The launch records of ``run_dir`` (rank, hostname, pid, launch_id), once all ``world`` ranks wrote theirs
+    or after ``timeout`` seconds."""
+    launch = run_dir / layout.LAUNCH_DIR
+    deadline = time.monotonic() + timeout
+    while len(list(launch.glob(layout.LAUNCH_GLOB))) < world and time.monotonic() < deadline:
+        time.sleep(_POLL_S)
+    known = []
+    for f in sorted(launch.glob(layout.LAUNCH_GLOB)):
+        try:
+            r = json.loads(f.read_text(encoding="utf-8"))
+            known.append({"rank": r["rank"], "hostname": r["hostname"], "pid": r["pid"],
+                          "launch_id": r.get("launch_id")})
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # another rank is mid-rename; its launch/ file remains the source
+    return known
+
+
+def _listed(manifest: Path, record: Dict[str, Any]) -> bool:
+    """Whether ``manifest`` lists this launch of ``record``'s rank (same ``launch_id``)."""
+    try:
+        data = json.loads(manifest.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False  # not written yet, or the previous run's being removed
+    ranks = data.get("ranks") if isinstance(data, dict) else None
+    return isinstance(ranks, list) and any(
+        isinstance(r, dict) and r.get("rank") == record["rank"] and r.get("launch_id") == record["launch_id"]
+        for r in ranks)
+
+
+def _wait_for_rank0(run_dir: Path, record: Dict[str, Any], timeout: float) -> None:
+    """Block a rank > 0 launched with ``--force`` until rank 0 has cleared the previous run and listed it.
+
+    Rank 0 removes the previous run's launch records without being able to tell them from new ones, so this
+    rank's may go too: it is written again until rank 0 has seen it.
+    """
+    own = layout.launch_record(run_dir, record["rank"])
+    deadline = time.monotonic() + timeout
+    while not _listed(run_dir / layout.MANIFEST, record):
+        if time.monotonic() > deadline:
+            raise LaunchError(f"{run_dir / layout.MANIFEST}: rank 0 did not list rank {record['rank']}'s launch "
+                              f"within {timeout:.0f} s; with --force every rank waits for rank 0 to clear the "
+                              "previous run (is rank 0 running `timelogger run --force` on the same directory?)")
+        if not own.exists():
+            _atomic_json(own, record)
+        time.sleep(_POLL_S)
 
 
 def prepare(args: argparse.Namespace, env: Dict[str, str]) -> Dict[str, Any]:
@@ -135,10 +237,13 @@ def prepare(args: argparse.Namespace, env: Dict[str, str]) -> Dict[str, Any]:
         (run_dir / layout.LAUNCH_DIR).mkdir(exist_ok=True)
     except OSError as exc:
         raise LaunchError(f"{run_dir}: cannot create run directory ({exc.strerror or exc})") from exc
-    for p in _check_previous(run_dir, rank, world, args.force):
-        p.unlink(missing_ok=True)
+    previous = _previous_run(run_dir, rank, world)
+    if previous and not args.force:
+        raise LaunchError(f"{run_dir}: holds a previous run (e.g. {previous[0]}); use another -o or --force")
 
     env[ENV_DIR] = str(run_dir)
+    # made only after a previous run is cleared (below): rank 0 would move a directory made now away with it
+    layer_dirs: List[Path] = []
     layers: Dict[str, Any] = {"app": True, "posix": False, "horovod_timeline": False, "tf_profile": False,
                               "darshan": _darshan_enabled(env)}
     if args.posix:
@@ -147,7 +252,7 @@ def prepare(args: argparse.Namespace, env: Dict[str, str]) -> Dict[str, Any]:
             print("timelogger: --posix: the dftracer package is not installed (pip install .[posix]); "
                   "continuing without POSIX tracing", file=sys.stderr)
         else:
-            (run_dir / layout.POSIX_DIR).mkdir(exist_ok=True)
+            layer_dirs.append(run_dir / layout.POSIX_DIR)
             env["LD_PRELOAD"] = ":".join(x for x in (str(so), env.get("LD_PRELOAD", "")) if x)
             env["DFTRACER_ENABLE"] = "1"
             env["DFTRACER_INIT"] = "PRELOAD"
@@ -159,7 +264,7 @@ def prepare(args: argparse.Namespace, env: Dict[str, str]) -> Dict[str, Any]:
     elif args.posix_filter:
         raise LaunchError("--posix-filter needs --posix")
     if args.horovod_timeline:
-        (run_dir / layout.HOROVOD_DIR).mkdir(exist_ok=True)
+        layer_dirs.append(run_dir / layout.HOROVOD_DIR)
         env["HOROVOD_TIMELINE"] = str(layout.horovod_timeline(run_dir))
         layers["horovod_timeline"] = env["HOROVOD_TIMELINE"]
     if args.tf_profile is not None:
@@ -180,23 +285,22 @@ def prepare(args: argparse.Namespace, env: Dict[str, str]) -> Dict[str, Any]:
         "rank": rank, "world_size": world, "launcher": launcher, "hostname": hostname(),
         # exec keeps the pid, so this is also the pid in the rank's app file name
         "pid": os.getpid(),
+        # tells this launch's record apart from a previous run's of the same rank (rank 0 lists it in the manifest)
+        "launch_id": secrets.token_hex(8),
         "clock": {"wall_ns": wall, "perf_ns": (p0 + p1) // 2},
         "command": list(args.cmd), "cwd": os.getcwd(), "layers": layers,
     }
-    _atomic_json(layout.launch_record(run_dir, rank), record)
+    own = layout.launch_record(run_dir, rank)
+    _atomic_json(own, record)
     if rank == 0:
-        known = []
+        if args.force and _clear_previous(run_dir, keep=own):
+            print(f"timelogger: {run_dir}: removed the previous run (--force)", file=sys.stderr)
         # Give the other ranks' launchers a moment to check in, so the manifest lists their hosts; launch/ stays
-        # the complete record for ranks that come later.
-        deadline = time.monotonic() + _WAIT_RANKS_S
-        while len(list((run_dir / layout.LAUNCH_DIR).glob(layout.LAUNCH_GLOB))) < world and time.monotonic() < deadline:
-            time.sleep(0.05)
-        for f in sorted((run_dir / layout.LAUNCH_DIR).glob(layout.LAUNCH_GLOB)):
-            try:
-                r = json.loads(f.read_text(encoding="utf-8"))
-                known.append({"rank": r["rank"], "hostname": r["hostname"], "pid": r["pid"]})
-            except (OSError, ValueError, KeyError):
-                continue  # another rank is mid-rename; its launch/ file remains the source
+        # the complete record for ranks that come later. With --force they wait for the manifest, so wait for all.
+        known = _checked_in(run_dir, world, _WAIT_FORCE_S if args.force else _WAIT_RANKS_S)
+        if args.force and len(known) < world:
+            print(f"timelogger: {run_dir / layout.LAUNCH_DIR}: only {len(known)} of {world} ranks checked in "
+                  f"within {_WAIT_FORCE_S:.0f} s; the others will stop", file=sys.stderr)
         manifest = {
             "tool": "timelogger", "created_wall_ns": wall, "command": list(args.cmd), "cwd": os.getcwd(),
             "world_size": world, "launcher": launcher, "ranks": known, "ranks_dir": layout.LAUNCH_DIR,
@@ -206,6 +310,13 @@ def prepare(args: argparse.Namespace, env: Dict[str, str]) -> Dict[str, Any]:
                                         "DFTRACER_DATA_DIR", "DARSHAN_LOGPATH", "SLURM_JOB_ID") if k in env},
         }
         _atomic_json(run_dir / layout.MANIFEST, manifest)
+    elif args.force:
+        _wait_for_rank0(run_dir, record, _WAIT_FORCE_S + _WAIT_CLEAR_MARGIN_S)
+    for d in layer_dirs:
+        try:
+            d.mkdir(exist_ok=True)
+        except OSError as exc:
+            raise LaunchError(f"{d}: cannot create ({exc.strerror or exc})") from exc
     return record
 
 

@@ -11,6 +11,7 @@
       posix/trace-*.pfw[.gz]    DFTracer POSIX preload
       darshan/*.darshan         Darshan logs
       merged.parquet, counters.parquet, merge_info.json   ``trace-merge merge`` outputs (derived data)
+      .merge.lock               held while ``trace-merge merge`` runs
       report.html               ``trace-merge report`` (default output)
 
 Only the standard library is used (the capture side imports this); ``trace_merge`` and the benchmarks import it
@@ -39,8 +40,12 @@ LAYER_DIRS: Tuple[str, ...] = (APP_DIR, TF_DIR, HOROVOD_DIR, POSIX_DIR, DARSHAN_
 MERGED = "merged.parquet"
 COUNTERS = "counters.parquet"
 MERGE_INFO = "merge_info.json"
+#: held by ``trace-merge merge`` while it merges and writes the outputs above (two merges of a run at once)
+MERGE_LOCK = ".merge.lock"
 #: ``trace-merge report``'s default output in a run directory
 REPORT = "report.html"
+#: files derived from a run (stale once the run is replaced: ``timelogger run --force`` removes them)
+OUTPUTS: Tuple[str, ...] = (MERGED, COUNTERS, MERGE_INFO, REPORT)
 
 
 def tf_logdir(run_dir: PathLike, rank: int) -> Path:

@@ -2,15 +2,23 @@
 
 Layout of the hot path (see STYLE.md item 4): ending an interval appends one tuple
 ``(spec, t0_ns, t1_ns, tags[, args])`` to a list owned by the calling thread; a daemon thread turns the tuples
-into JSON lines every ``flush_interval`` seconds. Nothing on the hot path allocates more than that tuple, calls
-``json`` or takes a lock. File layout and time base: ``docs/wire-format.md``.
+into JSON lines every ``flush_interval`` seconds, or sooner when a thread has buffered :data:`CHUNK_EVENTS`.
+Nothing on the hot path allocates more than that tuple, calls ``json`` or takes a lock.
+
+Loss bound: the writer serialises and writes in chunks of :data:`CHUNK_EVENTS`, so lines reach the OS as they
+are made. Before each chunk it drops (and counts) every buffered interval that ended more than ``max_lag`` ago:
+when the producers outrun the writer, memory stays bounded and an interval is either on disk within about
+``max_lag`` of its end or counted in a ``timelogger_dropped`` record that is written at once. File layout and
+time base: ``docs/wire-format.md``.
 """
 from __future__ import annotations
 
 import atexit
+import bisect
 import itertools
 import json
 import logging
+import operator
 import os
 import signal
 import sys
@@ -36,6 +44,13 @@ VERSION = "0.1.0"
 _pc = time.perf_counter_ns
 _TAG_KEYS = frozenset(("rank", "epoch", "step"))
 _new = object.__new__
+_end_of = operator.itemgetter(2)
+#: intervals serialised per write call: lines reach the OS every chunk, never only after the whole backlog, and
+#: the writer re-checks the deadline between chunks (a chunk takes ~5 ms of CPU, up to ~5x that in wall time
+#: when four busy threads compete for the GIL)
+CHUNK_EVENTS = 4096
+#: hard bound on the intervals one thread may hold unwritten (the oldest beyond it are dropped and counted)
+MAX_BUFFERED = 1_000_000
 _F = TypeVar("_F", bound=Callable[..., Any])
 
 
@@ -73,11 +88,12 @@ class _Local(threading.local):
 
 
 class _BufEntry:
-    __slots__ = ("buf", "ident", "tid", "name", "thread", "announced")
+    __slots__ = ("buf", "ident", "tid", "name", "thread", "announced", "dropped")
 
     def __init__(self, buf: List[tuple]) -> None:
         th = threading.current_thread()
         self.buf = buf
+        self.dropped = 0  # intervals of this thread dropped because the writer fell behind
         self.ident = threading.get_ident()
         self.tid = threading.get_native_id()
         self.name = th.name
@@ -190,7 +206,19 @@ class TimeLogger:
         Position in the job; read from the launcher's environment when None (Open MPI, MPICH/Hydra ``PMI_*``,
         ``PMIX_RANK``, Slurm, Horovod), else 0 and 1.
     flush_interval
-        Seconds between background flushes (the most a ``kill -9`` can lose, plus one write).
+        Seconds between background flushes. An interval is on disk within ``max_lag`` of its end (what a
+        ``kill -9`` can lose), or counted as dropped.
+    max_lag
+        Seconds an ended interval may wait for the writer; older ones are dropped and counted (on disk at once,
+        in ``timelogger_dropped`` records) so that memory stays bounded when the producers outrun the writer.
+        Default ``flush_interval + 0.25`` (0.75 s at the default interval): long enough that a writer that keeps
+        up never drops, short enough that with the time between two checks the loss window stays under 1 s.
+
+    Attributes
+    ----------
+    events_written, dropped
+        Intervals whose whole line reached the file, and intervals lost (writer behind, write error, recorded
+        after close, unserialisable values). Both match what is on disk, also after a failed write.
 
     Notes
     -----
@@ -205,6 +233,7 @@ class TimeLogger:
         world_size: Optional[int] = None,
         *,
         flush_interval: float = 0.5,
+        max_lag: Optional[float] = None,
     ) -> None:
         env_rank, env_world, _ = detect_rank_world()
         self.rank = env_rank if rank is None else int(rank)
@@ -212,6 +241,9 @@ class TimeLogger:
         self.out_dir: Optional[Path] = None if out_dir is None else Path(out_dir)
         self.path: Optional[Path] = None
         self.flush_interval = float(flush_interval)
+        lag = self.flush_interval + 0.25 if max_lag is None else float(max_lag)
+        self.max_lag = lag
+        self._max_lag_ns = int(lag * 1e9)
         self._on = False
         self._closed = False
         self._warned: set = set()
@@ -255,11 +287,12 @@ class TimeLogger:
             self._disable("open", "timelogger: cannot create %s (%s); logging disabled for this process", app, exc)
             return
         base = layout.app_file_stem(self.rank, self.pid)
-        fh = None
+        fd = None
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | getattr(os, "O_CLOEXEC", 0)
         for k in range(1000):
             path = app / (f"{base}.pfw" if k == 0 else f"{base}-{k}.pfw")
             try:
-                fh = open(path, "x", encoding="utf-8")
+                fd = os.open(path, flags, 0o644)
             except FileExistsError:
                 continue
             except OSError as exc:
@@ -270,11 +303,14 @@ class TimeLogger:
                 self._warn_once("collision", "timelogger: %s already exists; writing %s instead",
                                 app / f"{base}.pfw", path.name)
             break
-        if fh is None:
+        if fd is None:
             self._disable("open", "timelogger: no free file name for %s in %s; logging disabled", base, app)
             return
         self.path = path
-        self._fh = fh
+        # A raw descriptor, not a buffered file: every write is a system call whose result says exactly how many
+        # bytes landed, which keeps events_written/dropped true after ENOSPC and leaves nothing in a user buffer
+        # for kill -9 to lose.
+        self._fh = fd
         header = {
             "rank": self.rank,
             "world_size": self.world_size,
@@ -285,16 +321,8 @@ class TimeLogger:
             "versions": _versions(),
             "argv": list(sys.argv),
         }
-        try:
-            fh.write("[\n" + self._meta_line("timelogger", header, _pc()))
-            fh.flush()
-        except OSError as exc:
-            self._fh = None
-            try:
-                fh.close()
-            except OSError:
-                pass
-            self._disable("write", "timelogger: cannot write %s (%s); logging disabled", path, exc)
+        if not self._write(["[\n", self._meta_line("timelogger", header, _pc())], [0, 0]):
+            self._close_fd()
             return
         self._on = True
         self._stop = threading.Event()
@@ -308,11 +336,21 @@ class TimeLogger:
 
     def _flusher(self) -> None:
         stop = self._stop
-        while not stop.wait(self.flush_interval):
+        # Wake often enough to flush by size (a thread with a chunk's worth buffered) as well as by time.
+        poll = min(self.flush_interval, 0.05)
+        due = time.monotonic() + self.flush_interval
+        while not stop.wait(poll):
             try:
-                self._flush()
+                now = time.monotonic()
+                if now >= due or self._backlog() >= CHUNK_EVENTS:
+                    due = now + self.flush_interval
+                    self._flush()
             except Exception as exc:  # keep flushing: one bad batch must not end crash safety for the run
                 self._warn_once("flusher", "timelogger: background flush of %s failed: %s", self.path, exc)
+
+    def _backlog(self) -> int:
+        """The most intervals any one thread has buffered."""
+        return max((len(e.buf) for e in self._entries), default=0)
 
     # ------------------------------------------------------------------ warnings
     def _warn_once(self, key: str, msg: str, *args: Any) -> None:
@@ -532,16 +570,13 @@ class TimeLogger:
         if not self._acquire():
             return  # re-entered from a signal handler inside our own write: the outer call finishes it
         try:
-            out, n_x = self._drain() if was_on else ([], 0)
-            out.append(self._meta_line("timelogger_close", {
+            if was_on:
+                self._drain_all(trim=False)  # no deadline at close: write everything still buffered
+            self._write([self._meta_line("timelogger_close", {
                 "anchor": {"wall_ns": wall, "perf_ns": perf},
-                "events": self.events_written + n_x,
-                "dropped": self.dropped}, perf))
-            self._write(out, n_x)
-            try:
-                self._fh.close()
-            except OSError:
-                pass
+                "events": self.events_written,
+                "dropped": self.dropped}, perf)], [0])
+            self._close_fd()
         finally:
             self._release()
         _unregister_live(self)
@@ -574,53 +609,113 @@ class TimeLogger:
         return ('{"name":' + _json(name) + ',"ph":"M","ts":' + _us(perf_ns + self._off) + ',"pid":'
                 + str(self.pid) + ',"tid":' + str(threading.get_native_id()) + ',"args":' + _json(args) + "}\n")
 
-    def _drain(self) -> Tuple[List[str], int]:
-        """Take everything out of the per-thread buffers and serialise it (caller holds the write lock).
+    def _close_fd(self) -> None:
+        fd, self._fh = self._fh, None
+        if fd is not None:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
 
-        Returns the lines and how many of them are intervals.
-        """
-        out: List[str] = []
-        n_x = 0
-        off = self._off
-        pid = self.pid
-        with self._reg_lock:
-            entries = list(self._entries)
-        dead = []
+    def _trim(self, entries: List[_BufEntry]) -> None:
+        """Drop what the writer can no longer write in time: intervals that ended more than ``max_lag`` ago, and
+        the oldest beyond :data:`MAX_BUFFERED` per thread. The new totals go to the file at once, so a ``kill -9``
+        right after still leaves every lost interval counted on disk. Caller holds the write lock."""
+        cutoff = _pc() - self._max_lag_ns
+        lines = []
         for ent in entries:
             buf = ent.buf
             n = len(buf)
-            if n:
-                # Appends only ever go to the end, so copying and deleting the first n items is safe under the
-                # GIL while the owning thread keeps appending.
-                items = buf[:n]
-                del buf[:n]
-                if not ent.announced:
-                    ent.announced = True
-                    out.append('{"name":"thread_name","ph":"M","ts":' + _us(items[0][1] + off) + ',"pid":'
-                               + str(pid) + ',"tid":' + str(ent.tid) + ',"args":'
-                               + _json({"name": ent.name, "tid": ent.tid}) + "}\n")
-                mid = ',"pid":' + str(pid) + ',"tid":' + str(ent.tid) + ',"args":{'
-                for item in items:
-                    try:
-                        t0 = item[1]
-                        ts = t0 + off
-                        d = item[2] - t0
-                        args = item[3] if len(item) == 4 else self._args_text(item[3], item[4])
-                        out.append(f'{item[0]}{ts // 1000}.{ts % 1000:03d},"dur":{d // 1000}.{d % 1000:03d}'
-                                   f'{mid}{args}}}}}\n')
-                        n_x += 1
-                    except Exception as exc:  # a value json cannot take even with default=str
-                        self.dropped += 1
-                        self._warn_once("serialise", "timelogger: could not serialise an interval (%s); dropped",
-                                        exc)
-            else:
+            if not n or buf[0][2] >= cutoff:
+                continue
+            # intervals are appended as they end, so end times ascend within a thread's buffer
+            k = max(bisect.bisect_left(buf, cutoff, 0, n, key=_end_of), n - MAX_BUFFERED)
+            if k <= 0:
+                continue
+            del buf[:k]  # only the front: the owner keeps appending at the end (list ops are atomic)
+            ent.dropped += k
+            self.dropped += k
+            lines.append(self._dropped_line(ent))
+        if lines:
+            self._warn_once("behind", "timelogger: the writer of %s cannot keep up; dropping intervals older than "
+                            "%.2f s (counted in timelogger_dropped records)", self.path, self.max_lag)
+            self._write(lines, [0] * len(lines))
+
+    def _dropped_line(self, ent: _BufEntry) -> str:
+        return ('{"name":"timelogger_dropped","ph":"M","ts":' + _us(_pc() + self._off) + ',"pid":'
+                + str(self.pid) + ',"tid":' + str(ent.tid) + ',"args":'
+                + _json({"tid": ent.tid, "dropped": ent.dropped, "total": self.dropped}) + "}\n")
+
+    def _drain_all(self, trim: bool = True) -> None:
+        """Serialise and write, chunk by chunk, what the threads had buffered when this call began (caller holds
+        the write lock). Intervals that arrive meanwhile wait for the next flush, so a producer faster than the
+        writer cannot keep one flush going for ever."""
+        with self._reg_lock:
+            entries = list(self._entries)
+        quota = [len(e.buf) for e in entries]
+        while self._fh is not None:
+            if trim:
+                before = [len(e.buf) for e in entries]
+                self._trim(entries)
+                quota = [max(0, q - (b - len(e.buf))) for q, b, e in zip(quota, before, entries)]
+            lines, kinds = self._drain(entries, quota)
+            if not lines:
+                break
+            self._write(lines, kinds)
+        self._forget_dead(entries)
+
+    def _drain(self, entries: List[_BufEntry], quota: List[int]) -> Tuple[List[str], List[int]]:
+        """Take about :data:`CHUNK_EVENTS` intervals out of the buffers (at most ``quota[i]`` from entry i, which is
+        decremented) and serialise them. Returns the lines and, per line, 1 for an interval, 0 for metadata."""
+        out: List[str] = []
+        kinds: List[int] = []
+        off = self._off
+        pid = self.pid
+        # an equal share of the chunk per busy thread, so that no thread waits behind another's backlog
+        busy = sum(1 for q, e in zip(quota, entries) if q > 0 and e.buf) or 1
+        share = max(1, CHUNK_EVENTS // busy)
+        for i, ent in enumerate(entries):
+            n = min(quota[i], share, len(ent.buf))
+            if n <= 0:
+                continue
+            buf = ent.buf
+            # Appends only ever go to the end, so copying and deleting the first n items is safe under the
+            # GIL while the owning thread keeps appending.
+            items = buf[:n]
+            del buf[:n]
+            quota[i] -= n
+            if not ent.announced:
+                ent.announced = True
+                out.append('{"name":"thread_name","ph":"M","ts":' + _us(items[0][1] + off) + ',"pid":'
+                           + str(pid) + ',"tid":' + str(ent.tid) + ',"args":'
+                           + _json({"name": ent.name, "tid": ent.tid}) + "}\n")
+                kinds.append(0)
+            mid = ',"pid":' + str(pid) + ',"tid":' + str(ent.tid) + ',"args":{'
+            for item in items:
+                try:
+                    t0 = item[1]
+                    ts = t0 + off
+                    d = item[2] - t0
+                    args = item[3] if len(item) == 4 else self._args_text(item[3], item[4])
+                    out.append(f'{item[0]}{ts // 1000}.{ts % 1000:03d},"dur":{d // 1000}.{d % 1000:03d}'
+                               f'{mid}{args}}}}}\n')
+                    kinds.append(1)
+                except Exception as exc:  # a value json cannot take even with default=str
+                    self.dropped += 1
+                    self._warn_once("serialise", "timelogger: could not serialise an interval (%s); dropped",
+                                    exc)
+        return out, kinds
+
+    def _forget_dead(self, entries: List[_BufEntry]) -> None:
+        dead = []
+        for ent in entries:
+            if not ent.buf:
                 th = ent.thread()
                 if th is None or not th.is_alive():
                     dead.append(ent)
         if dead:
             with self._reg_lock:
                 self._entries = [e for e in self._entries if e not in dead]
-        return out, n_x
 
     @staticmethod
     def _args_text(tags: str, args: Dict[str, Any]) -> str:
@@ -631,19 +726,45 @@ class TimeLogger:
             return tags + "," + _json(args)[1:-1]
         return _json({**json.loads("{" + tags + "}"), **args})[1:-1]
 
-    def _write(self, lines: List[str], n_x: int) -> None:
-        """Write whole lines and hand them to the OS (so a ``kill -9`` after this loses nothing of them)."""
+    def _write(self, lines: List[str], kinds: List[int]) -> bool:
+        """Write whole lines with system calls (so a ``kill -9`` after this loses nothing of them).
+
+        ``kinds[i]`` is 1 when line i is an interval. On a failed or short write (ENOSPC, EFBIG) the intervals
+        whose whole line landed count as written and the rest as dropped, then logging stops. Returns success.
+        """
         if not lines or self._fh is None:
-            return
+            return self._fh is not None
+        data = "".join(lines).encode("utf-8")
+        done = 0
         try:
-            self._fh.write("".join(lines))
-            self._fh.flush()
-        except (OSError, ValueError) as exc:
-            self.dropped += n_x
+            while done < len(data):
+                done += os.write(self._fh, data[done:] if done else data)
+        except OSError as exc:
+            landed = 0
+            pos = 0
+            for line, kind in zip(lines, kinds):
+                pos += len(line.encode("utf-8"))
+                if pos > done:
+                    break
+                landed += kind
+            lost = sum(kinds) - landed
+            # what is still buffered can never be written either: count it now, not never
+            with self._reg_lock:
+                entries = list(self._entries)
+            for ent in entries:
+                n = len(ent.buf)
+                del ent.buf[:n]
+                lost += n
+            self.events_written += landed
+            self.dropped += lost
             self._disable("write", "timelogger: writing %s failed (%s); logging disabled, %d events lost",
-                          self.path, exc, n_x)
-            return
-        self.events_written += n_x
+                          self.path, exc, lost)
+            # Nothing more goes to the file: a half line there stays the last line, which readers drop (a
+            # crashed writer leaves one too).
+            self._close_fd()
+            return False
+        self.events_written += sum(kinds)
+        return True
 
     def _flush(self, extra: Optional[str] = None) -> None:
         entered = _busy_enter()
@@ -656,12 +777,11 @@ class TimeLogger:
         if not self._acquire():
             return
         try:
-            if self._fh is None or self._fh.closed:
+            if self._fh is None:
                 return
-            out, n_x = self._drain()
+            self._drain_all()
             if extra is not None:
-                out.append(extra)
-            self._write(out, n_x)
+                self._write([extra], [0])
         finally:
             self._release()
 
@@ -682,7 +802,7 @@ class TimeLogger:
                 ent.announced = False
                 keep.append(ent)
         self._entries = keep
-        self._fh = None  # the parent's handle: its buffer is empty (we held the lock across fork); drop it
+        self._close_fd()  # the parent's descriptor: unbuffered, so closing our copy loses nothing of its file
         self._thread = None
         self.events_written = 0
         self.dropped = 0

@@ -7,8 +7,11 @@ Steps (:func:`align`):
    and ``hostname`` in its metadata. Rows of non-app sources whose ``(host, pid)`` (or, when the host is
    missing on either side, ``pid``) matches an app process get that process's rank; otherwise a
    ``rank-<r>`` / ``rank<r>`` in the file name decides; otherwise the reader's rank stays.
-2. **Different day.** A source whose median start time is more than 12 h from the app layer's median
-   is reported (``"<file>: ..."``) and left out: its clock or its run is not this one.
+2. **Different day.** An app file starting more than 12 h from the run's launch, or (without a launch time)
+   a rank that far from the others, and a source whose median start time is more than 12 h from the app
+   layer's median are reported (``"<file>: ..."``) and left out: its clock or its run is not this one. App
+   layers shifted by more than 10 s from the other ranks', or from their own lower layers, are flagged
+   (:func:`check_app_clocks`, :func:`check_layer_overlap`).
 3. **Rank clock offsets.** Each rank's ``clock_offset_ns`` (its ``time_ns`` minus rank 0's, from the
    ``clock_sync`` metadata) is subtracted from every row of that rank, whatever the layer.
 4. **Alignment residual** (:func:`alignment_residual`): framework events that carry a step must fall
@@ -86,10 +89,11 @@ def processes(app_sources: Iterable[SourceData]) -> list[Process]:
         pid = meta_value(m, "pid")
         if rank is None or pid is None:
             continue
+        # the reader checked these (a bad value is warned about there and comes as None)
         offset = meta_value(m, "clock_offset_ns", default=None)
-        if offset is None:
-            offset = (meta_value(m, "clock_sync", default={}) or {}).get("clock_offset_ns", 0)
-        out.append(Process(int(rank), int(pid), meta_value(m, "hostname", "host"), int(offset or 0)))
+        if not all(isinstance(v, int) for v in (rank, pid)):
+            continue
+        out.append(Process(rank, pid, meta_value(m, "hostname", "host"), offset if isinstance(offset, int) else 0))
     return out
 
 
@@ -326,13 +330,111 @@ def _median_ns(frame: pd.DataFrame) -> "float | None":
     return float(np.median(frame["start_ns"].to_numpy())) if len(frame) else None
 
 
-def align(sources: Sequence[SourceData]) -> AlignResult:
+#: a rank's app layer further than this from the other ranks' (start and end alike), or from its own lower
+#: layers, is flagged: measured clock offsets are µs to ms, and ranks of one job start and stop together
+SHIFT_WARN_NS = 10 * 10**9
+#: an app file may start this long before its launcher ran (clock read jitter); earlier is a shifted file
+BEFORE_LAUNCH_NS = 2 * 10**9
+
+
+def _app_windows(app_sources: Sequence[SourceData]) -> "dict[str, tuple[int, int, int | None]]":
+    """path -> (first start, last end, rank) of each app file with rows."""
+    out = {}
+    for src in app_sources:
+        if len(src.frame):
+            rank = meta_value(src.meta, "rank")
+            out[src.path] = (int(src.frame["start_ns"].min()), int(src.frame["end_ns"].max()),
+                             rank if isinstance(rank, int) else None)
+    return out
+
+
+def check_app_clocks(app_sources: Sequence[SourceData], launch_ns: "int | None") -> "tuple[list[str], list[str]]":
+    """App files whose time is not this run's: against the launch time (``manifest.json``) when there is one,
+    and against the other ranks. Returns ``(warnings, paths to leave out)``.
+
+    Left out: an app file starting more than :data:`DIFFERENT_DAY_NS` from the launch (or, without a launch
+    time, a rank that far from the median of the others). Flagged: one starting more than
+    :data:`BEFORE_LAUNCH_NS` before its launch, and a rank whose start and end both lie more than
+    :data:`SHIFT_WARN_NS` away from the other ranks' in the same direction — far beyond any measured clock
+    offset, so a wrong clock or an edited file.
+    """
+    warnings: list[str] = []
+    drop: list[str] = []
+    windows = _app_windows(app_sources)
+    for path, (start, _, _) in windows.items():
+        if launch_ns is None:
+            break
+        away = start - launch_ns
+        if abs(away) > DIFFERENT_DAY_NS:
+            warnings.append(f"{path}: its events start {away / 3.6e12:+.1f} h from the run's launch (manifest.json):"
+                            " a different run or a wrong clock; left out of the merge")
+            drop.append(path)
+        elif away < -BEFORE_LAUNCH_NS:
+            warnings.append(f"{path}: its events start {-away / 1e9:.1f} s before the run was launched "
+                            "(manifest.json): a wrong clock or an edited file; kept, but its times are suspect")
+    by_rank: dict[int, list[tuple[int, int]]] = {}
+    for path, (start, end, rank) in windows.items():
+        if path not in drop and rank is not None:
+            by_rank.setdefault(rank, []).append((start, end))
+    if len(by_rank) < 2:
+        return warnings, drop
+    spans = {r: (min(s for s, _ in w), max(e for _, e in w)) for r, w in by_rank.items()}
+    paths_of = {r: [p for p, (_, _, rk) in windows.items() if rk == r and p not in drop] for r in spans}
+    for rank, (start, end) in spans.items():
+        others = [v for r, v in spans.items() if r != rank]
+        d_start = start - float(np.median([s for s, _ in others]))
+        d_end = end - float(np.median([e for _, e in others]))
+        if np.sign(d_start) != np.sign(d_end) or min(abs(d_start), abs(d_end)) <= SHIFT_WARN_NS:
+            continue
+        shift = d_start if abs(d_start) < abs(d_end) else d_end
+        names = ", ".join(paths_of[rank])
+        if abs(shift) > DIFFERENT_DAY_NS and launch_ns is None:
+            warnings.append(f"{names}: rank {rank}'s app layer lies {shift / 3.6e12:+.1f} h from the other ranks': "
+                            "a different run or a wrong clock; left out of the merge")
+            drop.extend(paths_of[rank])
+        else:
+            warnings.append(f"{names}: rank {rank}'s app layer starts and ends {shift / 1e9:+.1f} s away from the "
+                            "other ranks' (far beyond a clock offset): a wrong clock or an edited file; its times "
+                            "are suspect")
+    return warnings, drop
+
+
+def check_layer_overlap(frame: pd.DataFrame) -> list[str]:
+    """Ranks whose lower layers (same processes, same clock) nearly all lie outside their app layer's time span
+    (± :data:`SHIFT_WARN_NS`): the app file or the lower layer is shifted. One warning per rank; nothing is changed."""
+    warnings = []
+    if not len(frame):
+        return warnings
+    is_app = (frame["layer"] == "app").to_numpy()
+    rank = frame["rank"].to_numpy()
+    start = frame["start_ns"].to_numpy()
+    for r in np.unique(rank[is_app]):
+        app = is_app & (rank == r)
+        low = ~is_app & (rank == r)
+        if low.sum() < 5:
+            continue
+        lo, hi = start[app].min() - SHIFT_WARN_NS, frame["end_ns"].to_numpy()[app].max() + SHIFT_WARN_NS
+        inside = ((start[low] >= lo) & (start[low] <= hi)).mean()
+        # below 10 %: an unfiltered POSIX trace holds many reads from before the logger started (imports)
+        if inside < 0.1:
+            gap = float(np.median(start[low])) - float(np.median(start[app]))
+            layers = ", ".join(sorted({str(x) for x in frame["layer"][low].unique()}))
+            warnings.append(f"rank {int(r)}: {100 * (1 - inside):.0f} % of its {layers} rows lie outside its app "
+                            f"layer's time span (median {gap / 1e9:+.1f} s apart): a shifted app file or a wrong "
+                            "clock; times of this rank are suspect")
+    return warnings
+
+
+def align(sources: Sequence[SourceData], launch_ns: "int | None" = None) -> AlignResult:
     """Align all sources of one run (see the module docstring for the steps).
 
     Parameters
     ----------
     sources
         What the readers returned; app sources are those of kind ``timelogger``.
+    launch_ns
+        When the run was launched (epoch ns, ``manifest.json``'s ``created_wall_ns``), if known: app files far
+        from it are not this run's (:func:`check_app_clocks`).
 
     Returns
     -------
@@ -342,11 +444,11 @@ def align(sources: Sequence[SourceData]) -> AlignResult:
         segments left at the header placement. ``dxt_clock``: per Darshan log and rank, where its DXT
         segments were placed (:class:`trace_merge.dxt_clock.DxtClock`).
     """
+    warnings, dropped = check_app_clocks([s for s in sources if s.kind in APP_KINDS], launch_ns)
+    sources = [s for s in sources if s.path not in dropped]
     app_sources = [s for s in sources if s.kind in APP_KINDS]
     procs = processes(app_sources)
     offsets = rank_offsets(procs)
-    warnings: list[str] = []
-    dropped: list[str] = []
 
     app_starts = [s.frame["start_ns"].to_numpy() for s in app_sources if len(s.frame)]
     app_median = float(np.median(np.concatenate(app_starts))) if app_starts else None
@@ -372,6 +474,7 @@ def align(sources: Sequence[SourceData]) -> AlignResult:
         kinds.append(src.kind)
     dxt_clock = _place_dxt(frames, darshan, kinds, warnings)
     frame = time_order(concat_frames(frames))  # first: propagate_steps then finds each rank's app rows in order
+    warnings.extend(check_layer_overlap(frame))
     log.debug("clock offsets subtracted (ns, per rank): %s", offsets)
     residual = alignment_residual(frame)
     frame = propagate_steps(frame)

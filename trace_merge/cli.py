@@ -2,14 +2,17 @@
 
 Each subcommand is a ``setup_parser``/``main`` pair of functions registered in :data:`SUBCOMMANDS`.
 Errors are one line ``trace-merge: error: <file>: <cause>`` on stderr with exit status 2 (a traceback only
-with ``--debug``); no output file is overwritten without ``--force``.
+with ``--debug``; 143 after SIGTERM, with temporary files removed); no output file is overwritten without
+``--force``, and two merges of one run at once are refused.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import logging
+import signal
 import sys
+import threading
 from pathlib import Path
 from typing import Callable, NamedTuple, Optional, Sequence
 
@@ -67,9 +70,12 @@ def merge_main(args: argparse.Namespace) -> int:
     run_dir = _input(args.run_dir)
     if not run_dir.is_dir():
         raise TraceInputError(run_dir, "not a directory (merge writes merged.parquet into the run directory)")
-    refuse_existing(*(run_dir / name for name in (merge.MERGED, merge.COUNTERS, merge.MERGE_INFO)), force=args.force)
-    res = merge.merge_path(run_dir)
-    written = merge.write_merged(res, run_dir, force=args.force)
+    # the lock before the existence check: of two merges started together the second is refused here
+    with merge.lock(run_dir):
+        merge.refuse_stored(run_dir, force=args.force)  # before the (slow) merge
+        res = merge.merge_path(run_dir)
+        # checked above under the same lock, so nothing can have appeared since
+        written = merge.write_merged(res, run_dir, force=True)
     layers = ", ".join(f"{k}: {v:,}" for k, v in res.rows_per_layer().items())
     _out(f"{run_dir}: merged {len(res.frame):,} rows ({layers or 'no intervals'}), "
          f"{len(res.counters):,} counter rows from {len(res.sources)} files, {len(res.warnings)} warnings")
@@ -129,6 +135,10 @@ def _summary_text(run, parts) -> str:
     layers = ", ".join(f"{k} {n:,}" for k, n in run.frame["layer"].value_counts().items() if n)
     lines = [f"{run.path}: {m['events']:,} events, {m['ranks']} rank(s), layers: {layers or 'none'}; "
              f"{len(run.counters):,} counter rows; job wall time {m['job_wall_s']:.4g} s"]
+    if run.dropped:
+        lines.append(f"app layer incomplete: {sum(run.dropped.values()):,} intervals dropped by the TimeLogger "
+                     f"writer in {len(run.dropped)} file(s) (it could not keep up, or a write failed); app-layer "
+                     "times below undercount")
     if v["input_pct"] is not None:
         lines.append(f"verdict: {v['verdict']} ({v['input_pct']:.1f} % of step time waiting for input; "
                      f"AU {v['au_pct']:.1f} %; basis {v['basis']})")
@@ -301,15 +311,27 @@ def _configure_logging(debug: bool) -> logging.Handler:
     return handler
 
 
-def _error(message: str) -> int:
+def _error(message: str, status: int = 2) -> int:
     sys.stderr.write(f"{PROG}: error: {message}\n")
-    return 2
+    return status
+
+
+class _Terminated(BaseException):
+    """SIGTERM turned into an exception, so that ``finally`` blocks remove temporary outputs and the lock."""
+
+
+def _on_sigterm(signum: int, frame: object) -> None:
+    raise _Terminated()
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    """Run the CLI; returns the exit status (0 ok, 2 error)."""
+    """Run the CLI; returns the exit status (0 ok, 2 error, 143 terminated by SIGTERM)."""
     args = build_parser().parse_args(argv)
     handler = _configure_logging(args.debug)
+    # SIGTERM (``kill``, Slurm at the time limit) would end the process before any ``finally``, leaving
+    # ``.<name>.tmp-<pid>`` files and the merge lock behind; only the main thread may install a handler
+    in_main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _on_sigterm) if in_main else None
     try:
         return args.func(args)
     except TraceInputError as exc:  # includes OutputExistsError
@@ -323,11 +345,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return _error(f"{where}: {exc.strerror or exc}")
     except KeyboardInterrupt:
         return _error("interrupted")
+    except _Terminated:
+        return _error("terminated (SIGTERM); no output was left half-written", 128 + signal.SIGTERM)
     except Exception as exc:  # a bug: still one line for users, the traceback with --debug
         if args.debug:
             raise
         return _error(f"internal error: {type(exc).__name__}: {exc} (rerun with --debug for the traceback)")
     finally:
+        if in_main:
+            signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
         logging.getLogger("trace_merge").removeHandler(handler)
 
 

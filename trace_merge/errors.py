@@ -21,3 +21,14 @@ class OutputExistsError(TraceInputError):
 
     def __init__(self, path: "str | os.PathLike[str]") -> None:
         super().__init__(path, "already exists (use --force to overwrite)")
+
+
+class OutputBusyError(TraceInputError):
+    """Another process is writing the same outputs (``trace-merge merge`` of one run twice at once)."""
+
+
+class OutputWriteError(TraceInputError):
+    """An output could not be written (disk full, file too large); nothing of the output set was left in place."""
+
+    def __init__(self, path: "str | os.PathLike[str]", cause: str) -> None:
+        super().__init__(path, f"cannot write ({cause}); nothing was written")

@@ -14,6 +14,7 @@ import json
 import logging
 import os
 import shlex
+from fnmatch import fnmatchcase
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,12 +23,13 @@ from typing import Any, Iterable
 import pandas as pd
 
 from timelogger import layout
-from timelogger.layout import COUNTERS, MANIFEST, MERGE_INFO, MERGED
+from timelogger.layout import COUNTERS, MANIFEST, MERGE_INFO, MERGE_LOCK, MERGED
 
 from . import __version__
 from .align import APP_KINDS, align, meta_value
-from .errors import TraceInputError
-from .outputs import atomic_output, refuse_existing
+from .errors import OutputExistsError, TraceInputError
+from .identity import Identity, by_name, differences, duplicates, identity_of
+from .outputs import atomic_outputs, exclusive
 from .readers import detect, rank_from_name, read_any
 from .schema import (
     COUNTER_DTYPES,
@@ -66,6 +68,13 @@ class MergeResult:
     dxt_clock
         Per Darshan log and rank, where its DXT segments were placed (:class:`trace_merge.dxt_clock.DxtClock`
         as a dict: ``source, rank, offset_ns, confidence, basis, matched, segments, uncertainty_ns``).
+    inputs
+        Identity (:mod:`trace_merge.identity`) of every file found, read or not, and of ``manifest.json``,
+        keyed by the name relative to the merged directory; taken before reading, so a file that changes
+        during the merge shows as changed afterwards.
+    dropped
+        app file -> intervals its TimeLogger writer dropped (could not keep up, or a write failed); only files
+        that dropped any. Each also has a warning.
     """
 
     frame: pd.DataFrame
@@ -76,6 +85,8 @@ class MergeResult:
     sources: list[str] = field(default_factory=list)
     clock_offsets_ns: dict[int, int] = field(default_factory=dict)
     dxt_clock: list[dict[str, Any]] = field(default_factory=list)
+    inputs: dict[str, Identity] = field(default_factory=dict)
+    dropped: dict[str, int] = field(default_factory=dict)
 
     def rows_per_layer(self) -> dict[str, int]:
         counts = self.frame["layer"].value_counts()
@@ -126,10 +137,33 @@ def refuse_runs_below(path: Path) -> None:
                                     f"trace-merge compare {' '.join(shlex.quote(str(r)) for r in runs)}")
 
 
-def _files(root: Path, patterns: Iterable[str], recursive: bool) -> list[Path]:
-    found: set[Path] = set()
-    for pat in patterns:
-        found.update(p for p in (root.rglob(pat) if recursive else root.glob(pat)) if p.is_file())
+def _files(root: Path, patterns: Iterable[str], recursive: bool, warnings: list[str]) -> list[Path]:
+    """Files below ``root`` whose name matches one of ``patterns`` (in ``root`` only unless ``recursive``), sorted.
+
+    What would silently drop data is a warning instead: a directory that cannot be listed (its files are
+    missing from the merge) and a match that is not a regular file (a directory named ``x.pfw.gz``, a broken
+    link). A missing ``root`` is a layer that was not captured and says nothing.
+    """
+    if not os.path.lexists(root):
+        return []
+    found: list[Path] = []
+
+    def unlistable(exc: OSError) -> None:
+        warnings.append(f"{exc.filename}: cannot list ({exc.strerror or exc}); the traces in it are left out")
+
+    for here, dirs, names in os.walk(root, onerror=unlistable):
+        for name in sorted(dirs + names):
+            if not any(fnmatchcase(name, pat) for pat in patterns):
+                continue
+            p = Path(here) / name
+            if p.is_file():
+                found.append(p)
+            elif p.is_dir():
+                warnings.append(f"{p}: a directory named like a trace file; skipped")
+            else:
+                warnings.append(f"{p}: not a regular file (a broken link?); skipped")
+        if not recursive:
+            break
     return sorted(found)
 
 
@@ -157,30 +191,75 @@ def discover(path: Path) -> "tuple[list[tuple[Path, str]], dict[str, Any] | None
     -------
     (files, manifest)
         ``files``: ``(path, kind)`` with app files first (their metadata anchors the others); a file
-        whose kind cannot be told is listed with kind ``""`` so the reader's error becomes a warning.
-        ``manifest`` is None for loose inputs and for an unreadable ``manifest.json``.
+        whose kind cannot be told is listed with kind ``""`` so the reader's error becomes a warning; a file
+        with the same content as an earlier one is left out. ``manifest`` is None for loose inputs and for an
+        unreadable ``manifest.json``.
     """
-    files, manifest, _ = _discover(path)
+    files, manifest, _, _ = _discover(path)
     return files, manifest
 
 
-def _discover(path: Path) -> "tuple[list[tuple[Path, str]], dict[str, Any] | None, str | None]":
-    """:func:`discover` plus the warning about an unreadable manifest."""
+def _root(path: Path) -> Path:
+    """The directory source names are relative to (and outputs are written into)."""
+    return path if path.is_dir() else path.parent
+
+
+def source_identity(path: Path) -> dict[str, Identity]:
+    """Identity of every file :func:`merge_path` would look at under ``path`` (``manifest.json`` included),
+    keyed by name relative to ``path``: what ``merge_info.json`` records as ``inputs``."""
+    files, _, _ = _listing(path)
+    return _identities([p for p, _ in files], path)[1]
+
+
+def _identities(paths: list[Path], path: Path) -> "tuple[dict[Path, Identity], dict[str, Identity]]":
+    """Identity of ``paths`` (by path) and of them plus ``manifest.json`` (by name relative to ``path``)."""
+    ids = {p: identity_of(p) for p in paths}
+    named = dict(ids)
+    if path.is_dir() and (path / MANIFEST).is_file():
+        named[path / MANIFEST] = identity_of(path / MANIFEST)
+    return ids, by_name(named, _root(path))
+
+
+def _discover(
+    path: Path,
+) -> "tuple[list[tuple[Path, str]], dict[str, Any] | None, list[str], dict[str, Identity]]":
+    """:func:`discover` plus warnings (unreadable manifest, unlistable directories, copies left out) and the
+    identity of what was found (:attr:`MergeResult.inputs`).
+
+    The same content under two names (a rank file copied beside itself, a trace set synced twice) would count
+    every event twice: the later copy is left out with ``"<copy>: same content as <first>; skipped"``.
+    """
+    files, manifest, warnings = _listing(path)
+    ids, inputs = _identities([p for p, _ in files], path)
+    copies = duplicates(ids)
+    warnings += [f"{copy}: same content as {first}; skipped" for copy, first in copies.items()]
+    return [f for f in files if f[0] not in copies], manifest, warnings, inputs
+
+
+def _listing(path: Path) -> "tuple[list[tuple[Path, str]], dict[str, Any] | None, list[str]]":
+    """The files of :func:`discover` before copies are left out, the manifest, and warnings."""
     if path.is_file():
-        return [(path, "")], None, None
+        return [(path, "")], None, []
     if not path.is_dir():
         raise TraceInputError(path, "no such file or directory")
+    warnings: list[str] = []
     if is_run_dir(path):
         manifest, bad_manifest = load_manifest(path)
-        files = [(p, "timelogger") for p in _files(path / layout.APP_DIR, ("*.pfw", "*.pfw.gz"), False)]
-        files += [(p, "xplane") for p in _files(path / layout.TF_DIR, ("*.xplane.pb",), True)]
-        files += [(p, "horovod") for p in _files(path / layout.HOROVOD_DIR, ("*.json", "*.json.gz"), False)]
-        files += [(p, "") for p in _files(path / layout.POSIX_DIR, ("*.pfw", "*.pfw.gz"), False)]
-        files += [(p, "darshan") for p in _files(path / layout.DARSHAN_DIR, ("*.darshan",), False)]
-        return files, manifest, bad_manifest
+        if bad_manifest:
+            warnings.append(bad_manifest)
+
+        def found(sub: str, patterns: tuple[str, ...], kind: str, recursive: bool = False) -> list[tuple[Path, str]]:
+            return [(p, kind) for p in _files(path / sub, patterns, recursive, warnings)]
+
+        files = found(layout.APP_DIR, ("*.pfw", "*.pfw.gz"), "timelogger")
+        files += found(layout.TF_DIR, ("*.xplane.pb",), "xplane", recursive=True)
+        files += found(layout.HOROVOD_DIR, ("*.json", "*.json.gz"), "horovod")
+        files += found(layout.POSIX_DIR, ("*.pfw", "*.pfw.gz"), "")
+        files += found(layout.DARSHAN_DIR, ("*.darshan",), "darshan")
+        return files, manifest, warnings
     refuse_runs_below(path)
     files = []
-    for p in _files(path, _LOOSE_PATTERNS, True):
+    for p in _files(path, _LOOSE_PATTERNS, True, warnings):
         if p.name.endswith((".json", ".json.gz")):
             try:
                 kind = detect(p)
@@ -191,7 +270,7 @@ def _discover(path: Path) -> "tuple[list[tuple[Path, str]], dict[str, Any] | Non
             files.append((p, ""))
     app = [f for f in files if f[0].name.endswith((".pfw", ".pfw.gz"))]
     rest = [f for f in files if f not in app]
-    return app + rest, None, None
+    return app + rest, None, warnings
 
 
 def _anchors(app: list[SourceData]) -> dict[int, list[dict[str, Any]]]:
@@ -279,18 +358,45 @@ def _read_all(
     return sources
 
 
-def _missing_ranks(path: Path, manifest: "dict[str, Any] | None", app: list[SourceData]) -> "str | None":
+#: more ranks than any machine runs: a larger world size is a corrupt value
+MAX_WORLD_SIZE = 2**24
+
+
+def _missing_ranks(path: Path, manifest: "dict[str, Any] | None", app: list[SourceData]) -> list[str]:
+    """Warnings about the world size (a bad value in the manifest) and the ranks it names that have no app file.
+
+    Work and output are bounded by the ranks present, not by the world size a file claims: missing ranks are
+    the gaps between present ranks and the tail up to the world size, given as ranges.
+    """
+    warnings: list[str] = []
     world = (manifest or {}).get("world_size")
-    for src in app:
+    if world is not None and (not isinstance(world, int) or isinstance(world, bool)
+                              or not 1 <= world <= MAX_WORLD_SIZE):
+        warnings.append(f"{path / MANIFEST}: world_size {world!r} is not an integer in [1, {MAX_WORLD_SIZE}]; "
+                        "ignored")
+        world = None
+    for src in app:  # the reader checked app headers' values
         world = world or meta_value(src.meta, "world_size")
     if not world:
-        return None
-    present = {int(meta_value(s.meta, "rank")) for s in app if meta_value(s.meta, "rank") is not None}
-    missing = sorted(set(range(int(world))) - present)
-    if not missing:
-        return None
-    names = ", ".join(map(str, missing))
-    return f"{path}: no app (TimeLogger) files for rank(s) {names} of world_size {world}; their layers are unaligned"
+        return warnings
+    present = sorted({r for s in app if isinstance(r := meta_value(s.meta, "rank"), int)})
+    gaps: list[tuple[int, int]] = []  # [first, last] of each run of missing ranks
+    expected = 0
+    for r in present + [world]:
+        if r > expected:
+            gaps.append((expected, min(r, world) - 1))
+        expected = max(expected, r + 1)
+        if expected >= world:
+            break
+    if not gaps:
+        return warnings
+    n_missing = sum(b - a + 1 for a, b in gaps)
+    names = ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in gaps)
+    note = "; their layers are unaligned"
+    if n_missing > 2 * len(present) + 16:
+        note += f" ({n_missing} missing, only {len(present)} present: is world_size right?)"
+    warnings.append(f"{path}: no app (TimeLogger) files for rank(s) {names} of world_size {world}" + note)
+    return warnings
 
 
 def merge_path(path: "str | os.PathLike[str]") -> MergeResult:
@@ -311,10 +417,10 @@ def merge_path(path: "str | os.PathLike[str]") -> MergeResult:
         Nothing usable was found (the message lists what was looked for, and why files failed).
     """
     path = Path(path)
-    files, manifest, bad_manifest = _discover(path)
+    files, manifest, warnings, inputs = _discover(path)
     if not files:
-        raise TraceInputError(path, f"no trace files found (looked for {_LOOKED_FOR})")
-    warnings = [bad_manifest] if bad_manifest else []
+        why = f" ({'; '.join(warnings)})" if warnings else ""
+        raise TraceInputError(path, f"no trace files found (looked for {_LOOKED_FOR}){why}")
     sources = _read_all(files, warnings)
     usable = [s for s in sources if len(s.frame) or len(s.counters)]
     if not usable:
@@ -322,10 +428,9 @@ def merge_path(path: "str | os.PathLike[str]") -> MergeResult:
         raise TraceInputError(path, f"no usable trace data ({why})")
     app = [s for s in sources if s.kind in APP_KINDS]
     if is_run_dir(path):
-        missing = _missing_ranks(path, manifest, app)
-        if missing:
-            warnings.append(missing)
-    aligned = align(sources)
+        warnings.extend(_missing_ranks(path, manifest, app))
+    launch = (manifest or {}).get("created_wall_ns")
+    aligned = align(sources, launch_ns=launch if isinstance(launch, int) and not isinstance(launch, bool) else None)
     warnings.extend(aligned.warnings)
     counters = [s.counters for s in sources if len(s.counters) and s.path not in aligned.dropped]
     counters_df = pd.concat(counters, ignore_index=True) if counters else empty_counters()
@@ -341,6 +446,9 @@ def merge_path(path: "str | os.PathLike[str]") -> MergeResult:
         sources=[s.path for s in sources if s.path not in aligned.dropped],
         clock_offsets_ns=aligned.offsets,
         dxt_clock=[c.as_dict() for c in aligned.dxt_clock],
+        inputs=inputs,
+        dropped={s.path: int(meta_value(s.meta, "dropped")) for s in app
+                 if meta_value(s.meta, "dropped") and s.path not in aligned.dropped},
     )
 
 
@@ -360,49 +468,145 @@ def _to_parquet(df: pd.DataFrame, path: Path) -> None:
     pq.write_table(table, path)
 
 
-def write_merged(res: MergeResult, run_dir: "str | os.PathLike[str]", force: bool = False) -> dict[str, Path]:
-    """Write ``merged.parquet``, ``counters.parquet`` and ``merge_info.json`` into ``run_dir``.
+def output_paths(run_dir: Path) -> list[Path]:
+    """The outputs of a merge, in the order they are renamed into place (``merge_info.json`` last)."""
+    return [run_dir / MERGED, run_dir / COUNTERS, run_dir / MERGE_INFO]
 
-    Each file is written to a temporary name and renamed into place. Category, nullable-integer and
-    string dtypes survive the round trip (:func:`read_merged`).
+
+def lock(run_dir: "str | os.PathLike[str]"):
+    """Context manager: hold the run's merge lock (:func:`trace_merge.outputs.exclusive`) for the block.
+
+    Take it before looking at the outputs, so that of two merges of one run started together the second is
+    refused (:class:`~trace_merge.errors.OutputBusyError`) instead of both writing. Re-entrant.
+    """
+    return exclusive(Path(run_dir) / MERGE_LOCK, "a merge of this run")
+
+
+def stored_outputs(run_dir: Path) -> "tuple[dict[str, Any] | None, str | None]":
+    """Whether ``run_dir`` holds a complete set of merge outputs.
+
+    Returns
+    -------
+    (info, why)
+        ``(merge_info, None)`` for a complete set; ``(None, None)`` when none of the outputs exists;
+        ``(None, why)`` for a set that cannot be trusted: an output missing, ``merge_info.json`` unreadable or
+        not a JSON object, or parquet files that are not the ones ``merge_info.json`` was written with (a
+        merge killed between its renames, a file replaced by hand). A set from a version that recorded no
+        output identity counts as complete; its sources are checked by the caller.
+    """
+    paths = output_paths(run_dir)
+    missing = [p.name for p in paths if not p.exists()]
+    if len(missing) == len(paths):
+        return None, None
+    if missing:
+        return None, f"incomplete merge outputs ({', '.join(missing)} missing: an interrupted merge)"
+    try:
+        info = json.loads(paths[2].read_text())
+    except (OSError, ValueError) as exc:
+        return None, f"{MERGE_INFO} cannot be read ({exc})"
+    if not isinstance(info, dict):
+        return None, f"{MERGE_INFO} is not a JSON object"
+    recorded = info.get("outputs")
+    if recorded is None:
+        return info, None
+    current = by_name({p: identity_of(p) for p in paths[:2]}, run_dir)
+    changed = differences(recorded if isinstance(recorded, dict) else {}, current)
+    if changed:
+        return None, (f"merge outputs do not belong together ({'; '.join(changed)} since {MERGE_INFO} was "
+                      "written: an interrupted merge or a replaced file)")
+    return info, None
+
+
+def refuse_stored(run_dir: Path, force: bool = False) -> None:
+    """Refuse a complete set of outputs in ``run_dir`` unless ``force``; an incomplete one is no output (a warning).
 
     Raises
     ------
     OutputExistsError
-        One of the outputs exists and ``force`` is False (nothing is written then).
+        A complete set (:func:`stored_outputs`) exists and ``force`` is False.
+    """
+    if force:
+        return
+    info, why = stored_outputs(run_dir)
+    if why:
+        log.warning("%s: %s; written anew", run_dir, why)
+    elif info is not None:
+        raise OutputExistsError(run_dir / MERGED)
+
+
+def write_merged(res: MergeResult, run_dir: "str | os.PathLike[str]", force: bool = False) -> dict[str, Path]:
+    """Write ``merged.parquet``, ``counters.parquet`` and ``merge_info.json`` into ``run_dir``: all or none.
+
+    Under the run's :func:`lock`, all three are written to temporary names and only then renamed into place,
+    ``merge_info.json`` last; it records the identity of the two parquet files beside it
+    (:func:`stored_outputs` tells a mixed set) and of the sources (``inputs``, see :mod:`trace_merge.run`).
+    Category, nullable-integer and string dtypes survive the round trip (:func:`read_merged`).
+
+    Raises
+    ------
+    OutputExistsError
+        A complete set of outputs exists and ``force`` is False (nothing is written then). An incomplete set
+        (a merge killed or out of disk space) is replaced with a warning.
+    OutputBusyError
+        Another process is merging this run.
+    OutputWriteError
+        An output could not be written (disk full); no new output is left in place.
     """
     run_dir = Path(run_dir)
-    targets = {"merged": run_dir / MERGED, "counters": run_dir / COUNTERS, "info": run_dir / MERGE_INFO}
-    refuse_existing(*targets.values(), force=force)
     run_dir.mkdir(parents=True, exist_ok=True)
-    info = {
-        "trace_merge_version": __version__,
-        "sources": res.sources,
-        "warnings": res.warnings,
-        "residual": res.residual,
-        "clock_offsets_ns": {str(r): int(o) for r, o in res.clock_offsets_ns.items()},
-        "dxt_clock": res.dxt_clock,
-        "rows_per_layer": res.rows_per_layer(),
-        "rows": int(len(res.frame)),
-        "counter_rows": int(len(res.counters)),
-    }
-    # Existence was checked for all three above, so that either all are written or none.
-    with atomic_output(targets["merged"], force=True) as tmp:
-        _to_parquet(res.frame, tmp)
-    with atomic_output(targets["counters"], force=True) as tmp:
-        _to_parquet(res.counters, tmp)
-    with atomic_output(targets["info"], force=True) as tmp:
-        tmp.write_text(json.dumps(info, indent=2, default=str) + "\n")
-    return targets
+    targets = output_paths(run_dir)
+    with lock(run_dir):
+        refuse_stored(run_dir, force)
+        with atomic_outputs(targets, force=True) as (merged_tmp, counters_tmp, info_tmp):
+            _to_parquet(res.frame, merged_tmp)
+            _to_parquet(res.counters, counters_tmp)
+            info = {
+                "trace_merge_version": __version__,
+                "sources": res.sources,
+                "inputs": res.inputs,
+                "outputs": {MERGED: identity_of(merged_tmp), COUNTERS: identity_of(counters_tmp)},
+                "warnings": res.warnings,
+                "residual": res.residual,
+                "clock_offsets_ns": {str(r): int(o) for r, o in res.clock_offsets_ns.items()},
+                "dxt_clock": res.dxt_clock,
+                "dropped_intervals": res.dropped,
+                "rows_per_layer": res.rows_per_layer(),
+                "rows": int(len(res.frame)),
+                "counter_rows": int(len(res.counters)),
+            }
+            info_tmp.write_text(json.dumps(info, indent=2, default=str) + "\n")
+    return dict(zip(("merged", "counters", "info"), targets))
 
 
 def read_merged(run_dir: "str | os.PathLike[str]") -> "tuple[pd.DataFrame, pd.DataFrame, dict[str, Any]]":
-    """Load what :func:`write_merged` stored: ``(frame, counters, merge_info)`` with schema dtypes."""
+    """Load what :func:`write_merged` stored: ``(frame, counters, merge_info)`` with schema dtypes.
+
+    Raises
+    ------
+    TraceInputError
+        A file cannot be read, its columns are not the schema's (another version's merge), or
+        ``merge_info.json`` is not a JSON object.
+    """
     run_dir = Path(run_dir)
+    tables = []
+    for name, dtypes in ((MERGED, FRAME_DTYPES), (COUNTERS, COUNTER_DTYPES)):
+        try:
+            df = pd.read_parquet(run_dir / name, engine="pyarrow")
+        except (OSError, ValueError) as exc:
+            raise TraceInputError(run_dir / name, f"cannot be read ({exc})") from None
+        lacking = [c for c in dtypes if c not in df.columns]
+        extra = [str(c) for c in df.columns if c not in dtypes]
+        if lacking or extra:
+            raise TraceInputError(run_dir / name, f"columns are not the schema's (missing: {', '.join(lacking) or '-'}"
+                                                  f"; unexpected: {', '.join(extra) or '-'})")
+        try:
+            tables.append(df[list(dtypes)].astype(dtypes))
+        except (TypeError, ValueError) as exc:
+            raise TraceInputError(run_dir / name, f"column types are not the frame schema's ({exc})") from None
     try:
-        frame = pd.read_parquet(run_dir / MERGED, engine="pyarrow").astype(FRAME_DTYPES)
-        counters = pd.read_parquet(run_dir / COUNTERS, engine="pyarrow").astype(COUNTER_DTYPES)
         info = json.loads((run_dir / MERGE_INFO).read_text())
     except (OSError, ValueError) as exc:
-        raise TraceInputError(run_dir, f"cannot read merged outputs: {exc}") from None
-    return frame, counters, info
+        raise TraceInputError(run_dir / MERGE_INFO, f"cannot be read ({exc})") from None
+    if not isinstance(info, dict):
+        raise TraceInputError(run_dir / MERGE_INFO, "is not a JSON object")
+    return tables[0], tables[1], info

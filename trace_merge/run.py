@@ -1,8 +1,9 @@
 """A profiled run as one object: ``Run.open(path)`` → frame, counters, warnings, analyses.
 
-``path`` may be a run directory (``merged.parquet`` is used when it is newer than every source file, else the
-sources are merged in memory), a bare directory of DFTracer ``.pfw[.gz]`` files, or a single trace file such
-as a ``.darshan`` log.
+``path`` may be a run directory (``merged.parquet`` is used when it was made from exactly the source files there
+now, told by name, size and content fingerprint (:mod:`trace_merge.identity`), else the sources are merged in
+memory and the reason is a warning), a bare directory of DFTracer ``.pfw[.gz]`` files, or a single trace file
+such as a ``.darshan`` log.
 """
 from __future__ import annotations
 
@@ -16,26 +17,45 @@ from typing import Any, Optional, Sequence
 
 import pandas as pd
 
-from trace_merge import analysis
+from trace_merge import analysis, identity
 from trace_merge.errors import TraceInputError
 
 logger = logging.getLogger(__name__)
 
 
-def _newest_mtime(paths: Sequence[Path]) -> float:
-    return max((p.stat().st_mtime for p in paths if p.exists()), default=0.0)
+def _stored(run_dir: Path, notes: list[str]) -> "tuple[pd.DataFrame, pd.DataFrame, dict[str, Any]] | None":
+    """The stored merge of ``run_dir`` when it can be trusted, else None with the reason appended to ``notes``.
 
-
-def _is_fresh(run_dir: Path) -> bool:
-    """``merged.parquet`` and friends exist and are newer than every source file of the run."""
+    Trusted: a complete output set (:func:`trace_merge.merge.stored_outputs`) whose recorded ``inputs`` are the
+    sources found now — none added, removed or changed (modification times do not count: ``cp -p`` keeps an old
+    one on a new file) — and whose files read back with the frame schema. Anything else is derived data to
+    make again, never an error.
+    """
     from trace_merge import merge
 
-    outputs = [run_dir / merge.MERGED, run_dir / merge.COUNTERS, run_dir / merge.MERGE_INFO]
-    if not all(p.is_file() for p in outputs):
-        return False
-    files, _ = merge.discover(run_dir)
-    sources = [p for p, _ in files] + [run_dir / merge.MANIFEST]
-    return min(p.stat().st_mtime for p in outputs) >= _newest_mtime(sources)
+    def remerge(why: str, store: str = "trace-merge merge --force") -> None:
+        notes.append(f"{why}; merged again from the sources ({store} stores the new merge)")
+        logger.warning("%s", notes[-1])
+
+    info, why = merge.stored_outputs(run_dir)
+    if why:  # an incomplete set is no output: merge replaces it without --force
+        remerge(f"{run_dir}: {why}", "trace-merge merge")
+        return None
+    if info is None:
+        return None
+    recorded = info.get("inputs")
+    if not isinstance(recorded, dict):
+        remerge(f"{run_dir / merge.MERGE_INFO}: no source identity recorded (made by an older trace-merge)")
+        return None
+    changed = identity.differences(recorded, merge.source_identity(run_dir))
+    if changed:
+        remerge(f"{run_dir / merge.MERGED}: out of date, sources changed since it was made ({'; '.join(changed)})")
+        return None
+    try:
+        return merge.read_merged(run_dir)
+    except TraceInputError as exc:
+        remerge(str(exc))
+        return None
 
 
 def _records(df: pd.DataFrame) -> list[dict[str, Any]]:
@@ -80,6 +100,8 @@ class Run:
         The files that made it into the frame.
     cached
         True when the frame came from a fresh ``merged.parquet``.
+    dropped
+        app file -> intervals its TimeLogger writer dropped (:attr:`trace_merge.merge.MergeResult.dropped`).
     dxt_clock
         Where each Darshan log's DXT segments were placed, per rank (see
         :attr:`trace_merge.merge.MergeResult.dxt_clock`).
@@ -93,6 +115,7 @@ class Run:
     manifest: Optional[dict[str, Any]] = None
     sources: list[str] = field(default_factory=list)
     cached: bool = False
+    dropped: dict[str, int] = field(default_factory=dict)
     dxt_clock: list[dict[str, Any]] = field(default_factory=list)
 
     @classmethod
@@ -111,23 +134,19 @@ class Run:
         if not p.exists():
             raise TraceInputError(p, "no such file or directory")
         notes: list[str] = []
-        if p.is_dir() and _is_fresh(p):
-            try:
-                frame, counters, info = merge.read_merged(p)
-            except TraceInputError as exc:
-                # derived data: a damaged copy costs a re-merge from the sources, not the analysis
-                notes.append(f"{exc} (merged again from the sources)")
-                logger.warning("%s", notes[-1])
-            else:
-                logger.info("%s: using %s", p, merge.MERGED)
-                return cls(path=p, frame=frame, counters=counters, warnings=list(info.get("warnings", [])),
+        stored = _stored(p, notes) if p.is_dir() else None
+        if stored is not None:
+            frame, counters, info = stored
+            logger.info("%s: using %s", p, merge.MERGED)
+            return cls(path=p, frame=frame, counters=counters, warnings=list(info.get("warnings", [])),
                            residual=dict(info.get("residual") or {}), manifest=merge.load_manifest(p)[0],
-                           sources=list(info.get("sources", [])), cached=True,
-                           dxt_clock=list(info.get("dxt_clock") or []))
+                       sources=list(info.get("sources", [])), cached=True,
+                       dropped=_dropped(info.get("dropped_intervals")),
+                       dxt_clock=list(info.get("dxt_clock") or []))
         res = merge.merge_path(p)
         return cls(path=p, frame=res.frame, counters=res.counters, warnings=notes + list(res.warnings),
                    residual=dict(res.residual or {}), manifest=res.manifest, sources=list(res.sources),
-                   dxt_clock=list(res.dxt_clock))
+                   dropped=dict(res.dropped), dxt_clock=list(res.dxt_clock))
 
     @property
     def label(self) -> str:
@@ -196,7 +215,8 @@ class Run:
             ``explanations``, ``layered_breakdown``, ``breakdown``, ``exposed_io``, ``input_bound`` (the per-step
             series is :meth:`step_series`: one row per step is too long for a summary),
             ``bandwidth`` (``per_rank``, ``totals``), ``event_stats`` (records), ``warnings``,
-            ``alignment_residual``, ``dxt_clock``.
+            ``alignment_residual``, ``dropped_app_intervals`` (intervals the TimeLogger writers dropped, total),
+            ``dxt_clock``.
         """
         a = parts if parts is not None else self.analyse()
         layers = self.frame["layer"].value_counts()
@@ -218,12 +238,28 @@ class Run:
             "event_stats": _records(a.event_stats),
             "warnings": list(self.warnings),
             "alignment_residual": _plain(self.residual),
+            "dropped_app_intervals": sum(self.dropped.values()),
             "dxt_clock": _plain(self.dxt_clock),
         }
 
 
+def _dropped(value: Any) -> dict[str, int]:
+    """``merge_info.json``'s ``dropped_intervals`` (absent before it was recorded; then the warnings still say)."""
+    if not isinstance(value, dict):
+        return {}
+    return {str(k): int(v) for k, v in value.items() if isinstance(v, int) and not isinstance(v, bool) and v > 0}
+
+
 def _unique_labels(runs: Sequence[Run]) -> list[str]:
-    labels = [r.label for r in runs]
-    if len(set(labels)) == len(labels):
-        return labels
-    return [str(r.path) if labels.count(r.label) > 1 else r.label for r in runs]
+    """Column labels for :meth:`Run.compare`: the run's name, its path where names clash, and ``#2``, ``#3`` for
+    a run given more than once (compared with itself, with a warning: every delta is 0)."""
+    # the same name for different paths (a/run, b/run): the paths tell them apart
+    labels = [str(r.path) if len({str(o.path) for o in runs if o.label == r.label}) > 1 else r.label for r in runs]
+    out: list[str] = []
+    for label in labels:
+        n = sum(x == label for x in labels[:len(out) + 1])
+        out.append(label if n == 1 else f"{label} #{n}")
+    resolved = [r.path.resolve() for r in runs]
+    for path in dict.fromkeys(p for p in resolved if resolved.count(p) > 1):
+        logger.warning("%s: given %d times, compared with itself", path, resolved.count(path))
+    return out

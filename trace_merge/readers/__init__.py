@@ -6,10 +6,10 @@ the ``timelogger`` metadata event TimeLogger writes first), ``xplane`` (:mod:`.x
 """
 from __future__ import annotations
 
-import gzip
 import importlib
 import os
 import re
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -33,12 +33,25 @@ _HOROVOD_HINTS = (b"start_time_since_epoch_in_micros", b"NEGOTIATE_", b"MPI_ALLR
 
 
 def _peek(path: Path) -> bytes:
-    opener = gzip.open if path.name.endswith(".gz") else open
+    """The first bytes of the (decompressed) file. Damage further on is the reader's to report, so the gzip
+    stream is not checked to its end here (gzip.open would verify the CRC of a small file as a whole)."""
     try:
-        with opener(path, "rb") as fh:
-            return fh.read(_PEEK_BYTES)
-    except (OSError, EOFError) as exc:
-        raise TraceInputError(path, f"cannot read: {exc}") from None
+        with open(path, "rb") as fh:
+            raw = fh.read(1 << 16)
+    except OSError as exc:
+        raise TraceInputError(path, f"cannot read: {exc.strerror or exc}") from None
+    if path.name.endswith(".gz") or raw[:2] == b"\x1f\x8b":
+        dec, out = zlib.decompressobj(16 + zlib.MAX_WBITS), b""
+        try:  # small pieces, so that what came out before damage is kept
+            for at in range(0, len(raw), 1024):
+                out += dec.decompress(raw[at:at + 1024], _PEEK_BYTES - len(out))
+                if len(out) >= _PEEK_BYTES or dec.eof:
+                    break
+        except zlib.error as exc:
+            if not out:
+                raise TraceInputError(path, f"corrupt gzip data at its start ({exc})") from None
+        return out
+    return raw[:_PEEK_BYTES]
 
 
 def rank_from_name(path: "str | os.PathLike[str]") -> "int | None":

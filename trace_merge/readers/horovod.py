@@ -18,6 +18,7 @@ import gzip
 import json
 import logging
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -31,39 +32,75 @@ log = logging.getLogger(__name__)
 KIND = "horovod"
 
 
-def iter_events(text: str) -> "tuple[list[dict[str, Any]], bool]":
-    """Decode the events of a possibly unterminated or truncated Chrome-trace JSON array.
+#: where the next event of the array starts after a corrupt one: the end of an event, a comma, and an object whose
+#: first key is one Horovod writes first (keys inside ``args`` follow ``"args": ``, never a comma)
+_NEXT_EVENT = re.compile(r'\}\s*,\s*(\{"(?:ph|name)")')
+
+
+def iter_events(text: str) -> "tuple[list[dict[str, Any]], bool, list[tuple[int, str]]]":
+    """Decode the events of a possibly unterminated, truncated or damaged Chrome-trace JSON array.
 
     Returns
     -------
-    (events, complete)
+    (events, complete, skipped)
         ``complete`` is False when the text ended inside an event (crash / still being written).
+        ``skipped``: ``(line, cause)`` of each stretch that did not decode and was skipped up to the next event.
     """
     body = text.strip()
+    offset_lines = 1 + text[: len(text) - len(text.lstrip())].count("\n")
     if body.startswith("["):
         body = body[1:]
     try:  # fast path: a cleanly closed (or merely unclosed) array
         stripped = body.rstrip().rstrip(",").rstrip()
         if stripped.endswith("]"):
             stripped = stripped[:-1]
-        return json.loads("[" + stripped + "]"), True
+        return json.loads("[" + stripped + "]"), True, []
     except json.JSONDecodeError:
         pass
     decoder = json.JSONDecoder()
     events: list[dict[str, Any]] = []
+    skipped: list[tuple[int, str]] = []
     pos, n = 0, len(body)
     while pos < n:
         while pos < n and body[pos] in " \t\r\n,":
             pos += 1
         if pos >= n or body[pos] == "]":
-            return events, True
+            return events, True, skipped
         try:
             obj, pos = decoder.raw_decode(body, pos)
-        except json.JSONDecodeError:
-            return events, False
+        except json.JSONDecodeError as err:
+            nxt = _NEXT_EVENT.search(body, pos)
+            if nxt is None:
+                return events, False, skipped  # the file ends inside this event
+            skipped.append((offset_lines + body.count("\n", 0, pos), err.msg))
+            pos = nxt.start(1)
+            continue
         if isinstance(obj, dict):
             events.append(obj)
-    return events, True
+    return events, True, skipped
+
+
+def _event_lines(text: str) -> list[int]:
+    """Line of each event's start, in the order :func:`iter_events` returns them (slow; for warnings only)."""
+    return [1 + text.count("\n", 0, m.start(1)) for m in re.finditer(r'(?:^|[\[,])\s*(\{"(?:ph|name)")', text)]
+
+
+#: µs since the epoch beyond this (year 2116) are not times
+_MAX_US = 2**62 // 1000
+
+
+def _num(value: Any) -> "float | None":
+    """A finite number of µs within :data:`_MAX_US` (bools and strings are not), else None."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if -_MAX_US < value < _MAX_US else None
+
+
+def _int(value: Any, lo: int = -(2**63), hi: int = 2**63) -> "int | None":
+    """An int in ``[lo, hi)`` (bools and floats are not), else None."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        return None
+    return value if lo <= value < hi else None
 
 
 def _read_text(path: Path) -> str:
@@ -101,20 +138,27 @@ def read(path: "str | os.PathLike[str]", rank: int = 0) -> SourceData:
     text = _read_text(path)
     if not text.lstrip().startswith(("[", "{")):
         raise TraceInputError(path, "not a Horovod timeline (expected a JSON array of trace events)")
-    events, complete = iter_events(text)
+    events, complete, skipped = iter_events(text)
     warnings: list[str] = []
+    if skipped:
+        line, cause = skipped[0]
+        warnings.append(f"{path}:{line}: {len(skipped)} corrupt event(s) skipped (first: {cause}); read the rest")
     if not complete:
         warnings.append(f"{path}: truncated timeline (file ends inside an event); read {len(events)} events")
 
     start_us: "int | None" = None
     tensors: dict[int, str] = {}
-    for ev in events:
+    bad: list[tuple[int, str]] = []  # (index in events, cause)
+    for i, ev in enumerate(events):
         if ev.get("ph") == "M" and ev.get("name") == "process_name":
-            a = ev.get("args") or {}
+            a = ev.get("args") if isinstance(ev.get("args"), dict) else {}
             if "start_time_since_epoch_in_micros" in a and start_us is None:
-                start_us = int(a["start_time_since_epoch_in_micros"])
-            if "name" in a:
-                tensors[int(ev.get("pid", 0))] = str(a["name"])
+                start_us = _int(a["start_time_since_epoch_in_micros"], 0, _MAX_US)
+                if start_us is None:
+                    bad.append((i, f"start_time_since_epoch_in_micros {a['start_time_since_epoch_in_micros']!r}"))
+            pid = _int(ev.get("pid", 0))
+            if "name" in a and pid is not None:
+                tensors[pid] = str(a["name"])
     if start_us is None:
         raise TraceInputError(
             path, "no start_time_since_epoch_in_micros in the process_name metadata (not a Horovod timeline?)"
@@ -139,12 +183,17 @@ def read(path: "str | os.PathLike[str]", rank: int = 0) -> SourceData:
         args.append(a)
         return len(names) - 1
 
-    for ev in events:
+    for i, ev in enumerate(events):
         ph = ev.get("ph")
         if ph not in ("B", "E", "X") or "ts" not in ev:
             continue
-        pid = int(ev.get("pid", 0))
-        ts = float(ev["ts"])
+        pid = _int(ev.get("pid", 0))
+        ts = _num(ev["ts"])
+        dur = _num(ev.get("dur", 0)) if ph == "X" else 0.0
+        if pid is None or ts is None or dur is None or dur < 0:
+            bad.append((i, "bad pid, ts or dur (" + ", ".join(f"{k} {ev.get(k)!r}" for k in ("pid", "ts", "dur")
+                                                             if k in ev) + ")"))
+            continue
         stack = stacks.setdefault(pid, [])
         if ph == "B":
             stack.append((str(ev.get("name", "")), ts))
@@ -158,13 +207,17 @@ def read(path: "str | os.PathLike[str]", rank: int = 0) -> SourceData:
                 args[row]["ready_ranks"] = ticks
         else:  # X
             name = str(ev.get("name", ""))
-            dur = float(ev.get("dur", 0))
             if dur == 0 and name.isdigit() and stack:
                 k = (pid, len(stack) - 1)  # counted on the enclosing open activity
                 ready[k] = ready.get(k, 0) + 1
                 continue
             add(name, pid, ts, ts + dur, ev.get("args"))
 
+    if bad:
+        lines = _event_lines(text)
+        first, cause = bad[0]
+        where = f":{lines[first]}" if len(lines) == len(events) else ""
+        warnings.append(f"{path}{where}: {len(bad)} event(s) with bad values skipped (first: {cause})")
     open_b = sum(len(s) for s in stacks.values())
     if open_b:
         # Horovod 0.28 can also lose the last E events at a clean shutdown

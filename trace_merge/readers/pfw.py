@@ -93,6 +93,15 @@ _STR_ARGS = ("hhash", "fhash", "file", "fname")
 #: ``args`` keys that become columns and are not repeated in the ``args`` column.
 _COLUMN_ARGS = frozenset({"rank", "epoch", "step", "bytes", "offset", "file", "fname", "hhash", "fhash"})
 _MAX_LINE_WARNINGS = 5
+#: epoch ns beyond this (year 2116) are corrupt values, not times
+_NS_LIMIT = 2**62
+_INT64 = (-(2**63), 2**63)
+#: rows separated from the bulk of their file by a gap this long, and few, are corrupt timestamps
+OUTLIER_GAP_NS = 12 * 3600 * 10**9
+#: a group cut off by such a gap is dropped as outliers when it has at most this share of the file's rows (or
+#: :data:`OUTLIER_MAX_ROWS`) and under half the main group; a larger group is reported, not removed
+OUTLIER_MAX_SHARE = 0.01
+OUTLIER_MAX_ROWS = 3
 _ARROW_BLOCK = 1 << 22
 
 
@@ -137,8 +146,13 @@ def read(path: "str | os.PathLike[str]") -> SourceData:
             parser = "arrow"
         else:
             state.reset()
+    if cols is not None and _outliers(cols.ts).any():
+        cols = None  # rare: parse again line by line, so that the warning can name the lines
+        state.reset()
+        parser = "lines"
     if cols is None:
         cols = _parse_lines(raw[start:end], first_lineno, state, warnings)
+        cols = _drop_outliers(cols, path, warnings)
     del raw  # the decompressed text (~10x the file): free it before the frame is built (files read in parallel)
     kind = "timelogger" if state.is_timelogger else "dftracer"
     if cols.n == 0 and not state.saw_any:
@@ -165,22 +179,39 @@ def _load(path: str, warnings: list[str]) -> "bytes | bytearray":
 
 
 def _gunzip(path: str, raw: bytes, warnings: list[str]) -> bytearray:
+    """All gzip members of ``raw``, decompressed. A corrupt member is left out (deflate output past damage cannot
+    be trusted) with a warning, and reading resumes at the next member: DFTracer compresses in chunks, so one
+    flipped bit costs one chunk, not the file."""
     # one growing buffer: a list of parts joined at the end would hold the text twice
     out = bytearray()
-    data = raw
-    while data:
+    pos = 0
+    while pos < len(raw):
         dec = zlib.decompressobj(16 + zlib.MAX_WBITS)
         try:
-            out += dec.decompress(data)
-            out += dec.flush()
+            part = dec.decompress(raw[pos:] if pos else raw)
+            part += dec.flush()
         except zlib.error as err:
-            raise TraceInputError(path, f"corrupt gzip data ({err})") from None
+            nxt = raw.find(b"\x1f\x8b\x08", pos + 1)
+            if not out and nxt == -1:
+                raise TraceInputError(path, f"corrupt gzip data ({err})") from None
+            lost = (nxt if nxt != -1 else len(raw)) - pos
+            warnings.append(f"{path}: corrupt gzip data at byte {pos} ({err}); {lost} compressed bytes left out"
+                            + (", reading went on at the next gzip member" if nxt != -1 else ""))
+            if out and not out.endswith(b"\n"):
+                out += b"\n"
+            if nxt == -1:
+                break
+            pos = nxt
+            continue
         if not dec.eof:
+            out += part
             warnings.append(f"{path}: gzip stream truncated (unexpected end of file); read what was complete")
             break
-        data = dec.unused_data
-        if data and data[:2] != b"\x1f\x8b":
-            if data.strip(b"\0"):
+        out += part
+        rest = dec.unused_data
+        pos = len(raw) - len(rest)
+        if rest and rest[:2] != b"\x1f\x8b":
+            if rest.strip(b"\0"):
                 raise TraceInputError(path, "corrupt gzip data (garbage after a gzip member)")
             break
     return out
@@ -261,6 +292,7 @@ class _State:
         self.clock_sync: list[dict] = []
         self.tf_profile: list[dict] = []
         self.close: Optional[dict] = None
+        self.dropped = 0  # intervals the TimeLogger writer could not write (timelogger_dropped / close records)
         self.thread_names: dict[int, str] = {}
         self.process_names: dict[int, str] = {}
         self.bookkeeping: list[str] = []
@@ -316,6 +348,9 @@ class _State:
             self.tf_profile.append(_plain(args))
         elif name == "timelogger_close":
             self.close = _plain(args)
+            self.dropped = max(self.dropped, _as_int(args.get("dropped")) or 0)
+        elif name == "timelogger_dropped":  # running total, written as intervals are dropped (survives kill -9)
+            self.dropped = max(self.dropped, _as_int(args.get("total")) or 0)
         elif name in ("thread_name", "process_name"):
             target = self.thread_names if name == "thread_name" else self.process_names
             ident = _as_int(ev.get("tid" if name == "thread_name" else "pid"))
@@ -368,6 +403,85 @@ def _json_default(obj: Any) -> Any:
     raise TypeError(type(obj).__name__)
 
 
+#: ranks of a job: more than any machine has; a larger rank or world size is a corrupt value
+_MAX_RANKS = 2**24
+#: a clock offset between two ranks beyond a day is a corrupt value (a day off is a different run, see align)
+_MAX_OFFSET_NS = 24 * 3600 * 10**9
+
+
+def _checked(record: dict, key: str, lo: int, hi: int, path: str, warnings: list[str],
+             what: str = "") -> Optional[int]:
+    """``record[key]`` as an int in ``[lo, hi)``; a value that is present but not such an int is warned about
+    (``"<file>: <what><key> <value> ...; ignored"``) and gives None, as a missing one does."""
+    value = record.get(key)
+    if value is None:
+        return None
+    number = _as_int(value)
+    if number is not None and lo <= number < hi:
+        return number
+    warnings.append(f"{path}: {what}{key} {_plain(value)!r} is not an integer in [{lo}, {hi}); ignored")
+    return None
+
+
+def _value_problem(ts: Any, dur: Any, scale: int, pid: Optional[int], tid: Optional[int],
+                   ints: dict) -> Optional[str]:
+    """Why an event's values cannot be a real event (None when they can): times outside int64 epoch ns or before
+    1970, a negative duration or byte count, an integer outside int64."""
+    ts_ns, dur_ns = int(ts * scale), int(dur * scale)
+    if not 0 <= ts_ns < _NS_LIMIT:
+        return f"ts {ts} is not a time"
+    if dur_ns < 0:
+        return f"negative dur {dur}"
+    if ts_ns + dur_ns >= _NS_LIMIT:
+        return f"dur {dur} is not a duration"
+    for key, value in (("pid", pid), ("tid", tid), *ints.items()):
+        if value is not None and not _INT64[0] <= value < _INT64[1]:
+            return f"{key} {value} out of range"
+    if ints.get("bytes") is not None and ints["bytes"] < 0:
+        return f"negative bytes {ints['bytes']}"
+    return None
+
+
+def _outliers(ts: np.ndarray) -> np.ndarray:
+    """Rows cut off from the bulk of the file by a gap of :data:`OUTLIER_GAP_NS`, when they are few (at most
+    :data:`OUTLIER_MAX_ROWS` or :data:`OUTLIER_MAX_SHARE`): a corrupt timestamp, which would otherwise stretch the
+    run over years."""
+    out = np.zeros(len(ts), dtype=bool)
+    if len(ts) < 2:
+        return out
+    order = np.argsort(ts, kind="stable")
+    gaps = np.flatnonzero(np.diff(ts[order]) > OUTLIER_GAP_NS)
+    if not len(gaps):
+        return out
+    bounds = np.concatenate(([0], gaps + 1, [len(ts)]))
+    sizes = np.diff(bounds)
+    main = int(np.argmax(sizes))
+    few = max(OUTLIER_MAX_ROWS, OUTLIER_MAX_SHARE * len(ts))
+    for k, size in enumerate(sizes):
+        if k != main and size <= few and 2 * size < sizes[main]:
+            out[order[bounds[k]:bounds[k + 1]]] = True
+    return out
+
+
+def _drop_outliers(cols: "_Cols", path: str, warnings: list[str]) -> "_Cols":
+    """:func:`_outliers` left out with one warning naming their lines; a file split into large groups far apart
+    in time is kept whole and reported."""
+    if cols.n < 2:
+        return cols
+    out = _outliers(cols.ts)
+    if out.any():
+        lines = cols.lines[out] if cols.lines is not None else np.zeros(0, dtype=np.int64)
+        named = ", ".join(map(str, lines[:_MAX_LINE_WARNINGS])) + (" ..." if len(lines) > _MAX_LINE_WARNINGS else "")
+        warnings.append(f"{path}: {int(out.sum())} event(s) more than {OUTLIER_GAP_NS // 3_600_000_000_000} h away "
+                        f"from all the others in the file (line {named}): corrupt timestamps, skipped")
+        cols = cols.take(~out)
+    ts = np.sort(cols.ts)
+    if len(ts) > 1 and (np.diff(ts) > OUTLIER_GAP_NS).any():
+        warnings.append(f"{path}: events fall into groups more than {OUTLIER_GAP_NS // 3_600_000_000_000} h apart; "
+                        "kept (check the clock or whether two runs were written to one file)")
+    return cols
+
+
 # ----------------------------------------------------------------------------------------------
 # columns of complete events, as both parsers produce them
 
@@ -383,10 +497,21 @@ class _Cols:
     strs: dict  # key in _STR_ARGS -> pd.Categorical
     ints: dict  # key in _INT_ARGS -> (int64 values, bool mask: True = missing)
     extra: Optional[list] = None  # per-row leftover args (TimeLogger), else None
+    lines: Optional[np.ndarray] = None  # per-row line number (line parser only)
 
     @property
     def n(self) -> int:
         return len(self.ts)
+
+    def take(self, keep: np.ndarray) -> "_Cols":
+        """The rows where ``keep`` (bool) is True."""
+        return _Cols(
+            name=self.name[keep], cat=self.cat[keep], pid=self.pid[keep], tid=self.tid[keep], ts=self.ts[keep],
+            dur=self.dur[keep], strs={k: v[keep] for k, v in self.strs.items()},
+            ints={k: (v[keep], m[keep]) for k, (v, m) in self.ints.items()},
+            extra=None if self.extra is None else [e for e, k in zip(self.extra, keep) if k],
+            lines=None if self.lines is None else self.lines[keep],
+        )
 
     @classmethod
     def empty(cls) -> "_Cols":
@@ -407,7 +532,10 @@ def _parse_lines(body: bytes, first_lineno: int, state: _State, warnings: list[s
     strs: dict = {k: [] for k in _STR_ARGS}
     ints: dict = {k: [] for k in _INT_ARGS}
     extras: list = []
+    linenos: list = []
     bad: list[int] = []
+    bad_values: list[tuple[int, str]] = []
+    scale = state.time_scale
     loads = json.loads
     for lineno, line in enumerate(body.split(b"\n"), start=first_lineno):
         if not line.strip():
@@ -433,27 +561,36 @@ def _parse_lines(body: bytes, first_lineno: int, state: _State, warnings: list[s
         dur = ev.get("dur")
         if isinstance(dur, bool) or not isinstance(dur, (int, Decimal)):
             dur = 0
+        pid, tid = _as_int(ev.get("pid")), _as_int(ev.get("tid"))
+        args = _dict(ev.get("args"))
+        row_ints = {key: _as_int(args.get(key)) for key in _INT_ARGS}
+        problem = _value_problem(ts, dur, scale, pid, tid, row_ints)
+        if problem is not None:
+            bad_values.append((lineno, problem))
+            continue
         name = ev.get("name")
         cat = ev.get("cat")
         names.append("" if name is None else str(name))
         cats.append("" if cat is None else str(cat))
-        pid, tid = _as_int(ev.get("pid")), _as_int(ev.get("tid"))
         pids.append(0 if pid is None else pid)
         tids.append(0 if tid is None else tid)
         tss.append(ts)
         durs.append(dur)
-        args = _dict(ev.get("args"))
+        linenos.append(lineno)
         for key in _STR_ARGS:
             strs[key].append(_as_str(args.get(key)))
-        for key in _INT_ARGS:
-            ints[key].append(_as_int(args.get(key)))
+        for key, value in row_ints.items():
+            ints[key].append(value)
         extras.append({k: v for k, v in args.items() if k not in _COLUMN_ARGS} or None)
     if bad:
         for lineno in bad[:_MAX_LINE_WARNINGS]:
             warnings.append(f"{state.path}: line {lineno}: not a JSON object, skipped")
         if len(bad) > _MAX_LINE_WARNINGS:
             warnings.append(f"{state.path}: {len(bad) - _MAX_LINE_WARNINGS} more unparseable lines skipped")
-    scale = state.time_scale
+    for lineno, problem in bad_values[:_MAX_LINE_WARNINGS]:
+        warnings.append(f"{state.path}:{lineno}: {problem}; event skipped")
+    if len(bad_values) > _MAX_LINE_WARNINGS:
+        warnings.append(f"{state.path}: {len(bad_values) - _MAX_LINE_WARNINGS} more events with bad values skipped")
     n = len(tss)
     ts_ns = np.fromiter((int(v * scale) for v in tss), dtype=np.int64, count=n)
     dur_ns = np.fromiter((int(v * scale) for v in durs), dtype=np.int64, count=n)
@@ -472,12 +609,13 @@ def _parse_lines(body: bytes, first_lineno: int, state: _State, warnings: list[s
         strs={k: pd.Categorical(v) for k, v in strs.items()},
         ints=int_cols,
         extra=extras if state.is_timelogger else None,
+        lines=np.asarray(linenos, dtype=np.int64),
     )
 
 
 #: Metadata names whose ``args`` the fast parser does not keep (TimeLogger's); seeing one sends
 #: the file to the line parser.
-_RICH_METADATA = frozenset({"timelogger", "clock_sync", "tf_profile", "timelogger_close"})
+_RICH_METADATA = frozenset({"timelogger", "clock_sync", "tf_profile", "timelogger_close", "timelogger_dropped"})
 
 
 def _parse_arrow(body: "bytes | memoryview", state: _State) -> Optional[_Cols]:
@@ -573,6 +711,12 @@ def _arrow_columns(body: "bytes | memoryview", state: _State) -> Optional[_Cols]
         return None
     args = col(table, "args")
     fields = dict(zip((f.name for f in args.type), args.flatten()))
+    t, d = ts_ns[keep], dur_ns[keep]
+    nbytes = pc.fill_null(fields["bytes"], 0).to_numpy(zero_copy_only=False)[keep]
+    if len(t) and (t.min() < 0 or t.max() >= _NS_LIMIT or d.min() < 0 or d.max() >= _NS_LIMIT
+                   or (t + d).max() >= _NS_LIMIT
+                   or (len(nbytes) and nbytes.min() < 0)):
+        return None  # bad values: the line parser skips those events and names their lines
 
     def ints(arr: "pa.Array") -> "tuple[np.ndarray, np.ndarray]":
         values = pc.fill_null(arr, 0).to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
@@ -697,7 +841,7 @@ def _result(path: str, state: _State, cols: _Cols, kind: str, warnings: list[str
     cat = _recode(cols.cat, lambda c: _classify(str(c), timelogger)[1])
 
     # rank
-    default_rank = _as_int(header.get("rank")) if timelogger else None
+    default_rank = _checked(header, "rank", 0, _MAX_RANKS, path, warnings) if timelogger else None
     if default_rank is None:
         from . import rank_from_name  # the one file-name rank rule, shared with the other readers
 
@@ -784,7 +928,7 @@ def _result(path: str, state: _State, cols: _Cols, kind: str, warnings: list[str
         anchors = [a for a in (header.get("anchor"), (state.close or {}).get("anchor")) if a]
         meta.update(
             {
-                "world_size": _as_int(header.get("world_size")),
+                "world_size": _checked(header, "world_size", 1, _MAX_RANKS + 1, path, warnings),
                 "hostname": header.get("hostname"),
                 "host": header.get("hostname"),
                 "pid": _as_int(header.get("pid")) if header.get("pid") is not None else meta["pid"],
@@ -794,11 +938,16 @@ def _result(path: str, state: _State, cols: _Cols, kind: str, warnings: list[str
                 "header": header,
                 "anchors": anchors,
                 "clock_sync": state.clock_sync[-1] if state.clock_sync else None,
-                "clock_offset_ns": _as_int(state.clock_sync[-1].get("clock_offset_ns")) if state.clock_sync else None,
+                "clock_offset_ns": _checked(state.clock_sync[-1], "clock_offset_ns", -_MAX_OFFSET_NS, _MAX_OFFSET_NS,
+                                            path, warnings, "clock_sync ") if state.clock_sync else None,
                 "tf_anchors": state.tf_profile,
                 "close": state.close,
+                "dropped": state.dropped,
             }
         )
+        if state.dropped:
+            warnings.append(f"{path}: {state.dropped} intervals dropped by the writer (it could not keep up, or a "
+                            "write failed); the app layer is incomplete")
     else:
         hosts = sorted(set(state.maps["HH"].values()))
         meta.update(
