@@ -163,7 +163,9 @@ def test_one_rank_shifted_is_flagged_or_left_out(two_rank_run: Path, tmp_path: P
     res = merge_path(run)
     if shift_s == 30:
         [w] = [w for w in res.warnings if w.startswith(f"{rank1}: rank 1's app layer")]
-        assert "starts and ends +30.0 s away from the other ranks'" in w
+        # the offset is measured against rank 0's own times, so the ranks' natural start jitter (~0.1 s) is in it
+        m = re.search(r"starts and ends \+(\d+\.\d) s away from the other ranks'", w)
+        assert m and abs(float(m.group(1)) - 30.0) <= 1.0, w
         assert any(w.startswith("rank 1: 100 % of its posix rows lie outside") for w in res.warnings)
         assert res.rows_per_layer()["app"] == merge_path(two_rank_run).rows_per_layer()["app"]
     else:  # a different day: not this run's; the run keeps its one-day span
