@@ -253,7 +253,7 @@ class TimeLogger:
         self._step: Optional[int] = None
         self._tags = ""
         self._retag()
-        self._fh: Any = None
+        self._fd: Optional[int] = None  # the app file's descriptor (raw, unbuffered: see _open)
         self._thread: Optional[threading.Thread] = None
         self._stop = threading.Event()
         self._wlock = threading.Lock()
@@ -310,7 +310,7 @@ class TimeLogger:
         # A raw descriptor, not a buffered file: every write is a system call whose result says exactly how many
         # bytes landed, which keeps events_written/dropped true after ENOSPC and leaves nothing in a user buffer
         # for kill -9 to lose.
-        self._fh = fd
+        self._fd = fd
         header = {
             "rank": self.rank,
             "world_size": self.world_size,
@@ -548,7 +548,7 @@ class TimeLogger:
 
     def close(self) -> None:
         """Flush, write the ``timelogger_close`` metadata (second anchor pair) and close the file. Idempotent."""
-        if self._closed or self._fh is None:
+        if self._closed or self._fd is None:
             self._closed = True
             self._on = False
             return
@@ -605,46 +605,49 @@ class TimeLogger:
         self._wowner = None
         self._wlock.release()
 
-    def _meta_line(self, name: str, args: Dict[str, Any], perf_ns: int) -> str:
+    def _meta_line(self, name: str, args: Dict[str, Any], perf_ns: int, tid: Optional[int] = None) -> str:
+        """One ``"ph":"M"`` line; ``tid`` is the thread it describes (default: the calling thread)."""
+        tid = threading.get_native_id() if tid is None else tid
         return ('{"name":' + _json(name) + ',"ph":"M","ts":' + _us(perf_ns + self._off) + ',"pid":'
-                + str(self.pid) + ',"tid":' + str(threading.get_native_id()) + ',"args":' + _json(args) + "}\n")
+                + str(self.pid) + ',"tid":' + str(tid) + ',"args":' + _json(args) + "}\n")
 
     def _close_fd(self) -> None:
-        fd, self._fh = self._fh, None
+        fd, self._fd = self._fd, None
         if fd is not None:
             try:
                 os.close(fd)
             except OSError:
                 pass
 
-    def _trim(self, entries: List[_BufEntry]) -> None:
+    def _trim(self, entries: List[_BufEntry]) -> List[int]:
         """Drop what the writer can no longer write in time: intervals that ended more than ``max_lag`` ago, and
         the oldest beyond :data:`MAX_BUFFERED` per thread. The new totals go to the file at once, so a ``kill -9``
-        right after still leaves every lost interval counted on disk. Caller holds the write lock."""
+        right after still leaves every lost interval counted on disk. Caller holds the write lock.
+
+        Returns how many intervals were dropped from the front of each entry's buffer."""
         cutoff = _pc() - self._max_lag_ns
         lines = []
-        for ent in entries:
+        dropped = [0] * len(entries)
+        for i, ent in enumerate(entries):
             buf = ent.buf
             n = len(buf)
-            if not n or buf[0][2] >= cutoff:
+            if not n or (buf[0][2] >= cutoff and n <= MAX_BUFFERED):
                 continue
             # intervals are appended as they end, so end times ascend within a thread's buffer
             k = max(bisect.bisect_left(buf, cutoff, 0, n, key=_end_of), n - MAX_BUFFERED)
             if k <= 0:
                 continue
+            dropped[i] = k
             del buf[:k]  # only the front: the owner keeps appending at the end (list ops are atomic)
             ent.dropped += k
             self.dropped += k
-            lines.append(self._dropped_line(ent))
+            lines.append(self._meta_line("timelogger_dropped", {"tid": ent.tid, "dropped": ent.dropped,
+                                                                "total": self.dropped}, _pc(), ent.tid))
         if lines:
             self._warn_once("behind", "timelogger: the writer of %s cannot keep up; dropping intervals older than "
                             "%.2f s (counted in timelogger_dropped records)", self.path, self.max_lag)
             self._write(lines, [0] * len(lines))
-
-    def _dropped_line(self, ent: _BufEntry) -> str:
-        return ('{"name":"timelogger_dropped","ph":"M","ts":' + _us(_pc() + self._off) + ',"pid":'
-                + str(self.pid) + ',"tid":' + str(ent.tid) + ',"args":'
-                + _json({"tid": ent.tid, "dropped": ent.dropped, "total": self.dropped}) + "}\n")
+        return dropped
 
     def _drain_all(self, trim: bool = True) -> None:
         """Serialise and write, chunk by chunk, what the threads had buffered when this call began (caller holds
@@ -653,11 +656,9 @@ class TimeLogger:
         with self._reg_lock:
             entries = list(self._entries)
         quota = [len(e.buf) for e in entries]
-        while self._fh is not None:
-            if trim:
-                before = [len(e.buf) for e in entries]
-                self._trim(entries)
-                quota = [max(0, q - (b - len(e.buf))) for q, b, e in zip(quota, before, entries)]
+        while self._fd is not None:
+            if trim:  # what was dropped came off the front, i.e. out of the quota
+                quota = [max(0, q - k) for q, k in zip(quota, self._trim(entries))]
             lines, kinds = self._drain(entries, quota)
             if not lines:
                 break
@@ -686,9 +687,7 @@ class TimeLogger:
             quota[i] -= n
             if not ent.announced:
                 ent.announced = True
-                out.append('{"name":"thread_name","ph":"M","ts":' + _us(items[0][1] + off) + ',"pid":'
-                           + str(pid) + ',"tid":' + str(ent.tid) + ',"args":'
-                           + _json({"name": ent.name, "tid": ent.tid}) + "}\n")
+                out.append(self._meta_line("thread_name", {"name": ent.name, "tid": ent.tid}, items[0][1], ent.tid))
                 kinds.append(0)
             mid = ',"pid":' + str(pid) + ',"tid":' + str(ent.tid) + ',"args":{'
             for item in items:
@@ -732,13 +731,13 @@ class TimeLogger:
         ``kinds[i]`` is 1 when line i is an interval. On a failed or short write (ENOSPC, EFBIG) the intervals
         whose whole line landed count as written and the rest as dropped, then logging stops. Returns success.
         """
-        if not lines or self._fh is None:
-            return self._fh is not None
+        if not lines or self._fd is None:
+            return self._fd is not None
         data = "".join(lines).encode("utf-8")
         done = 0
         try:
             while done < len(data):
-                done += os.write(self._fh, data[done:] if done else data)
+                done += os.write(self._fd, data[done:] if done else data)
         except OSError as exc:
             landed = 0
             pos = 0
@@ -777,7 +776,7 @@ class TimeLogger:
         if not self._acquire():
             return
         try:
-            if self._fh is None:
+            if self._fd is None:
                 return
             self._drain_all()
             if extra is not None:
