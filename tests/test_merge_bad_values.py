@@ -12,9 +12,10 @@ from pathlib import Path
 import pytest
 
 from trace_merge.cli import main
-from trace_merge.merge import MAX_WORLD_SIZE, merge_path
+from trace_merge.merge import merge_path
 from trace_merge.readers import read_any
 from trace_merge.readers.pfw import OUTLIER_GAP_NS
+from trace_merge.schema import MAX_RANKS
 
 
 def app_file(run: Path) -> Path:
@@ -88,7 +89,7 @@ def test_a_bad_world_size_in_the_manifest(run_copy: Path, world: str) -> None:
     manifest = run_copy / "manifest.json"
     manifest.write_text(re.sub(r'"world_size": \d+', f'"world_size": {world}', manifest.read_text()))
     res = merge_path(run_copy)
-    assert f"{manifest}: world_size {json.loads(world)!r} is not an integer in [1, {MAX_WORLD_SIZE}]; ignored" \
+    assert f"{manifest}: world_size {json.loads(world)!r} is not an integer in [1, {MAX_RANKS}]; ignored" \
         in res.warnings
     assert len(json.dumps(res.warnings)) < 2000
 

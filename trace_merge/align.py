@@ -37,12 +37,10 @@ import pandas as pd
 from .dxt_clock import DxtClock, place_source
 from .intervals import drop_from_forest, innermost, nesting_parents, spans_several, start_order
 from .readers import rank_from_name
-from .schema import STEP_PHASE, SourceData, concat_frames
+from .schema import DIFFERENT_DAY_NS, STEP_PHASE, SourceData, concat_frames
 
 log = logging.getLogger(__name__)
 
-#: sources whose median time is further than this from the app layer's are a different run / clock
-DIFFERENT_DAY_NS = 12 * 3600 * 10**9
 #: framework events further than this outside their step's app interval count as "outside"
 RESIDUAL_TOLERANCE_NS = 1_000_000
 APP_KINDS = ("timelogger",)

@@ -34,7 +34,9 @@ from .readers import detect, rank_from_name, read_any
 from .schema import (
     COUNTER_DTYPES,
     FRAME_DTYPES,
+    MAX_RANKS,
     SourceData,
+    checked_int,
     empty_counters,
 )
 
@@ -358,10 +360,6 @@ def _read_all(
     return sources
 
 
-#: more ranks than any machine runs: a larger world size is a corrupt value
-MAX_WORLD_SIZE = 2**24
-
-
 def _missing_ranks(path: Path, manifest: "dict[str, Any] | None", app: list[SourceData]) -> list[str]:
     """Warnings about the world size (a bad value in the manifest) and the ranks it names that have no app file.
 
@@ -369,12 +367,7 @@ def _missing_ranks(path: Path, manifest: "dict[str, Any] | None", app: list[Sour
     the gaps between present ranks and the tail up to the world size, given as ranges.
     """
     warnings: list[str] = []
-    world = (manifest or {}).get("world_size")
-    if world is not None and (not isinstance(world, int) or isinstance(world, bool)
-                              or not 1 <= world <= MAX_WORLD_SIZE):
-        warnings.append(f"{path / MANIFEST}: world_size {world!r} is not an integer in [1, {MAX_WORLD_SIZE}]; "
-                        "ignored")
-        world = None
+    world = checked_int(manifest or {}, "world_size", 1, MAX_RANKS, str(path / MANIFEST), warnings)
     for src in app:  # the reader checked app headers' values
         world = world or meta_value(src.meta, "world_size")
     if not world:

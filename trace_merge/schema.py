@@ -19,6 +19,14 @@ STEP_PHASE = "Training Iteration"
 #: layers that trace file-system calls
 FS_LAYERS = ("posix", "stdio", "mpiio", "hdf5")
 
+# Bounds past which a value in an input is corrupt, not data (one place for readers, alignment and merge).
+#: epoch ns at or beyond this (year 2116) are not times
+MAX_EPOCH_NS = 2**62
+#: more ranks than any machine runs: a rank or world size beyond it is a corrupt value
+MAX_RANKS = 2**24
+#: times this far apart (12 h) are not one run's: a different run, a wrong clock or a corrupt timestamp
+DIFFERENT_DAY_NS = 12 * 3600 * 10**9
+
 #: column -> dtype; order is the on-disk column order of ``merged.parquet``.
 FRAME_DTYPES: dict[str, str] = {
     "layer": "category",
@@ -61,6 +69,20 @@ _DEFAULTS: dict[str, Any] = {
     "step": pd.NA,
     "args": None,
 }
+
+
+def checked_int(record: Mapping[str, Any], key: str, lo: int, hi: int, where: str, warnings: list[str],
+                what: str = "") -> "int | None":
+    """``record[key]`` as an int in ``[lo, hi]``; a value that is present but not such an int is warned about
+    (``"<where>: <what><key> <value> is not an integer in [lo, hi]; ignored"``) and gives None, as a missing one
+    does."""
+    value = record.get(key)
+    if value is None:
+        return None
+    if isinstance(value, int) and not isinstance(value, bool) and lo <= value <= hi:
+        return value
+    warnings.append(f"{where}: {what}{key} {value!r} is not an integer in [{lo}, {hi}]; ignored")
+    return None
 
 
 def category_mask(series: pd.Series, predicate) -> np.ndarray:

@@ -60,7 +60,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import TraceInputError
-from ..schema import CATS, SourceData, to_frame
+from ..schema import CATS, DIFFERENT_DAY_NS, MAX_EPOCH_NS, MAX_RANKS, SourceData, checked_int, to_frame
 
 log = logging.getLogger(__name__)
 
@@ -93,11 +93,9 @@ _STR_ARGS = ("hhash", "fhash", "file", "fname")
 #: ``args`` keys that become columns and are not repeated in the ``args`` column.
 _COLUMN_ARGS = frozenset({"rank", "epoch", "step", "bytes", "offset", "file", "fname", "hhash", "fhash"})
 _MAX_LINE_WARNINGS = 5
-#: epoch ns beyond this (year 2116) are corrupt values, not times
-_NS_LIMIT = 2**62
 _INT64 = (-(2**63), 2**63)
 #: rows separated from the bulk of their file by a gap this long, and few, are corrupt timestamps
-OUTLIER_GAP_NS = 12 * 3600 * 10**9
+OUTLIER_GAP_NS = DIFFERENT_DAY_NS
 #: a group cut off by such a gap is dropped as outliers when it has at most this share of the file's rows (or
 #: :data:`OUTLIER_MAX_ROWS`) and under half the main group; a larger group is reported, not removed
 OUTLIER_MAX_SHARE = 0.01
@@ -403,24 +401,8 @@ def _json_default(obj: Any) -> Any:
     raise TypeError(type(obj).__name__)
 
 
-#: ranks of a job: more than any machine has; a larger rank or world size is a corrupt value
-_MAX_RANKS = 2**24
 #: a clock offset between two ranks beyond a day is a corrupt value (a day off is a different run, see align)
 _MAX_OFFSET_NS = 24 * 3600 * 10**9
-
-
-def _checked(record: dict, key: str, lo: int, hi: int, path: str, warnings: list[str],
-             what: str = "") -> Optional[int]:
-    """``record[key]`` as an int in ``[lo, hi)``; a value that is present but not such an int is warned about
-    (``"<file>: <what><key> <value> ...; ignored"``) and gives None, as a missing one does."""
-    value = record.get(key)
-    if value is None:
-        return None
-    number = _as_int(value)
-    if number is not None and lo <= number < hi:
-        return number
-    warnings.append(f"{path}: {what}{key} {_plain(value)!r} is not an integer in [{lo}, {hi}); ignored")
-    return None
 
 
 def _value_problem(ts: Any, dur: Any, scale: int, pid: Optional[int], tid: Optional[int],
@@ -428,11 +410,11 @@ def _value_problem(ts: Any, dur: Any, scale: int, pid: Optional[int], tid: Optio
     """Why an event's values cannot be a real event (None when they can): times outside int64 epoch ns or before
     1970, a negative duration or byte count, an integer outside int64."""
     ts_ns, dur_ns = int(ts * scale), int(dur * scale)
-    if not 0 <= ts_ns < _NS_LIMIT:
+    if not 0 <= ts_ns < MAX_EPOCH_NS:
         return f"ts {ts} is not a time"
     if dur_ns < 0:
         return f"negative dur {dur}"
-    if ts_ns + dur_ns >= _NS_LIMIT:
+    if ts_ns + dur_ns >= MAX_EPOCH_NS:
         return f"dur {dur} is not a duration"
     for key, value in (("pid", pid), ("tid", tid), *ints.items()):
         if value is not None and not _INT64[0] <= value < _INT64[1]:
@@ -713,8 +695,8 @@ def _arrow_columns(body: "bytes | memoryview", state: _State) -> Optional[_Cols]
     fields = dict(zip((f.name for f in args.type), args.flatten()))
     t, d = ts_ns[keep], dur_ns[keep]
     nbytes = pc.fill_null(fields["bytes"], 0).to_numpy(zero_copy_only=False)[keep]
-    if len(t) and (t.min() < 0 or t.max() >= _NS_LIMIT or d.min() < 0 or d.max() >= _NS_LIMIT
-                   or (t + d).max() >= _NS_LIMIT
+    if len(t) and (t.min() < 0 or t.max() >= MAX_EPOCH_NS or d.min() < 0 or d.max() >= MAX_EPOCH_NS
+                   or (t + d).max() >= MAX_EPOCH_NS
                    or (len(nbytes) and nbytes.min() < 0)):
         return None  # bad values: the line parser skips those events and names their lines
 
@@ -841,7 +823,7 @@ def _result(path: str, state: _State, cols: _Cols, kind: str, warnings: list[str
     cat = _recode(cols.cat, lambda c: _classify(str(c), timelogger)[1])
 
     # rank
-    default_rank = _checked(header, "rank", 0, _MAX_RANKS, path, warnings) if timelogger else None
+    default_rank = checked_int(header, "rank", 0, MAX_RANKS - 1, path, warnings) if timelogger else None
     if default_rank is None:
         from . import rank_from_name  # the one file-name rank rule, shared with the other readers
 
@@ -928,7 +910,7 @@ def _result(path: str, state: _State, cols: _Cols, kind: str, warnings: list[str
         anchors = [a for a in (header.get("anchor"), (state.close or {}).get("anchor")) if a]
         meta.update(
             {
-                "world_size": _checked(header, "world_size", 1, _MAX_RANKS + 1, path, warnings),
+                "world_size": checked_int(header, "world_size", 1, MAX_RANKS, path, warnings),
                 "hostname": header.get("hostname"),
                 "host": header.get("hostname"),
                 "pid": _as_int(header.get("pid")) if header.get("pid") is not None else meta["pid"],
@@ -938,8 +920,8 @@ def _result(path: str, state: _State, cols: _Cols, kind: str, warnings: list[str
                 "header": header,
                 "anchors": anchors,
                 "clock_sync": state.clock_sync[-1] if state.clock_sync else None,
-                "clock_offset_ns": _checked(state.clock_sync[-1], "clock_offset_ns", -_MAX_OFFSET_NS, _MAX_OFFSET_NS,
-                                            path, warnings, "clock_sync ") if state.clock_sync else None,
+                "clock_offset_ns": checked_int(state.clock_sync[-1], "clock_offset_ns", -_MAX_OFFSET_NS,
+                                               _MAX_OFFSET_NS, path, warnings, "clock_sync ") if state.clock_sync else None,
                 "tf_anchors": state.tf_profile,
                 "close": state.close,
                 "dropped": state.dropped,
