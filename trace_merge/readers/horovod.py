@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import TraceInputError
-from ..schema import SourceData, to_frame
+from ..schema import MAX_EPOCH_NS, SourceData, to_frame
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +47,6 @@ def iter_events(text: str) -> "tuple[list[dict[str, Any]], bool, list[tuple[int,
         ``skipped``: ``(line, cause)`` of each stretch that did not decode and was skipped up to the next event.
     """
     body = text.strip()
-    offset_lines = 1 + text[: len(text) - len(text.lstrip())].count("\n")
     if body.startswith("["):
         body = body[1:]
     try:  # fast path: a cleanly closed (or merely unclosed) array
@@ -60,6 +59,8 @@ def iter_events(text: str) -> "tuple[list[dict[str, Any]], bool, list[tuple[int,
     decoder = json.JSONDecoder()
     events: list[dict[str, Any]] = []
     skipped: list[tuple[int, str]] = []
+    # line of body[counted] (body starts after the leading white space); newlines are counted once, forwards
+    line, counted = 1 + text.count("\n", 0, len(text) - len(text.lstrip())), 0
     pos, n = 0, len(body)
     while pos < n:
         while pos < n and body[pos] in " \t\r\n,":
@@ -72,7 +73,9 @@ def iter_events(text: str) -> "tuple[list[dict[str, Any]], bool, list[tuple[int,
             nxt = _NEXT_EVENT.search(body, pos)
             if nxt is None:
                 return events, False, skipped  # the file ends inside this event
-            skipped.append((offset_lines + body.count("\n", 0, pos), err.msg))
+            line += body.count("\n", counted, pos)
+            counted = pos
+            skipped.append((line, err.msg))
             pos = nxt.start(1)
             continue
         if isinstance(obj, dict):
@@ -80,13 +83,23 @@ def iter_events(text: str) -> "tuple[list[dict[str, Any]], bool, list[tuple[int,
     return events, True, skipped
 
 
-def _event_lines(text: str) -> list[int]:
-    """Line of each event's start, in the order :func:`iter_events` returns them (slow; for warnings only)."""
-    return [1 + text.count("\n", 0, m.start(1)) for m in re.finditer(r'(?:^|[\[,])\s*(\{"(?:ph|name)")', text)]
+#: the start of an event of the array (after ``[`` or a comma; an object inside ``args`` follows a colon)
+_EVENT_START = re.compile(r'(?:^|[\[,])\s*(\{"(?:ph|name)")')
 
 
-#: µs since the epoch beyond this (year 2116) are not times
-_MAX_US = 2**62 // 1000
+def _event_line(text: str, index: int) -> "int | None":
+    """Line of the start of event number ``index`` in the order :func:`iter_events` returns them (for warnings
+    only: one scan, newlines counted once); None when the text has fewer events."""
+    line, counted = 1, 0
+    for k, m in enumerate(_EVENT_START.finditer(text)):
+        line += text.count("\n", counted, m.start(1))
+        counted = m.start(1)
+        if k == index:
+            return line
+    return None
+
+
+_MAX_US = MAX_EPOCH_NS // 1000
 
 
 def _num(value: Any) -> "float | None":
@@ -214,9 +227,9 @@ def read(path: "str | os.PathLike[str]", rank: int = 0) -> SourceData:
             add(name, pid, ts, ts + dur, ev.get("args"))
 
     if bad:
-        lines = _event_lines(text)
         first, cause = bad[0]
-        where = f":{lines[first]}" if len(lines) == len(events) else ""
+        line = _event_line(text, first)
+        where = "" if line is None else f":{line}"
         warnings.append(f"{path}{where}: {len(bad)} event(s) with bad values skipped (first: {cause})")
     open_b = sum(len(s) for s in stacks.values())
     if open_b:
