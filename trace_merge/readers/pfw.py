@@ -405,11 +405,10 @@ def _json_default(obj: Any) -> Any:
 _MAX_OFFSET_NS = 24 * 3600 * 10**9
 
 
-def _value_problem(ts: Any, dur: Any, scale: int, pid: Optional[int], tid: Optional[int],
+def _value_problem(ts: Any, dur: Any, ts_ns: int, dur_ns: int, pid: Optional[int], tid: Optional[int],
                    ints: dict) -> Optional[str]:
     """Why an event's values cannot be a real event (None when they can): times outside int64 epoch ns or before
     1970, a negative duration or byte count, an integer outside int64."""
-    ts_ns, dur_ns = int(ts * scale), int(dur * scale)
     if not 0 <= ts_ns < MAX_EPOCH_NS:
         return f"ts {ts} is not a time"
     if dur_ns < 0:
@@ -424,18 +423,25 @@ def _value_problem(ts: Any, dur: Any, scale: int, pid: Optional[int], tid: Optio
     return None
 
 
+def _time_groups(ts: np.ndarray) -> "tuple[Optional[np.ndarray], np.ndarray]":
+    """``(order, bounds)``: ``ts[order[bounds[k]:bounds[k + 1]]]`` is group k of times separated from the next
+    by more than :data:`OUTLIER_GAP_NS`. A file spanning less than that (the usual case) is one group, found
+    without sorting (``order`` None)."""
+    if len(ts) < 2 or int(ts.max()) - int(ts.min()) <= OUTLIER_GAP_NS:
+        return None, np.array([0, len(ts)])
+    order = np.argsort(ts, kind="stable")
+    gaps = np.flatnonzero(np.diff(ts[order]) > OUTLIER_GAP_NS)
+    return order, np.concatenate(([0], gaps + 1, [len(ts)]))
+
+
 def _outliers(ts: np.ndarray) -> np.ndarray:
     """Rows cut off from the bulk of the file by a gap of :data:`OUTLIER_GAP_NS`, when they are few (at most
     :data:`OUTLIER_MAX_ROWS` or :data:`OUTLIER_MAX_SHARE`): a corrupt timestamp, which would otherwise stretch the
     run over years."""
     out = np.zeros(len(ts), dtype=bool)
-    if len(ts) < 2:
+    order, bounds = _time_groups(ts)
+    if order is None or len(bounds) == 2:
         return out
-    order = np.argsort(ts, kind="stable")
-    gaps = np.flatnonzero(np.diff(ts[order]) > OUTLIER_GAP_NS)
-    if not len(gaps):
-        return out
-    bounds = np.concatenate(([0], gaps + 1, [len(ts)]))
     sizes = np.diff(bounds)
     main = int(np.argmax(sizes))
     few = max(OUTLIER_MAX_ROWS, OUTLIER_MAX_SHARE * len(ts))
@@ -457,8 +463,7 @@ def _drop_outliers(cols: "_Cols", path: str, warnings: list[str]) -> "_Cols":
         warnings.append(f"{path}: {int(out.sum())} event(s) more than {OUTLIER_GAP_NS // 3_600_000_000_000} h away "
                         f"from all the others in the file (line {named}): corrupt timestamps, skipped")
         cols = cols.take(~out)
-    ts = np.sort(cols.ts)
-    if len(ts) > 1 and (np.diff(ts) > OUTLIER_GAP_NS).any():
+    if len(_time_groups(cols.ts)[1]) > 2:
         warnings.append(f"{path}: events fall into groups more than {OUTLIER_GAP_NS // 3_600_000_000_000} h apart; "
                         "kept (check the clock or whether two runs were written to one file)")
     return cols
@@ -546,7 +551,8 @@ def _parse_lines(body: bytes, first_lineno: int, state: _State, warnings: list[s
         pid, tid = _as_int(ev.get("pid")), _as_int(ev.get("tid"))
         args = _dict(ev.get("args"))
         row_ints = {key: _as_int(args.get(key)) for key in _INT_ARGS}
-        problem = _value_problem(ts, dur, scale, pid, tid, row_ints)
+        ts_ns, dur_ns = int(ts * scale), int(dur * scale)
+        problem = _value_problem(ts, dur, ts_ns, dur_ns, pid, tid, row_ints)
         if problem is not None:
             bad_values.append((lineno, problem))
             continue
@@ -556,8 +562,8 @@ def _parse_lines(body: bytes, first_lineno: int, state: _State, warnings: list[s
         cats.append("" if cat is None else str(cat))
         pids.append(0 if pid is None else pid)
         tids.append(0 if tid is None else tid)
-        tss.append(ts)
-        durs.append(dur)
+        tss.append(ts_ns)
+        durs.append(dur_ns)
         linenos.append(lineno)
         for key in _STR_ARGS:
             strs[key].append(_as_str(args.get(key)))
@@ -574,8 +580,8 @@ def _parse_lines(body: bytes, first_lineno: int, state: _State, warnings: list[s
     if len(bad_values) > _MAX_LINE_WARNINGS:
         warnings.append(f"{state.path}: {len(bad_values) - _MAX_LINE_WARNINGS} more events with bad values skipped")
     n = len(tss)
-    ts_ns = np.fromiter((int(v * scale) for v in tss), dtype=np.int64, count=n)
-    dur_ns = np.fromiter((int(v * scale) for v in durs), dtype=np.int64, count=n)
+    ts_ns = np.fromiter(tss, dtype=np.int64, count=n)
+    dur_ns = np.fromiter(durs, dtype=np.int64, count=n)
     int_cols = {}
     for key, values in ints.items():
         mask = np.fromiter((v is None for v in values), dtype=bool, count=n)
