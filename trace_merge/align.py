@@ -359,9 +359,7 @@ def check_app_clocks(app_sources: Sequence[SourceData], launch_ns: "int | None")
     warnings: list[str] = []
     drop: list[str] = []
     windows = _app_windows(app_sources)
-    for path, (start, _, _) in windows.items():
-        if launch_ns is None:
-            break
+    for path, (start, _, _) in windows.items() if launch_ns is not None else ():
         away = start - launch_ns
         if abs(away) > DIFFERENT_DAY_NS:
             warnings.append(f"{path}: its events start {away / 3.6e12:+.1f} h from the run's launch (manifest.json):"
@@ -406,18 +404,19 @@ def check_layer_overlap(frame: pd.DataFrame) -> list[str]:
     is_app = (frame["layer"] == "app").to_numpy()
     rank = frame["rank"].to_numpy()
     start = frame["start_ns"].to_numpy()
-    for r in np.unique(rank[is_app]):
-        app = is_app & (rank == r)
-        low = ~is_app & (rank == r)
-        if low.sum() < 5:
+    end = frame["end_ns"].to_numpy()
+    lows_of = _by_rank(rank, np.flatnonzero(~is_app))
+    for r, app in _by_rank(rank, np.flatnonzero(is_app)).items():
+        low = lows_of.get(r)
+        if low is None or len(low) < 5:
             continue
-        lo, hi = start[app].min() - SHIFT_WARN_NS, frame["end_ns"].to_numpy()[app].max() + SHIFT_WARN_NS
+        lo, hi = start[app].min() - SHIFT_WARN_NS, end[app].max() + SHIFT_WARN_NS
         inside = ((start[low] >= lo) & (start[low] <= hi)).mean()
         # below 10 %: an unfiltered POSIX trace holds many reads from before the logger started (imports)
         if inside < 0.1:
             gap = float(np.median(start[low])) - float(np.median(start[app]))
-            layers = ", ".join(sorted({str(x) for x in frame["layer"][low].unique()}))
-            warnings.append(f"rank {int(r)}: {100 * (1 - inside):.0f} % of its {layers} rows lie outside its app "
+            layers = ", ".join(sorted({str(x) for x in frame["layer"].to_numpy()[low]}))
+            warnings.append(f"rank {r}: {100 * (1 - inside):.0f} % of its {layers} rows lie outside its app "
                             f"layer's time span (median {gap / 1e9:+.1f} s apart): a shifted app file or a wrong "
                             "clock; times of this rank are suspect")
     return warnings
