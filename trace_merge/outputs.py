@@ -167,14 +167,20 @@ def atomic_output(path: "str | os.PathLike[str]", force: bool = False) -> Iterat
 _held: dict[Path, int] = {}
 
 
-def _busy(lock: Path, what: str, hint: str = "") -> OutputBusyError:
-    """The refusal, naming the holder as written into ``lock`` (``pid <p> on <host>``) where it can be read."""
+def _holder(lock: Path) -> "tuple[int, str] | None":
+    """``(pid, host)`` as the holder wrote them into ``lock``; None when it cannot be read."""
     try:
         pid, host = lock.read_text().split()[:2]
-        holder = f" (pid {pid} on {host})"
+        return int(pid), host
     except (OSError, ValueError):
-        holder = ""
-    return OutputBusyError(lock, f"{what} is already running{holder}; try again when it has finished{hint}")
+        return None
+
+
+def _busy(lock: Path, what: str, hint: str = "") -> OutputBusyError:
+    """The refusal, naming the holder (``pid <p> on <host>``) where the lock says who it is."""
+    holder = _holder(lock)
+    named = f" (pid {holder[0]} on {holder[1]})" if holder else ""
+    return OutputBusyError(lock, f"{what} is already running{named}; try again when it has finished{hint}")
 
 
 @contextlib.contextmanager
@@ -255,14 +261,10 @@ def _take_exclusive_create(lock: Path, what: str, me: str) -> None:
         try:
             fd = os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         except FileExistsError:
-            try:
-                pid, host = lock.read_text().split()[:2]
-                stale = host == socket.gethostname() and not _pid_alive(int(pid))
-            except (OSError, ValueError):
-                stale = False
-            if not stale:
+            holder = _holder(lock)
+            if holder is None or holder[1] != socket.gethostname() or _pid_alive(holder[0]):
                 raise _busy(lock, what, f" (remove {lock} if it is not running)") from None
-            log.warning("%s: left by process %s, which no longer runs; taken over", lock, pid)
+            log.warning("%s: left by process %s, which no longer runs; taken over", lock, holder[0])
             lock.unlink(missing_ok=True)
             continue
         with os.fdopen(fd, "w") as fh:
