@@ -135,8 +135,13 @@ def _previous_run(run_dir: Path, rank: int, world: int) -> List[Path]:
     if rank == 0:
         found += [run_dir / name for name in (layout.MANIFEST, *layout.OUTPUTS)]
     if world == 1:
-        found += [p for d in layout.LAYER_DIRS if (run_dir / d).is_dir() for p in sorted((run_dir / d).iterdir())]
+        found += _layer_entries(run_dir)
     return [p for p in dict.fromkeys(found) if p.exists()]
+
+
+def _layer_entries(run_dir: Path) -> List[Path]:
+    """Everything inside the layer directories (``app/``, ``tf/``, ...) of ``run_dir``, sorted."""
+    return [p for d in layout.LAYER_DIRS if (run_dir / d).is_dir() for p in sorted((run_dir / d).iterdir())]
 
 
 def _clear_previous(run_dir: Path, keep: Path) -> int:
@@ -151,7 +156,7 @@ def _clear_previous(run_dir: Path, keep: Path) -> int:
     trash = run_dir / f"{_TRASH_PREFIX}{os.getpid()}"
     entries = [run_dir / name for name in (layout.MANIFEST, *layout.OUTPUTS)]
     entries += [p for p in (run_dir / layout.LAUNCH_DIR).glob(layout.LAUNCH_GLOB) if p != keep]
-    entries += [p for d in layout.LAYER_DIRS if (run_dir / d).is_dir() for p in (run_dir / d).iterdir()]
+    entries += _layer_entries(run_dir)
     # what an earlier clearing could not delete
     entries += [p for p in run_dir.glob(f"{_TRASH_PREFIX}*") if p != trash]
     moved = 0
