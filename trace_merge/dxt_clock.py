@@ -378,17 +378,18 @@ def place_source(path: str, frame: pd.DataFrame, app: pd.DataFrame, posix: pd.Da
     if not len(frame):
         return frame, [], []
     app = app[app["file"].notna().to_numpy()]
-    ranks = frame["rank"].to_numpy()
+    # each table split by rank once (a mask per rank would scan every row once per rank)
+    rows_of, app_of, posix_of = (t.groupby("rank", sort=True).indices for t in (frame, app, posix))
+    none = np.zeros(0, dtype=np.int64)
     shift = np.zeros(len(frame), dtype=np.int64)
     clocks, warnings = [], []
-    for rank in np.unique(ranks).tolist():
-        rows = ranks == rank
-        seg = frame[rows]
+    for rank, rows in rows_of.items():
+        seg = frame.iloc[rows]
         low = seg[(seg["layer"] == "posix").to_numpy()]
         seg = low if len(low) else seg  # MPI-IO segments wrap the POSIX ones: the POSIX ones are the calls
-        refs = {"app": app[(app["rank"] == rank).to_numpy()], "posix": posix[(posix["rank"] == rank).to_numpy()]}
+        refs = {"app": app.iloc[app_of.get(rank, none)], "posix": posix.iloc[posix_of.get(rank, none)]}
         clock, warning = _decide(path, int(rank), seg, refs)
-        clock.segments = int(rows.sum())
+        clock.segments = len(rows)
         clocks.append(clock)
         if warning:
             warnings.append(warning)
