@@ -66,8 +66,16 @@ def test_two_rank_run(hvd_run: Path) -> None:
     assert set(app["rank"]) == {0, 1}
     comm = f[f["layer"] == "comm"]
     assert len(comm) and (comm["rank"] == 0).all()
-    loop = app[(app["name"] == "Train Loop") & (app["rank"] == 0)].iloc[0]
-    assert comm["start_ns"].min() >= loop.start_ns and comm["end_ns"].max() <= loop.end_ns
+    loops = app[app["name"] == "Train Loop"]
+    loop = loops[loops["rank"] == 0].iloc[0]
+    # Horovod's coordinator (rank 0) opens a NEGOTIATE_* when the first rank asks for the tensor, which may be
+    # before rank 0 itself enters its loop (seen from a clean clone: 13 ms; 200 ms with rank 0 held back): a
+    # negotiation lies within the ranks' loops together; the collectives that execute need every rank, so they
+    # lie inside rank 0's loop
+    negotiating = comm["name"].str.startswith("NEGOTIATE_").to_numpy()
+    assert comm["start_ns"].min() >= loops["start_ns"].min() and comm["end_ns"].max() <= loops["end_ns"].max()
+    executed = comm[~negotiating]
+    assert len(executed) and executed["start_ns"].min() >= loop.start_ns and executed["end_ns"].max() <= loop.end_ns
     # each ALLREDUCE ran inside a Training Iteration of rank 0 and carries its step
     allreduce = comm[comm["name"] == "ALLREDUCE"]
     assert len(allreduce) >= 3 and allreduce["step"].notna().all()
