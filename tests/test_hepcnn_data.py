@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from benchmarks.hepcnn.data import GenSpec, check_dataset, file_name, generate
-from benchmarks.hepcnn.shuffle import epoch_files, sample_order, shard, steps_per_epoch
+from benchmarks.common.shuffle import epoch_files, sample_order, shard, steps_per_epoch
 from trace_merge.errors import OutputExistsError, TraceInputError
 
 REPO = Path(__file__).resolve().parents[1]

@@ -16,8 +16,8 @@ import pytest
 
 from benchmarks.hepcnn.config import SMOKE_DATA
 from benchmarks.hepcnn.data import GenSpec, check_dataset, generate
-from benchmarks.hepcnn.shuffle import epoch_files
-from benchmarks.hepcnn.sweep import Point, layers_for, run_point
+from benchmarks.common.shuffle import epoch_files
+from benchmarks.common.sweep import Point, layers_for, run_point
 
 REPO = Path(__file__).resolve().parents[1]
 EPOCHS = 3
@@ -174,8 +174,8 @@ def test_learns_better_than_chance(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_comparison_table_and_figure(hvd_runs: dict) -> None:
     from benchmarks.common.runs import format_breakdown, side_by_side
-    from benchmarks.hepcnn.plots import sweep_figure
-    from benchmarks.hepcnn.sweep import comparison_rows, format_comparison
+    from benchmarks.common.plots import sweep_figure
+    from benchmarks.common.sweep import comparison_rows, format_comparison
 
     points = [Point(2, mode) for mode in hvd_runs]
     rows = comparison_rows(points, [hvd_runs[p.shuffle] for p in points])

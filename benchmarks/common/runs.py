@@ -57,7 +57,7 @@ def finalize_run(run_dir: "str | Path") -> dict[str, Any]:
         "layered_s": _layered_totals(analysis.layered),
         "merge_warnings": list(run.warnings),
     })
-    summary_path.write_text(json.dumps(_plain(summary), indent=1) + "\n")
+    summary_path.write_text(json.dumps(json_ready(summary), indent=1) + "\n")
     return {"analysis": analysis, "summary": summary, "run": run}
 
 
@@ -75,11 +75,12 @@ def _mb_to_bytes(value: float | None) -> float | None:
     return None if value is None else value * 1e6
 
 
-def _plain(obj: Any) -> Any:
+def json_ready(obj: Any) -> Any:
+    """``obj`` with numpy scalars as Python numbers and non-finite floats as None (valid JSON)."""
     if isinstance(obj, dict):
-        return {str(k): _plain(v) for k, v in obj.items()}
+        return {str(k): json_ready(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
-        return [_plain(v) for v in obj]
+        return [json_ready(v) for v in obj]
     if hasattr(obj, "item"):  # numpy scalars
         obj = obj.item()
     if isinstance(obj, float) and not math.isfinite(obj):

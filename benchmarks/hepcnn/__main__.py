@@ -1,4 +1,4 @@
-"""``python -m benchmarks.hepcnn {generate,train,sweep,demo} ...``"""
+"""``python -m benchmarks.hepcnn {generate,train,sweep,ablate,demo} ...``"""
 from __future__ import annotations
 
 import argparse
@@ -8,7 +8,7 @@ from typing import Sequence
 
 from benchmarks.common.errors import cli_main
 
-COMMANDS = ("generate", "train", "sweep", "demo")
+COMMANDS = ("generate", "train", "sweep", "ablate", "demo")
 
 
 def _generate(argv: Sequence[str]) -> int:
@@ -50,6 +50,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from benchmarks.hepcnn.sweep import main as sweep_main
 
         return cli_main(sweep_main, rest)
+    if cmd == "ablate":
+        from benchmarks.hepcnn.sweep import ablate
+
+        return cli_main(ablate, rest)
     from benchmarks.hepcnn.demo import main as demo_main
 
     return cli_main(demo_main, rest)

@@ -22,7 +22,7 @@ from benchmarks.common.runs import (format_bandwidth, format_breakdown, format_l
                                    side_by_side)
 from benchmarks.hepcnn.config import DEMO_DATA
 from benchmarks.hepcnn.data import generate
-from benchmarks.hepcnn.sweep import Point, comparison_rows, format_comparison, layers_for, run_point
+from benchmarks.common.sweep import Point, comparison_rows, format_comparison, layers_for, run_point
 from timelogger import layout
 
 

@@ -13,7 +13,8 @@ from typing import Any, Iterator, Mapping, Sequence
 import h5py
 import numpy as np
 
-from benchmarks.hepcnn.shuffle import sample_order
+from benchmarks.common.modes import RUN_MODES, reads_data
+from benchmarks.common.shuffle import sample_order
 
 LOADERS = ("whole-file", "tfdata")
 Batch = tuple[np.ndarray, np.ndarray, np.ndarray]
@@ -31,12 +32,19 @@ class FileReader:
     through HDF5 again; files without a known layout are opened with h5py for the offset only. On a warm page cache
     HDF5's open and its buffered read path cost about half the bandwidth of a raw read for files of a few MiB
     (see ``benchmarks/perf/reader_efficiency.py``).
+
+    ``mode`` (:mod:`benchmarks.common.modes`) ``no-io`` returns random arrays of the file's shape (from
+    ``layout``) without touching the file; ``metadata-only`` also opens it with h5py and inspects its datasets.
+    Neither records bytes: nothing was read.
     """
 
     def __init__(self, tl: Any, seed: int, rank: int, method: str = "h5py",
-                 layout: "Mapping[str, Any] | None" = None) -> None:
+                 layout: "Mapping[str, Any] | None" = None, mode: str = "full") -> None:
         if method not in READ_METHODS:
             raise ValueError(f"unknown read method {method!r}; expected one of {READ_METHODS}")
+        if mode not in RUN_MODES:
+            raise ValueError(f"unknown mode {mode!r}; expected one of {RUN_MODES}")
+        self.mode = mode
         self.tl = tl
         self.seed = seed
         self.rank = rank
@@ -58,17 +66,35 @@ class FileReader:
         with self.tl.phase("Load File", cat="io") as load:
             load.update(file=path)
             with self.tl.phase("HDF5 File Read", cat="io") as read:
+                read.update(file=path)
                 info = self.layout.get(path) if self.method == "direct" else None
-                if info is not None and info.extents:
+                if not reads_data(self.mode):
+                    data, label, weight = self._fabricate(path)
+                elif info is not None and info.extents:
                     data, label, weight = self._read_known(path, info)
                 else:
                     data, label, weight = self._read_hdf5(path)
-                read.update(bytes=int(data.nbytes + label.nbytes + weight.nbytes), file=path)
+                if reads_data(self.mode):
+                    read.update(bytes=int(data.nbytes + label.nbytes + weight.nbytes))
             if epoch is None:
                 return np.ascontiguousarray(data.transpose(0, 2, 3, 1)), label, weight
             order = sample_order(len(label), self.seed, epoch, self.rank, position)
             x = np.ascontiguousarray(data[order].transpose(0, 2, 3, 1))
         return x, label[order], weight[order]
+
+    def _fabricate(self, path: str) -> Batch:
+        """Random arrays of the file's shape; ``metadata-only`` first opens the file and inspects its datasets."""
+        info = self.layout[path]
+        shape = (info.samples, 3, info.image_size, info.image_size)
+        if self.mode == "metadata-only":
+            with h5py.File(path, "r") as f:
+                found = f["data"].shape, f["label"].shape, f["normweight"].shape
+            if found[0] != shape:
+                raise OSError(f"{path}: 'data' has shape {found[0]}, expected {shape}")
+        rng = np.random.default_rng([self.seed, self.rank, info.samples])
+        data = rng.random(dtype=np.float32, out=self._buffer(shape))
+        label = rng.integers(0, 2, size=info.samples, dtype=np.int32)
+        return data, label, np.ones(info.samples, dtype=np.float32)
 
     def _read_known(self, path: str, info: Any) -> Batch:
         """All three datasets by plain reads at the offsets recorded when the file was checked."""

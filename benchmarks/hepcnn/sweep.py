@@ -1,143 +1,24 @@
-"""``python -m benchmarks.hepcnn sweep``: run the (ranks x shuffle) matrix and compare the points.
-
-Each point is a real job, ``mpiexec -n N timelogger run -o SWEEP/n<N>-<shuffle> ... -- python -m benchmarks.hepcnn
-train ...``, merged after it exits (so the POSIX layer is complete). Writes ``comparison.txt``, ``comparison.json``
-and ``sweep.png`` (breakdown per point, read bandwidth vs ranks against ideal linear scaling).
-"""
+"""``python -m benchmarks.hepcnn sweep`` and ``ablate``: HEP-CNN's points (:mod:`benchmarks.common.sweep`, :mod:`benchmarks.common.ablate`)."""
 from __future__ import annotations
 
-import argparse
-import json
-import sys
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Sequence
+from typing import Sequence
 
-from benchmarks.common.errors import TraceInputError
-from benchmarks.common.launch import Layers, run_command, stream
-from benchmarks.common.runs import finalize_run, format_breakdown
-from benchmarks.hepcnn.shuffle import MODES
-from trace_merge.outputs import refuse_existing
-
-
-@dataclass(frozen=True)
-class Point:
-    ranks: int
-    shuffle: str
-
-    @property
-    def name(self) -> str:
-        return f"n{self.ranks}-{self.shuffle}"
-
-
-def layers_for(data: Path, posix: bool, horovod_timeline: bool) -> Layers:
-    """Capture layers for one point (DFTracer matches its prefix filter against the path as opened: absolute)."""
-    return Layers(posix=posix, posix_filter=str(data.absolute()) if posix else None,
-                  horovod_timeline=horovod_timeline)
-
-
-def run_point(point: Point, data: Path, run_dir: Path, train_args: Sequence[str], layers: Layers,
-              dist: str = "auto") -> dict[str, Any]:
-    """Run one point as its own MPI job, streaming the ranks' progress, then merge it; returns the analysis."""
-    program = [sys.executable, "-m", "benchmarks.hepcnn", "train", "--data", str(data.absolute()),
-               "--shuffle", point.shuffle, "--dist", dist, "--no-merge", *train_args]
-    run_dir.parent.mkdir(parents=True, exist_ok=True)
-    log = run_dir.parent / f"{run_dir.name}.log"
-    print(f"== {point.name}: {' '.join(run_command(point.ranks, run_dir, program, layers))}", flush=True)
-    seconds = stream(run_command(point.ranks, run_dir, program, layers), prefix=f"  {point.name} ", log=log)
-    parts = finalize_run(run_dir)
-    parts["job_s"] = seconds
-    return parts
-
-
-def parse_list(text: str, kind: type) -> list:
-    try:
-        return [kind(x) for x in text.split(",") if x]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a comma-separated list, got {text!r}") from None
-
-
-def comparison_rows(points: Sequence[Point], results: Sequence[dict]) -> list[dict[str, Any]]:
-    """One row per point: throughput, read bytes/time/bandwidth and whole-job breakdown shares."""
-    rows = []
-    for point, parts in zip(points, results):
-        s = parts["summary"]
-        rows.append({"point": point.name, "ranks": point.ranks, "shuffle": point.shuffle,
-                     "throughput_samples_per_s": s.get("throughput_samples_per_s"),
-                     "steady_throughput_samples_per_s": s.get("steady_throughput_samples_per_s"),
-                     "read_bytes": s.get("read_bytes"), "read_time_s": s.get("read_time_s"),
-                     "read_bandwidth_bytes_per_s": s.get("read_bandwidth_bytes_per_s"),
-                     "read_layer": s.get("read_layer"), "exposed_io_pct": s.get("exposed_io_pct"),
-                     **{f"{k}_pct": v for k, v in (s.get("breakdown_pct") or {}).items()},
-                     "final_accuracy": s.get("final_accuracy"), "job_s": parts.get("job_s")})
-    return rows
-
-
-def format_comparison(rows: Sequence[dict[str, Any]]) -> str:
-    head = (f"{'point':<12} {'samples/s':>9} {'steady':>9} {'read MiB':>9} {'read s':>8} {'read MB/s':>10} {'io %':>6} "
-            f"{'wait %':>6} {'comp %':>6} {'comm %':>6} {'exposed %':>9}")
-    lines = [head]
-    for r in rows:
-        def num(key: str, fmt: str, scale: float = 1.0) -> str:
-            v = r.get(key)
-            return format(v / scale, fmt) if v is not None else "-"
-        lines.append(f"{r['point']:<12} {num('throughput_samples_per_s', '9.1f')} "
-                     f"{num('steady_throughput_samples_per_s', '9.1f')} {num('read_bytes', '9.2f', 2**20)} "
-                     f"{num('read_time_s', '8.4f')} {num('read_bandwidth_bytes_per_s', '10.1f', 1e6)} "
-                     f"{num('io_pct', '6.2f')} {num('wait_pct', '6.2f')} {num('compute_pct', '6.2f')} "
-                     f"{num('comm_pct', '6.2f')} {num('exposed_io_pct', '9.2f')}")
-    return "\n".join(lines)
-
-
-def setup_parser(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--data", required=True, type=Path, help="dataset directory (see `generate`)")
-    p.add_argument("--ranks", type=lambda t: parse_list(t, int), default=[1, 2], help="e.g. 1,2")
-    p.add_argument("--shuffle", type=lambda t: parse_list(t, str), default=list(MODES), help="local,global")
-    p.add_argument("--out", required=True, type=Path, help="sweep directory (one run directory per point)")
-    p.add_argument("--no-posix", action="store_true", help="without the DFTracer POSIX layer")
-    p.add_argument("--horovod-timeline", action="store_true")
-    p.add_argument("--dist", default="auto")
-    p.add_argument("--force", action="store_true", help="replace an existing sweep directory's points")
-    p.add_argument("--debug", action="store_true")
+from benchmarks.common.ablate import PhaseRow, ablate_main
+from benchmarks.common.sweep import sweep_main
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m benchmarks.hepcnn sweep",
-                                description="Run ranks x shuffle points and compare them; other flags go to "
-                                            "`train` (e.g. --smoke, --epochs 3, --loader tfdata).")
-    setup_parser(p)
-    args, train_args = p.parse_known_args(argv)
     from benchmarks.hepcnn.data import check_dataset
 
-    for mode in args.shuffle:
-        if mode not in MODES:
-            raise TraceInputError("--shuffle", f"unknown mode {mode!r}; expected {','.join(MODES)}")
-    check_dataset(args.data, max(args.ranks))
-    points = [Point(n, mode) for n in args.ranks for mode in args.shuffle]
-    refuse_existing(*(args.out / point.name for point in points), force=args.force)
-    layers = layers_for(args.data, not args.no_posix, args.horovod_timeline)
-    results = []
-    for point in points:
-        if args.force:
-            _clear(args.out / point.name)
-        results.append(run_point(point, args.data, args.out / point.name, train_args, layers, args.dist))
-        print(format_breakdown(results[-1], title=f"{point.name}: breakdown, % of wall time"), flush=True)
-    rows = comparison_rows(points, results)
-    text = format_comparison(rows)
-    (args.out / "comparison.txt").write_text(text + "\n")
-    (args.out / "comparison.json").write_text(json.dumps(rows, indent=1) + "\n")
-    from benchmarks.hepcnn.plots import sweep_figure
-
-    fig = sweep_figure(rows, {pt.name: parts["analysis"].breakdown for pt, parts in zip(points, results)})
-    fig.savefig(args.out / "sweep.png", dpi=110)
-    print(text)
-    print(f"wrote {args.out / 'comparison.txt'}, {args.out / 'comparison.json'}, {args.out / 'sweep.png'}")
-    return 0
+    return sweep_main(argv, "hepcnn", check_dataset)
 
 
-def _clear(run_dir: Path) -> None:
-    """Remove a previous point's run directory (only with --force)."""
-    import shutil
+#: what the HEP-CNN ablation table shows (phase names of :mod:`benchmarks.hepcnn.train`)
+ABLATION_ROWS = (PhaseRow("Call to Next Batch", note="wait"), PhaseRow("Load File", split=True),
+                 PhaseRow("HDF5 File Read", split=True), PhaseRow("Train Step"), PhaseRow("Compute Gradients"))
 
-    if run_dir.exists():
-        shutil.rmtree(run_dir)
+
+def ablate(argv: Sequence[str] | None = None) -> int:
+    from benchmarks.hepcnn.data import check_dataset
+
+    return ablate_main(argv, "hepcnn", check_dataset, ABLATION_ROWS)

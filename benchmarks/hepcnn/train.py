@@ -8,8 +8,6 @@ Global Shuffle (other), Checkpoint (checkpoint), Validation (other).
 from __future__ import annotations
 
 import argparse
-import contextlib
-import json
 import logging
 import os
 import time
@@ -20,12 +18,13 @@ import numpy as np
 
 from benchmarks.common.env import env_world_size
 from benchmarks.common.errors import TraceInputError
-from benchmarks.common.runs import SUMMARY
+from benchmarks.common.modes import trains
+from benchmarks.common.training import (ProfileWindow, finish, say, start_backend, steady_throughput,
+                                         step_functions)
 from benchmarks.hepcnn.config import TrainConfig, add_train_flags, config_from_args
 from benchmarks.hepcnn.data import DatasetInfo, check_dataset
 from benchmarks.hepcnn.loaders import FileReader, make_loader
-from benchmarks.hepcnn.shuffle import epoch_files, shard, steps_per_epoch
-from timelogger import layout
+from benchmarks.common.shuffle import epoch_files, shard, steps_per_epoch
 
 log = logging.getLogger(__name__)
 
@@ -64,30 +63,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         tl.close()
 
 
-def _say(rank: int, text: str) -> None:
-    # Progress lines go to stdout, flushed, so `mpiexec` streams them while the run goes on.
-    print(f"[rank {rank}] {text}", flush=True)
-
-
 def train(cfg: TrainConfig, info: DatasetInfo, run_dir: Path, tl: Any, t0: float, merge: bool = True) -> int:
     """Run the benchmark; rank 0 writes ``summary.json`` and, unless ``merge`` is False, merges the run."""
-    with tl.phase("Server Initialization", cat="other"):
-        from benchmarks.hepcnn.dist import Dist
-
-        dist = Dist(cfg.dist)
-        rank, size = dist.rank, dist.size
-        if dist.comm is not None:
-            tl.sync_clocks(dist.comm)
-        import tensorflow as tf
-
-        # Share the node's cores among the ranks on it: keep TF's pools from oversubscribing them.
-        cores = max(1, (os.cpu_count() or 1) // dist.local_size)
-        tf.config.threading.set_intra_op_parallelism_threads(cores)
-        tf.config.threading.set_inter_op_parallelism_threads(max(2, cores))
-        tf.random.set_seed(cfg.seed)
+    dist, tf = start_backend(tl, cfg.dist, cfg.seed)
+    rank, size = dist.rank, dist.size
     if rank == 0:
-        _say(rank, f"{size} rank(s), dist={dist.kind}, shuffle={cfg.shuffle}, loader={cfg.loader}, "
-                   f"{len(info.train)} train files, image {info.image_size}, TF {tf.__version__}")
+        say(rank, f"{size} rank(s), dist={dist.kind}, shuffle={cfg.shuffle}, loader={cfg.loader}, mode={cfg.mode}, "
+                  f"{len(info.train)} train files, image {info.image_size}, TF {tf.__version__}")
 
     with tl.phase("Build Network and Functions", cat="other"):
         from benchmarks.hepcnn.model import build_model, weighted_correct, weighted_loss
@@ -96,15 +78,21 @@ def train(cfg: TrainConfig, info: DatasetInfo, run_dir: Path, tl: Any, t0: float
         opt = tf.keras.optimizers.Adam(learning_rate=cfg.lr)
         opt.build(model.trainable_variables)
         dist.broadcast_variables(model.variables)
-        step_fns = _step_functions(tf, model, opt, dist, cfg.batch, info.image_size,
-                                   weighted_loss, weighted_correct)
+        signature = [tf.TensorSpec([cfg.batch, info.image_size, info.image_size, 3], tf.float32),
+                     tf.TensorSpec([cfg.batch], tf.int32), tf.TensorSpec([cfg.batch], tf.float32)]
+
+        def metrics(y: Any, logits: Any, w: Any) -> Any:  # weighted correct, weight: summed over ranks per epoch
+            return tf.stack([weighted_correct(y, logits, w), tf.reduce_sum(w)])
+
+        step_fns = (step_functions(tf, model, opt, dist, signature, weighted_loss, metrics) if trains(cfg.mode)
+                    else _no_training)
         ckpt = ckpt_manager = None
         if rank == 0 and cfg.checkpoint_every > 0:
             ckpt = tf.train.Checkpoint(model=model, optimizer=opt)
             ckpt_manager = tf.train.CheckpointManager(ckpt, str(run_dir / "checkpoints"), max_to_keep=2)
 
     with tl.phase("Setup Iterators", cat="other"):
-        reader = FileReader(tl, cfg.seed, rank, cfg.read_method, info.by_path)
+        reader = FileReader(tl, cfg.seed, rank, cfg.read_method, info.by_path, cfg.mode)
         loader = make_loader(cfg.loader, reader, cfg.batch, info.image_size)
         files = info.train_files
         counts = info.samples_per_file
@@ -112,12 +100,11 @@ def train(cfg: TrainConfig, info: DatasetInfo, run_dir: Path, tl: Any, t0: float
     if min(steps, default=0) < 1:
         raise TraceInputError(run_dir, f"not one full batch of {cfg.batch} per rank in an epoch; lower --batch")
 
-    profile = contextlib.ExitStack()
-    window = cfg.tf_profile_steps
+    window = ProfileWindow(tl, cfg.tf_profile_steps, run_dir, rank)
     global_step = 0
     epoch_stats: list[dict] = []
     t_train = time.perf_counter()
-    with tl.phase("Train Loop", cat="other"), profile:
+    with tl.phase("Train Loop", cat="other"), window:
         for epoch in range(cfg.epochs):
             tl.set_epoch(epoch)
             t_epoch = time.perf_counter()
@@ -133,31 +120,24 @@ def train(cfg: TrainConfig, info: DatasetInfo, run_dir: Path, tl: Any, t0: float
                 every = cfg.log_every or max(1, steps[epoch] // 4)
                 for step in range(steps[epoch]):
                     tl.set_step(global_step)
-                    if window and global_step == window[0]:
-                        profile.enter_context(tl.tf_profile(str(layout.tf_logdir(run_dir, rank))))
-                    profiling = bool(window) and window[0] <= global_step < window[1]
-                    # The TF profiler's step marker (what Keras' fit emits): lets the framework layer's events be
-                    # checked against this step's app interval after alignment.
-                    marker = (tf.profiler.experimental.Trace("train", step_num=global_step, _r=1) if profiling
-                              else contextlib.nullcontext())
-                    with tl.phase("Training Iteration", cat="other"), marker:
+                    with tl.phase("Training Iteration", cat="other"), window.step(tf, global_step):
                         with tl.phase("Call to Next Batch", cat="wait"):
                             x, y, w = next(batches)
-                        loss, correct, weight = step_fns(tl, x, y, w)
+                        loss, (correct, weight) = step_fns(tl, x, y, w)
                     sums += (loss * cfg.batch, correct, weight)
                     global_step += 1
-                    if window and global_step == window[1]:
-                        profile.close()
                     if (step + 1) % every == 0 or step + 1 == steps[epoch]:
-                        _say(rank, f"epoch {epoch + 1}/{cfg.epochs} step {step + 1}/{steps[epoch]} "
-                                   f"loss {loss:.4f}")
+                        say(rank, f"epoch {epoch + 1}/{cfg.epochs} step {step + 1}/{steps[epoch]} "
+                                  f"loss {loss:.4f}")
                 total = dist.sum([*sums, steps[epoch] * cfg.batch])
                 stats = {"epoch": epoch, "loss": float(total[0] / total[3]), "accuracy": float(total[1] / total[2]),
                          "samples": int(total[3]), "time_s": time.perf_counter() - t_epoch}
                 epoch_stats.append(stats)
                 if rank == 0:
-                    _say(rank, f"epoch {epoch + 1}/{cfg.epochs} done: train loss {stats['loss']:.4f} "
-                               f"accuracy {stats['accuracy']:.3f} {stats['samples'] / stats['time_s']:.1f} samples/s")
+                    quality = (f"train loss {stats['loss']:.4f} accuracy {stats['accuracy']:.3f}" if trains(cfg.mode)
+                               else "no training (io-only)")
+                    say(rank, f"epoch {epoch + 1}/{cfg.epochs} done: {quality} "
+                              f"{stats['samples'] / stats['time_s']:.1f} samples/s")
                 if ckpt_manager is not None and ((epoch + 1) % cfg.checkpoint_every == 0 or epoch + 1 == cfg.epochs):
                     with tl.phase("Checkpoint", cat="checkpoint") as c:
                         c.update(file=ckpt_manager.save(checkpoint_number=epoch))
@@ -168,103 +148,36 @@ def train(cfg: TrainConfig, info: DatasetInfo, run_dir: Path, tl: Any, t0: float
     train_time = time.perf_counter() - t_train
 
     final = {"loss": epoch_stats[-1]["loss"], "accuracy": epoch_stats[-1]["accuracy"], "on": "train"}
-    if info.validation:
+    if info.validation and trains(cfg.mode):
         with tl.phase("Validation", cat="other"):
             final = _validate(tf, model, info, dist, tl, cfg)
     if rank == 0:
-        _say(rank, f"final {final['on']} loss {final['loss']:.4f} accuracy {final['accuracy']:.3f}")
+        say(rank, f"final {final['on']} loss {final['loss']:.4f} accuracy {final['accuracy']:.3f}")
     samples = sum(s["samples"] for s in epoch_stats)
     summary = {
-        "benchmark": "hepcnn", "epochs": cfg.epochs, "ranks": size, "dist": dist.kind, "shuffle": cfg.shuffle,
+        "benchmark": "hepcnn", "mode": cfg.mode, "epochs": cfg.epochs, "ranks": size, "dist": dist.kind, "shuffle": cfg.shuffle,
         "loader": cfg.loader, "batch_per_rank": cfg.batch, "image_size": info.image_size, "width": cfg.width,
         "train_files": len(files), "samples_trained": samples, "train_time_s": train_time,
         "throughput_samples_per_s": samples / train_time,
-        # without the first epoch, which also traces the tf.functions
-        "steady_throughput_samples_per_s": (sum(s["samples"] for s in epoch_stats[1:]) /
-                                            sum(s["time_s"] for s in epoch_stats[1:])) if cfg.epochs > 1 else None,
+        "steady_throughput_samples_per_s": steady_throughput(epoch_stats),
         "final_loss": final["loss"],
         "final_accuracy": final["accuracy"], "final_metrics_on": final["on"],
         "epochs_detail": epoch_stats, "wall_time_s": time.time() - t0, "config": cfg.as_dict(),
     }
-    tl.close()  # everything this rank captured is on disk before rank 0 merges
-    dist.barrier()
-    dist.shutdown()
-    if rank == 0:
-        (run_dir / SUMMARY).write_text(json.dumps(summary, indent=1) + "\n")
-        if merge:
-            from benchmarks.common.runs import finalize_run, format_bandwidth, format_breakdown
-
-            parts = finalize_run(run_dir)
-            print(format_breakdown(parts, title=f"breakdown, % of wall time ({cfg.shuffle} shuffle, {size} rank(s))"))
-            print(format_bandwidth(parts, title="read bandwidth"), flush=True)
-            if os.environ.get("DFTRACER_ENABLE") == "1":
-                print(f"note: the POSIX layer is complete only after every rank exits; "
-                      f"`trace-merge merge {run_dir} --force` then includes all of it", flush=True)
+    finish(tl, dist, run_dir, summary, merge, f"{cfg.shuffle} shuffle, {size} rank(s), mode {cfg.mode}")
     return 0
 
 
-def _step_functions(tf: Any, model: Any, opt: Any, dist: Any, batch: int, size: int, loss_fn: Any,
-                    correct_fn: Any) -> Any:
-    """The training step for the backend, as ``step(tl, x, y, w) -> (loss, weighted correct, weight sum)``.
-
-    Horovod and single-process fuse gradient and update in one ``tf.function`` (Horovod's allreduce runs inside it
-    and shows in its timeline); the ``mpi`` backend splits it to average gradients with mpi4py in between.
-    """
-    signature = [tf.TensorSpec([batch, size, size, 3], tf.float32), tf.TensorSpec([batch], tf.int32),
-                 tf.TensorSpec([batch], tf.float32)]
-    variables = model.trainable_variables
-
-    def forward(x: Any, y: Any, w: Any) -> Any:
-        with tf.GradientTape() as tape:
-            logits = model(x, training=True)
-            loss = loss_fn(y, logits, w)
-        return tape, loss, correct_fn(y, logits, w)
-
-    if dist.kind == "mpi" and dist.size > 1:
-        @tf.function(input_signature=signature)
-        def gradients(x: Any, y: Any, w: Any) -> Any:
-            tape, loss, correct = forward(x, y, w)
-            return loss, correct, tape.gradient(loss, variables)
-
-        @tf.function
-        def apply(grads: Any) -> None:
-            opt.apply_gradients(zip(grads, variables))
-
-        def step(tl: Any, x: Any, y: Any, w: Any) -> tuple[float, float, float]:
-            with tl.phase("Compute Gradients", cat="compute"):
-                loss, correct, grads = gradients(x, y, w)
-                grads = [g.numpy() for g in grads]
-            with tl.phase("Allreduce Gradients", cat="comm") as c:
-                grads = dist.average(grads)
-                c.update(bytes=int(sum(g.nbytes for g in grads)))
-            with tl.phase("Apply Gradients", cat="compute"):
-                apply(grads)
-            return float(loss), float(correct), float(np.sum(w))
-
-        return step
-
-    @tf.function(input_signature=signature)
-    def fused(x: Any, y: Any, w: Any) -> Any:
-        tape, loss, correct = forward(x, y, w)
-        if dist.kind == "horovod":
-            tape = dist.hvd.DistributedGradientTape(tape)
-        opt.apply_gradients(zip(tape.gradient(loss, variables), variables))
-        return loss, correct
-
-    def step(tl: Any, x: Any, y: Any, w: Any) -> tuple[float, float, float]:
-        with tl.phase("Train Step", cat="compute"):
-            loss, correct = fused(x, y, w)
-            out = float(loss), float(correct)  # waits for the step to finish inside the interval
-        return out[0], out[1], float(np.sum(w))
-
-    return step
+def _no_training(tl: Any, x: Any, y: Any, w: Any) -> tuple[float, np.ndarray]:
+    """``--mode io-only``: the batch is fetched, no step runs."""
+    return float("nan"), np.array([0.0, float(np.sum(w))])
 
 
 def _validate(tf: Any, model: Any, info: DatasetInfo, dist: Any, tl: Any, cfg: TrainConfig) -> dict:
     """Weighted loss and accuracy over the validation files, sharded over ranks."""
     from benchmarks.hepcnn.model import weighted_correct, weighted_loss
 
-    reader = FileReader(tl, cfg.seed, dist.rank, cfg.read_method, info.by_path)
+    reader = FileReader(tl, cfg.seed, dist.rank, cfg.read_method, info.by_path, cfg.mode)
     names = [f.path for f in info.validation]
     sums = np.zeros(3)
     if len(names) >= dist.size:

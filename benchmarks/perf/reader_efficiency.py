@@ -34,7 +34,7 @@ from benchmarks.common.runs import SUMMARY  # noqa: E402
 from benchmarks.hepcnn.config import DEMO, DEMO_DATA  # noqa: E402
 from benchmarks.hepcnn.data import check_dataset, generate  # noqa: E402
 from benchmarks.hepcnn.loaders import FileReader, TFDataLoader  # noqa: E402
-from benchmarks.hepcnn.sweep import layers_for  # noqa: E402
+from benchmarks.common.sweep import layers_for  # noqa: E402
 
 READ_TARGET = 0.90
 TL_TARGET_PCT = 0.5

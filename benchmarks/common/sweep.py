@@ -1,0 +1,155 @@
+"""``python -m benchmarks.<name> sweep``: run the (ranks x shuffle) matrix of a benchmark and compare the points.
+
+Each point is a real job, ``mpiexec -n N timelogger run -o SWEEP/n<N>-<shuffle> ... -- python -m
+benchmarks.<name> train ...``, merged after it exits (so the POSIX layer is complete). Writes ``comparison.txt``,
+``comparison.json`` and ``sweep.png`` (breakdown per point, read bandwidth vs ranks against ideal linear scaling).
+The ``ablate`` subcommands run their points (one per ``--mode``) with :func:`run_point` too.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from benchmarks.common.errors import TraceInputError
+from benchmarks.common.launch import Layers, run_command, stream
+from benchmarks.common.runs import finalize_run, format_breakdown
+from benchmarks.common.shuffle import MODES
+from trace_merge.outputs import refuse_existing
+
+
+@dataclass(frozen=True)
+class Point:
+    """One job of a sweep: rank count, shuffle mode and ablation mode (:mod:`benchmarks.common.modes`)."""
+
+    ranks: int
+    shuffle: str
+    mode: str = "full"
+
+    @property
+    def name(self) -> str:
+        return f"n{self.ranks}-{self.shuffle}" + ("" if self.mode == "full" else f"-{self.mode}")
+
+
+def layers_for(data: Path, posix: bool, horovod_timeline: bool) -> Layers:
+    """Capture layers for one point (DFTracer matches its prefix filter against the path as opened: absolute)."""
+    return Layers(posix=posix, posix_filter=str(data.absolute()) if posix else None,
+                  horovod_timeline=horovod_timeline)
+
+
+def run_point(point: Point, data: Path, run_dir: Path, train_args: Sequence[str], layers: Layers,
+              dist: str = "auto", benchmark: str = "hepcnn") -> dict[str, Any]:
+    """Run one point of ``benchmarks.<benchmark>`` as its own MPI job, streaming the ranks' progress, then merge it;
+    returns the analysis (:func:`~benchmarks.common.runs.finalize_run`) and the job's wall time ``job_s``."""
+    program = [sys.executable, "-m", f"benchmarks.{benchmark}", "train", "--data", str(data.absolute()),
+               "--shuffle", point.shuffle, "--mode", point.mode, "--dist", dist, "--no-merge", *train_args]
+    run_dir.parent.mkdir(parents=True, exist_ok=True)
+    log = run_dir.parent / f"{run_dir.name}.log"
+    print(f"== {point.name}: {' '.join(run_command(point.ranks, run_dir, program, layers))}", flush=True)
+    seconds = stream(run_command(point.ranks, run_dir, program, layers), prefix=f"  {point.name} ", log=log)
+    parts = finalize_run(run_dir)
+    parts["job_s"] = seconds
+    return parts
+
+
+def parse_list(text: str, kind: type) -> list:
+    try:
+        return [kind(x) for x in text.split(",") if x]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a comma-separated list, got {text!r}") from None
+
+
+def comparison_rows(points: Sequence[Point], results: Sequence[dict]) -> list[dict[str, Any]]:
+    """One row per point: throughput, read bytes/time/bandwidth and whole-job breakdown shares."""
+    rows = []
+    for point, parts in zip(points, results):
+        s = parts["summary"]
+        rows.append({"point": point.name, "ranks": point.ranks, "shuffle": point.shuffle, "mode": point.mode,
+                     "throughput_samples_per_s": s.get("throughput_samples_per_s"),
+                     "steady_throughput_samples_per_s": s.get("steady_throughput_samples_per_s"),
+                     "read_bytes": s.get("read_bytes"), "read_time_s": s.get("read_time_s"),
+                     "read_bandwidth_bytes_per_s": s.get("read_bandwidth_bytes_per_s"),
+                     "read_layer": s.get("read_layer"), "exposed_io_pct": s.get("exposed_io_pct"),
+                     **{f"{k}_pct": v for k, v in (s.get("breakdown_pct") or {}).items()},
+                     "final_accuracy": s.get("final_accuracy"), "job_s": parts.get("job_s")})
+    return rows
+
+
+def format_comparison(rows: Sequence[dict[str, Any]]) -> str:
+    width = max([12, *(len(r["point"]) for r in rows)])
+    head = (f"{'point':<{width}} {'samples/s':>9} {'steady':>9} {'read MiB':>9} {'read s':>8} {'read MB/s':>10} {'io %':>6} "
+            f"{'wait %':>6} {'comp %':>6} {'comm %':>6} {'exposed %':>9}")
+    lines = [head]
+    for r in rows:
+        def num(key: str, fmt: str, scale: float = 1.0) -> str:
+            v = r.get(key)
+            return format(v / scale, fmt) if v is not None else "-"
+        lines.append(f"{r['point']:<{width}} {num('throughput_samples_per_s', '9.1f')} "
+                     f"{num('steady_throughput_samples_per_s', '9.1f')} {num('read_bytes', '9.2f', 2**20)} "
+                     f"{num('read_time_s', '8.4f')} {num('read_bandwidth_bytes_per_s', '10.1f', 1e6)} "
+                     f"{num('io_pct', '6.2f')} {num('wait_pct', '6.2f')} {num('compute_pct', '6.2f')} "
+                     f"{num('comm_pct', '6.2f')} {num('exposed_io_pct', '9.2f')}")
+    return "\n".join(lines)
+
+
+def setup_parser(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--data", required=True, type=Path, help="dataset directory (see `generate`)")
+    p.add_argument("--ranks", type=lambda t: parse_list(t, int), default=[1, 2], help="e.g. 1,2")
+    p.add_argument("--shuffle", type=lambda t: parse_list(t, str), default=list(MODES), help="local,global")
+    p.add_argument("--out", required=True, type=Path, help="sweep directory (one run directory per point)")
+    p.add_argument("--no-posix", action="store_true", help="without the DFTracer POSIX layer")
+    p.add_argument("--horovod-timeline", action="store_true")
+    p.add_argument("--dist", default="auto")
+    p.add_argument("--force", action="store_true", help="replace an existing sweep directory's points")
+    p.add_argument("--debug", action="store_true")
+
+
+def run_points(points: Sequence[Point], data: Path, out: Path, train_args: Sequence[str], layers: Layers,
+               dist: str, benchmark: str, force: bool) -> list[dict[str, Any]]:
+    """Run ``points`` one after the other into ``out/<point name>`` (refused if there unless ``force``)."""
+    refuse_existing(*(out / point.name for point in points), force=force)
+    results = []
+    for point in points:
+        if force:
+            _clear(out / point.name)
+        results.append(run_point(point, data, out / point.name, train_args, layers, dist, benchmark))
+        print(format_breakdown(results[-1], title=f"{point.name}: breakdown, % of wall time"), flush=True)
+    return results
+
+
+def sweep_main(argv: Sequence[str] | None, benchmark: str, check: Callable[[Path, int], Any]) -> int:
+    """``python -m benchmarks.<benchmark> sweep``; ``check(data, ranks)`` validates the dataset first."""
+    p = argparse.ArgumentParser(prog=f"python -m benchmarks.{benchmark} sweep",
+                                description="Run ranks x shuffle points and compare them; other flags go to "
+                                            "`train` (e.g. --smoke, --epochs 3, --mode io-only).")
+    setup_parser(p)
+    args, train_args = p.parse_known_args(argv)
+    for mode in args.shuffle:
+        if mode not in MODES:
+            raise TraceInputError("--shuffle", f"unknown mode {mode!r}; expected {','.join(MODES)}")
+    check(args.data, max(args.ranks))
+    points = [Point(n, mode) for n in args.ranks for mode in args.shuffle]
+    layers = layers_for(args.data, not args.no_posix, args.horovod_timeline)
+    results = run_points(points, args.data, args.out, train_args, layers, args.dist, benchmark, args.force)
+    rows = comparison_rows(points, results)
+    text = format_comparison(rows)
+    (args.out / "comparison.txt").write_text(text + "\n")
+    (args.out / "comparison.json").write_text(json.dumps(rows, indent=1) + "\n")
+    from benchmarks.common.plots import sweep_figure
+
+    fig = sweep_figure(rows, {pt.name: parts["analysis"].breakdown for pt, parts in zip(points, results)})
+    fig.savefig(args.out / "sweep.png", dpi=110)
+    print(text)
+    print(f"wrote {args.out / 'comparison.txt'}, {args.out / 'comparison.json'}, {args.out / 'sweep.png'}")
+    return 0
+
+
+def _clear(run_dir: Path) -> None:
+    """Remove a previous point's run directory (only with --force)."""
+    import shutil
+
+    if run_dir.exists():
+        shutil.rmtree(run_dir)
