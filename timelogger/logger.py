@@ -6,8 +6,9 @@ into JSON lines every ``flush_interval`` seconds, or sooner when a thread has bu
 Nothing on the hot path allocates more than that tuple, calls ``json`` or takes a lock.
 
 Loss bound: the writer serialises and writes in chunks of :data:`CHUNK_EVENTS`, so lines reach the OS as they
-are made. Before each chunk it drops (and counts) every buffered interval that ended more than ``max_lag`` ago:
-when the producers outrun the writer, memory stays bounded and an interval is either on disk within about
+are made. Before each chunk it drops (and counts) every buffered interval that ended more than ``max_lag`` ago,
+except a thread's newest chunk (a writer starved of the GIL for a while is not behind): when the producers outrun
+the writer, memory stays bounded and an interval is either on disk within about
 ``max_lag`` of its end or counted in a ``timelogger_dropped`` record that is written at once. File layout and
 time base: ``docs/wire-format.md``.
 """
@@ -621,7 +622,8 @@ class TimeLogger:
 
     def _trim(self, entries: List[_BufEntry]) -> List[int]:
         """Drop what the writer can no longer write in time: intervals that ended more than ``max_lag`` ago, and
-        the oldest beyond :data:`MAX_BUFFERED` per thread. The new totals go to the file at once, so a ``kill -9``
+        the oldest beyond :data:`MAX_BUFFERED` per thread; the newest :data:`CHUNK_EVENTS` of a thread are always
+        written. The new totals go to the file at once, so a ``kill -9``
         right after still leaves every lost interval counted on disk. Caller holds the write lock.
 
         Returns how many intervals were dropped from the front of each entry's buffer."""
@@ -631,10 +633,14 @@ class TimeLogger:
         for i, ent in enumerate(entries):
             buf = ent.buf
             n = len(buf)
-            if not n or (buf[0][2] >= cutoff and n <= MAX_BUFFERED):
+            # A backlog of one chunk is written at once: old intervals there mean the writer was starved of the
+            # GIL or the CPU (a long C++ call, an overloaded node), not outrun, and dropping them would lose data
+            # for nothing.
+            if n <= CHUNK_EVENTS or (buf[0][2] >= cutoff and n <= MAX_BUFFERED):
                 continue
             # intervals are appended as they end, so end times ascend within a thread's buffer
-            k = max(bisect.bisect_left(buf, cutoff, 0, n, key=_end_of), n - MAX_BUFFERED)
+            stale = min(bisect.bisect_left(buf, cutoff, 0, n, key=_end_of), n - CHUNK_EVENTS)
+            k = max(stale, n - MAX_BUFFERED)
             if k <= 0:
                 continue
             dropped[i] = k
