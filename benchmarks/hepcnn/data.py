@@ -24,7 +24,9 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.common.errors import OutputExistsError, TraceInputError
+from benchmarks.common import datasets
+from benchmarks.common.datasets import SPEC_FILE, atomic_path  # noqa: F401  (SPEC_FILE: kept importable from here)
+from benchmarks.common.errors import TraceInputError
 
 log = logging.getLogger(__name__)
 
@@ -84,11 +86,9 @@ def write_file(path: Path, events: dict[str, np.ndarray]) -> None:
     """Write one file; ``data`` contiguous and uncompressed like the original (h5py's default layout)."""
     import h5py
 
-    tmp = path.with_name(path.name + ".part")
-    with h5py.File(tmp, "w") as f:
+    with atomic_path(path) as tmp, h5py.File(tmp, "w") as f:
         for name, value in events.items():
             f.create_dataset(name, data=value)
-    os.replace(tmp, path)
 
 
 @dataclass(frozen=True)
@@ -106,20 +106,9 @@ class GenSpec:
                 "seed": self.seed, "validation_files": self.validation_files}
 
 
-SPEC_FILE = "generator.json"
-
-
 def read_spec(out: Path) -> GenSpec | None:
     """The spec of a dataset this generator wrote in ``out``, None if there is none."""
-    import json
-
-    path = out / SPEC_FILE
-    if not path.is_file():
-        return None
-    try:
-        return GenSpec(**json.loads(path.read_text()))
-    except (ValueError, TypeError) as err:
-        raise TraceInputError(path, f"unreadable generator spec ({err})") from None
+    return datasets.read_spec(out, GenSpec)
 
 
 def generate(out: "str | os.PathLike[str]", spec: GenSpec, force: bool = False, show_progress: bool = True) -> Path:
@@ -128,35 +117,19 @@ def generate(out: "str | os.PathLike[str]", spec: GenSpec, force: bool = False, 
     An existing directory holding the same spec is left as it is; one with other ``hep_*.h5`` files is an error
     unless ``force``.
     """
-    import json
-
     from benchmarks.common.progress import progress
 
     if spec.files < 1 or spec.samples_per_file < 1 or spec.image_size < 4:
         raise TraceInputError(out, "need --files >= 1, --samples-per-file >= 1 and --image-size >= 4")
     out = Path(out)
-    if out.exists() and not out.is_dir():
-        raise TraceInputError(out, "exists and is not a directory")
-    existing = sorted(out.glob("hep_*.h5")) if out.is_dir() else []
-    if existing and not force:
-        if read_spec(out) == spec and _complete(out, spec):
-            log.info("%s: dataset already there, re-using it", out)
-            return out
-        raise OutputExistsError(out)
-    out.mkdir(parents=True, exist_ok=True)
-    for path in existing:
-        path.unlink()
     jobs = [("train", k) for k in range(spec.files)] + [("validation", k) for k in range(spec.validation_files)]
+    if datasets.prepare_output(out, spec, "hep_*.h5", [file_name(split, k) for split, k in jobs], force):
+        return out
     for split, k in progress(jobs, total=len(jobs), desc=f"generating {out}") if show_progress else jobs:
         rng = np.random.default_rng([spec.seed, SPLITS.index(split), k])
         write_file(out / file_name(split, k), make_events(rng, spec.samples_per_file, spec.image_size))
-    (out / SPEC_FILE).write_text(json.dumps(spec.as_dict(), indent=1) + "\n")
+    datasets.write_spec(out, spec)
     return out
-
-
-def _complete(out: Path, spec: GenSpec) -> bool:
-    return all((out / file_name("train", k)).is_file() for k in range(spec.files)) and all(
-        (out / file_name("validation", k)).is_file() for k in range(spec.validation_files))
 
 
 # --------------------------------------------------------------------------------------------- checking
