@@ -38,6 +38,7 @@ test-latest: env-latest
 
 demo: env
 	PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(VENV)/bin/python -m benchmarks.hepcnn demo --out runs/demo
+	PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(VENV)/bin/python -m benchmarks.climate demo --out runs/demo-climate
 
 bench: env
 	PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(VENV)/bin/python benchmarks/perf/overhead.py

@@ -173,7 +173,8 @@ class LowerLayers:
     """What the layers below the app did, per rank, as merged lists on an attribution's rank axis.
 
     ``raw[c]`` for each component but ``python``: ``fs`` = every call of a file-system layer
-    (:data:`~trace_merge.schema.FS_LAYERS`: reads, writes, opens, metadata) of the rank's processes, forked
+    (:data:`~trace_merge.schema.FS_LAYERS`, cat ``io``: reads, writes, opens, metadata; not the process control
+    DFTracer also traces) of the rank's processes, forked
     workers included; ``comm`` = the ``comm`` layer (Horovod timeline, rank 0) and framework ``comm`` events
     (Horovod ops where a TF profile times them; TF 2.15's host profile does not). Horovod writes its timeline on
     rank 0 only, so the collectives it shows *executing* (``ALLREDUCE``, ``MPI_ALLREDUCE``, ``BROADCAST``, ...;
@@ -217,7 +218,7 @@ class LowerLayers:
         is_comm = (lay == "comm").to_numpy()
         fw = (lay == "framework").to_numpy() & (rows["name"] != _ANCHOR).to_numpy()
         masks = {
-            "fs": lay.isin(FS_LAYERS).to_numpy(),
+            "fs": lay.isin(FS_LAYERS).to_numpy() & (cat == "io").to_numpy(),
             "comm": is_comm | (fw & (cat == "comm").to_numpy()),
             "input_wait": fw & (cat == "wait").to_numpy(),
             "compute": fw & cat.isin(("compute", "other")).to_numpy(),

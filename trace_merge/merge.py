@@ -360,6 +360,27 @@ def _read_all(
     return sources
 
 
+def resolve_shared_names(sources: list[SourceData]) -> None:
+    """Resolve file hashes a DFTracer trace uses but another trace of the run defines.
+
+    DFTracer writes a name's ``FH`` (hash -> path) record once per process tree: a forked child (a
+    ``multiprocessing.Pool`` reader, ``trace-<id>-fork.pfw.gz``) inherits its parent's table and writes only the
+    hashes, so its reads would carry no file name. The reader resolves each file's own table; this takes the
+    union of the run's tables for what is left.
+    """
+    names: dict[str, str] = {}
+    for src in sources:
+        if src.kind == "dftracer":
+            names.update(src.meta.get("files") or {})
+    for src in sources:
+        if src.kind != "dftracer" or not len(src.frame) or not names:
+            continue
+        col = src.frame["file"]
+        if not any(c in names for c in col.cat.categories):
+            continue
+        src.frame["file"] = col.astype(object).map(lambda v: names.get(v, v)).astype("category")
+
+
 def _missing_ranks(path: Path, manifest: "dict[str, Any] | None", app: list[SourceData]) -> list[str]:
     """Warnings about the world size (a bad value in the manifest) and the ranks it names that have no app file.
 
@@ -415,6 +436,7 @@ def merge_path(path: "str | os.PathLike[str]") -> MergeResult:
         why = f" ({'; '.join(warnings)})" if warnings else ""
         raise TraceInputError(path, f"no trace files found (looked for {_LOOKED_FOR}){why}")
     sources = _read_all(files, warnings)
+    resolve_shared_names(sources)
     usable = [s for s in sources if len(s.frame) or len(s.counters)]
     if not usable:
         why = "; ".join(warnings) if warnings else "all empty"

@@ -39,3 +39,23 @@ def cli_main(main: Callable[[Sequence[str] | None], int], argv: Sequence[str] | 
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+
+
+def dispatch(argv: Sequence[str] | None, prog: str,
+             commands: "dict[str, str | Callable[[Sequence[str] | None], int]]") -> int:
+    """``prog COMMAND ...``: run ``commands[COMMAND]`` under :func:`cli_main`: a function, or ``"module:function"``
+    imported only when chosen (so that bad input is reported before TensorFlow loads)."""
+    import importlib
+    import os
+
+    # TF's C++ INFO lines (oneDNN, CPU features) would drown the progress lines; a user's setting wins.
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] not in commands:
+        print(f"usage: {prog} {{{','.join(commands)}}} ... (-h for help)", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    command = commands[args[0]]
+    if isinstance(command, str):
+        module, function = command.split(":")
+        command = getattr(importlib.import_module(module), function)
+    return cli_main(command, args[1:])

@@ -166,3 +166,26 @@ def side_by_side(blocks: Sequence[str], gap: int = 4) -> str:
         cells = [(lines[i] if i < len(lines) else "").ljust(w) for lines, w in zip(split, widths)]
         out.append((" " * gap).join(cells).rstrip())
     return "\n".join(out)
+
+
+def new_stamp(out: Path) -> Path:
+    """``out/<YYYYmmdd-HHMMSS>``, never one that exists (two demos in one second get ``-1``)."""
+    import time
+
+    stamp = out / time.strftime("%Y%m%d-%H%M%S")
+    while stamp.exists():
+        stamp = stamp.with_name(stamp.name + "-1")
+    return stamp
+
+
+def link_latest(out: Path, stamp: Path) -> None:
+    """Point ``out/latest`` at ``stamp`` (atomically; a real directory named ``latest`` is left alone)."""
+    import os
+
+    link = out / "latest"
+    if link.is_symlink() or not link.exists():
+        tmp = out / ".latest.tmp"
+        if tmp.is_symlink():
+            tmp.unlink()
+        tmp.symlink_to(stamp.name)
+        os.replace(tmp, link)

@@ -2,6 +2,7 @@
 profiler window over global steps, progress lines, and finishing (``summary.json``, the merge on rank 0)."""
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
 import os
@@ -9,6 +10,29 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common.runs import SUMMARY, json_ready
+
+
+def add_run_flags(p: argparse.ArgumentParser, data_help: str) -> None:
+    """The flags of a ``train`` subcommand that are about the run, not the training."""
+    p.add_argument("--data", required=True, help=data_help)
+    p.add_argument("--run-dir", help="run directory (default: $TIMELOGGER_DIR, set by `timelogger run -o`)")
+    p.add_argument("--no-merge", action="store_true", help="do not merge the run on rank 0 at the end")
+    p.add_argument("--no-timelogger", action="store_true",
+                   help="disable the app layer (overhead baseline); summary.json is still written")
+    p.add_argument("--debug", action="store_true")
+
+
+def open_run(args: argparse.Namespace) -> tuple[Path, Any]:
+    """The run directory (``--run-dir`` or the launcher's) and this process's TimeLogger in it."""
+    from benchmarks.common.errors import TraceInputError
+
+    run_dir = args.run_dir or os.environ.get("TIMELOGGER_DIR")
+    if not run_dir:
+        raise TraceInputError("--run-dir", "no run directory: pass --run-dir or launch under `timelogger run -o RUN`")
+    from timelogger import TimeLogger
+
+    Path(run_dir).mkdir(parents=True, exist_ok=True)
+    return Path(run_dir), TimeLogger(None if args.no_timelogger else run_dir)
 
 
 def say(rank: int, text: str) -> None:

@@ -2,13 +2,10 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from typing import Sequence
 
-from benchmarks.common.errors import cli_main
-
-COMMANDS = ("generate", "train", "sweep", "ablate", "demo")
+from benchmarks.common.errors import dispatch
 
 
 def _generate(argv: Sequence[str]) -> int:
@@ -32,31 +29,17 @@ def _generate(argv: Sequence[str]) -> int:
     return 0
 
 
+COMMANDS = {
+    "generate": _generate,
+    "train": "benchmarks.hepcnn.train:main",
+    "sweep": "benchmarks.hepcnn.sweep:main",
+    "ablate": "benchmarks.hepcnn.sweep:ablate",
+    "demo": "benchmarks.hepcnn.demo:main",
+}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    # TF's C++ INFO lines (oneDNN, CPU features) would drown the progress lines; a user's setting wins.
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    args = list(sys.argv[1:] if argv is None else argv)
-    if not args or args[0] not in COMMANDS:
-        print(f"usage: python -m benchmarks.hepcnn {{{','.join(COMMANDS)}}} ... (-h for help)", file=sys.stderr)
-        return 2
-    cmd, rest = args[0], args[1:]
-    if cmd == "generate":
-        return cli_main(_generate, rest)
-    if cmd == "train":
-        from benchmarks.hepcnn.train import main as train_main
-
-        return cli_main(train_main, rest)
-    if cmd == "sweep":
-        from benchmarks.hepcnn.sweep import main as sweep_main
-
-        return cli_main(sweep_main, rest)
-    if cmd == "ablate":
-        from benchmarks.hepcnn.sweep import ablate
-
-        return cli_main(ablate, rest)
-    from benchmarks.hepcnn.demo import main as demo_main
-
-    return cli_main(demo_main, rest)
+    return dispatch(argv, "python -m benchmarks.hepcnn", COMMANDS)
 
 
 if __name__ == "__main__":

@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
-import os
 import time
 from pathlib import Path
 from typing import Sequence
@@ -19,7 +18,7 @@ from typing import Sequence
 from benchmarks.common.errors import BenchmarkError
 from benchmarks.common.launch import stream, venv_tool
 from benchmarks.common.runs import (format_bandwidth, format_breakdown, format_layered, format_layers,
-                                   side_by_side)
+                                   link_latest, new_stamp, side_by_side)
 from benchmarks.hepcnn.config import DEMO_DATA
 from benchmarks.hepcnn.data import generate
 from benchmarks.common.sweep import Point, comparison_rows, format_comparison, layers_for, run_point
@@ -43,16 +42,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"== dataset {data}: {DEMO_DATA.files} train files x {DEMO_DATA.samples_per_file} samples of "
           f"3x{DEMO_DATA.image_size}x{DEMO_DATA.image_size} (generated once, then re-used)", flush=True)
     generate(data, DEMO_DATA, force=args.force)
-    stamp = out / time.strftime("%Y%m%d-%H%M%S")
-    while stamp.exists():  # two demos in one second: never reuse a directory
-        stamp = stamp.with_name(stamp.name + "-1")
+    stamp = new_stamp(out)
     layers = layers_for(data, posix=True, horovod_timeline=True)
     points = [Point(args.ranks, mode) for mode in ("local", "global")]
     results = {}
     for point in points:
         results[point] = run_point(point, data, stamp / point.shuffle, ["--demo-preset", *train_args], layers,
                                    dist="horovod")
-    _link_latest(out, stamp)
+    link_latest(out, stamp)
 
     print("\n== where the time went, layer by layer: each app phase (summed over epochs) split by what the lower"
           " layers of the same rank did inside it, seconds (fs = file system, comm = Horovod, in-wait = tf.data"
@@ -97,13 +94,3 @@ def main(argv: Sequence[str] | None = None) -> int:
     print("open the .html in a browser; load the .json.gz at https://ui.perfetto.dev")
     print(f"demo took {time.perf_counter() - t0:.0f} s")
     return 0
-
-
-def _link_latest(out: Path, stamp: Path) -> None:
-    link = out / "latest"
-    if link.is_symlink() or not link.exists():
-        tmp = out / ".latest.tmp"
-        if tmp.is_symlink():
-            tmp.unlink()
-        tmp.symlink_to(stamp.name)
-        os.replace(tmp, link)

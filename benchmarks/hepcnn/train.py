@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import time
 from pathlib import Path
 from typing import Any, Sequence
@@ -19,8 +18,8 @@ import numpy as np
 from benchmarks.common.env import env_world_size
 from benchmarks.common.errors import TraceInputError
 from benchmarks.common.modes import trains
-from benchmarks.common.training import (ProfileWindow, finish, say, start_backend, steady_throughput,
-                                         step_functions)
+from benchmarks.common.training import (ProfileWindow, add_run_flags, finish, open_run, say, start_backend,
+                                        steady_throughput, step_functions)
 from benchmarks.hepcnn.config import TrainConfig, add_train_flags, config_from_args
 from benchmarks.hepcnn.data import DatasetInfo, check_dataset
 from benchmarks.hepcnn.loaders import FileReader, make_loader
@@ -30,12 +29,7 @@ log = logging.getLogger(__name__)
 
 
 def setup_parser(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--data", required=True, help="directory of hep_train_chunk<k>.h5 files")
-    p.add_argument("--run-dir", help="run directory (default: $TIMELOGGER_DIR, set by `timelogger run -o`)")
-    p.add_argument("--no-merge", action="store_true", help="do not merge the run on rank 0 at the end")
-    p.add_argument("--no-timelogger", action="store_true",
-                   help="disable the app layer (overhead baseline); summary.json is still written")
-    p.add_argument("--debug", action="store_true")
+    add_run_flags(p, "directory of hep_train_chunk<k>.h5 files")
     add_train_flags(p)
 
 
@@ -44,13 +38,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.hepcnn train")
     setup_parser(p)
     args = p.parse_args(argv)
-    run_dir = args.run_dir or os.environ.get("TIMELOGGER_DIR")
-    if not run_dir:
-        raise TraceInputError("--run-dir", "no run directory: pass --run-dir or launch under `timelogger run -o RUN`")
-    from timelogger import TimeLogger
-
-    Path(run_dir).mkdir(parents=True, exist_ok=True)
-    tl = TimeLogger(None if args.no_timelogger else run_dir)
+    run_dir, tl = open_run(args)
     try:
         with tl.phase("Parse Arguments", cat="other"):
             cfg = config_from_args(args)
@@ -58,7 +46,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             if info.image_size < 16:  # four 2x2 poolings
                 raise TraceInputError(info.train[0].path, f"image size {info.image_size} is below the network's "
                                                           f"minimum of 16")
-        return train(cfg, info, Path(run_dir), tl, t0, merge=not (args.no_merge or args.no_timelogger))
+        return train(cfg, info, run_dir, tl, t0, merge=not (args.no_merge or args.no_timelogger))
     finally:
         tl.close()
 

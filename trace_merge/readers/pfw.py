@@ -75,6 +75,15 @@ RW_CALLS = frozenset(
 #: STDIO calls whose ``ret`` counts items of ``args.size`` bytes.
 ITEM_CALLS = frozenset({"fread", "fwrite", "fread_unlocked", "fwrite_unlocked"})
 
+#: Calls DFTracer's POSIX preload also traces that do no file-system work: process control (a
+#: ``multiprocessing.Pool`` parent polls ``waitpid`` hundreds of times a second). They stay in their layer with
+#: cat ``other``, so that the file-system component of the layered breakdown (cat ``io``) is file work only.
+PROCESS_CALLS = frozenset({
+    "fork", "vfork", "clone", "clone3", "execv", "execve", "execvp", "execvpe", "execl", "execlp", "execle",
+    "execveat", "fexecve", "posix_spawn", "posix_spawnp", "wait", "waitpid", "wait3", "wait4", "waitid", "kill",
+    "exit", "_exit",
+})
+
 #: DFTracer category (lower case) -> layer; anything else is ``app``.
 _DFT_LAYERS = {
     "posix": "posix", "stdio": "stdio",
@@ -875,6 +884,12 @@ def _result(path: str, state: _State, cols: _Cols, kind: str, warnings: list[str
         args_col = _recode(cols.cat, lambda c: texts.get(_classify(str(c), timelogger)[2]))
         args_col = np.asarray(args_col.astype(object), dtype=object) if n else []
 
+    if not timelogger and n:
+        process = np.array([c in PROCESS_CALLS for c in cols.name.categories] + [False],
+                           dtype=bool)[np.asarray(cols.name.codes, dtype=np.int64)]
+        if process.any():
+            cat = cat.add_categories(["other"]) if "other" not in cat.categories else cat.copy()
+            cat[process] = "other"
     frame = to_frame(
         {
             "layer": layer,

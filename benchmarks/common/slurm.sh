@@ -1,10 +1,11 @@
 #!/bin/bash
-# Sourced by the batch scripts: environment for a profiled HEP-CNN run on a Lustre system.
+# Sourced by the batch scripts of both benchmarks (benchmarks/*/slurm/): environment for a profiled run on a Lustre
+# system.
 # Site settings (override before sbatch or edit here): VENV, DATA, RUNS, DARSHAN_ROOT.
 set -euo pipefail
 : "${VENV:?set VENV to the toolkit environment (a venv with TF, Horovod, mpi4py, h5py)}"
-: "${DATA:?set DATA to the HEP-CNN data directory on Lustre}"
-: "${RUNS:=${SCRATCH:-$HOME}/hepcnn-runs}"
+: "${DATA:?set DATA to the data directory on Lustre}"
+: "${RUNS:=${SCRATCH:-$HOME}/io-runs}"
 export PATH="$VENV/bin:$PATH"
 # HDF5's file locking is not supported (or slow) on Lustre mounts.
 export HDF5_USE_FILE_LOCKING=FALSE

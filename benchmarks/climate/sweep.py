@@ -1,0 +1,28 @@
+"""``python -m benchmarks.climate sweep`` and ``ablate``: the climate benchmark's points
+(:mod:`benchmarks.common.sweep`, :mod:`benchmarks.common.ablate`)."""
+from __future__ import annotations
+
+from typing import Sequence
+
+from benchmarks.common.ablate import PhaseRow, ablate_main
+from benchmarks.common.sweep import sweep_main
+
+#: what the climate ablation table shows (phase names of :mod:`benchmarks.climate.pipeline` and ``train``)
+ABLATION_ROWS = (PhaseRow("Call to Next Batch", note="wait"), PhaseRow("Parallel Read Images", split=True),
+                 PhaseRow("Time to Read Single Image", split=True, note="workers"),
+                 PhaseRow("Read Image", split=True), PhaseRow("Normalise"), PhaseRow("Per-pixel Weights"),
+                 PhaseRow("Train Step"), PhaseRow("Compute Gradients"))
+
+
+def _check(data: "str", ranks: int) -> None:
+    from benchmarks.climate.data import check_dataset
+
+    check_dataset(data, ranks)
+
+
+def sweep(argv: Sequence[str] | None = None) -> int:
+    return sweep_main(argv, "climate", _check)
+
+
+def ablate(argv: Sequence[str] | None = None) -> int:
+    return ablate_main(argv, "climate", _check, ABLATION_ROWS)
