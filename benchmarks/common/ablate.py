@@ -40,8 +40,9 @@ def ablation_table(results: Mapping[str, Mapping[str, Any]], rows: Sequence[Phas
     """Seconds per rank (mean over ranks) summed over the epochs, one column per mode.
 
     ``results`` maps a mode to :func:`~benchmarks.common.runs.finalize_run`'s result. Rows: the epochs' wall time,
-    then each :class:`PhaseRow`'s time (the layered breakdown's ``time_s``: the union of its intervals' self time
-    on the rank, over every process of the rank -- parallel readers overlap) and, for split rows,
+    then each :class:`PhaseRow`'s time (the layered breakdown's ``time_s``: the union of its intervals' self time --
+    without the phases nested in it -- over every process and thread of the rank, where parallel readers overlap)
+    and, for split rows,
     ``  file system`` (``fs_s``) and ``  outside the file system`` (the rest: Python, IPC, decoding,
     normalisation). A phase a mode does not have is NaN.
     """
