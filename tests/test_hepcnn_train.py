@@ -192,3 +192,28 @@ def test_comparison_table_and_figure(hvd_runs: dict) -> None:
     lines = {line.get_label(): line for line in axes[-1].get_lines()}
     assert set(lines) == {"local shuffle", "local: ideal linear", "global shuffle", "global: ideal linear"}
     assert list(lines["local shuffle"].get_xdata()) == [2]
+
+
+@pytest.mark.slow
+def test_no_io_mode_touches_no_data_file(smoke_data: Path, tmp_path: Path) -> None:
+    """``--mode no-io``: random arrays of the files' shapes (from generator.json), read phases still timed, not one
+    POSIX call on a data file; the breakdown still sums to 100 %."""
+    from trace_merge.run import Run
+
+    run_dir = tmp_path / "run"
+    bindir = Path(sys.executable).parent
+    cmd = [str(bindir / "timelogger"), "run", "-o", str(run_dir), "--posix", "--posix-filter",
+           str(smoke_data.resolve()), "--", sys.executable, "-m", "benchmarks.hepcnn", "train", "--data",
+           str(smoke_data), "--smoke", "--dist", "none", "--mode", "no-io", "--no-merge"]
+    proc = subprocess.run(cmd, cwd=REPO, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"), capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    frame = Run.open(run_dir).frame
+    files = frame[frame["layer"] == "posix"]["file"].astype(str)
+    assert not files.str.endswith(".h5").any()
+    reads = frame[(frame["layer"] == "app") & (frame["name"] == "HDF5 File Read")]
+    assert len(reads) > 0 and reads["bytes"].isna().all()  # timed, but nothing was read
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["mode"] == "no-io" and np.isfinite(summary["final_loss"])
+    bd = Run.open(run_dir).breakdown()
+    assert np.allclose(bd[[c for c in bd.columns if c.endswith("_pct")]].sum(axis=1), 100.0, atol=1e-6)

@@ -254,3 +254,30 @@ def check_dataset(data_dir: "str | os.PathLike[str]", ranks: int = 1, image_size
         infos.append(info)
     image_size = infos[0].image_size
     return DatasetInfo(tuple(infos[:len(train)]), tuple(infos[len(train):]), int(image_size))
+
+
+def dataset_without_reading(data_dir: "str | os.PathLike[str]", ranks: int = 1) -> DatasetInfo | None:
+    """The training files with their shapes from ``generator.json``, opening no ``.h5`` file (``--mode no-io``).
+
+    None when ``data_dir`` has no ``generator.json`` (then only :func:`check_dataset` can tell the shapes).
+    Validation files are left out: the no-io mode does not validate.
+
+    Raises
+    ------
+    TraceInputError
+        missing directory, unreadable ``generator.json``, no training files, fewer training files than ranks.
+    """
+    data_dir = Path(data_dir)
+    if not data_dir.is_dir():
+        raise TraceInputError(data_dir, "no such data directory")
+    spec = read_spec(data_dir)
+    if spec is None:
+        return None
+    train = list_files(data_dir.absolute(), "train")
+    if not train:
+        raise TraceInputError(data_dir, "no training files (hep_train_chunk<k>.h5)")
+    if len(train) < ranks:
+        raise TraceInputError(data_dir, f"{len(train)} training files for {ranks} ranks; need at least one per rank")
+    nbytes = spec.samples_per_file * 3 * spec.image_size ** 2 * 4
+    return DatasetInfo(tuple(FileInfo(str(p), spec.samples_per_file, spec.image_size, 0, nbytes) for p in train), (),
+                       spec.image_size)

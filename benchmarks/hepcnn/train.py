@@ -17,11 +17,11 @@ import numpy as np
 
 from benchmarks.common.env import env_world_size
 from benchmarks.common.errors import TraceInputError
-from benchmarks.common.modes import trains
+from benchmarks.common.modes import opens_files, trains
 from benchmarks.common.training import (ProfileWindow, add_run_flags, finish, open_run, say, start_backend,
                                         steady_throughput, step_functions)
 from benchmarks.hepcnn.config import TrainConfig, add_train_flags, config_from_args
-from benchmarks.hepcnn.data import DatasetInfo, check_dataset
+from benchmarks.hepcnn.data import DatasetInfo, check_dataset, dataset_without_reading
 from benchmarks.hepcnn.loaders import FileReader, make_loader
 from benchmarks.common.shuffle import epoch_files, shard, steps_per_epoch
 
@@ -42,7 +42,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         with tl.phase("Parse Arguments", cat="other"):
             cfg = config_from_args(args)
-            info = check_dataset(args.data, env_world_size(), cfg.image_size)
+            # no-io touches no data file: the shapes come from generator.json when there is one
+            info = (dataset_without_reading(args.data, env_world_size()) if not opens_files(cfg.mode) else None) \
+                or check_dataset(args.data, env_world_size(), cfg.image_size)
+            if cfg.image_size is not None and info.image_size != cfg.image_size:
+                raise TraceInputError(args.data, f"image size {info.image_size} (generator.json) does not match "
+                                                 f"--image-size {cfg.image_size}")
             if info.image_size < 16:  # four 2x2 poolings
                 raise TraceInputError(info.train[0].path, f"image size {info.image_size} is below the network's "
                                                           f"minimum of 16")
