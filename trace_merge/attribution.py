@@ -697,3 +697,65 @@ def accelerator_utilisation(frame: pd.DataFrame, layers: "str | Sequence[str] | 
     return None if au is None else au / 100.0
 
 
+
+
+# ----------------------------------------------------------------------------------------------------------
+# A fixed component view (the original study's table)
+# ----------------------------------------------------------------------------------------------------------
+
+
+def component_view_df(frame: pd.DataFrame, components: "Sequence[tuple[str, Sequence[str]]]",
+                      total_phase: str, per_epoch: bool = False) -> pd.DataFrame:
+    """Seconds and shares of named components of app phases per rank (and epoch), against a total phase.
+
+    Each component is the union of its phases' intervals on the rank minus everything the components before it
+    took, so ``[("Read", ["HDF5 File Read"]), ("Load", ["Load File"])]`` gives Load = Load File − Read, as the
+    original study computed its table. ``other`` is the total phase's union minus all components. Components
+    are clipped to the total phase; with ``per_epoch`` rows are per epoch and clipped to that epoch's part of it.
+    A kernel: one rank's rows or many, rows per (rank[, epoch]).
+
+    Returns
+    -------
+    pandas.DataFrame
+        ``rank`` (, ``epoch``), ``total_s``, ``<component>_s`` for each component and ``other_s``, and
+        ``<component>_pct`` / ``other_pct`` (% of ``total_s``, summing to 100).
+    """
+    labels = [label for label, _ in components]
+    keys = ["rank", "epoch"] if per_epoch else ["rank"]
+    app = frame[frame["layer"] == "app"] if len(frame) else frame
+    rows = []
+    if len(app):
+        names = app["name"].astype(str).to_numpy()
+        s, e = app["start_ns"].to_numpy(dtype=_I8), app["end_ns"].to_numpy(dtype=_I8)
+        rank = app["rank"].to_numpy(dtype=_I8)
+        epoch = app["epoch"].to_numpy(dtype=_I8, na_value=-1)
+        for r in np.unique(rank):
+            on_rank = rank == r
+            total = merge_intervals(s[on_rank & (names == total_phase)], e[on_rank & (names == total_phase)])
+            windows = [(None, total)]
+            if per_epoch:
+                tagged = on_rank & (epoch >= 0)
+                windows = []
+                for ep in np.unique(epoch[tagged]):
+                    m = tagged & (epoch == ep)
+                    span = merge_intervals([s[m].min()], [e[m].max()])
+                    windows.append((int(ep), intersect_intervals(*total, *span)))
+            for ep, window in windows:
+                taken = (_EMPTY, _EMPTY)
+                row: dict = {"rank": int(r), **({"epoch": ep} if per_epoch else {}),
+                             "total_s": float((window[1] - window[0]).sum()) / 1e9}
+                for label, phases in components:
+                    m = on_rank & np.isin(names, list(phases))
+                    mine = intersect_intervals(*merge_intervals(s[m], e[m]), *window)
+                    mine = subtract_intervals(*mine, *taken)
+                    row[f"{label}_s"] = float((mine[1] - mine[0]).sum()) / 1e9
+                    taken = union_of(taken, mine)
+                row["other_s"] = row["total_s"] - sum(row[f"{x}_s"] for x in labels)
+                rows.append(row)
+    cols = [*keys, "total_s", *(f"{x}_s" for x in labels), "other_s"]
+    out = pd.DataFrame(rows, columns=cols)
+    for x in [*labels, "other"]:
+        t = out["total_s"].to_numpy(dtype=np.float64)
+        out[f"{x}_pct"] = np.where(t > 0, 100.0 * out[f"{x}_s"].to_numpy(dtype=np.float64) / np.where(t > 0, t, 1),
+                                   np.nan)
+    return out

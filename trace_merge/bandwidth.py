@@ -223,6 +223,58 @@ def bandwidth_df(frame: pd.DataFrame, counters: Optional[pd.DataFrame] = None) -
     return out[cols]
 
 
+def epoch_bandwidth_df(frame: pd.DataFrame) -> pd.DataFrame:
+    """Data-file reads per rank and epoch: how many, how many bytes, their union time and bandwidth.
+
+    The reads are those of :func:`bandwidth_df` (:func:`read_rows` of data files, :func:`data_file_mask`), by the
+    epoch the app layer propagated onto them; reads outside every epoch (file checks, validation) are left out.
+    A kernel of one rank's rows or many: rows come out per (rank, epoch), so partitions concatenate.
+
+    Returns
+    -------
+    pandas.DataFrame
+        ``rank``, ``epoch``, ``files`` (distinct data files), ``reads``, ``read_bytes``, ``read_time_s`` (union),
+        ``read_bw_MB_per_s`` (10^6 bytes per second of union read time), ``layer``.
+    """
+    cols = ["rank", "epoch", "files", "reads", "read_bytes", "read_time_s", "read_bw_MB_per_s", "layer"]
+    rows = read_rows(frame, ["start_ns", "end_ns", "bytes", "file", "epoch"])
+    if len(rows):
+        rows = rows[data_file_mask(rows, frame) & rows["epoch"].notna().to_numpy()]
+    if not len(rows):
+        return pd.DataFrame({c: pd.Series(dtype="object" if c == "layer" else "int64") for c in cols})
+    keys = rows.groupby(["rank", "epoch"], sort=True, observed=True).ngroup().to_numpy(dtype=_I8)
+    union = grouped_union_ns(keys, rows["start_ns"].to_numpy(dtype=_I8), rows["end_ns"].to_numpy(dtype=_I8),
+                             int(keys.max()) + 1)
+    g = rows.groupby(keys, sort=True)
+    out = pd.DataFrame({
+        "rank": g["rank"].first().to_numpy(dtype=_I8),
+        "epoch": g["epoch"].first().to_numpy(dtype=_I8),
+        "files": g["file"].nunique().to_numpy(dtype=_I8),
+        "reads": g.size().to_numpy(dtype=_I8),
+        "read_bytes": g["bytes"].sum().to_numpy(dtype=_I8),
+        "read_time_s": union / 1e9,
+        "layer": g["layer"].agg(lambda x: ",".join(sorted(set(map(str, x))))).to_numpy(),
+    })
+    t = out["read_time_s"].to_numpy()
+    out["read_bw_MB_per_s"] = np.where(t > 0, out["read_bytes"] / 1e6 / np.where(t > 0, t, 1.0), np.nan)
+    return out[cols]
+
+
+def epoch_bandwidth_totals(per_rank_epoch: pd.DataFrame) -> pd.DataFrame:
+    """The job's aggregate per epoch from :func:`epoch_bandwidth_df` (exact reduction of per-rank rows):
+    ``epoch``, ``ranks``, ``read_bytes`` (Σ), ``slowest_read_time_s`` (max), ``aggregate_bw_MB_per_s``
+    (Σ bytes ÷ slowest rank's union read time, as :func:`bandwidth_totals`)."""
+    cols = ["epoch", "ranks", "read_bytes", "slowest_read_time_s", "aggregate_bw_MB_per_s"]
+    if not len(per_rank_epoch):
+        return pd.DataFrame({c: pd.Series(dtype="float64") for c in cols})
+    g = per_rank_epoch.groupby("epoch", sort=True)
+    out = pd.DataFrame({"ranks": g["rank"].nunique(), "read_bytes": g["read_bytes"].sum(),
+                        "slowest_read_time_s": g["read_time_s"].max()}).reset_index()
+    t = out["slowest_read_time_s"].to_numpy(dtype=np.float64)
+    out["aggregate_bw_MB_per_s"] = np.where(t > 0, out["read_bytes"] / 1e6 / np.where(t > 0, t, 1.0), np.nan)
+    return out[cols]
+
+
 def job_wall_ns(frame: pd.DataFrame) -> int:
     """First start to last end over every row of the frame, ns (0 for an empty frame)."""
     if not len(frame):

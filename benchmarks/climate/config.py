@@ -28,6 +28,7 @@ class ClimateConfig:
     prefetch: int = 16
     shuffle: str = "local"
     mode: str = "full"
+    node_cache: str = "off"
     dist: str = "auto"
     seed: int = 0
     checkpoint_every: int = 0

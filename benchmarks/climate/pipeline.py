@@ -15,6 +15,7 @@ library is not safe.
 from __future__ import annotations
 
 import multiprocessing
+import zlib
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -92,7 +93,7 @@ def _fabricate(path: str, epoch: int, position: int, spec: SampleSpec) -> tuple[
             shapes = {name: f[f"climate/{name}"].shape for name in ("data", "labels", "stats")}
         if shapes["data"][1:] != (h, w) or shapes["labels"] != (h, w):
             raise OSError(f"{path}: shapes {shapes} do not match {h}x{w}")
-    rng = np.random.default_rng([spec.seed, epoch, position])
+    rng = np.random.default_rng([spec.seed, epoch, position, zlib.crc32(path.encode())])  # differs per file
     data = rng.random((c, h, w), dtype=np.float32)
     u = rng.random((h, w), dtype=np.float32)
     cyclone, river = spec.class_frequencies[1], spec.class_frequencies[2]

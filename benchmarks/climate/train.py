@@ -26,7 +26,7 @@ from benchmarks.common.errors import TraceInputError
 from benchmarks.common.modes import opens_files, trains
 from benchmarks.common.shuffle import epoch_files, steps_per_epoch
 from benchmarks.common.training import (ProfileWindow, add_run_flags, finish, open_run, say, start_backend,
-                                        steady_throughput, step_functions)
+                                        start_node_cache, steady_throughput, step_functions)
 
 CLASSES = 3
 
@@ -107,8 +107,10 @@ def train(cfg: ClimateConfig, data: Dataset, readers: Readers, run_dir: Path, tl
     dist, tf = start_backend(tl, cfg.dist, cfg.seed, phase="Initialize Horovod")
     rank, size = dist.rank, dist.size
     h, w, c = data.height, data.width, len(cfg.channels)
+    cache = start_node_cache(tl, cfg.node_cache, dist)
     if rank == 0:
-        say(rank, f"{size} rank(s), dist={dist.kind}, shuffle={cfg.shuffle}, mode={cfg.mode}, "
+        say(rank, f"{size} rank(s), dist={dist.kind}, shuffle={cfg.shuffle}, mode={cfg.mode}, node cache "
+                  f"{cfg.node_cache}, "
                   f"{cfg.readers} reader {cfg.read_in}, {len(data.paths)} files of {h}x{w}, channels "
                   f"{','.join(map(str, cfg.channels))}, TF {tf.__version__}")
 
@@ -151,6 +153,8 @@ def train(cfg: ClimateConfig, data: Dataset, readers: Readers, run_dir: Path, tl
                         mine = epoch_files(files, rank, size, epoch, "global", cfg.seed)
                 else:
                     mine = epoch_files(files, rank, size, epoch, "local", cfg.seed)
+                if opens_files(cfg.mode):
+                    cache.before_epoch(mine)
                 with tl.phase("Create Dataset", cat="other"):
                     batches = iter(epoch_dataset(tf, readers, mine, epoch, steps[epoch], cfg.batch, cfg.prefetch))
                 every = cfg.log_every or max(1, steps[epoch] // 4)
@@ -191,7 +195,8 @@ def train(cfg: ClimateConfig, data: Dataset, readers: Readers, run_dir: Path, tl
         "throughput_samples_per_s": samples / train_time, "steady_throughput_samples_per_s":
             steady_throughput(epoch_stats),
         "final_loss": last["loss"], "final_pixel_accuracy": last["accuracy"], "final_mean_iou": last["mean_iou"],
-        "epochs_detail": epoch_stats, "wall_time_s": time.time() - t0, "config": cfg.as_dict(),
+        "epochs_detail": epoch_stats, "node_cache": cache.summary(), "wall_time_s": time.time() - t0,
+        "config": cfg.as_dict(),
     }
     finish(tl, dist, run_dir, summary, merge, f"climate, {cfg.shuffle} shuffle, {size} rank(s), mode {cfg.mode}")
     return 0

@@ -7,6 +7,7 @@ from typing import Any
 
 from benchmarks.common.dist import BACKENDS
 from benchmarks.common.modes import RUN_MODES
+from benchmarks.common.node_cache import NODE_CACHE
 from benchmarks.common.shuffle import MODES
 
 
@@ -28,6 +29,10 @@ def add_common_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--mode", choices=RUN_MODES,
                    help="ablation: full (default), io-only (no training), no-io (random tensors, no file "
                         "access), metadata-only (open and inspect the files, read no data)")
+    p.add_argument("--node-cache", choices=NODE_CACHE,
+                   help="off (default): the page cache as it is; emulate: before each epoch a rank evicts the files "
+                        "new to it, as if each rank had its own node's cache; drop: drop all caches before the "
+                        "run (root only)")
     p.add_argument("--epochs", type=int)
     p.add_argument("--batch", type=int, help="samples per rank and step")
     p.add_argument("--lr", type=float)

@@ -58,6 +58,20 @@ def start_backend(tl: Any, dist_kind: str, seed: int, phase: str = "Server Initi
     return dist, tf
 
 
+def start_node_cache(tl: Any, mode: str, dist: Any) -> Any:
+    """The rank's :class:`~benchmarks.common.node_cache.NodeCache`; under ``drop`` rank 0 drops the caches while
+    the other ranks wait."""
+    from benchmarks.common.node_cache import NodeCache
+
+    cache = NodeCache(mode, tl)
+    cache.before_run(dist.rank)
+    if mode == "drop":
+        dist.barrier()
+        if cache.drop_problem:
+            say(dist.rank, f"--node-cache drop: {cache.drop_problem}")
+    return cache
+
+
 class ProfileWindow:
     """The TF profiler over global steps ``[A, B)`` into ``RUN/tf/rank-<r>``, with the step markers Keras' ``fit``
     emits, so that the framework layer's events can be checked against each step's app interval.
@@ -102,6 +116,8 @@ def finish(tl: Any, dist: Any, run_dir: Path, summary: dict, merge: bool, title:
     if dist.rank != 0:
         return
     (run_dir / SUMMARY).write_text(json.dumps(json_ready(summary), indent=1) + "\n")
+    if "node_cache" in summary:
+        _record_in_manifest(run_dir, "node_cache", summary["node_cache"])
     if merge:
         from benchmarks.common.runs import finalize_run, format_bandwidth, format_breakdown, format_layered
 
@@ -170,6 +186,22 @@ def step_functions(tf: Any, model: Any, opt: Any, dist: Any, signature: Any, los
         return out
 
     return step
+
+
+def _record_in_manifest(run_dir: Path, key: str, value: Any) -> None:
+    """Add ``key`` to the launcher's ``manifest.json`` (rewritten atomically); nothing without a manifest."""
+    from timelogger import layout
+
+    path = run_dir / layout.MANIFEST
+    try:
+        manifest = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return
+    if isinstance(manifest, dict):
+        manifest[key] = json_ready(value)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(manifest, indent=2, default=str) + "\n")
+        os.replace(tmp, path)
 
 
 def steady_throughput(epoch_stats: list[dict]) -> "float | None":

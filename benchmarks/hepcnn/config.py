@@ -30,6 +30,7 @@ class TrainConfig:
     tf_profile_steps: tuple[int, int] | None = None
     log_every: int = 0
     mode: str = "full"
+    node_cache: str = "off"
 
     def as_dict(self) -> dict:
         return asdict(self)

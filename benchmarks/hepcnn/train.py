@@ -19,7 +19,7 @@ from benchmarks.common.env import env_world_size
 from benchmarks.common.errors import TraceInputError
 from benchmarks.common.modes import opens_files, trains
 from benchmarks.common.training import (ProfileWindow, add_run_flags, finish, open_run, say, start_backend,
-                                        steady_throughput, step_functions)
+                                        start_node_cache, steady_throughput, step_functions)
 from benchmarks.hepcnn.config import TrainConfig, add_train_flags, config_from_args
 from benchmarks.hepcnn.data import DatasetInfo, check_dataset, dataset_without_reading
 from benchmarks.hepcnn.loaders import FileReader, make_loader
@@ -60,8 +60,10 @@ def train(cfg: TrainConfig, info: DatasetInfo, run_dir: Path, tl: Any, t0: float
     """Run the benchmark; rank 0 writes ``summary.json`` and, unless ``merge`` is False, merges the run."""
     dist, tf = start_backend(tl, cfg.dist, cfg.seed)
     rank, size = dist.rank, dist.size
+    cache = start_node_cache(tl, cfg.node_cache, dist)
     if rank == 0:
         say(rank, f"{size} rank(s), dist={dist.kind}, shuffle={cfg.shuffle}, loader={cfg.loader}, mode={cfg.mode}, "
+                  f"node cache {cfg.node_cache}, "
                   f"{len(info.train)} train files, image {info.image_size}, TF {tf.__version__}")
 
     with tl.phase("Build Network and Functions", cat="other"):
@@ -108,6 +110,8 @@ def train(cfg: TrainConfig, info: DatasetInfo, run_dir: Path, tl: Any, t0: float
                         mine = epoch_files(files, rank, size, epoch, "global", cfg.seed)
                 else:
                     mine = epoch_files(files, rank, size, epoch, "local", cfg.seed)
+                if opens_files(cfg.mode):  # no-io touches no data file, not even to evict it
+                    cache.before_epoch(mine)
                 with tl.phase("Setup Iterators", cat="other"):  # a new pipeline per epoch: the files changed
                     batches = iter(loader.epoch(mine, epoch, steps[epoch]))
                 every = cfg.log_every or max(1, steps[epoch] // 4)
@@ -155,7 +159,8 @@ def train(cfg: TrainConfig, info: DatasetInfo, run_dir: Path, tl: Any, t0: float
         "steady_throughput_samples_per_s": steady_throughput(epoch_stats),
         "final_loss": final["loss"],
         "final_accuracy": final["accuracy"], "final_metrics_on": final["on"],
-        "epochs_detail": epoch_stats, "wall_time_s": time.time() - t0, "config": cfg.as_dict(),
+        "epochs_detail": epoch_stats, "node_cache": cache.summary(), "wall_time_s": time.time() - t0,
+        "config": cfg.as_dict(),
     }
     finish(tl, dist, run_dir, summary, merge, f"{cfg.shuffle} shuffle, {size} rank(s), mode {cfg.mode}")
     return 0
