@@ -6,7 +6,7 @@ VENV_LATEST := .venv-latest
 HOROVOD_FLAGS := HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_MPI=1 HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_MXNET=1 HOROVOD_WITHOUT_GLOO=1
 PYTEST_ARGS ?=
 
-.PHONY: env env-latest test test-latest demo bench browser clean-env
+.PHONY: env env-latest test test-latest demo bench notebooks browser clean-env
 
 env: $(VENV)/.stamp
 env-latest: $(VENV_LATEST)/.stamp
@@ -44,6 +44,11 @@ bench: env
 	PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(VENV)/bin/python benchmarks/perf/overhead.py
 	PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(VENV)/bin/python benchmarks/perf/merge_scale.py
 	PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(VENV)/bin/python benchmarks/perf/reader_efficiency.py
+
+# The analysis notebooks in JupyterLab (installed into .venv on first use). They default to `make demo`'s runs.
+notebooks: env
+	$(VENV)/bin/python -c "import jupyterlab" 2>/dev/null || $(VENV)/bin/pip install -q jupyterlab
+	PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(VENV)/bin/jupyter lab notebooks/
 
 # Headless Chromium for the test that screenshots the HTML report (skipped without it). Needs root and apt.
 browser:

@@ -188,10 +188,14 @@ def test_comparison_table_and_figure(hvd_runs: dict) -> None:
     assert len(both) == max(len(t.splitlines()) for t in tables) and both[0].split() == ["local", "global"]
     fig = sweep_figure(rows, {p.name: hvd_runs[p.shuffle]["analysis"].breakdown for p in points})
     axes = fig.get_axes()
-    assert len(axes) == 3 and axes[-1].get_xlabel() == "ranks"
-    lines = {line.get_label(): line for line in axes[-1].get_lines()}
-    assert set(lines) == {"local shuffle", "local: ideal linear", "global shuffle", "global: ideal linear"}
-    assert list(lines["local shuffle"].get_xdata()) == [2]
+    assert len(axes) == 4 and axes[-2].get_xlabel() == "ranks"
+    bw = {line.get_label() for line in axes[-2].get_lines()}
+    assert bw == {f"{m}, {e}{ideal}" for m in ("local", "global") for e in ("epoch 0", "later epochs")
+                  for ideal in ("", ": ideal linear")}
+    share = {line.get_label(): line for line in axes[-1].get_lines()}
+    assert set(share) == {"local shuffle", "global shuffle"} and list(share["local shuffle"].get_xdata()) == [2]
+    assert all(r["epoch0_read_bw_MB_per_s"] > 0 and r["later_read_bw_MB_per_s"] > 0 for r in rows)
+    assert all(0 < r["study_read_pct"] < 100 for r in rows)
 
 
 @pytest.mark.slow

@@ -224,6 +224,9 @@ def test_read_phase_splits_into_file_system_time_and_the_rest(tmp_path):
     read_s = sum(t["read_ns"] for t in truth) / 1e9
     sleep_s = sum(t["sleep_ns"] for t in truth) / 1e9
     assert row["calls"] == 3
-    assert row["fs_s"] == pytest.approx(read_s, abs=1e-3)
-    assert row["python_s"] == pytest.approx(row["time_s"] - read_s, abs=1e-3)
-    assert row["python_s"] == pytest.approx(sleep_s, abs=1e-3)
+    # The POSIX calls (open, read, close) lie inside the Python-timed read window, whose rest is Python around
+    # them: on a loaded machine (CI, 2 ranks of something else) that rest reached 1.1 ms over the 3 reads, so
+    # the bounds are the window and 90 % of it rather than +-1 ms (DFTracer stamps whole microseconds: 0.2 ms slack).
+    assert 0.9 * read_s <= row["fs_s"] <= read_s + 2e-4
+    assert row["fs_s"] + row["python_s"] == pytest.approx(row["time_s"], abs=1e-9)
+    assert sleep_s - 2e-4 <= row["python_s"] <= sleep_s + (read_s - row["fs_s"]) + 2e-3

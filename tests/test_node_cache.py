@@ -56,7 +56,8 @@ def test_emulation_evicts_exactly_the_files_new_to_the_rank(files: list[Path]) -
     _warm(files[:2])  # the rank reads its two files: now in its "node's" cache
     assert cache.before_epoch([names[1], names[0], names[2]]) == [names[2]]  # only f2 is new
     assert [resident_fraction(n) for n in names] == [1.0, 1.0, 0.0, 1.0]
-    assert cache.summary() == {"mode": "emulate", "evicted_files_per_epoch": [2, 1]}
+    assert cache.summary() == {"mode": "emulate", "evicted_files_per_epoch": [2, 1],
+                               "evicted_bytes_per_epoch": [2 << 20, 1 << 20]}
     off = NodeCache("off", _NoLogger())
     _warm(files)
     assert off.before_epoch(names) == [] and all(resident_fraction(n) == 1.0 for n in names)
@@ -98,4 +99,4 @@ def test_evictions_in_real_runs_match_the_files_new_to_each_rank(shuffle: str, t
     manifest = json.loads((run / "manifest.json").read_text())
     assert manifest["node_cache"] == summary["node_cache"]
     if shuffle == "local":  # each rank keeps its shard: only epoch 0 brings new files
-        assert summary["node_cache"]["evicted_files_per_epoch"] == [2, 0, 0]
+        assert summary["node_cache"]["evicted_files_per_epoch"] == [4, 0, 0]  # the job's: 2 ranks x 2 files

@@ -386,3 +386,26 @@ def test_disabled_logger_phase_is_a_working_no_op(tmp_path: Path) -> None:
     tl.flush()
     tl.close()
     assert not list(tmp_path.iterdir())
+
+
+def test_record_logs_an_interval_timed_elsewhere(tmp_path) -> None:
+    """``record`` takes wall-clock ns from another tool, keeps them exactly, carries the tags and the args."""
+    import time
+
+    from timelogger import TimeLogger
+    from trace_merge.readers import read_any
+
+    tl = TimeLogger(tmp_path, rank=0, world_size=1)
+    now = time.time_ns()
+    tl.set_epoch(2)
+    tl.record("Read File", now - 5_000_000, now - 2_000_000, cat="io", file="/d/x.h5", bytes=7)
+    tl.record("Tick", now - 1_000_000, now - 1_000_000)
+    import pytest as _pytest
+
+    with _pytest.raises(ValueError):
+        tl.record("Backwards", now, now - 1)
+    tl.close()
+    frame = read_any(str(tl.path)).frame.set_index("name")
+    assert frame.at["Read File", "start_ns"] == now - 5_000_000 and frame.at["Read File", "dur_ns"] == 3_000_000
+    assert frame.at["Read File", "epoch"] == 2 and frame.at["Read File", "bytes"] == 7
+    assert frame.at["Read File", "file"] == "/d/x.h5" and frame.at["Tick", "dur_ns"] == 0

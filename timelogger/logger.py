@@ -413,6 +413,23 @@ class TimeLogger:
         p._args = None
         return p
 
+    def record(self, name: str, start_ns: int, end_ns: int, cat: str = "other", **args: Any) -> None:
+        """Log an interval timed elsewhere, by wall-clock epoch nanoseconds (``time.time_ns()`` scale): a callback
+        that reports its own timestamps, another tool's event. It carries the current epoch/step tags and goes
+        through the same buffer as a phase; ``args`` are its values (``bytes``, ``file``, ...)."""
+        if not self._on:
+            if self._closed:
+                self._ignored()
+            return
+        if end_ns < start_ns:
+            raise ValueError(f"record({name!r}): end_ns {end_ns} is before start_ns {start_ns}")
+        try:
+            spec = self._specs[cat][name]
+        except (KeyError, TypeError):
+            spec = self._spec(name, cat)
+        t0, t1 = int(start_ns) - self._off, int(end_ns) - self._off  # wall ns -> this logger's perf_counter_ns
+        self._local.append((spec, t0, t1, self._tags, args) if args else (spec, t0, t1, self._tags))
+
     def timed(self, fn_or_name: Union[Callable, str, None] = None, cat: str = "other", *,
               name: Optional[str] = None) -> Any:
         """Decorator (bare or with arguments) and context manager.

@@ -16,14 +16,15 @@ from typing import Optional, Sequence
 import numpy as np
 import pandas as pd
 
-from trace_merge.attribution import (COMPONENT_LABELS, COMPONENTS, INPUT_BOUND_HIGH_PCT,
+from trace_merge.attribution import (COMPONENT_LABELS, COMPONENTS, component_view_df, INPUT_BOUND_HIGH_PCT,
                                      INPUT_BOUND_MODERATE_PCT, PRIORITY, accelerator_utilisation,
                                      breakdown_df, exposed_io_df, input_bound_df, layered_breakdown_df,
                                      step_series_df, verdict, verdict_label, _attribution, _breakdown,
                                      _exposed, _input_bound, _layered, _step_evidence, _step_series,
                                      _verdict)
 from trace_merge.bandwidth import (READ_LAYER_ORDER, SIZE_BINS, access_pattern_df, bandwidth_df,
-                                   bandwidth_totals, job_wall_ns, read_rows)
+                                   bandwidth_totals, epoch_bandwidth_df, epoch_bandwidth_totals, job_wall_ns,
+                                   read_rows)
 from trace_merge.intervals import (covered_ns, grouped_union_ns, intersect_intervals, merge_intervals,
                                    subtract_intervals, union_ns)
 
@@ -108,10 +109,50 @@ def run_metrics(frame: pd.DataFrame, counters: Optional[pd.DataFrame] = None,
     """The handful of scalars that characterise a run (used by :func:`compare_df` and summaries)."""
     att = _attribution(frame, layers)
     return _metrics(frame, _breakdown(att), _exposed(att), bandwidth_totals(frame, counters),
-                    _verdict(_input_bound(*_step_evidence(frame, att, layers))))
+                    _verdict(_input_bound(*_step_evidence(frame, att, layers))),
+                    epoch_bandwidth_totals(epoch_bandwidth_df(frame)), study_view_df(frame))
 
 
-def _metrics(frame: pd.DataFrame, bd: pd.DataFrame, exp: pd.DataFrame, totals: dict, v: dict) -> dict:
+#: The original study's table for its HEP-CNN phase taxonomy: components in order, each minus the ones before it
+#: (Load = Load File − HDF5 File Read), as shares of ``Train Loop``.
+STUDY_COMPONENTS = (("read", ("HDF5 File Read",)), ("load", ("Load File",)),
+                    ("training", ("Train Step", "Compute Gradients", "Allreduce Gradients", "Apply Gradients")),
+                    ("checkpoint", ("Checkpoint",)))
+STUDY_TOTAL = "Train Loop"
+
+
+def study_view_df(frame: pd.DataFrame, per_epoch: bool = False) -> pd.DataFrame:
+    """The original study's view of a run with its phase taxonomy (:data:`STUDY_COMPONENTS` of
+    :data:`STUDY_TOTAL`): per rank (and epoch) seconds and % of Read, Load − Read, Training, Checkpoint and other.
+    Empty when the run has no ``Train Loop`` phase. See :func:`~trace_merge.attribution.component_view_df`."""
+    has_total = len(frame) and bool((frame["name"] == STUDY_TOTAL).any())
+    view = component_view_df(frame if has_total else frame.iloc[:0], STUDY_COMPONENTS, STUDY_TOTAL, per_epoch)
+    return view
+
+
+def _epoch_metrics(per_epoch: pd.DataFrame) -> dict:
+    """Epoch 0 against the later epochs: aggregate read bandwidth and the slowest rank's read time per epoch."""
+    out = {"epoch0_read_bw_MB_per_s": None, "later_read_bw_MB_per_s": None, "epoch0_read_time_s": None,
+           "later_read_time_s_per_epoch": None}
+    if not len(per_epoch):
+        return out
+    first, later = per_epoch[per_epoch["epoch"] == 0], per_epoch[per_epoch["epoch"] > 0]
+    if len(first):
+        out["epoch0_read_time_s"] = float(first["slowest_read_time_s"].iloc[0])
+        out["epoch0_read_bw_MB_per_s"] = _none_if_nan(first["aggregate_bw_MB_per_s"].iloc[0])
+    if len(later):
+        t = float(later["slowest_read_time_s"].sum())
+        out["later_read_time_s_per_epoch"] = t / len(later)
+        out["later_read_bw_MB_per_s"] = float(later["read_bytes"].sum()) / 1e6 / t if t > 0 else None
+    return out
+
+
+def _none_if_nan(value: float) -> "float | None":
+    return None if value is None or not np.isfinite(value) else float(value)
+
+
+def _metrics(frame: pd.DataFrame, bd: pd.DataFrame, exp: pd.DataFrame, totals: dict, v: dict,
+             per_epoch: pd.DataFrame, study: pd.DataFrame) -> dict:
     exp_tot = exp[exp["epoch"].isna()]
     wall = float(exp_tot["wall_s"].sum())
     out = {"ranks": int(frame["rank"].nunique()) if len(frame) else 0, "events": int(len(frame)),
@@ -121,6 +162,8 @@ def _metrics(frame: pd.DataFrame, bd: pd.DataFrame, exp: pd.DataFrame, totals: d
     out["exposed_io_pct"] = 100.0 * float(exp_tot["exposed_s"].sum()) / wall if wall > 0 else None
     out.update({k: totals[k] for k in ("read_bytes", "slowest_read_time_s", "aggregate_bw_MB_per_s",
                                        "bw_over_job_wall_MB_per_s")})
+    out.update(_epoch_metrics(per_epoch))
+    out["study_read_pct"] = float(study["read_pct"].mean()) if len(study) else None
     out.update({"input_pct": v["input_pct"], "au_pct": v["au_pct"], "verdict": v["verdict"],
                 "verdict_basis": v["basis"]})
     return out
@@ -192,6 +235,10 @@ class Summary:
         :func:`exposed_io_df`, :func:`input_bound_df`, :func:`step_series_df`.
     bandwidth, bandwidth_totals
         :func:`bandwidth_df` and :func:`bandwidth_totals`.
+    epoch_bandwidth, epoch_bandwidth_totals
+        :func:`epoch_bandwidth_df` (per rank and epoch) and :func:`epoch_bandwidth_totals` (the job per epoch).
+    study_view
+        :func:`study_view_df` per rank (empty without the study's phase taxonomy).
     event_stats
         :func:`event_stats_df`.
     explanations
@@ -207,6 +254,9 @@ class Summary:
     steps: pd.DataFrame
     bandwidth: pd.DataFrame
     bandwidth_totals: dict
+    epoch_bandwidth: pd.DataFrame
+    epoch_bandwidth_totals: pd.DataFrame
+    study_view: pd.DataFrame
     event_stats: pd.DataFrame
     explanations: list[str] = field(default_factory=list)
 
@@ -217,7 +267,8 @@ def summarise(frame: pd.DataFrame, counters: Optional[pd.DataFrame] = None,
     # per-name statistics and bandwidth do not need the attribution: a second thread computes them meanwhile
     # (pandas' group-by kernels and numpy release the GIL)
     with ThreadPoolExecutor(max_workers=1) as pool:
-        aside = pool.submit(lambda: (bandwidth_df(frame, counters), event_stats_df(frame)))
+        aside = pool.submit(lambda: (bandwidth_df(frame, counters), event_stats_df(frame), epoch_bandwidth_df(frame),
+                                     study_view_df(frame)))
         att = _attribution(frame, layers)
         base, lower = _step_evidence(frame, att, layers)
         bd = _breakdown(att)
@@ -227,12 +278,14 @@ def summarise(frame: pd.DataFrame, counters: Optional[pd.DataFrame] = None,
         steps = series.drop(columns=["_r", "_ws", "_we"])
         # phases are the app's: a frame without an app layer has no layered breakdown
         layered = _layered(base if (frame["layer"] == "app").any() else None, lower)
-        bw, stats = aside.result()
+        bw, stats, per_epoch, study = aside.result()
     totals = bandwidth_totals(frame, counters, per_rank=bw)
+    epoch_totals = epoch_bandwidth_totals(per_epoch)
     v = _verdict(per)
-    metrics = _metrics(frame, bd, exp, totals, v)
+    metrics = _metrics(frame, bd, exp, totals, v, epoch_totals, study)
     return Summary(metrics=metrics, verdict=v, layered=layered, breakdown=bd, exposed_io=exp, input_bound=per,
-                   steps=steps, bandwidth=bw, bandwidth_totals=totals, event_stats=stats,
+                   steps=steps, bandwidth=bw, bandwidth_totals=totals, epoch_bandwidth=per_epoch,
+                   epoch_bandwidth_totals=epoch_totals, study_view=study, event_stats=stats,
                    explanations=explain(metrics, v, layered))
 
 
@@ -277,6 +330,7 @@ __all__ = [
     "merge_intervals", "union_ns", "intersect_intervals", "subtract_intervals", "covered_ns",
     "grouped_union_ns", "read_rows", "breakdown_df", "exposed_io_df", "input_bound_df", "verdict",
     "verdict_label", "accelerator_utilisation", "bandwidth_df", "bandwidth_totals", "job_wall_ns",
+    "epoch_bandwidth_df", "epoch_bandwidth_totals", "component_view_df", "study_view_df",
     "access_pattern_df", "event_stats_df", "overall_breakdown", "run_metrics", "compare_df", "summarise",
 ]
 

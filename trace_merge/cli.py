@@ -172,6 +172,12 @@ def _summary_text(run, parts) -> str:
         lines.append(f"aggregate: {t['read_bytes']:,} bytes ÷ slowest rank's read time "
                      f"{_num(t['slowest_read_time_s'])} s = {_num(t['aggregate_bw_MB_per_s'])} MB/s; "
                      f"÷ job wall time = {_num(t['bw_over_job_wall_MB_per_s'])} MB/s")
+    if len(parts.epoch_bandwidth):
+        lines += ["", "read bandwidth per epoch (data files; aggregate = Σ bytes ÷ slowest rank's union read time):",
+                  _frame_text(parts.epoch_bandwidth_totals), "per rank:", _frame_text(parts.epoch_bandwidth)]
+    if len(parts.study_view):
+        lines += ["", "the original study's view (Read = HDF5 File Read, Load = Load File − Read, Training, "
+                      "Checkpoint; % of Train Loop):", _frame_text(parts.study_view)]
     stats = parts.event_stats
     if len(stats):
         stats = stats.sort_values("sum_us", ascending=False).head(25)

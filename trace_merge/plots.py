@@ -8,7 +8,7 @@ nor changes the user's backend; save them with ``fig.savefig(...)``.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import numpy as np
 import pandas as pd
@@ -420,3 +420,38 @@ def steady_state_window(frame: pd.DataFrame, steps: int = 4) -> Optional[tuple[i
             best = (score, e.iloc[1 + first: 1 + first + steps])
     window = best[1]
     return int(window["start_ns"].iloc[0]), int(window["end_ns"].max())
+
+
+def timeline_interactive(frame: pd.DataFrame, *, start_ns: Optional[int] = None, end_ns: Optional[int] = None,
+                         max_events: int = 20000) -> Any:
+    """A zoomable timeline (plotly; ``pip install .[notebooks]``): one lane per rank × layer, intervals coloured by
+    cat as in :func:`plot_timeline`, hover showing name, duration, bytes and file. Pass the window of
+    :func:`steady_state_window` for the steady state; drag to zoom, double-click to reset.
+    """
+    try:
+        import plotly.graph_objects as go
+    except ImportError as err:
+        raise ImportError("timeline_interactive needs plotly: pip install .[notebooks]") from err
+    fig = go.Figure()
+    if not len(frame):
+        return fig.update_layout(title="Timeline (no events)")
+    lo, hi = _excerpt(frame, start_ns, end_ns, max_events)
+    rows = frame[((frame["end_ns"] >= lo) & (frame["start_ns"] <= hi)).to_numpy()]
+    lanes = [f"rank {r} · {layer}" for r, layer in zip(rows["rank"], rows["layer"].astype(str))]
+    rows = rows.assign(_lane=lanes, _s=(np.maximum(rows["start_ns"].to_numpy(), lo) - lo) / 1e9,
+                       _w=(np.minimum(rows["end_ns"].to_numpy(), hi) - np.maximum(rows["start_ns"].to_numpy(), lo))
+                       / 1e9)
+    order = sorted(set(lanes), key=lambda x: (int(x.split()[1]), x))
+    for cat in PRIORITY[::-1]:
+        part = rows[(rows["cat"].astype(str) == cat).to_numpy()]
+        if not len(part):
+            continue
+        hover = [f"{n}<br>{d / 1e6:.3f} ms" + (f"<br>{int(b)} B" if pd.notna(b) else "") +
+                 (f"<br>{f}" if pd.notna(f) else "")
+                 for n, d, b, f in zip(part["name"].astype(str), part["dur_ns"], part["bytes"], part["file"])]
+        fig.add_trace(go.Bar(x=part["_w"], base=part["_s"], y=part["_lane"], orientation="h", name=cat,
+                             marker_color=CAT_COLOURS[cat], hovertext=hover, hoverinfo="text"))
+    fig.update_layout(barmode="overlay", title=f"Timeline ({(hi - lo) / 1e9:.3g} s from the excerpt start)",
+                      xaxis_title="seconds since excerpt start", height=200 + 28 * len(order),
+                      yaxis={"categoryorder": "array", "categoryarray": order[::-1]})
+    return fig

@@ -165,6 +165,14 @@ class Run:
         """:func:`trace_merge.analysis.bandwidth_df` of this run (Darshan counters included)."""
         return analysis.bandwidth_df(self.frame, self.counters)
 
+    def epoch_bandwidth(self) -> pd.DataFrame:
+        """:func:`trace_merge.analysis.epoch_bandwidth_df` of this run: data-file reads per rank and epoch."""
+        return analysis.epoch_bandwidth_df(self.frame)
+
+    def study_view(self, per_epoch: bool = False) -> pd.DataFrame:
+        """:func:`trace_merge.analysis.study_view_df`: the original study's components per rank (and epoch)."""
+        return analysis.study_view_df(self.frame, per_epoch)
+
     def access_pattern(self) -> pd.DataFrame:
         """:func:`trace_merge.analysis.access_pattern_df` of this run."""
         return analysis.access_pattern_df(self.frame)
@@ -214,7 +222,8 @@ class Run:
             ``path``, ``events``, ``ranks``, ``rows_per_layer``, ``sources``, ``metrics``, ``verdict``,
             ``explanations``, ``layered_breakdown``, ``breakdown``, ``exposed_io``, ``input_bound`` (the per-step
             series is :meth:`step_series`: one row per step is too long for a summary),
-            ``bandwidth`` (``per_rank``, ``totals``), ``event_stats`` (records), ``warnings``,
+            ``bandwidth`` (``per_rank``, ``totals``, ``per_epoch``, ``per_rank_epoch``), ``study_view`` (the
+            original study's components per rank, empty without its phases), ``event_stats`` (records), ``warnings``,
             ``alignment_residual``, ``dropped_app_intervals`` (intervals the TimeLogger writers dropped, total),
             ``dxt_clock``.
         """
@@ -234,7 +243,10 @@ class Run:
             "breakdown": _records(a.breakdown),
             "exposed_io": _records(a.exposed_io),
             "input_bound": _records(a.input_bound),
-            "bandwidth": {"per_rank": _records(a.bandwidth), "totals": _plain(a.bandwidth_totals)},
+            "bandwidth": {"per_rank": _records(a.bandwidth), "totals": _plain(a.bandwidth_totals),
+                          "per_epoch": _records(a.epoch_bandwidth_totals),
+                          "per_rank_epoch": _records(a.epoch_bandwidth)},
+            "study_view": _records(a.study_view),
             "event_stats": _records(a.event_stats),
             "warnings": list(self.warnings),
             "alignment_residual": _plain(self.residual),

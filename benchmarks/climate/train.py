@@ -195,7 +195,7 @@ def train(cfg: ClimateConfig, data: Dataset, readers: Readers, run_dir: Path, tl
         "throughput_samples_per_s": samples / train_time, "steady_throughput_samples_per_s":
             steady_throughput(epoch_stats),
         "final_loss": last["loss"], "final_pixel_accuracy": last["accuracy"], "final_mean_iou": last["mean_iou"],
-        "epochs_detail": epoch_stats, "node_cache": cache.summary(), "wall_time_s": time.time() - t0,
+        "epochs_detail": epoch_stats, "node_cache": cache.job_summary(dist), "wall_time_s": time.time() - t0,
         "config": cfg.as_dict(),
     }
     finish(tl, dist, run_dir, summary, merge, f"climate, {cfg.shuffle} shuffle, {size} rank(s), mode {cfg.mode}")

@@ -74,6 +74,26 @@ def ablation_table(results: Mapping[str, Mapping[str, Any]], rows: Sequence[Phas
     return pd.DataFrame(table)
 
 
+def ablation_of_runs(run_dirs: Mapping[str, "str | Path"], rows: Sequence[PhaseRow]) -> pd.DataFrame:
+    """:func:`ablation_table` of merged run directories, ``{mode: run_dir}`` (e.g. an ``ablate`` output's)."""
+    from trace_merge.run import Run
+
+    return ablation_table({mode: {"analysis": Run.open(d).analyse()} for mode, d in run_dirs.items()}, rows)
+
+
+def find_modes(directory: "str | Path") -> dict[str, Path]:
+    """``{mode: run_dir}`` of the run directories in ``directory`` whose ``summary.json`` names a mode, in
+    :data:`RUN_MODES` order (what ``ablate`` and the climate demo write)."""
+    found = {}
+    for sub in sorted(Path(directory).iterdir()):
+        summary = sub / "summary.json"
+        if summary.is_file():
+            mode = json.loads(summary.read_text()).get("mode")
+            if mode in RUN_MODES:
+                found[mode] = sub
+    return {m: found[m] for m in RUN_MODES if m in found}
+
+
 def format_ablation(table: pd.DataFrame, title: str = "") -> str:
     """The table as text: seconds, and each split row's share of its phase in %."""
     width = max([28, *(len(str(i)) for i in table.index)])

@@ -90,6 +90,7 @@ class NodeCache:
         self.mode, self.tl = mode, tl
         self.read: set[str] = set()
         self.evicted: list[int] = []
+        self.evicted_bytes: list[int] = []
         self.drop_problem: "str | None" = None
         self.dropped = False
 
@@ -108,13 +109,28 @@ class NodeCache:
         with self.tl.phase("Node Cache Emulation", cat="other") as phase:
             phase.update(files=evict(new))
         self.evicted.append(len(new))
+        self.evicted_bytes.append(sum(os.path.getsize(f) for f in new))
         return new
 
+    def job_summary(self, dist: Any) -> dict:
+        """:meth:`summary` with the evictions summed over ranks (a collective: every rank calls it):
+        ``evicted_files_per_epoch`` and ``evicted_bytes_per_epoch`` are the job's, i.e. under ``emulate`` the
+        bytes the job's first reads of files fetch from storage."""
+        out = self.summary()
+        if self.mode == "emulate":
+            totals = dist.sum([*self.evicted, *self.evicted_bytes])
+            n = len(self.evicted)
+            out["evicted_files_per_epoch"] = [int(x) for x in totals[:n]]
+            out["evicted_bytes_per_epoch"] = [int(x) for x in totals[n:]]
+        return out
+
     def summary(self) -> dict:
-        """What ``summary.json`` records under ``node_cache``."""
+        """This rank's view: what ``summary.json`` records under ``node_cache`` (see :meth:`job_summary`)."""
         out: dict = {"mode": self.mode}
         if self.mode == "emulate":
+            # what this rank's first reads of those files fetch from storage (whole files, for whole-file readers)
             out["evicted_files_per_epoch"] = list(self.evicted)
+            out["evicted_bytes_per_epoch"] = list(self.evicted_bytes)
         if self.mode == "drop":
             out["dropped"] = self.dropped
             if self.drop_problem:

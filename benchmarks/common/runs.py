@@ -24,7 +24,10 @@ def finalize_run(run_dir: "str | Path") -> dict[str, Any]:
     read time), ``read_bandwidth_bytes_per_s`` (Σ bytes ÷ that time), ``read_layer`` (the lowest layer that
     measured the bytes), ``read_bw_over_wall_bytes_per_s``, ``breakdown_pct`` (whole-job shares),
     ``exposed_io_pct``, ``input_bound`` verdict with ``input_wait_pct`` and its ``input_basis``, ``layered_s``
-    (seconds per app phase and lower-layer component), ``merge_warnings``.
+    (seconds per app phase and lower-layer component), ``epoch_read`` (the job's read bytes, slowest union read
+    time and aggregate bandwidth per epoch), ``epoch0_read_bw_MB_per_s`` and ``later_read_bw_MB_per_s``,
+    ``study_view_pct`` (the original study's Read / Load / Training / Checkpoint / other shares, mean over ranks;
+    None without its phases), ``merge_warnings``.
 
     Returns
     -------
@@ -55,6 +58,15 @@ def finalize_run(run_dir: "str | Path") -> dict[str, Any]:
         "input_wait_pct": metrics.get("input_pct"),
         "input_basis": metrics.get("verdict_basis"),
         "layered_s": _layered_totals(analysis.layered),
+        "epoch_read": [{"epoch": int(row.epoch), "read_bytes": int(row.read_bytes),
+                        "slowest_read_time_s": float(row.slowest_read_time_s),
+                        "aggregate_bw_MB_per_s": float(row.aggregate_bw_MB_per_s)}
+                       for row in analysis.epoch_bandwidth_totals.itertuples()],
+        "epoch0_read_bw_MB_per_s": metrics.get("epoch0_read_bw_MB_per_s"),
+        "later_read_bw_MB_per_s": metrics.get("later_read_bw_MB_per_s"),
+        "study_view_pct": {c: float(analysis.study_view[f"{c}_pct"].mean())
+                           for c in ("read", "load", "training", "checkpoint", "other")}
+        if len(analysis.study_view) else None,
         "merge_warnings": list(run.warnings),
     })
     summary_path.write_text(json.dumps(json_ready(summary), indent=1) + "\n")

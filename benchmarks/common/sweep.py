@@ -73,6 +73,13 @@ def comparison_rows(points: Sequence[Point], results: Sequence[dict]) -> list[di
                      "read_bytes": s.get("read_bytes"), "read_time_s": s.get("read_time_s"),
                      "read_bandwidth_bytes_per_s": s.get("read_bandwidth_bytes_per_s"),
                      "read_layer": s.get("read_layer"), "exposed_io_pct": s.get("exposed_io_pct"),
+                     "epoch0_read_bw_MB_per_s": s.get("epoch0_read_bw_MB_per_s"),
+                     "later_read_bw_MB_per_s": s.get("later_read_bw_MB_per_s"),
+                     "study_read_pct": (s.get("study_view_pct") or {}).get("read"),
+                     "node_cache": (s.get("node_cache") or {}).get("mode"),
+                     # under --node-cache emulate: the bytes of the files first read after an eviction (storage)
+                     "storage_read_bytes": sum((s.get("node_cache") or {}).get("evicted_bytes_per_epoch") or [])
+                     if (s.get("node_cache") or {}).get("mode") == "emulate" else None,
                      **{f"{k}_pct": v for k, v in (s.get("breakdown_pct") or {}).items()},
                      "final_accuracy": s.get("final_accuracy"), "job_s": parts.get("job_s")})
     return rows
@@ -81,7 +88,8 @@ def comparison_rows(points: Sequence[Point], results: Sequence[dict]) -> list[di
 def format_comparison(rows: Sequence[dict[str, Any]]) -> str:
     width = max([12, *(len(r["point"]) for r in rows)])
     head = (f"{'point':<{width}} {'samples/s':>9} {'steady':>9} {'read MiB':>9} {'read s':>8} {'read MB/s':>10} {'io %':>6} "
-            f"{'wait %':>6} {'comp %':>6} {'comm %':>6} {'exposed %':>9}")
+            f"{'wait %':>6} {'comp %':>6} {'comm %':>6} {'exposed %':>9} {'ep0 MB/s':>9} {'later MB/s':>10} "
+            f"{'study read %':>12} {'storage MiB':>11}")
     lines = [head]
     for r in rows:
         def num(key: str, fmt: str, scale: float = 1.0) -> str:
@@ -91,7 +99,9 @@ def format_comparison(rows: Sequence[dict[str, Any]]) -> str:
                      f"{num('steady_throughput_samples_per_s', '9.1f')} {num('read_bytes', '9.2f', 2**20)} "
                      f"{num('read_time_s', '8.4f')} {num('read_bandwidth_bytes_per_s', '10.1f', 1e6)} "
                      f"{num('io_pct', '6.2f')} {num('wait_pct', '6.2f')} {num('compute_pct', '6.2f')} "
-                     f"{num('comm_pct', '6.2f')} {num('exposed_io_pct', '9.2f')}")
+                     f"{num('comm_pct', '6.2f')} {num('exposed_io_pct', '9.2f')} "
+                     f"{num('epoch0_read_bw_MB_per_s', '9.1f')} {num('later_read_bw_MB_per_s', '10.1f')} "
+                     f"{num('study_read_pct', '12.2f')} {num('storage_read_bytes', '11.2f', 2**20)}")
     return "\n".join(lines)
 
 
@@ -120,8 +130,10 @@ def run_points(points: Sequence[Point], data: Path, out: Path, train_args: Seque
     return results
 
 
-def sweep_main(argv: Sequence[str] | None, benchmark: str, check: Callable[[Path, int], Any]) -> int:
-    """``python -m benchmarks.<benchmark> sweep``; ``check(data, ranks)`` validates the dataset first."""
+def sweep_main(argv: Sequence[str] | None, benchmark: str, check: Callable[[Path, int], Any],
+               beside: "Callable[[Sequence[dict]], str] | None" = None) -> int:
+    """``python -m benchmarks.<benchmark> sweep``; ``check(data, ranks)`` validates the dataset first;
+    ``beside(rows)``, when given, makes a text table printed last and written to ``study.txt``."""
     p = argparse.ArgumentParser(prog=f"python -m benchmarks.{benchmark} sweep",
                                 description="Run ranks x shuffle points and compare them; other flags go to "
                                             "`train` (e.g. --smoke, --epochs 3, --mode io-only).")
@@ -144,6 +156,10 @@ def sweep_main(argv: Sequence[str] | None, benchmark: str, check: Callable[[Path
     fig.savefig(args.out / "sweep.png", dpi=110)
     print(text)
     print(f"wrote {args.out / 'comparison.txt'}, {args.out / 'comparison.json'}, {args.out / 'sweep.png'}")
+    if beside is not None:
+        extra = beside(rows)
+        (args.out / "study.txt").write_text(extra + "\n")
+        print(extra)
     return 0
 
 

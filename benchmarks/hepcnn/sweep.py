@@ -10,7 +10,18 @@ from benchmarks.common.sweep import sweep_main
 def main(argv: Sequence[str] | None = None) -> int:
     from benchmarks.hepcnn.data import check_dataset
 
-    return sweep_main(argv, "hepcnn", check_dataset)
+    return sweep_main(argv, "hepcnn", check_dataset, beside_the_study)
+
+
+def beside_the_study(rows: Sequence[dict]) -> str:
+    """The original study's HEP-CNN table with this sweep's rows under it (``study.txt``)."""
+    import pandas as pd
+
+    from benchmarks.common.study import hepcnn_side_by_side
+
+    table = hepcnn_side_by_side(pd.DataFrame(rows))
+    return ("the original study's table (Cori, Lustre; nodes) beside this sweep (ranks; read % = the study's "
+            "view, bandwidth = whole run):\n" + table.to_string(index=False, float_format=lambda v: f"{v:.2f}"))
 
 
 #: what the HEP-CNN ablation table shows (phase names of :mod:`benchmarks.hepcnn.train`)

@@ -159,7 +159,7 @@ def train(cfg: TrainConfig, info: DatasetInfo, run_dir: Path, tl: Any, t0: float
         "steady_throughput_samples_per_s": steady_throughput(epoch_stats),
         "final_loss": final["loss"],
         "final_accuracy": final["accuracy"], "final_metrics_on": final["on"],
-        "epochs_detail": epoch_stats, "node_cache": cache.summary(), "wall_time_s": time.time() - t0,
+        "epochs_detail": epoch_stats, "node_cache": cache.job_summary(dist), "wall_time_s": time.time() - t0,
         "config": cfg.as_dict(),
     }
     finish(tl, dist, run_dir, summary, merge, f"{cfg.shuffle} shuffle, {size} rank(s), mode {cfg.mode}")
