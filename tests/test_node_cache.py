@@ -100,3 +100,19 @@ def test_evictions_in_real_runs_match_the_files_new_to_each_rank(shuffle: str, t
     assert manifest["node_cache"] == summary["node_cache"]
     if shuffle == "local":  # each rank keeps its shard: only epoch 0 brings new files
         assert summary["node_cache"]["evicted_files_per_epoch"] == [4, 0, 0]  # the job's: 2 ranks x 2 files
+
+
+def test_drop_says_whether_it_could(files: list[Path]) -> None:
+    """``drop`` either drops the machine's cache (root, writable /proc/sys/vm) or says why not; never silent."""
+    cache = NodeCache("drop", _NoLogger())
+    _warm(files)
+    cache.before_run(rank=0)
+    summary = cache.summary()
+    assert summary["mode"] == "drop"
+    if summary["dropped"]:
+        assert resident_fraction(str(files[0])) == 0.0 and "problem" not in summary
+    else:
+        assert "cannot drop the page cache" in summary["problem"]
+    other = NodeCache("drop", _NoLogger())
+    other.before_run(rank=1)  # only rank 0 drops
+    assert other.summary() == {"mode": "drop", "dropped": False}
