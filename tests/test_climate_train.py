@@ -268,3 +268,26 @@ def test_bad_truncated_and_wrong_files(smoke_data: Path, tmp_path: Path) -> None
         f.create_dataset("climate/data", data=np.zeros((16, 32, 96), dtype=np.float32))
     line = _train_error(tmp_path, ["--data", str(bad), "--smoke"])
     assert victim.name in line
+
+
+@pytest.mark.mpi
+@pytest.mark.slow
+def test_mpi4py_backend_two_ranks(smoke_data: Path, tmp_path: Path) -> None:
+    """``--dist mpi`` (the backend for TF versions Horovod does not build against, run here on whichever TF the
+    environment has): gradients averaged with mpi4py between the phases, reader processes on both ranks."""
+    from trace_merge.run import Run
+
+    bindir = Path(sys.executable).parent
+    run_dir = tmp_path / "run"
+    cmd = [str(bindir / "mpiexec"), "-n", "2", str(bindir / "timelogger"), "run", "-o", str(run_dir), "--",
+           sys.executable, "-m", "benchmarks.climate", "train", "--data", str(smoke_data), "--smoke", "--dist",
+           "mpi", "--no-merge"]
+    proc = subprocess.run(cmd, cwd=REPO, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"), capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["dist"] == "mpi" and summary["ranks"] == 2 and np.isfinite(summary["final_loss"])
+    app = Run.open(run_dir).frame
+    app = app[app["layer"] == "app"]
+    for name in ("Compute Gradients", "Allreduce Gradients", "Apply Gradients", WORKER):
+        assert set(app[app["name"] == name]["rank"]) == {0, 1}, name
