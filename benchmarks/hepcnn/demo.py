@@ -2,8 +2,9 @@
 
 Generates the demo dataset once (deterministic; re-used on later runs), runs HEP-CNN on 2 ranks with Horovod for
 local and global shuffle with every local layer on (TimeLogger, a TF profiler window, the Horovod timeline, the
-DFTracer POSIX preload), merges each run, prints the two breakdowns side by side with the read bandwidths, and
-writes the HTML report and a Perfetto trace of each run. Every invocation writes a fresh ``OUT/<timestamp>/``;
+DFTracer POSIX preload) and the node-local cache emulation (``--node-cache emulate``: a file is cold the first time
+a rank reads it, as on a cluster), merges each run, prints the two breakdowns side by side with the read bandwidths
+(per epoch too) and the original study's view, and writes the HTML report and a Perfetto trace of each run. Every invocation writes a fresh ``OUT/<timestamp>/``;
 ``OUT/latest`` points at the newest.
 """
 from __future__ import annotations
@@ -47,7 +48,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     points = [Point(args.ranks, mode) for mode in ("local", "global")]
     results = {}
     for point in points:
-        results[point] = run_point(point, data, stamp / point.shuffle, ["--demo-preset", *train_args], layers,
+        results[point] = run_point(point, data, stamp / point.shuffle,
+                                   ["--demo-preset", "--node-cache", "emulate", *train_args], layers,
                                    dist="horovod")
     link_latest(out, stamp)
 
@@ -70,6 +72,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(side_by_side([format_layers(results[pt], title=f"{pt.shuffle} shuffle") for pt in points]))
     print("\n== read bandwidth (bytes from the lowest layer that measured them; time = union of read intervals)")
     print(side_by_side([format_bandwidth(results[pt], title=f"{pt.shuffle} shuffle") for pt in points]))
+    print("\n== read bandwidth per epoch (Σ bytes ÷ slowest rank's read time; epoch 0 reads every file from storage"
+          " under the node-cache emulation) and the original study's view (% of Train Loop, per rank)")
+    print(side_by_side([f"{pt.shuffle} shuffle\n" + results[pt]["analysis"].epoch_bandwidth_totals.to_string(
+        index=False, float_format=lambda v: f"{v:.4g}") for pt in points]))
+    study_cols = ["rank", "read_pct", "load_pct", "training_pct", "checkpoint_pct", "other_pct"]
+    print(side_by_side([f"{pt.shuffle} shuffle\n" + results[pt]["analysis"].study_view[study_cols].to_string(
+        index=False, float_format=lambda v: f"{v:.2f}") for pt in points]))
     rows = comparison_rows(points, [results[pt] for pt in points])
     print("\n== comparison")
     print(format_comparison(rows))
