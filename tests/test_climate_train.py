@@ -291,3 +291,18 @@ def test_mpi4py_backend_two_ranks(smoke_data: Path, tmp_path: Path) -> None:
     app = app[app["layer"] == "app"]
     for name in ("Compute Gradients", "Allreduce Gradients", "Apply Gradients", WORKER):
         assert set(app[app["name"] == name]["rank"]) == {0, 1}, name
+
+
+def test_find_modes_reads_the_modes_and_names_a_bad_summary(tmp_path: Path) -> None:
+    from benchmarks.common.ablate import find_modes
+    from trace_merge.errors import TraceInputError
+
+    for name, mode in (("b", "no-io"), ("a", "full"), ("c", "sideways")):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "summary.json").write_text(json.dumps({"mode": mode}))
+    (tmp_path / "d").mkdir()  # not a run
+    assert find_modes(tmp_path) == {"full": tmp_path / "a", "no-io": tmp_path / "b"}
+    (tmp_path / "e").mkdir()
+    (tmp_path / "e" / "summary.json").write_text("{not json")
+    with pytest.raises(TraceInputError, match="summary.json: unreadable run summary"):
+        find_modes(tmp_path)

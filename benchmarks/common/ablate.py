@@ -87,10 +87,14 @@ def find_modes(directory: "str | Path") -> dict[str, Path]:
     found = {}
     for sub in sorted(Path(directory).iterdir()):
         summary = sub / "summary.json"
-        if summary.is_file():
+        if not summary.is_file():
+            continue
+        try:
             mode = json.loads(summary.read_text()).get("mode")
-            if mode in RUN_MODES:
-                found[mode] = sub
+        except (OSError, ValueError, AttributeError) as err:
+            raise TraceInputError(summary, f"unreadable run summary ({err})") from None
+        if mode in RUN_MODES:
+            found[mode] = sub
     return {m: found[m] for m in RUN_MODES if m in found}
 
 
