@@ -36,14 +36,14 @@ def setup_parser(p: argparse.ArgumentParser) -> None:
     add_train_flags(p)
 
 
-class Dataset:
+class TrainingFiles:
     """The files this run trains on and the image shape, checked before TensorFlow is imported."""
 
     def __init__(self, paths: list[str], height: int, width: int, checked: bool) -> None:
         self.paths, self.height, self.width, self.checked = paths, height, width, checked
 
 
-def check_inputs(args: argparse.Namespace, cfg: ClimateConfig, ranks: int) -> Dataset:
+def check_inputs(args: argparse.Namespace, cfg: ClimateConfig, ranks: int) -> TrainingFiles:
     """Every flag and file problem as one :class:`TraceInputError`, before TensorFlow or MPI start.
 
     ``--mode no-io`` does not open the data files: the file list and image shape come from the generator's
@@ -62,10 +62,10 @@ def check_inputs(args: argparse.Namespace, cfg: ClimateConfig, ranks: int) -> Da
         files, height, width = known
         if len(files) < ranks:
             raise TraceInputError(args.data, f"{len(files)} files for {ranks} ranks; need at least one per rank")
-        data = Dataset([str(Path(f).absolute()) for f in files], height, width, checked=False)
+        data = TrainingFiles([str(Path(f).absolute()) for f in files], height, width, checked=False)
     else:
         info = check_dataset(args.data, ranks, args.height, args.width)
-        data = Dataset(info.paths, info.height, info.width, checked=True)
+        data = TrainingFiles(info.paths, info.height, info.width, checked=True)
     factor = 2 ** (len(cfg.blocks) - 1)
     if data.height % factor or data.width % factor:
         raise TraceInputError(args.data, f"images of {data.height}x{data.width} do not fit a Tiramisu of "
@@ -101,7 +101,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         tl.close()
 
 
-def train(cfg: ClimateConfig, data: Dataset, readers: Readers, run_dir: Path, tl: Any, t0: float,
+def train(cfg: ClimateConfig, data: TrainingFiles, readers: Readers, run_dir: Path, tl: Any, t0: float,
           merge: bool = True) -> int:
     """Run the benchmark; rank 0 writes ``summary.json`` and, unless ``merge`` is False, merges the run."""
     dist, tf = start_backend(tl, cfg.dist, cfg.seed, phase="Initialize Horovod")
