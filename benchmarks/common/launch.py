@@ -39,7 +39,12 @@ class Layers:
 
 def run_command(ranks: int, run_dir: Path, program: Sequence[str], layers: Layers) -> list[str]:
     """The full command line of one run of ``program`` (a list starting with the Python module invocation)."""
-    cmd = [venv_tool("mpiexec"), "-n", str(ranks), venv_tool("timelogger"), "run", "-o", str(run_dir)]
+    return [venv_tool("mpiexec"), "-n", str(ranks), *launcher_command(run_dir, program, layers)]
+
+
+def launcher_command(run_dir: Path, program: Sequence[str], layers: Layers) -> list[str]:
+    """``timelogger run -o RUN [layers] -- program``: one process, without ``mpiexec``."""
+    cmd = [venv_tool("timelogger"), "run", "-o", str(run_dir)]
     if layers.posix:
         cmd.append("--posix")
         if layers.posix_filter:

@@ -31,25 +31,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from benchmarks.climate.data import GenSpec, check_dataset, generate  # noqa: E402
 from benchmarks.climate.pipeline import PARENT_PHASE, WORKER_PHASE  # noqa: E402
-from benchmarks.common.launch import Layers, run_command, stream  # noqa: E402
+from benchmarks.common.launch import Layers, launcher_command, stream  # noqa: E402
 from benchmarks.common.runs import finalize_run  # noqa: E402
+from benchmarks.perf.reader_efficiency import raw_read  # noqa: E402
 
 CHANNELS = (0, 1, 2, 10)
 GAIN = 1.10
-
-
-def raw_whole_file(files: list[str]) -> tuple[int, float]:
-    """Plain sequential ``read()`` of each whole file into one re-used buffer: (bytes, seconds)."""
-    buf = bytearray(max(os.path.getsize(p) for p in files))
-    view = memoryview(buf)
-    total, t0 = 0, time.perf_counter()
-    for path in files:
-        with open(path, "rb", buffering=0) as f:
-            got = 0
-            while n := f.readinto(view[got:]):
-                got += n
-        total += got
-    return total, time.perf_counter() - t0
 
 
 def raw_used_channels(files: list[str]) -> tuple[int, float]:
@@ -123,14 +110,15 @@ def main() -> int:
                            "none", "--mode", "io-only", "--epochs", str(args.epochs), "--batch", "1",
                            "--readers", str(n), "--read-in", kind, "--prefetch", str(2 * n), "--no-merge",
                            "--blocks", "2,2,3"]
-                cmd = run_command(1, run, program, Layers(posix=True, posix_filter=str(data.resolve())))
-                stream(cmd[3:], prefix=f"  {kind}-{n} ", echo=open(os.devnull, "w"))  # no mpiexec: one rank
+                cmd = launcher_command(run, program, Layers(posix=True, posix_filter=str(data.resolve())))
+                with open(os.devnull, "w") as quiet:  # the ranks' progress lines would bury the table
+                    stream(cmd, prefix=f"  {kind}-{n} ", echo=quiet)
                 parts = finalize_run(run)
                 s = parts["summary"]
                 points.append({"read_in": kind, "readers": n, "samples_per_s": s["steady_throughput_samples_per_s"],
                                **per_image(parts, data)})
         raw = {}
-        for name, fn in (("raw_whole_file", raw_whole_file), ("raw_used_channels", raw_used_channels)):
+        for name, fn in (("raw_whole_file", raw_read), ("raw_used_channels", raw_used_channels)):
             fn(files)  # warm
             nbytes, sec = fn(files)
             raw[name] = {"MB_per_s": nbytes / sec / 1e6, "samples_per_s": len(files) / sec}

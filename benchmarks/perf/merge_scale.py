@@ -155,15 +155,15 @@ def mismatches(ours: Mapping[str, dict], theirs: Mapping[str, dict]) -> list[str
 
 
 def measure(ts: TraceSet, cache: Path, work: Path) -> dict:
-    from benchmarks.perf.reader_efficiency import drop_caches  # one page-cache helper for the benchmarks
+    from benchmarks.common.node_cache import drop_all  # one page-cache helper for the benchmarks
 
     src = generate(ts, cache)
     ours_dir = fresh_copy(src, work / f"{ts.name}-trace-merge")
     theirs_dir = fresh_copy(src, work / f"{ts.name}-dftracer-stats")
     load_before = os.getloadavg()[0]
-    dropped = drop_caches()
+    dropped = drop_all() is None
     tm_s, tm_cpu, tm_rss, tm_out = timed([sys.executable, "-m", "trace_merge", "summary", str(ours_dir), "--json"])
-    drop_caches()
+    drop_all()
     index = theirs_dir / ".dftindex"
     stats_cmd = [tool("dftracer_stats"), "-d", str(theirs_dir), "--index-dir", str(index), "--report", "detailed",
                  "--json", "--log-level", "off"]

@@ -30,6 +30,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from benchmarks.common.launch import Layers, run_command, stream  # noqa: E402
+from benchmarks.common.node_cache import drop_all  # noqa: E402
 from benchmarks.common.runs import SUMMARY  # noqa: E402
 from benchmarks.hepcnn.config import DEMO, DEMO_DATA  # noqa: E402
 from benchmarks.hepcnn.data import check_dataset, generate  # noqa: E402
@@ -39,17 +40,6 @@ from benchmarks.common.sweep import layers_for  # noqa: E402
 READ_TARGET = 0.90
 TL_TARGET_PCT = 0.5
 ALL_TARGET_PCT = 3.0
-
-
-def drop_caches() -> bool:
-    """Drop the page cache; False when not permitted (containers, non-root)."""
-    try:
-        os.sync()
-        with open("/proc/sys/vm/drop_caches", "w") as f:
-            f.write("3\n")
-        return True
-    except OSError:
-        return False
 
 
 def raw_read(files: list[str]) -> tuple[int, float]:
@@ -241,15 +231,15 @@ def main() -> int:
     raw_bytes, _ = raw_read(files)  # warm the cache once so "warm" means warm for every reader
     warm = bandwidths(files, info.image_size, samples, DEMO.batch, info.by_path)
     result.update({f"warm_{k}": v for k, v in warm.items()})
-    cold_ok = drop_caches()
+    cold_ok = drop_all() is None
     result["cold_cache_dropped"] = cold_ok
     if cold_ok:  # each reader starts cold: drop before each of them
         raw_bytes, raw_s = raw_read(files)
-        drop_caches()
+        drop_all()
         wf = whole_file(files)
-        drop_caches()
+        drop_all()
         direct = whole_file(files, "direct", info.by_path)
-        drop_caches()
+        drop_all()
         td = tfdata(files, info.image_size, samples, DEMO.batch)
         raw_bw = raw_bytes / raw_s
         result.update({"cold_raw_bytes_per_s": raw_bw,
