@@ -108,12 +108,6 @@ def _versions() -> Dict[str, str]:
     return out
 
 
-def _atomic_json(path: Path, data: Dict[str, Any]) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=2, default=str) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
-
-
 def _darshan_enabled(env: Dict[str, str]) -> bool:
     return "darshan" in env.get("LD_PRELOAD", "").lower() or any(k.startswith("DARSHAN_") for k in env)
 
@@ -224,7 +218,7 @@ def _wait_for_rank0(run_dir: Path, record: Dict[str, Any], timeout: float) -> No
                               f"within {timeout:.0f} s; with --force every rank waits for rank 0 to clear the "
                               "previous run (is rank 0 running `timelogger run --force` on the same directory?)")
         if not own.exists():
-            _atomic_json(own, record)
+            layout.write_json_atomic(own, record)
         time.sleep(_POLL_S)
 
 
@@ -296,7 +290,7 @@ def prepare(args: argparse.Namespace, env: Dict[str, str]) -> Dict[str, Any]:
         "command": list(args.cmd), "cwd": os.getcwd(), "layers": layers,
     }
     own = layout.launch_record(run_dir, rank)
-    _atomic_json(own, record)
+    layout.write_json_atomic(own, record)
     if rank == 0:
         if args.force and _clear_previous(run_dir, keep=own):
             print(f"timelogger: {run_dir}: removed the previous run (--force)", file=sys.stderr)
@@ -314,7 +308,7 @@ def prepare(args: argparse.Namespace, env: Dict[str, str]) -> Dict[str, Any]:
             "env": {k: env[k] for k in (ENV_DIR, ENV_TF_PROFILE, "HOROVOD_TIMELINE", "DFTRACER_LOG_FILE",
                                         "DFTRACER_DATA_DIR", "DARSHAN_LOGPATH", "SLURM_JOB_ID") if k in env},
         }
-        _atomic_json(run_dir / layout.MANIFEST, manifest)
+        layout.write_json_atomic(run_dir / layout.MANIFEST, manifest)
     elif args.force:
         _wait_for_rank0(run_dir, record, _WAIT_FORCE_S + _WAIT_CLEAR_MARGIN_S)
     for d in layer_dirs:

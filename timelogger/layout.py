@@ -19,10 +19,11 @@ from here, never the other way round.
 """
 from __future__ import annotations
 
+import json
 import os
 import re
 from pathlib import Path
-from typing import Tuple, Union
+from typing import Any, Dict, Tuple, Union
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -77,3 +78,10 @@ def horovod_timeline(run_dir: PathLike) -> Path:
 def posix_log_prefix(run_dir: PathLike) -> Path:
     """``RUN_DIR/posix/trace``: ``DFTRACER_LOG_FILE``, the preload appends ``-<host>-<pid>.pfw[.gz]``."""
     return Path(run_dir) / POSIX_DIR / "trace"
+
+
+def write_json_atomic(path: Path, data: Dict[str, Any]) -> None:
+    """Write ``data`` as JSON to ``path`` through a temporary file and a rename: readers see the old or the new."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data, indent=2, default=str) + "\n", encoding="utf-8")
+    os.replace(tmp, path)

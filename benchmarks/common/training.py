@@ -199,9 +199,7 @@ def _record_in_manifest(run_dir: Path, key: str, value: Any) -> None:
         return
     if isinstance(manifest, dict):
         manifest[key] = json_ready(value)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(manifest, indent=2, default=str) + "\n")
-        os.replace(tmp, path)
+        layout.write_json_atomic(path, manifest)
 
 
 def steady_throughput(epoch_stats: list[dict]) -> "float | None":
