@@ -343,12 +343,7 @@ def check_file(path: Path, height: int | None = None, width: int | None = None) 
     import h5py
 
     path = Path(path)
-    try:
-        f = h5py.File(path, "r")
-    except OSError as err:
-        cause = str(err).split("(")[0].strip() or type(err).__name__
-        raise TraceInputError(path, f"not a readable HDF5 file (truncated or corrupt?): {cause}") from None
-    with f:
+    with datasets.open_hdf5(path) as f:
         found = {}
         for name in REQUIRED:
             where = f"/{GROUP}/{name}"
@@ -370,20 +365,14 @@ def check_file(path: Path, height: int | None = None, width: int | None = None) 
             raise TraceInputError(path, f"'/{GROUP}/labels' has shape {labels.shape}, expected ({h}, {w})")
         if stats.shape != (c, len(STATS)):
             raise TraceInputError(path, f"'/{GROUP}/stats' has shape {stats.shape}, expected ({c}, {len(STATS)})")
-        offset = data.id.get_offset()
-        nbytes = data.id.get_storage_size()
-        if offset is None or data.chunks is not None or data.compression is not None:
-            raise TraceInputError(path, f"'/{GROUP}/data' is not contiguous and uncompressed")
+        offset, nbytes = datasets.contiguous_extent(path, data, f"/{GROUP}/data")
         ends = []
         for name, item in found.items():
             where = item.id.get_offset()
             if where is not None and item.chunks is None:
-                ends.append((int(where) + int(item.id.get_storage_size()), name))
-    size = path.stat().st_size
-    end, name = max(ends)
-    if end > size:
-        raise TraceInputError(path, f"truncated: '/{GROUP}/{name}' ends at byte {end}, file has {size}")
-    return FileInfo(str(path), h, w, c, int(offset), int(nbytes))
+                ends.append((int(where) + int(item.id.get_storage_size()), f"/{GROUP}/{name}"))
+    datasets.check_not_truncated(path, ends)
+    return FileInfo(str(path), h, w, c, offset, nbytes)
 
 
 def check_dataset(data_dir: "str | os.PathLike[str]", ranks: int = 1, height: int | None = None,
@@ -397,16 +386,11 @@ def check_dataset(data_dir: "str | os.PathLike[str]", ranks: int = 1, height: in
         truncated file, image sizes that differ between files or from ``height``/``width``, or a file whose size
         differs from the first's.
     """
-    data_dir = Path(data_dir)
-    if not data_dir.is_dir():
-        raise TraceInputError(data_dir, "no such data directory")
-    # Absolute paths: file names in every layer (app, DFTracer's prefix filter, Darshan) must match.
-    data_dir = data_dir.absolute()
+    data_dir = datasets.data_directory(data_dir)
     paths = list_files(data_dir)
     if not paths:
         raise TraceInputError(data_dir, "no data files (data-YYYY-MM-DD-HH-<k>.h5)")
-    if len(paths) < ranks:
-        raise TraceInputError(data_dir, f"{len(paths)} files for {ranks} ranks; need at least one per rank")
+    datasets.need_one_per_rank(data_dir, len(paths), ranks)
     infos: list[FileInfo] = []
     first_size = 0
     for path in paths:
@@ -426,7 +410,8 @@ def check_dataset(data_dir: "str | os.PathLike[str]", ranks: int = 1, height: in
     return DatasetInfo(tuple(infos), first.height, first.width, first.channels)
 
 
-def shape_without_reading(data_dir: "str | os.PathLike[str]") -> tuple[list[Path], int, int] | None:
+def shape_without_reading(data_dir: "str | os.PathLike[str]", ranks: int = 1
+                          ) -> tuple[list[Path], int, int] | None:
     """The data files (absolute, sorted by k) and (height, width) from ``generator.json``, opening no ``.h5`` file.
 
     For runs that must not touch the data files (the ``no-io`` ablation). None when ``data_dir`` has no
@@ -435,12 +420,12 @@ def shape_without_reading(data_dir: "str | os.PathLike[str]") -> tuple[list[Path
     Raises
     ------
     TraceInputError
-        missing directory, or an unreadable ``generator.json``.
+        missing directory, an unreadable ``generator.json``, fewer files than ``ranks``.
     """
-    data_dir = Path(data_dir)
-    if not data_dir.is_dir():
-        raise TraceInputError(data_dir, "no such data directory")
+    data_dir = datasets.data_directory(data_dir)
     spec = read_spec(data_dir)
     if spec is None:
         return None
-    return list_files(data_dir.absolute()), spec.height, spec.width
+    files = list_files(data_dir)
+    datasets.need_one_per_rank(data_dir, len(files), ranks)
+    return files, spec.height, spec.width

@@ -57,12 +57,10 @@ def check_inputs(args: argparse.Namespace, cfg: ClimateConfig, ranks: int) -> Tr
     if bad or len(set(cfg.channels)) != len(cfg.channels):
         raise TraceInputError("--channels", f"need distinct channels in 0..{FILE_CHANNELS - 1}, got "
                                             f"{','.join(map(str, cfg.channels))}")
-    known = shape_without_reading(args.data) if not opens_files(cfg.mode) else None
+    known = shape_without_reading(args.data, ranks) if not opens_files(cfg.mode) else None
     if known is not None:
         files, height, width = known
-        if len(files) < ranks:
-            raise TraceInputError(args.data, f"{len(files)} files for {ranks} ranks; need at least one per rank")
-        data = TrainingFiles([str(Path(f).absolute()) for f in files], height, width, checked=False)
+        data = TrainingFiles([str(f) for f in files], height, width, checked=False)
     else:
         info = check_dataset(args.data, ranks, args.height, args.width)
         data = TrainingFiles(info.paths, info.height, info.width, checked=True)

@@ -98,3 +98,48 @@ def prepare_output(out: Path, spec: Any, pattern: str, expected: Iterable[str], 
     for path in existing:
         path.unlink()
     return False
+
+
+# ---------------------------------------------------------------------------------------------------- checking
+
+
+def data_directory(data_dir: "str | os.PathLike[str]") -> Path:
+    """``data_dir`` as an absolute path (file names in every layer -- the app's, DFTracer's prefix filter,
+    Darshan's -- must match); :class:`TraceInputError` when it is not a directory."""
+    data_dir = Path(data_dir)
+    if not data_dir.is_dir():
+        raise TraceInputError(data_dir, "no such data directory")
+    return data_dir.absolute()
+
+
+def need_one_per_rank(data_dir: Path, count: int, ranks: int, noun: str = "files") -> None:
+    """:class:`TraceInputError` when ``count`` files cannot give each of ``ranks`` ranks one."""
+    if count < ranks:
+        raise TraceInputError(data_dir, f"{count} {noun} for {ranks} ranks; need at least one per rank")
+
+
+def open_hdf5(path: Path) -> Any:
+    """``h5py.File(path, "r")``; :class:`TraceInputError` naming the file when HDF5 cannot open it."""
+    import h5py
+
+    try:
+        return h5py.File(path, "r")
+    except OSError as err:
+        cause = str(err).split("(")[0].strip() or type(err).__name__
+        raise TraceInputError(path, f"not a readable HDF5 file (truncated or corrupt?): {cause}") from None
+
+
+def contiguous_extent(path: Path, dset: Any, label: str) -> tuple[int, int]:
+    """``(offset, bytes)`` of a contiguous, uncompressed dataset (what a plain read or a byte count needs)."""
+    offset = dset.id.get_offset()
+    if offset is None or dset.chunks is not None or dset.compression is not None:
+        raise TraceInputError(path, f"'{label}' is not contiguous and uncompressed")
+    return int(offset), int(dset.id.get_storage_size())
+
+
+def check_not_truncated(path: Path, ends: Iterable[tuple[int, str]]) -> None:
+    """:class:`TraceInputError` when a dataset (``(end byte, label)``) ends past the end of the file."""
+    size = path.stat().st_size
+    end, label = max(ends)
+    if end > size:
+        raise TraceInputError(path, f"truncated: '{label}' ends at byte {end}, file has {size}")

@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.common import datasets
-from benchmarks.common.datasets import SPEC_FILE, atomic_path  # noqa: F401  (SPEC_FILE: kept importable from here)
+from benchmarks.common.datasets import atomic_path
 from benchmarks.common.errors import TraceInputError
 
 log = logging.getLogger(__name__)
@@ -185,14 +185,7 @@ def list_files(data_dir: Path, split: str) -> list[Path]:
 
 def check_file(path: Path, image_size: int | None = None) -> FileInfo:
     """Check one file's layout; raise :class:`TraceInputError` naming the file and what is wrong."""
-    import h5py
-
-    try:
-        f = h5py.File(path, "r")
-    except OSError as err:
-        cause = str(err).split("(")[0].strip() or type(err).__name__
-        raise TraceInputError(path, f"not a readable HDF5 file (truncated or corrupt?): {cause}") from None
-    with f:
+    with datasets.open_hdf5(path) as f:
         for name in REQUIRED:
             if name not in f:
                 raise TraceInputError(path, f"no dataset '{name}'")
@@ -207,22 +200,15 @@ def check_file(path: Path, image_size: int | None = None) -> FileInfo:
         for name in REQUIRED[1:]:
             if f[name].shape != (shape[0],):
                 raise TraceInputError(path, f"'{name}' has shape {f[name].shape}, expected ({shape[0]},)")
-        offset = data.id.get_offset()
-        nbytes = data.id.get_storage_size()
-        if offset is None or data.chunks is not None or data.compression is not None:
-            raise TraceInputError(path, "'data' is not contiguous and uncompressed")
+        offset, nbytes = datasets.contiguous_extent(path, data, "data")
         extents = []
         for name in REQUIRED[1:]:
             d = f[name]
             where = d.id.get_offset()
             if where is not None and d.chunks is None and d.compression is None and d.dtype.byteorder in "=<|":
                 extents.append((name, int(where), int(d.id.get_storage_size()), d.dtype.str))
-    size = path.stat().st_size
-    ends = [(offset + nbytes, "data")] + [(o + n, name) for name, o, n, _ in extents]
-    end, name = max(ends)
-    if end > size:
-        raise TraceInputError(path, f"truncated: '{name}' ends at byte {end}, file has {size}")
-    return FileInfo(str(path), int(shape[0]), int(shape[2]), int(offset), int(nbytes),
+    datasets.check_not_truncated(path, [(offset + nbytes, "data")] + [(o + n, name) for name, o, n, _ in extents])
+    return FileInfo(str(path), int(shape[0]), int(shape[2]), offset, nbytes,
                     tuple(extents) if len(extents) == len(REQUIRED) - 1 else ())
 
 
@@ -235,16 +221,8 @@ def check_dataset(data_dir: "str | os.PathLike[str]", ranks: int = 1, image_size
         missing directory, no training files, a file with wrong layout, dtype or shape, a truncated file, image
         sizes that differ between files or from ``image_size``, or fewer training files than ranks.
     """
-    data_dir = Path(data_dir)
-    if not data_dir.is_dir():
-        raise TraceInputError(data_dir, "no such data directory")
-    # Absolute paths: file names in every layer (app, DFTracer's prefix filter, Darshan) must match.
-    data_dir = data_dir.absolute()
-    train = list_files(data_dir, "train")
-    if not train:
-        raise TraceInputError(data_dir, "no training files (hep_train_chunk<k>.h5)")
-    if len(train) < ranks:
-        raise TraceInputError(data_dir, f"{len(train)} training files for {ranks} ranks; need at least one per rank")
+    data_dir = datasets.data_directory(data_dir)
+    train = _train_files(data_dir, ranks)
     infos = []
     for path in train + list_files(data_dir, "validation"):
         info = check_file(path, image_size)
@@ -254,6 +232,15 @@ def check_dataset(data_dir: "str | os.PathLike[str]", ranks: int = 1, image_size
         infos.append(info)
     image_size = infos[0].image_size
     return DatasetInfo(tuple(infos[:len(train)]), tuple(infos[len(train):]), int(image_size))
+
+
+def _train_files(data_dir: Path, ranks: int) -> list[Path]:
+    """The training files of ``data_dir``, at least one per rank."""
+    train = list_files(data_dir, "train")
+    if not train:
+        raise TraceInputError(data_dir, "no training files (hep_train_chunk<k>.h5)")
+    datasets.need_one_per_rank(data_dir, len(train), ranks, "training files")
+    return train
 
 
 def dataset_without_reading(data_dir: "str | os.PathLike[str]", ranks: int = 1) -> DatasetInfo | None:
@@ -267,17 +254,11 @@ def dataset_without_reading(data_dir: "str | os.PathLike[str]", ranks: int = 1) 
     TraceInputError
         missing directory, unreadable ``generator.json``, no training files, fewer training files than ranks.
     """
-    data_dir = Path(data_dir)
-    if not data_dir.is_dir():
-        raise TraceInputError(data_dir, "no such data directory")
+    data_dir = datasets.data_directory(data_dir)
     spec = read_spec(data_dir)
     if spec is None:
         return None
-    train = list_files(data_dir.absolute(), "train")
-    if not train:
-        raise TraceInputError(data_dir, "no training files (hep_train_chunk<k>.h5)")
-    if len(train) < ranks:
-        raise TraceInputError(data_dir, f"{len(train)} training files for {ranks} ranks; need at least one per rank")
+    train = _train_files(data_dir, ranks)
     nbytes = spec.samples_per_file * 3 * spec.image_size ** 2 * 4
     return DatasetInfo(tuple(FileInfo(str(p), spec.samples_per_file, spec.image_size, 0, nbytes) for p in train), (),
                        spec.image_size)
