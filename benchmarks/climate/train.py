@@ -24,9 +24,9 @@ from benchmarks.climate.pipeline import Readers, SampleSpec, epoch_dataset
 from benchmarks.common.env import env_world_size
 from benchmarks.common.errors import TraceInputError
 from benchmarks.common.modes import opens_files, trains
-from benchmarks.common.shuffle import epoch_files, steps_per_epoch
-from benchmarks.common.training import (ProfileWindow, add_run_flags, finish, open_run, say, start_backend,
-                                        start_node_cache, steady_throughput, step_functions)
+from benchmarks.common.shuffle import steps_per_epoch
+from benchmarks.common.training import (ProfileWindow, add_run_flags, finish, open_run, rank_epoch_files, say,
+                                        start_backend, start_node_cache, steady_throughput, step_functions)
 
 CLASSES = 3
 
@@ -146,13 +146,7 @@ def train(cfg: ClimateConfig, data: TrainingFiles, readers: Readers, run_dir: Pa
             t_epoch = time.perf_counter()
             sums = np.zeros(2 + 2 * CLASSES)  # loss x batch, correct pixels, intersection[3], union[3]
             with tl.phase("Epoch", cat="other"):
-                if cfg.shuffle == "global":
-                    with tl.phase("Global Shuffle", cat="other"):
-                        mine = epoch_files(files, rank, size, epoch, "global", cfg.seed)
-                else:
-                    mine = epoch_files(files, rank, size, epoch, "local", cfg.seed)
-                if opens_files(cfg.mode):
-                    cache.before_epoch(mine)
+                mine = rank_epoch_files(tl, files, rank, size, epoch, cfg, cache)
                 with tl.phase("Create Dataset", cat="other"):
                     batches = iter(epoch_dataset(tf, readers, mine, epoch, steps[epoch], cfg.batch, cfg.prefetch))
                 every = cfg.log_every or max(1, steps[epoch] // 4)

@@ -7,7 +7,7 @@ import contextlib
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from benchmarks.common.runs import SUMMARY, json_ready
 
@@ -70,6 +70,24 @@ def start_node_cache(tl: Any, mode: str, dist: Any) -> Any:
         if cache.drop_problem:
             say(dist.rank, f"--node-cache drop: {cache.drop_problem}")
     return cache
+
+
+def rank_epoch_files(tl: Any, files: Sequence[str], rank: int, size: int, epoch: int, cfg: Any, cache: Any
+                     ) -> list[str]:
+    """The files ``rank`` reads in ``epoch`` (:func:`~benchmarks.common.shuffle.epoch_files`; global shuffle's
+    permutation inside a ``Global Shuffle`` phase, as the original timed it), after the node cache evicted the ones
+    new to the rank -- unless ``cfg.mode`` touches no data file, not even to evict it."""
+    from benchmarks.common.modes import opens_files
+    from benchmarks.common.shuffle import epoch_files
+
+    if cfg.shuffle == "global":
+        with tl.phase("Global Shuffle", cat="other"):
+            mine = epoch_files(files, rank, size, epoch, "global", cfg.seed)
+    else:
+        mine = epoch_files(files, rank, size, epoch, cfg.shuffle, cfg.seed)
+    if opens_files(cfg.mode):
+        cache.before_epoch(mine)
+    return mine
 
 
 class ProfileWindow:

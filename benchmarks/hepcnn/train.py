@@ -18,12 +18,12 @@ import numpy as np
 from benchmarks.common.env import env_world_size
 from benchmarks.common.errors import TraceInputError
 from benchmarks.common.modes import opens_files, trains
-from benchmarks.common.training import (ProfileWindow, add_run_flags, finish, open_run, say, start_backend,
-                                        start_node_cache, steady_throughput, step_functions)
+from benchmarks.common.training import (ProfileWindow, add_run_flags, finish, open_run, rank_epoch_files, say,
+                                        start_backend, start_node_cache, steady_throughput, step_functions)
 from benchmarks.hepcnn.config import TrainConfig, add_train_flags, config_from_args
 from benchmarks.hepcnn.data import DatasetInfo, check_dataset, dataset_without_reading
 from benchmarks.hepcnn.loaders import FileReader, make_loader
-from benchmarks.common.shuffle import epoch_files, shard, steps_per_epoch
+from benchmarks.common.shuffle import shard, steps_per_epoch
 
 log = logging.getLogger(__name__)
 
@@ -105,13 +105,7 @@ def train(cfg: TrainConfig, info: DatasetInfo, run_dir: Path, tl: Any, t0: float
             t_epoch = time.perf_counter()
             sums = np.zeros(3)  # loss*batch, weighted correct, weight
             with tl.phase("Epoch", cat="other"):
-                if cfg.shuffle == "global":
-                    with tl.phase("Global Shuffle", cat="other"):
-                        mine = epoch_files(files, rank, size, epoch, "global", cfg.seed)
-                else:
-                    mine = epoch_files(files, rank, size, epoch, "local", cfg.seed)
-                if opens_files(cfg.mode):  # no-io touches no data file, not even to evict it
-                    cache.before_epoch(mine)
+                mine = rank_epoch_files(tl, files, rank, size, epoch, cfg, cache)
                 with tl.phase("Setup Iterators", cat="other"):  # a new pipeline per epoch: the files changed
                     batches = iter(loader.epoch(mine, epoch, steps[epoch]))
                 every = cfg.log_every or max(1, steps[epoch] // 4)
