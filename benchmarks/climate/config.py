@@ -2,41 +2,29 @@
 from __future__ import annotations
 
 import argparse
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 from benchmarks.climate.model import DEMO_MODEL, ORIGINAL_MODEL, SMOKE_MODEL
 from benchmarks.climate.pipeline import READ_IN
-from benchmarks.common.config import add_common_flags
+from benchmarks.common.config import RunConfig, add_common_flags
 from benchmarks.common.config import config_from_args as common_config_from_args
 
 
 @dataclass(frozen=True)
-class ClimateConfig:
+class ClimateConfig(RunConfig):
     """One training run. Defaults are the original benchmark's (Tiramisu growth 16, blocks 3 3 4 4 7 7 10, batch 1,
-    four readers in a process pool, prefetch 16, channels 0, 1, 2, 10)."""
+    four readers in a process pool, prefetch 16, channels 0, 1, 2, 10); the fields every benchmark has are
+    :class:`~benchmarks.common.config.RunConfig`'s."""
 
-    epochs: int = 5
-    batch: int = 1
+    lr: float = 1e-4
     blocks: tuple[int, ...] = ORIGINAL_MODEL["blocks"]
     growth: int = ORIGINAL_MODEL["growth"]
     base_filters: int = ORIGINAL_MODEL["base_filters"]
     dropout: float = 0.2
-    lr: float = 1e-4
     channels: tuple[int, ...] = (0, 1, 2, 10)
     readers: int = 4
     read_in: str = "processes"
     prefetch: int = 16
-    shuffle: str = "local"
-    mode: str = "full"
-    node_cache: str = "off"
-    dist: str = "auto"
-    seed: int = 0
-    checkpoint_every: int = 0
-    tf_profile_steps: tuple[int, int] | None = None
-    log_every: int = 0
-
-    def as_dict(self) -> dict:
-        return asdict(self)
 
 
 #: tiny: a 2-rank run takes seconds after the TensorFlow import (images of benchmarks.climate.data.SMOKE_DATA)

@@ -2,13 +2,34 @@
 from __future__ import annotations
 
 import argparse
-from dataclasses import fields, replace
+from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
 from benchmarks.common.dist import BACKENDS
 from benchmarks.common.modes import RUN_MODES
 from benchmarks.common.node_cache import NODE_CACHE
 from benchmarks.common.shuffle import MODES
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """The fields :func:`add_common_flags` sets, with their defaults; each benchmark's config extends it (and
+    re-declares a field to change its default)."""
+
+    epochs: int = 5
+    batch: int = 1
+    lr: float = 1e-3
+    shuffle: str = "local"
+    mode: str = "full"
+    node_cache: str = "off"
+    dist: str = "auto"
+    seed: int = 0
+    checkpoint_every: int = 0
+    tf_profile_steps: tuple[int, int] | None = None
+    log_every: int = 0
+
+    def as_dict(self) -> dict:
+        return asdict(self)
 
 
 def parse_steps(text: str) -> tuple[int, int]:

@@ -2,38 +2,26 @@
 from __future__ import annotations
 
 import argparse
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
-from benchmarks.common.config import add_common_flags
+from benchmarks.common.config import RunConfig, add_common_flags
 from benchmarks.common.config import config_from_args as common_config_from_args
 from benchmarks.hepcnn.data import GenSpec
 from benchmarks.hepcnn.loaders import LOADERS, READ_METHODS
 
 
 @dataclass(frozen=True)
-class TrainConfig:
+class TrainConfig(RunConfig):
     """One training run. Defaults are the original ``cori_knl_224_adam`` configuration (image size comes from the
-    files when not given)."""
+    files when not given); the fields every benchmark has are :class:`~benchmarks.common.config.RunConfig`'s."""
 
-    epochs: int = 5
     batch: int = 128
+    checkpoint_every: int = 1
     width: int = 128
     dropout: float = 0.5
-    lr: float = 1e-3
     image_size: int | None = None
-    shuffle: str = "local"
     loader: str = "whole-file"
     read_method: str = "h5py"
-    dist: str = "auto"
-    seed: int = 0
-    checkpoint_every: int = 1
-    tf_profile_steps: tuple[int, int] | None = None
-    log_every: int = 0
-    mode: str = "full"
-    node_cache: str = "off"
-
-    def as_dict(self) -> dict:
-        return asdict(self)
 
 
 #: tiny: a whole 2-rank run takes seconds after the TensorFlow import
