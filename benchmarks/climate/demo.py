@@ -8,8 +8,6 @@ time without any file access. Writes the HTML report of the ``full`` run. Every 
 """
 from __future__ import annotations
 
-import argparse
-import importlib.util
 import json
 import time
 from pathlib import Path
@@ -18,9 +16,8 @@ from typing import Sequence
 from benchmarks.climate.data import DEMO_DATA, generate
 from benchmarks.climate.sweep import ABLATION_ROWS
 from benchmarks.common.ablate import ablation_table, format_ablation
-from benchmarks.common.errors import BenchmarkError
 from benchmarks.common.launch import stream, venv_tool
-from benchmarks.common.runs import format_layered, json_ready, link_latest, new_stamp
+from benchmarks.common.runs import demo_arguments, format_layered, json_ready, link_latest, new_stamp
 from benchmarks.common.sweep import Point, layers_for, run_point
 from timelogger import layout
 
@@ -28,16 +25,8 @@ MODES = ("full", "no-io")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m benchmarks.climate demo", description=__doc__.splitlines()[0])
-    p.add_argument("--out", type=Path, default=Path("runs/demo-climate"),
-                   help="demo directory (data/ and one <timestamp>/ per invocation)")
-    p.add_argument("--ranks", type=int, default=2)
-    p.add_argument("--force", action="store_true", help="regenerate OUT/data if it holds a different dataset")
-    p.add_argument("--debug", action="store_true")
-    args, train_args = p.parse_known_args(argv)
-    if importlib.util.find_spec("horovod") is None:
-        raise BenchmarkError("the demo runs on Horovod, which is not importable here; build the environment with "
-                             "`make env` (or run `python -m benchmarks.climate ablate --dist mpi ...`)")
+    args, train_args = demo_arguments(argv, "python -m benchmarks.climate demo", __doc__.splitlines()[0], Path("runs/demo-climate"),
+                                      "python -m benchmarks.climate ablate --dist mpi ...")
     t0 = time.perf_counter()
     data = args.out / "data"
     print(f"== climate dataset {data}: {DEMO_DATA.files} files of 16x{DEMO_DATA.height}x{DEMO_DATA.width} "

@@ -201,3 +201,25 @@ def link_latest(out: Path, stamp: Path) -> None:
             tmp.unlink()
         tmp.symlink_to(stamp.name)
         os.replace(tmp, link)
+
+
+def demo_arguments(argv: "Sequence[str] | None", prog: str, description: str, default_out: Path,
+                   instead: str) -> "tuple[Any, list[str]]":
+    """A demo's command line (``--out --ranks --force --debug``; other flags go to ``train``), refused early when
+    Horovod, which the demos run on, is not importable (``instead``: the command to run without it)."""
+    import argparse
+    import importlib.util
+
+    from benchmarks.common.errors import BenchmarkError
+
+    p = argparse.ArgumentParser(prog=prog, description=description)
+    p.add_argument("--out", type=Path, default=default_out,
+                   help="demo directory (data/ and one <timestamp>/ per invocation)")
+    p.add_argument("--ranks", type=int, default=2)
+    p.add_argument("--force", action="store_true", help="regenerate OUT/data if it holds a different dataset")
+    p.add_argument("--debug", action="store_true")
+    args, train_args = p.parse_known_args(argv)
+    if importlib.util.find_spec("horovod") is None:
+        raise BenchmarkError("the demo runs on Horovod, which is not importable here; build the environment with "
+                             f"`make env` (or run `{instead}`)")
+    return args, train_args

@@ -9,17 +9,14 @@ a rank reads it, as on a cluster), merges each run, prints the two breakdowns si
 """
 from __future__ import annotations
 
-import argparse
-import importlib.util
 import json
 import time
 from pathlib import Path
 from typing import Sequence
 
-from benchmarks.common.errors import BenchmarkError
 from benchmarks.common.launch import stream, venv_tool
-from benchmarks.common.runs import (format_bandwidth, format_breakdown, format_layered, format_layers,
-                                   link_latest, new_stamp, side_by_side)
+from benchmarks.common.runs import (demo_arguments, format_bandwidth, format_breakdown, format_layered,
+                                   format_layers, link_latest, new_stamp, side_by_side)
 from benchmarks.hepcnn.config import DEMO_DATA
 from benchmarks.hepcnn.data import generate
 from benchmarks.common.sweep import Point, comparison_rows, format_comparison, layers_for, run_point
@@ -27,16 +24,8 @@ from timelogger import layout
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m benchmarks.hepcnn demo", description=__doc__.splitlines()[0])
-    p.add_argument("--out", type=Path, default=Path("runs/demo"), help="demo directory (data/ and one "
-                                                                        "<timestamp>/ per invocation)")
-    p.add_argument("--ranks", type=int, default=2)
-    p.add_argument("--force", action="store_true", help="regenerate OUT/data if it holds a different dataset")
-    p.add_argument("--debug", action="store_true")
-    args, train_args = p.parse_known_args(argv)
-    if importlib.util.find_spec("horovod") is None:
-        raise BenchmarkError("the demo runs on Horovod, which is not importable here; build the environment with "
-                             "`make env` (or run `python -m benchmarks.hepcnn sweep --dist mpi ...`)")
+    args, train_args = demo_arguments(argv, "python -m benchmarks.hepcnn demo", __doc__.splitlines()[0], Path("runs/demo"),
+                                      "python -m benchmarks.hepcnn sweep --dist mpi ...")
     t0 = time.perf_counter()
     out = args.out
     data = out / "data"
