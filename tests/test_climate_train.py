@@ -19,6 +19,7 @@ from benchmarks.climate.sweep import ABLATION_ROWS
 from benchmarks.common.ablate import ablation_table, format_ablation
 from benchmarks.common.sweep import Point, layers_for, run_point
 from trace_merge.analysis import COMPONENTS
+from trace_merge.intervals import union_ns
 from trace_merge.schema import FS_LAYERS
 
 REPO = Path(__file__).resolve().parents[1]
@@ -51,18 +52,6 @@ def _main_pids(frame: pd.DataFrame) -> dict[int, int]:
     """rank -> pid of the training process (the one with the Training Loop)."""
     loops = frame[(frame["layer"] == "app") & (frame["name"] == "Training Loop")]
     return {int(r): int(p) for r, p in zip(loops["rank"], loops["pid"])}
-
-
-def _union_s(starts: np.ndarray, ends: np.ndarray) -> float:
-    order = np.argsort(starts)
-    total, cur_s, cur_e = 0, None, None
-    for s, e in zip(starts[order], ends[order]):
-        if cur_e is None or s > cur_e:
-            total += 0 if cur_e is None else cur_e - cur_s
-            cur_s, cur_e = s, e
-        else:
-            cur_e = max(cur_e, e)
-    return (total + (0 if cur_e is None else cur_e - cur_s)) / 1e9
 
 
 @pytest.mark.horovod
@@ -119,7 +108,7 @@ def test_file_system_time_of_the_read_phase_is_the_workers_posix_time(hvd_runs: 
     fs = _data_rows(frame, smoke_data)
     for rank, pid in main.items():
         workers_fs = fs[(fs["rank"] == rank) & (fs["pid"] != pid) & fs["epoch"].notna()]
-        posix_s = _union_s(workers_fs["start_ns"].to_numpy(), workers_fs["end_ns"].to_numpy())
+        posix_s = union_ns(workers_fs["start_ns"], workers_fs["end_ns"]) / 1e9
         phase_fs = layered[(layered["rank"] == rank) & (layered["phase"] == PARENT)]["fs_s"].sum()
         assert posix_s > 0
         assert abs(phase_fs - posix_s) < 1e-3, (rank, phase_fs, posix_s)

@@ -8,6 +8,7 @@ import pytest
 
 from trace_merge.attribution import component_view_df
 from trace_merge.bandwidth import epoch_bandwidth_df, epoch_bandwidth_totals
+from trace_merge.intervals import union_ns
 from trace_merge.run import Run
 from trace_merge.schema import to_frame
 
@@ -20,18 +21,10 @@ def test_epoch_bandwidth_of_a_real_run(real_run) -> None:
     assert (per["files"] == len(files)).all() and (per["layer"] == "posix").all()
     total = sum(p.stat().st_size for p in files)
     assert (per["read_bytes"] == total).all()  # each epoch reads every file once
-    for _, row in per.iterrows():  # the union of that epoch's POSIX reads, by hand
+    for _, row in per.iterrows():  # the union of that epoch's POSIX reads
         reads = frame[(frame["layer"] == "posix") & frame["bytes"].notna() & (frame["epoch"] == row["epoch"])
                       & frame["name"].astype(str).str.contains("read")]
-        spans = sorted(zip(reads["start_ns"], reads["end_ns"]))
-        union, cur = 0, None
-        for s, e in spans:
-            if cur is None or s > cur[1]:
-                union += 0 if cur is None else cur[1] - cur[0]
-                cur = [s, e]
-            else:
-                cur[1] = max(cur[1], e)
-        union += cur[1] - cur[0]
+        union = union_ns(reads["start_ns"], reads["end_ns"])
         assert row["read_time_s"] == pytest.approx(union / 1e9)
         assert row["read_bw_MB_per_s"] == pytest.approx(total / 1e6 / (union / 1e9))
     totals = epoch_bandwidth_totals(per)
