@@ -23,8 +23,8 @@ from trace_merge.attribution import (COMPONENT_LABELS, COMPONENTS, component_vie
                                      _exposed, _input_bound, _layered, _step_evidence, _step_series,
                                      _verdict)
 from trace_merge.bandwidth import (READ_LAYER_ORDER, SIZE_BINS, access_pattern_df, bandwidth_df,
-                                   bandwidth_totals, epoch_bandwidth_df, epoch_bandwidth_totals, job_wall_ns,
-                                   read_rows)
+                                   bandwidth_totals, classified_reads, epoch_bandwidth_df, epoch_bandwidth_totals,
+                                   job_wall_ns, read_rows)
 from trace_merge.intervals import (covered_ns, grouped_union_ns, intersect_intervals, merge_intervals,
                                    subtract_intervals, union_ns)
 
@@ -108,9 +108,11 @@ def run_metrics(frame: pd.DataFrame, counters: Optional[pd.DataFrame] = None,
                 layers: "str | Sequence[str] | None" = None) -> dict:
     """The handful of scalars that characterise a run (used by :func:`compare_df` and summaries)."""
     att = _attribution(frame, layers)
-    return _metrics(frame, _breakdown(att), _exposed(att), bandwidth_totals(frame, counters),
+    reads = classified_reads(frame)
+    return _metrics(frame, _breakdown(att), _exposed(att),
+                    bandwidth_totals(frame, counters, per_rank=bandwidth_df(frame, counters, reads)),
                     _verdict(_input_bound(*_step_evidence(frame, att, layers))),
-                    epoch_bandwidth_totals(epoch_bandwidth_df(frame)), study_view_df(frame))
+                    epoch_bandwidth_totals(epoch_bandwidth_df(frame, reads)), study_view_df(frame))
 
 
 #: The original study's table for its HEP-CNN phase taxonomy: components in order, each minus the ones before it
@@ -267,8 +269,12 @@ def summarise(frame: pd.DataFrame, counters: Optional[pd.DataFrame] = None,
     # per-name statistics and bandwidth do not need the attribution: a second thread computes them meanwhile
     # (pandas' group-by kernels and numpy release the GIL)
     with ThreadPoolExecutor(max_workers=1) as pool:
-        aside = pool.submit(lambda: (bandwidth_df(frame, counters), event_stats_df(frame), epoch_bandwidth_df(frame),
-                                     study_view_df(frame)))
+        def aside_work() -> tuple:
+            reads = classified_reads(frame)  # once for both bandwidth tables
+            return (bandwidth_df(frame, counters, reads), event_stats_df(frame), epoch_bandwidth_df(frame, reads),
+                    study_view_df(frame))
+
+        aside = pool.submit(aside_work)
         att = _attribution(frame, layers)
         base, lower = _step_evidence(frame, att, layers)
         bd = _breakdown(att)

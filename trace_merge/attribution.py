@@ -729,9 +729,13 @@ def component_view_df(frame: pd.DataFrame, components: "Sequence[tuple[str, Sequ
         s, e = app["start_ns"].to_numpy(dtype=_I8), app["end_ns"].to_numpy(dtype=_I8)
         rank = app["rank"].to_numpy(dtype=_I8)
         epoch = app["epoch"].to_numpy(dtype=_I8, na_value=-1)
+        is_total = names == total_phase
+        of_component = [np.isin(names, list(phases)) for _, phases in components]
         for r in np.unique(rank):
             on_rank = rank == r
-            total = merge_intervals(s[on_rank & (names == total_phase)], e[on_rank & (names == total_phase)])
+            total = merge_intervals(s[on_rank & is_total], e[on_rank & is_total])
+            # each component's merged list once per rank; the windows below only clip it
+            merged = [merge_intervals(s[on_rank & m], e[on_rank & m]) for m in of_component]
             windows = [(None, total)]
             if per_epoch:
                 tagged = on_rank & (epoch >= 0)
@@ -744,10 +748,8 @@ def component_view_df(frame: pd.DataFrame, components: "Sequence[tuple[str, Sequ
                 taken = (_EMPTY, _EMPTY)
                 row: dict = {"rank": int(r), **({"epoch": ep} if per_epoch else {}),
                              "total_s": float((window[1] - window[0]).sum()) / 1e9}
-                for label, phases in components:
-                    m = on_rank & np.isin(names, list(phases))
-                    mine = intersect_intervals(*merge_intervals(s[m], e[m]), *window)
-                    mine = subtract_intervals(*mine, *taken)
+                for label, component in zip(labels, merged):
+                    mine = subtract_intervals(*intersect_intervals(*component, *window), *taken)
                     row[f"{label}_s"] = float((mine[1] - mine[0]).sum()) / 1e9
                     taken = union_of(taken, mine)
                 row["other_s"] = row["total_s"] - sum(row[f"{x}_s"] for x in labels)

@@ -165,7 +165,15 @@ def _counter_bandwidth(counters: Optional[pd.DataFrame], skip_ranks: set,
     return pd.DataFrame(rows)
 
 
-def bandwidth_df(frame: pd.DataFrame, counters: Optional[pd.DataFrame] = None) -> pd.DataFrame:
+def classified_reads(frame: pd.DataFrame) -> "tuple[pd.DataFrame, np.ndarray]":
+    """:func:`read_rows` (with ``start_ns, end_ns, bytes, file, epoch``) and their :func:`data_file_mask`: what
+    :func:`bandwidth_df` and :func:`epoch_bandwidth_df` both start from, computed once when given to both."""
+    rows = read_rows(frame, ["start_ns", "end_ns", "bytes", "file", "epoch"])
+    return rows, (data_file_mask(rows, frame) if len(rows) else np.zeros(0, dtype=bool))
+
+
+def bandwidth_df(frame: pd.DataFrame, counters: Optional[pd.DataFrame] = None,
+                 reads: "Optional[tuple[pd.DataFrame, np.ndarray]]" = None) -> pd.DataFrame:
     """Read bandwidth per rank and kind of file: bytes read ÷ union of read time.
 
     Parameters
@@ -175,6 +183,8 @@ def bandwidth_df(frame: pd.DataFrame, counters: Optional[pd.DataFrame] = None) -
     counters
         Optional counters table; Darshan ``<MOD>_BYTES_READ`` / ``<MOD>_F_READ_TIME`` are used for ranks that
         have no read intervals (``basis="counters"``; the time is then Darshan's cumulative read time).
+    reads
+        :func:`classified_reads` of ``frame`` when already computed.
 
     Returns
     -------
@@ -183,11 +193,11 @@ def bandwidth_df(frame: pd.DataFrame, counters: Optional[pd.DataFrame] = None) -
         the bytes came from), ``basis`` (``intervals``/``counters``), ``read_bytes``, ``reads``,
         ``read_time_s`` (union), ``read_sum_s`` (plain sum), ``read_bw_MB_per_s`` (10^6 bytes per second).
     """
-    rows = read_rows(frame, ["start_ns", "end_ns", "bytes", "file"])
+    rows, data = classified_reads(frame) if reads is None else reads
     parts = []
     if len(rows):
         rank_codes, ranks = pd.factorize(rows["rank"], sort=True)
-        codes = rank_codes.astype(_I8) * len(FILE_KINDS) + _kind_codes(data_file_mask(rows, frame))
+        codes = rank_codes.astype(_I8) * len(FILE_KINDS) + _kind_codes(data)
         groups, codes = np.unique(codes, return_inverse=True)
         s = rows["start_ns"].to_numpy(dtype=_I8)
         e = rows["end_ns"].to_numpy(dtype=_I8)
@@ -223,7 +233,8 @@ def bandwidth_df(frame: pd.DataFrame, counters: Optional[pd.DataFrame] = None) -
     return out[cols]
 
 
-def epoch_bandwidth_df(frame: pd.DataFrame) -> pd.DataFrame:
+def epoch_bandwidth_df(frame: pd.DataFrame, reads: "Optional[tuple[pd.DataFrame, np.ndarray]]" = None
+                       ) -> pd.DataFrame:
     """Data-file reads per rank and epoch: how many, how many bytes, their union time and bandwidth.
 
     The reads are those of :func:`bandwidth_df` (:func:`read_rows` of data files, :func:`data_file_mask`), by the
@@ -237,9 +248,9 @@ def epoch_bandwidth_df(frame: pd.DataFrame) -> pd.DataFrame:
         ``read_bw_MB_per_s`` (10^6 bytes per second of union read time), ``layer``.
     """
     cols = ["rank", "epoch", "files", "reads", "read_bytes", "read_time_s", "read_bw_MB_per_s", "layer"]
-    rows = read_rows(frame, ["start_ns", "end_ns", "bytes", "file", "epoch"])
+    rows, data = classified_reads(frame) if reads is None else reads
     if len(rows):
-        rows = rows[data_file_mask(rows, frame) & rows["epoch"].notna().to_numpy()]
+        rows = rows[data & rows["epoch"].notna().to_numpy()]
     if not len(rows):
         return pd.DataFrame({c: pd.Series(dtype="object" if c == "layer" else "int64") for c in cols})
     keys = rows.groupby(["rank", "epoch"], sort=True, observed=True).ngroup().to_numpy(dtype=_I8)
