@@ -245,6 +245,8 @@ def alignment_residual(frame: pd.DataFrame, tolerance_ns: int = RESIDUAL_TOLERAN
     (Keras' ``train`` TraceMe counts steps per epoch, TimeLogger's callback globally), so both
     ``"global"`` and ``"per_epoch"`` (app step minus the epoch's first step) are tried and the one
     matching more events with fewer outside is reported. Run this before :func:`propagate_steps`.
+    Per partition: :func:`residual_flags` of every rank, then :func:`residual_parts` of each, reduced by
+    :func:`residual_of`.
 
     Returns
     -------
@@ -254,6 +256,77 @@ def alignment_residual(frame: pd.DataFrame, tolerance_ns: int = RESIDUAL_TOLERAN
         ``unmatched`` (framework events whose step has no app interval), ``numbering``,
         ``tolerance_ns``.
     """
+    basis = ResidualBasis.of([residual_flags(frame)])
+    return residual_of([residual_parts(frame, basis)], basis, tolerance_ns)
+
+
+#: what decides how a residual is computed, per rank (:func:`residual_flags`)
+_FLAGS = ("fw", "fw_epoch", "app", "app_epoch", "step_phase", "step_phase_epoch")
+
+
+def _residual_rows(frame: pd.DataFrame) -> "tuple[pd.DataFrame, pd.DataFrame]":
+    """(framework rows with a step, app rows with a step)."""
+    has_step = frame["step"].notna().to_numpy()
+    layer = frame["layer"]
+    return frame[(layer == "framework").to_numpy() & has_step], frame[(layer == "app").to_numpy() & has_step]
+
+
+def residual_flags(frame: pd.DataFrame) -> dict[str, int]:
+    """What of the residual's inputs one partition has (counts; the job's are their sums)."""
+    if not len(frame):
+        return dict.fromkeys(_FLAGS, 0)
+    fw, app = _residual_rows(frame)
+    steps = app[(app["name"] == STEP_PHASE).to_numpy()]
+    return {"fw": len(fw), "fw_epoch": int(fw["epoch"].notna().sum()), "app": len(app),
+            "app_epoch": int(app["epoch"].notna().sum()), "step_phase": len(steps),
+            "step_phase_epoch": int(steps["epoch"].notna().sum())}
+
+
+@dataclass(frozen=True)
+class ResidualBasis:
+    """The job-wide choices of :func:`alignment_residual`, from every partition's :func:`residual_flags`."""
+
+    fw: int  # framework events with a step, job-wide
+    app: bool  # the job has app intervals with a step
+    step_phase: bool  # windows are Training Iteration intervals (the job has them), else every app interval
+    with_epoch: bool  # windows are per (step, epoch)
+    per_epoch: bool  # the per-epoch numbering is tried too
+
+    @classmethod
+    def of(cls, flags: "Sequence[Mapping[str, int]]") -> "ResidualBasis":
+        tot = {k: sum(int(f.get(k, 0)) for f in flags) for k in _FLAGS}
+        step_phase = tot["step_phase"] > 0
+        app_epoch = tot["step_phase_epoch"] if step_phase else tot["app_epoch"]
+        return cls(fw=tot["fw"], app=tot["app"] > 0, step_phase=step_phase,
+                   with_epoch=tot["fw_epoch"] > 0 and app_epoch > 0, per_epoch=app_epoch > 0)
+
+
+def residual_parts(frame: pd.DataFrame, basis: ResidualBasis) -> dict[str, "tuple[np.ndarray, int]"]:
+    """One partition's share of the residual: numbering -> (ns outside per matched event, unmatched events)."""
+    if not basis.fw or not basis.app or not len(frame):
+        return {}
+    fw, app = _residual_rows(frame)
+    if not len(fw):
+        return {}
+    if basis.step_phase:
+        app = app[(app["name"] == STEP_PHASE).to_numpy()]
+    app = app[["rank", "start_ns", "end_ns"]].assign(
+        step=app["step"].astype("int64"), epoch=app["epoch"].astype("float64")
+    )
+    fw = fw[["rank", "start_ns", "end_ns"]].assign(
+        step=fw["step"].astype("int64"), epoch=fw["epoch"].astype("float64")
+    )
+    keys = ["rank", "step"] + (["epoch"] if basis.with_epoch else [])
+    schemes = {"global": app}
+    if basis.per_epoch:
+        first = app.groupby(["rank", "epoch"], dropna=False)["step"].transform("min")
+        schemes["per_epoch"] = app.assign(step=app["step"] - first)
+    return {numbering: _outside_by(fw, windows, keys) for numbering, windows in schemes.items()}
+
+
+def residual_of(parts: "Sequence[Mapping[str, tuple[np.ndarray, int]]]", basis: ResidualBasis,
+                tolerance_ns: int = RESIDUAL_TOLERANCE_NS) -> dict[str, Any]:
+    """:func:`alignment_residual` from the partitions' :func:`residual_parts` (the numbering is chosen job-wide)."""
     res: dict[str, Any] = {
         "checked": 0,
         "outside": 0,
@@ -263,34 +336,16 @@ def alignment_residual(frame: pd.DataFrame, tolerance_ns: int = RESIDUAL_TOLERAN
         "numbering": None,
         "tolerance_ns": int(tolerance_ns),
     }
-    if not len(frame):
+    if not basis.fw:
         return res
-    has_step = frame["step"].notna().to_numpy()
-    is_fw = (frame["layer"] == "framework").to_numpy() & has_step
-    if not is_fw.any():  # e.g. DFTracer-only traces: skip copying millions of app rows for nothing
+    if not basis.app:
+        res["unmatched"] = basis.fw
         return res
-    fw = frame[is_fw]
-    app = frame[(frame["layer"] == "app").to_numpy() & has_step]
-    steps_app = app[(app["name"] == STEP_PHASE).to_numpy()]
-    app = steps_app if len(steps_app) else app
-    if not len(app):
-        res["unmatched"] = int(len(fw))
-        return res
-    app = app[["rank", "start_ns", "end_ns"]].assign(
-        step=app["step"].astype("int64"), epoch=app["epoch"].astype("float64")
-    )
-    fw = fw[["rank", "start_ns", "end_ns"]].assign(
-        step=fw["step"].astype("int64"), epoch=fw["epoch"].astype("float64")
-    )
-    with_epoch = bool(fw["epoch"].notna().any() and app["epoch"].notna().any())
-    keys = ["rank", "step"] + (["epoch"] if with_epoch else [])
-    schemes = {"global": app}
-    if app["epoch"].notna().any():
-        first = app.groupby(["rank", "epoch"], dropna=False)["step"].transform("min")
-        schemes["per_epoch"] = app.assign(step=app["step"] - first)
     best = None
-    for numbering, windows in schemes.items():
-        out_by, unmatched = _outside_by(fw, windows, keys)
+    for numbering in ("global", "per_epoch") if basis.per_epoch else ("global",):
+        mine = [p[numbering] for p in parts if numbering in p]
+        out_by = np.concatenate([m[0] for m in mine]) if mine else np.zeros(0, dtype=np.int64)
+        unmatched = sum(m[1] for m in mine)
         score = (-len(out_by), int((out_by > tolerance_ns).sum()))
         if best is None or score < best[0]:
             best = (score, numbering, out_by, unmatched)
@@ -300,7 +355,7 @@ def alignment_residual(frame: pd.DataFrame, tolerance_ns: int = RESIDUAL_TOLERAN
         outside=int((out_by > tolerance_ns).sum()),
         max_outside_ns=int(out_by.max()) if len(out_by) else 0,
         median_outside_ns=int(np.median(out_by)) if len(out_by) else 0,
-        unmatched=unmatched,
+        unmatched=int(unmatched),
         numbering=numbering if len(out_by) else None,
     )
     return res
@@ -346,7 +401,8 @@ def _app_windows(app_sources: Sequence[SourceData]) -> "dict[str, tuple[int, int
     return out
 
 
-def check_app_clocks(app_sources: Sequence[SourceData], launch_ns: "int | None") -> "tuple[list[str], list[str]]":
+def check_app_clocks(app_sources: Sequence[SourceData], launch_ns: "int | None",
+                     windows: "dict[str, tuple[int, int, int | None]] | None" = None) -> "tuple[list[str], list[str]]":
     """App files whose time is not this run's: against the launch time (``manifest.json``) when there is one,
     and against the other ranks. Returns ``(warnings, paths to leave out)``.
 
@@ -358,7 +414,7 @@ def check_app_clocks(app_sources: Sequence[SourceData], launch_ns: "int | None")
     """
     warnings: list[str] = []
     drop: list[str] = []
-    windows = _app_windows(app_sources)
+    windows = _app_windows(app_sources) if windows is None else windows
     for path, (start, _, _) in windows.items() if launch_ns is not None else ():
         away = start - launch_ns
         if abs(away) > DIFFERENT_DAY_NS:

@@ -9,6 +9,7 @@ and notebooks show. Metric definitions for users: ``docs/metrics.md``.
 from __future__ import annotations
 
 import logging
+import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Optional, Sequence
@@ -16,6 +17,7 @@ from typing import Optional, Sequence
 import numpy as np
 import pandas as pd
 
+from trace_merge import kernels
 from trace_merge.attribution import (COMPONENT_LABELS, COMPONENTS, component_view_df, INPUT_BOUND_HIGH_PCT,
                                      INPUT_BOUND_MODERATE_PCT, PRIORITY, accelerator_utilisation,
                                      breakdown_df, exposed_io_df, input_bound_df, layered_breakdown_df,
@@ -75,23 +77,7 @@ def event_stats_df(frame: pd.DataFrame, by: Sequence[str] = ("layer", "cat", "na
         ``*by``, ``count``, ``sum_us``, ``min_us``, ``max_us``, ``mean_us`` (durations in µs, sums taken in
         integer ns first), ``bytes`` (Σ of the known ``bytes``; missing when no row of the group has any).
     """
-    by = list(by)
-    cols = [*by, "count", "sum_us", "min_us", "max_us", "mean_us", "bytes"]
-    if not len(frame):
-        return pd.DataFrame({c: pd.Series(dtype="float64") for c in cols})
-    g = frame.groupby(by, sort=True, observed=True)
-    dur = g["dur_ns"]
-    out = pd.DataFrame({"count": g.size(), "sum_ns": dur.sum(), "min_ns": dur.min(), "max_ns": dur.max(),
-                        "bytes": g["bytes"].sum(min_count=1)})
-    out = out.reset_index()
-    res = out[by].copy()
-    res["count"] = out["count"].astype("int64")
-    res["sum_us"] = out["sum_ns"].astype(np.float64) / 1e3
-    res["min_us"] = out["min_ns"].astype(np.float64) / 1e3
-    res["max_us"] = out["max_ns"].astype(np.float64) / 1e3
-    res["mean_us"] = res["sum_us"] / res["count"]
-    res["bytes"] = pd.array(out["bytes"], dtype="Int64")
-    return res[cols]
+    return kernels.event_stats_of([kernels.event_stat_parts(frame, by)], by)
 
 
 def overall_breakdown(breakdown: pd.DataFrame) -> dict:
@@ -107,12 +93,7 @@ def overall_breakdown(breakdown: pd.DataFrame) -> dict:
 def run_metrics(frame: pd.DataFrame, counters: Optional[pd.DataFrame] = None,
                 layers: "str | Sequence[str] | None" = None) -> dict:
     """The handful of scalars that characterise a run (used by :func:`compare_df` and summaries)."""
-    att = _attribution(frame, layers)
-    reads = classified_reads(frame)
-    return _metrics(frame, _breakdown(att), _exposed(att),
-                    bandwidth_totals(frame, counters, per_rank=bandwidth_df(frame, counters, reads)),
-                    _verdict(_input_bound(*_step_evidence(frame, att, layers))),
-                    epoch_bandwidth_totals(epoch_bandwidth_df(frame, reads)), study_view_df(frame))
+    return summarise(frame, counters, layers).metrics
 
 
 #: The original study's table for its HEP-CNN phase taxonomy: components in order, each minus the ones before it
@@ -126,10 +107,11 @@ STUDY_TOTAL = "Train Loop"
 def study_view_df(frame: pd.DataFrame, per_epoch: bool = False) -> pd.DataFrame:
     """The original study's view of a run with its phase taxonomy (:data:`STUDY_COMPONENTS` of
     :data:`STUDY_TOTAL`): per rank (and epoch) seconds and % of Read, Load − Read, Training, Checkpoint and other.
-    Empty when the run has no ``Train Loop`` phase. See :func:`~trace_merge.attribution.component_view_df`."""
-    has_total = len(frame) and bool((frame["name"] == STUDY_TOTAL).any())
-    view = component_view_df(frame if has_total else frame.iloc[:0], STUDY_COMPONENTS, STUDY_TOTAL, per_epoch)
-    return view
+    Ranks without a ``Train Loop`` phase have no rows. See :func:`~trace_merge.attribution.component_view_df`."""
+    app = frame[(frame["layer"] == "app").to_numpy()] if len(frame) else frame
+    with_total = app["rank"][(app["name"] == STUDY_TOTAL).to_numpy()].unique() if len(app) else []
+    return component_view_df(app[app["rank"].isin(with_total).to_numpy()] if len(app) else app, STUDY_COMPONENTS,
+                             STUDY_TOTAL, per_epoch)
 
 
 def _epoch_metrics(per_epoch: pd.DataFrame) -> dict:
@@ -153,11 +135,11 @@ def _none_if_nan(value: float) -> "float | None":
     return None if value is None or not np.isfinite(value) else float(value)
 
 
-def _metrics(frame: pd.DataFrame, bd: pd.DataFrame, exp: pd.DataFrame, totals: dict, v: dict,
+def _metrics(ranks: int, events: int, bd: pd.DataFrame, exp: pd.DataFrame, totals: dict, v: dict,
              per_epoch: pd.DataFrame, study: pd.DataFrame) -> dict:
     exp_tot = exp[exp["epoch"].isna()]
     wall = float(exp_tot["wall_s"].sum())
-    out = {"ranks": int(frame["rank"].nunique()) if len(frame) else 0, "events": int(len(frame)),
+    out = {"ranks": int(ranks), "events": int(events),
            "job_wall_s": totals["job_wall_s"]}
     out.update(overall_breakdown(bd) if len(bd) else {**{f"{c}_pct": None for c in PRIORITY},
                                                      "outside_epochs_pct": None})
@@ -265,34 +247,14 @@ class Summary:
 
 def summarise(frame: pd.DataFrame, counters: Optional[pd.DataFrame] = None,
               layers: "str | Sequence[str] | None" = None) -> Summary:
-    """Everything a summary or report shows, computed with one attribution pass per layer choice."""
-    # per-name statistics and bandwidth do not need the attribution: a second thread computes them meanwhile
-    # (pandas' group-by kernels and numpy release the GIL)
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        def aside_work() -> tuple:
-            reads = classified_reads(frame)  # once for both bandwidth tables
-            return (bandwidth_df(frame, counters, reads), event_stats_df(frame), epoch_bandwidth_df(frame, reads),
-                    study_view_df(frame))
-
-        aside = pool.submit(aside_work)
-        att = _attribution(frame, layers)
-        base, lower = _step_evidence(frame, att, layers)
-        bd = _breakdown(att)
-        exp = _exposed(att)
-        series = _step_series(base, lower)
-        per = _input_bound(base, lower, series)
-        steps = series.drop(columns=["_r", "_ws", "_we"])
-        # phases are the app's: a frame without an app layer has no layered breakdown
-        layered = _layered(base if (frame["layer"] == "app").any() else None, lower)
-        bw, stats, per_epoch, study = aside.result()
-    totals = bandwidth_totals(frame, counters, per_rank=bw)
-    epoch_totals = epoch_bandwidth_totals(per_epoch)
-    v = _verdict(per)
-    metrics = _metrics(frame, bd, exp, totals, v, epoch_totals, study)
-    return Summary(metrics=metrics, verdict=v, layered=layered, breakdown=bd, exposed_io=exp, input_bound=per,
-                   steps=steps, bandwidth=bw, bandwidth_totals=totals, epoch_bandwidth=per_epoch,
-                   epoch_bandwidth_totals=epoch_totals, study_view=study, event_stats=stats,
-                   explanations=explain(metrics, v, layered))
+    """Everything a summary or report shows: :func:`trace_merge.kernels.rank_parts` of each rank's rows, reduced
+    by :func:`trace_merge.kernels.combine` (the same kernels a partitioned merge runs per partition)."""
+    ranks = kernels.by_rank(frame) or [(0, frame)]  # no rows: the kernels' empty tables, with their columns
+    job = kernels.JobFacts.of([kernels.rank_facts(rows, r) for r, rows in ranks])
+    # ranks in parallel: pandas' group-by kernels, numpy's sorts and merges release the GIL
+    with ThreadPoolExecutor(max_workers=max(1, min(len(ranks), os.cpu_count() or 1))) as pool:
+        parts = list(pool.map(lambda item: kernels.rank_parts(item[1], job, layers), ranks))
+    return kernels.combine(parts, job, counters)
 
 
 def epochs_as_text(df: pd.DataFrame, missing: str) -> pd.DataFrame:

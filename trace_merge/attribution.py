@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import re
+from dataclasses import dataclass
 from typing import Optional, Sequence
 
 import numpy as np
@@ -40,7 +41,17 @@ INPUT_BOUND_HIGH_PCT = 20.0
 
 
 def _layers_for(frame: pd.DataFrame, layers: "str | Sequence[str] | None") -> list[str]:
-    present = [str(x) for x in pd.unique(frame["layer"].dropna())] if len(frame) else []
+    return layers_to_use(present_layers(frame), layers)
+
+
+def present_layers(frame: pd.DataFrame) -> list[str]:
+    """The layers ``frame`` has rows of, in order of appearance."""
+    return [str(x) for x in pd.unique(frame["layer"].dropna())] if len(frame) else []
+
+
+def layers_to_use(present: Sequence[str], layers: "str | Sequence[str] | None") -> list[str]:
+    """The layers a breakdown attributes (see :func:`breakdown_df`) given the layers the job has."""
+    present = list(present)
     if layers is None:
         return ["app"] if "app" in present else [x for x in LAYERS if x in present] or present
     if isinstance(layers, str):
@@ -200,8 +211,12 @@ class LowerLayers:
             taken = union_of(taken, raw[c])
 
     @classmethod
-    def of(cls, frame: pd.DataFrame, att: Optional[_Attribution]) -> "LowerLayers":
-        """The non-app rows of ``frame`` whose rank ``att`` attributes, clipped to each rank's window."""
+    def of(cls, frame: pd.DataFrame, att: Optional[_Attribution],
+           shared: "Optional[SharedCollectives]" = None) -> "LowerLayers":
+        """The non-app rows of ``frame`` whose rank ``att`` attributes, clipped to each rank's window.
+
+        ``shared``: the job's executing collectives (:func:`shared_collectives`) when ``frame`` is one partition
+        of it; by default they are ``frame``'s own."""
         empty = {c: (_EMPTY, _EMPTY) for c in COMPONENTS[:-1]}
         if att is None or not len(frame):
             return cls(empty, (_EMPTY, _EMPTY), {})
@@ -225,10 +240,12 @@ class LowerLayers:
         }
         # Horovod writes its timeline on rank 0 only, but a collective it shows executing (not negotiating)
         # runs on every rank at once: other ranks get those activities as their communication time.
-        shared = is_comm & category_mask(rows["name"], lambda n: bool(_COLLECTIVE.match(n)))
-        if shared.any() and len(att.ranks) > 1:
-            other = [k for k in range(len(att.ranks)) if k not in set(r[shared].tolist())]
-            src_s, src_e = rows["start_ns"].to_numpy(dtype=_I8)[shared], rows["end_ns"].to_numpy(dtype=_I8)[shared]
+        if shared is None:
+            shared = shared_collectives(rows, len(att.ranks))
+        own = set(rows["rank"].to_numpy(dtype=_I8)[is_comm & _collective_rows(rows)].tolist())
+        if shared.starts.size and shared.ranks > 1:
+            other = [k for k in range(len(att.ranks)) if int(att.ranks[k]) not in own]
+            src_s, src_e = shared.starts, shared.ends
             ks = np.repeat(np.asarray(other, dtype=_I8), src_s.size)
             s = np.concatenate((s, att.axis.to_axis(ks, np.tile(src_s, len(other)))))
             e = np.concatenate((e, att.axis.to_axis(ks, np.tile(src_e, len(other)))))
@@ -245,6 +262,30 @@ class LowerLayers:
 
 #: Horovod timeline activities that are a collective executing (on every rank at once), not a negotiation
 _COLLECTIVE = re.compile(r"^(ALLREDUCE|ALLGATHER|BROADCAST|ALLTOALL|REDUCESCATTER|BARRIER|MPI_|NCCL_|GLOO_|CCL_)")
+
+
+def _collective_rows(rows: pd.DataFrame) -> np.ndarray:
+    return category_mask(rows["name"], lambda n: bool(_COLLECTIVE.match(n)))
+
+
+@dataclass
+class SharedCollectives:
+    """The ``comm``-layer collectives of a job (Horovod's rank-0 timeline) that every other attributed rank counts
+    as its communication, and how many ranks are attributed (sharing needs more than one)."""
+
+    starts: np.ndarray
+    ends: np.ndarray
+    ranks: int
+
+
+def shared_collectives(rows: pd.DataFrame, attributed_ranks: int) -> SharedCollectives:
+    """The executing collectives among ``rows`` (comm layer, positive duration; of one partition or the job)."""
+    if not len(rows):
+        return SharedCollectives(_EMPTY, _EMPTY, attributed_ranks)
+    keep = (rows["layer"] == "comm").to_numpy() & _collective_rows(rows) & \
+        (rows["end_ns"].to_numpy() > rows["start_ns"].to_numpy())
+    return SharedCollectives(rows["start_ns"].to_numpy(dtype=_I8)[keep], rows["end_ns"].to_numpy(dtype=_I8)[keep],
+                             attributed_ranks)
 
 
 def layered_breakdown_df(frame: pd.DataFrame) -> pd.DataFrame:

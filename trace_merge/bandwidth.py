@@ -87,7 +87,8 @@ def _named_by_app(path: str, names: frozenset) -> bool:
         "/".join(parts[i:]) in names for i in range(1, len(parts)))
 
 
-def data_file_mask(rows: pd.DataFrame, frame: Optional[pd.DataFrame] = None) -> np.ndarray:
+def data_file_mask(rows: pd.DataFrame, frame: Optional[pd.DataFrame] = None,
+                   names: Optional[frozenset] = None) -> np.ndarray:
     """Which of ``rows`` read a data file (the rule of the module docstring; the one place that decides).
 
     Parameters
@@ -96,8 +97,11 @@ def data_file_mask(rows: pd.DataFrame, frame: Optional[pd.DataFrame] = None) -> 
         Rows with ``layer`` and ``file`` (read rows of a frame, or a counters table).
     frame
         The run the rows belong to, whose app layer names the data files (default: ``rows``).
+    names
+        :func:`app_file_names` of the whole job when already known (a partition sees one rank's app layer only).
     """
-    names = app_file_names(rows if frame is None else frame)
+    if names is None:
+        names = app_file_names(rows if frame is None else frame)
     if names:
         data = category_mask(rows["file"], lambda p: _named_by_app(p, names))
     else:
@@ -136,8 +140,7 @@ def _kind_codes(mask: np.ndarray) -> np.ndarray:
     return np.where(mask, 0, 1).astype(_I8)
 
 
-def _counter_bandwidth(counters: Optional[pd.DataFrame], skip_ranks: set,
-                       frame: Optional[pd.DataFrame] = None) -> pd.DataFrame:
+def _counter_bandwidth(counters: Optional[pd.DataFrame], skip_ranks: set, names: frozenset) -> pd.DataFrame:
     """Darshan counters for ranks without interval rows: bytes and cumulative (sum, not union) read time, per
     rank and kind of file (the counters' per-file records go through :func:`data_file_mask` like reads)."""
     if counters is None or not len(counters):
@@ -148,7 +151,7 @@ def _counter_bandwidth(counters: Optional[pd.DataFrame], skip_ranks: set,
                                                  f"{prefix}_READS"]).to_numpy()]
         if not len(sub):
             continue
-        sub = sub.assign(_kind=_kind_codes(data_file_mask(sub, frame)))
+        sub = sub.assign(_kind=_kind_codes(data_file_mask(sub, names=names)))
         wide = sub.pivot_table(index=["rank", "_kind"], columns="counter", values="value", aggfunc="sum",
                                observed=True)
         done = set()
@@ -165,11 +168,18 @@ def _counter_bandwidth(counters: Optional[pd.DataFrame], skip_ranks: set,
     return pd.DataFrame(rows)
 
 
-def classified_reads(frame: pd.DataFrame) -> "tuple[pd.DataFrame, np.ndarray]":
-    """:func:`read_rows` (with ``start_ns, end_ns, bytes, file, epoch``) and their :func:`data_file_mask`: what
-    :func:`bandwidth_df` and :func:`epoch_bandwidth_df` both start from, computed once when given to both."""
+def classified_reads(frame: pd.DataFrame, names: Optional[frozenset] = None) -> "tuple[pd.DataFrame, np.ndarray]":
+    """:func:`read_rows` (with ``start_ns, end_ns, bytes, file, epoch``) and their :func:`data_file_mask` (``names``:
+    the job's :func:`app_file_names`, default ``frame``'s): what :func:`bandwidth_df`, :func:`epoch_bandwidth_df` and
+    :func:`data_file_names` start from, computed once when given to all."""
     rows = read_rows(frame, ["start_ns", "end_ns", "bytes", "file", "epoch"])
-    return rows, (data_file_mask(rows, frame) if len(rows) else np.zeros(0, dtype=bool))
+    return rows, (data_file_mask(rows, frame, names) if len(rows) else np.zeros(0, dtype=bool))
+
+
+def data_file_names(reads: "tuple[pd.DataFrame, np.ndarray]") -> frozenset:
+    """The distinct data files among :func:`classified_reads` (a per-partition set; the job's is their union)."""
+    rows, data = reads
+    return frozenset(rows["file"][data].dropna().astype(str)) if len(rows) else frozenset()
 
 
 def bandwidth_df(frame: pd.DataFrame, counters: Optional[pd.DataFrame] = None,
@@ -193,32 +203,45 @@ def bandwidth_df(frame: pd.DataFrame, counters: Optional[pd.DataFrame] = None,
         the bytes came from), ``basis`` (``intervals``/``counters``), ``read_bytes``, ``reads``,
         ``read_time_s`` (union), ``read_sum_s`` (plain sum), ``read_bw_MB_per_s`` (10^6 bytes per second).
     """
-    rows, data = classified_reads(frame) if reads is None else reads
-    parts = []
-    if len(rows):
-        rank_codes, ranks = pd.factorize(rows["rank"], sort=True)
-        codes = rank_codes.astype(_I8) * len(FILE_KINDS) + _kind_codes(data)
-        groups, codes = np.unique(codes, return_inverse=True)
-        s = rows["start_ns"].to_numpy(dtype=_I8)
-        e = rows["end_ns"].to_numpy(dtype=_I8)
-        union = grouped_union_ns(codes.astype(_I8), s, e, len(groups))
-        g = rows.assign(_dur=e - s).groupby(codes)
-        pairs = pd.DataFrame({"r": codes, "layer": rows["layer"].cat.codes.to_numpy()}).drop_duplicates()
-        names = rows["layer"].cat.categories
-        layer = pairs.groupby("r")["layer"].agg(lambda x: ",".join(sorted(str(names[i]) for i in x)))
-        parts.append(pd.DataFrame({
-            "rank": np.asarray(ranks, dtype=_I8)[groups // len(FILE_KINDS)],
-            "files": np.asarray(FILE_KINDS, dtype=object)[groups % len(FILE_KINDS)],
-            "layer": layer.to_numpy(),
-            "basis": "intervals",
-            "read_bytes": g["bytes"].sum().to_numpy(dtype=_I8),
-            "reads": g.size().to_numpy(dtype=_I8),
-            "read_time_s": union / 1e9,
-            "read_sum_s": g["_dur"].sum().to_numpy(dtype=np.float64) / 1e9,
-        }))
+    reads = classified_reads(frame) if reads is None else reads
+    return finish_bandwidth([interval_bandwidth(reads)], counters, app_file_names(frame))
+
+
+def interval_bandwidth(reads: "tuple[pd.DataFrame, np.ndarray]") -> pd.DataFrame:
+    """The interval part of :func:`bandwidth_df` from :func:`classified_reads`: a kernel, rows per (rank, kind)."""
+    rows, data = reads
+    if not len(rows):
+        return pd.DataFrame()
+    rank_codes, ranks = pd.factorize(rows["rank"], sort=True)
+    codes = rank_codes.astype(_I8) * len(FILE_KINDS) + _kind_codes(data)
+    groups, codes = np.unique(codes, return_inverse=True)
+    s = rows["start_ns"].to_numpy(dtype=_I8)
+    e = rows["end_ns"].to_numpy(dtype=_I8)
+    union = grouped_union_ns(codes.astype(_I8), s, e, len(groups))
+    g = rows.assign(_dur=e - s).groupby(codes)
+    pairs = pd.DataFrame({"r": codes, "layer": rows["layer"].cat.codes.to_numpy()}).drop_duplicates()
+    names = rows["layer"].cat.categories
+    layer = pairs.groupby("r")["layer"].agg(lambda x: ",".join(sorted(str(names[i]) for i in x)))
+    return pd.DataFrame({
+        "rank": np.asarray(ranks, dtype=_I8)[groups // len(FILE_KINDS)],
+        "files": np.asarray(FILE_KINDS, dtype=object)[groups % len(FILE_KINDS)],
+        "layer": layer.to_numpy(),
+        "basis": "intervals",
+        "read_bytes": g["bytes"].sum().to_numpy(dtype=_I8),
+        "reads": g.size().to_numpy(dtype=_I8),
+        "read_time_s": union / 1e9,
+        "read_sum_s": g["_dur"].sum().to_numpy(dtype=np.float64) / 1e9,
+    })
+
+
+def finish_bandwidth(parts: "list[pd.DataFrame]", counters: Optional[pd.DataFrame], names: frozenset) -> pd.DataFrame:
+    """:func:`bandwidth_df` from its per-partition :func:`interval_bandwidth` tables, the counters and the job's
+    :func:`app_file_names`."""
+    parts = [p for p in parts if len(p)]
     # Darshan's rank -1 records are shared files reduced over all ranks: with per-rank intervals they would
     # count the same bytes twice.
-    extra = _counter_bandwidth(counters, set(int(r) for r in parts[0]["rank"]) | {-1} if parts else set(), frame)
+    with_intervals = set(int(r) for p in parts for r in p["rank"])
+    extra = _counter_bandwidth(counters, with_intervals | {-1} if parts else set(), names)
     if len(extra):
         parts.append(extra)
     cols = ["rank", "files", "layer", "basis", "read_bytes", "reads", "read_time_s", "read_sum_s",
@@ -293,19 +316,17 @@ def job_wall_ns(frame: pd.DataFrame) -> int:
     return int(frame["end_ns"].max()) - int(frame["start_ns"].min())
 
 
-def _data_file_count(frame: pd.DataFrame, counters: Optional[pd.DataFrame], per_rank: pd.DataFrame) -> int:
-    """Distinct data files read: interval reads, plus the counter records behind ``basis="counters"`` rows."""
-    rows = read_rows(frame, ["file"])
-    names = set(rows["file"][data_file_mask(rows, frame)].dropna().astype(str)) if len(rows) else set()
+def _counter_file_names(counters: Optional[pd.DataFrame], per_rank: pd.DataFrame, names: frozenset) -> set:
+    """The data files behind the ``basis="counters"`` rows of :func:`bandwidth_df`."""
     from_counters = per_rank[(per_rank["basis"] == "counters") & (per_rank["files"] == "data")]
-    if counters is not None and len(counters) and len(from_counters):
-        c = counters[counters["counter"].astype(str).str.endswith("_BYTES_READ").to_numpy()
-                     & (counters["value"] > 0).to_numpy()]
-        c = c[data_file_mask(c, frame)]
-        used = set(zip(from_counters["rank"].astype(int), from_counters["layer"].astype(str)))
-        keep = [(int(r), str(layer)) in used for r, layer in zip(c["rank"], c["layer"])]
-        names |= set(c["file"][np.asarray(keep, dtype=bool)].dropna().astype(str))
-    return len(names)
+    if counters is None or not len(counters) or not len(from_counters):
+        return set()
+    c = counters[counters["counter"].astype(str).str.endswith("_BYTES_READ").to_numpy()
+                 & (counters["value"] > 0).to_numpy()]
+    c = c[data_file_mask(c, names=names)]
+    used = set(zip(from_counters["rank"].astype(int), from_counters["layer"].astype(str)))
+    keep = [(int(r), str(layer)) in used for r, layer in zip(c["rank"], c["layer"])]
+    return set(c["file"][np.asarray(keep, dtype=bool)].dropna().astype(str))
 
 
 def bandwidth_totals(frame: pd.DataFrame, counters: Optional[pd.DataFrame] = None,
@@ -322,11 +343,19 @@ def bandwidth_totals(frame: pd.DataFrame, counters: Optional[pd.DataFrame] = Non
         ranks) and ``other_read_time_s`` (largest union read time of a rank, like ``slowest_read_time_s``).
     """
     bw = bandwidth_df(frame, counters) if per_rank is None else per_rank
-    wall = job_wall_ns(frame) / 1e9
+    reads = classified_reads(frame)
+    return totals_of(bw, job_wall_ns(frame), data_file_names(reads), counters, app_file_names(frame))
+
+
+def totals_of(bw: pd.DataFrame, wall_ns: int, data_files: "set | frozenset", counters: Optional[pd.DataFrame],
+              names: frozenset) -> dict:
+    """:func:`bandwidth_totals` from the job's :func:`bandwidth_df`, wall time (ns), the union of the partitions'
+    :func:`data_file_names`, the counters and the job's :func:`app_file_names`."""
+    wall = wall_ns / 1e9
     other = bw[bw["files"] == "other"]
     out = {"read_bytes": 0, "ranks": 0, "slowest_rank": None, "slowest_read_time_s": None,
            "aggregate_bw_MB_per_s": None, "job_wall_s": wall, "bw_over_job_wall_MB_per_s": None,
-           "data_files": _data_file_count(frame, counters, bw),
+           "data_files": len(set(data_files) | _counter_file_names(counters, bw, names)),
            "other_read_bytes": int(other["read_bytes"].sum()),
            "other_read_time_s": float(other["read_time_s"].max()) if len(other) else None}
     data = bw[bw["files"] == "data"]

@@ -373,12 +373,20 @@ def resolve_shared_names(sources: list[SourceData]) -> None:
         if src.kind == "dftracer":
             names.update(src.meta.get("files") or {})
     for src in sources:
-        if src.kind != "dftracer" or not len(src.frame) or not names:
-            continue
-        col = src.frame["file"]
-        if not any(c in names for c in col.cat.categories):
-            continue
-        src.frame["file"] = col.astype(object).map(lambda v: names.get(v, v)).astype("category")
+        if src.kind == "dftracer":
+            src.frame = resolve_names(src.frame, names)
+
+
+def resolve_names(frame: pd.DataFrame, names: dict[str, str]) -> pd.DataFrame:
+    """``frame`` with the DFTracer file hashes in ``file`` that ``names`` (hash -> path) knows replaced."""
+    if not len(frame) or not names:
+        return frame
+    col = frame["file"]
+    if not any(c in names for c in col.cat.categories):
+        return frame
+    frame = frame.copy(deep=False)
+    frame["file"] = col.astype(object).map(lambda v: names.get(v, v)).astype("category")
+    return frame
 
 
 def _missing_ranks(path: Path, manifest: "dict[str, Any] | None", app: list[SourceData]) -> list[str]:

@@ -172,10 +172,14 @@ def concat_frames(frames: list[pd.DataFrame]) -> pd.DataFrame:
             return union_categoricals([f[name].array for f in frames], ignore_order=True)
         return pd.concat([f[name] for f in frames], ignore_index=True).array
 
+    # the schema's columns the frames have (a partition may hold a subset)
+    columns = [c for c in FRAME_COLUMNS if c in frames[0].columns]
+    if len(frames) == 1:
+        return frames[0][columns].reset_index(drop=True)
     # columns in parallel: the copies (and the page faults of millions of fresh rows) run without the GIL
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
-        out = dict(zip(FRAME_COLUMNS, pool.map(column, FRAME_COLUMNS)))
-    return pd.DataFrame(out, columns=list(FRAME_COLUMNS), copy=False)  # no block consolidation copy
+        out = dict(zip(columns, pool.map(column, columns)))
+    return pd.DataFrame(out, columns=columns, copy=False)  # no block consolidation copy
 
 
 @dataclass

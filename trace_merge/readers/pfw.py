@@ -54,7 +54,7 @@ import zlib
 from collections import Counter
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterator, Optional
 
 import numpy as np
 import pandas as pd
@@ -137,14 +137,22 @@ def read(path: "str | os.PathLike[str]") -> SourceData:
     warnings: list[str] = []
     raw = _load(path, warnings)
     state = _State(path)
+    cols, parser = _parse_body(raw, state, warnings)
+    del raw  # the decompressed text (~10x the file): free it before the frame is built (files read in parallel)
+    return _finish(path, state, cols, parser, warnings)
+
+
+def _parse_body(raw: "bytes | bytearray", state: "_State", warnings: list[str], line_offset: int = 0
+                ) -> "tuple[Optional[_Cols], str]":
+    """The complete events of ``raw`` (a whole file's text, or a block of whole lines of it) and the parser used;
+    ``(None, "none")`` when it holds no events."""
+    path = state.path
     span = _body_span(raw)
     if span is None:
-        warnings.append(f"{path}: empty file (no events)")
-        return _result(path, state, _Cols.empty(), "dftracer", warnings, parser="none")
+        return None, "none"
     start, end, first_lineno, state.truncated_last_line = span
     if start >= end:
-        warnings.append(f"{path}: no events (nothing after the opening bracket)")
-        return _result(path, state, _Cols.empty(), "dftracer", warnings, parser="none")
+        return None, "bracket"
     cols: Optional[_Cols] = None
     parser = "lines"
     if not _looks_timelogger(raw, start):
@@ -158,13 +166,134 @@ def read(path: "str | os.PathLike[str]") -> SourceData:
         state.reset()
         parser = "lines"
     if cols is None:
-        cols = _parse_lines(raw[start:end], first_lineno, state, warnings)
+        cols = _parse_lines(raw[start:end], first_lineno + line_offset, state, warnings)
         cols = _drop_outliers(cols, path, warnings)
-    del raw  # the decompressed text (~10x the file): free it before the frame is built (files read in parallel)
+    return cols, parser
+
+
+def _finish(path: str, state: "_State", cols: "Optional[_Cols]", parser: str, warnings: list[str]) -> SourceData:
+    """The :class:`SourceData` of what :func:`_parse_body` found (the bad-input rules of the module docstring)."""
+    if cols is None:
+        warnings.append(f"{path}: empty file (no events)" if parser == "none"
+                        else f"{path}: no events (nothing after the opening bracket)")
+        return _result(path, state, _Cols.empty(), "dftracer", warnings, parser="none")
     kind = "timelogger" if state.is_timelogger else "dftracer"
     if cols.n == 0 and not state.saw_any:
         raise TraceInputError(path, "not a .pfw trace: no line is a JSON trace event")
     return _result(path, state, cols, kind, warnings, parser)
+
+
+#: text per block when a large DFTracer trace is read block by block (:func:`read_blocks`)
+STREAM_BLOCK_BYTES = 48 << 20
+
+
+def read_blocks(path: "str | os.PathLike[str]", block_bytes: int = STREAM_BLOCK_BYTES) -> Iterator[SourceData]:
+    """Read a DFTracer ``.pfw[.gz]`` file in blocks of about ``block_bytes`` of text: memory bounded by the block,
+    not the file (a 1,000-node job's traces hold billions of events).
+
+    Yields one :class:`SourceData` per block of whole lines. Hash tables (``HH``/``FH``/``SH``) accumulate over
+    the blocks, so a block's ``host``/``file`` are resolved with every record seen so far; one defined only later
+    stays a hash, which :func:`trace_merge.merge.resolve_shared_names` resolves with the whole run's tables. The
+    last block's ``meta`` holds the file's tables. Corrupt-timestamp outliers are judged per block. A TimeLogger
+    file, a file small enough for one block, or damaged gzip data is read whole by :func:`read` (one block), so
+    its warnings are exactly :func:`read`'s.
+    """
+    path = os.fspath(path)
+    try:
+        size = os.path.getsize(path)
+        with open(path, "rb") as fh:
+            head = fh.read(2)
+    except OSError as err:
+        raise TraceInputError(path, f"cannot read: {err.strerror or err}") from None
+    gz = head == b"\x1f\x8b"
+    if size * (8 if gz else 1) <= 2 * block_bytes:
+        yield read(path)  # one block anyway
+        return
+    warnings: list[str] = []
+    blocks = _text_blocks(path, gz, block_bytes, warnings)
+    first = next(blocks, b"")
+    span = _body_span(first)
+    if span is None or _looks_timelogger(first, span[0]):
+        yield read(path)  # TimeLogger files keep free-form args: the line parser, whole
+        return
+    known: dict = {"HH": {}, "FH": {}, "SH": {}}
+    time_metric = "US"
+    line_offset = 0
+    block: "bytes | None" = first
+    while block is not None:
+        state = _State(path, known, time_metric)
+        cols, parser = _parse_body(block, state, warnings, line_offset)
+        line_offset += block.count(b"\n")
+        known, time_metric = state.maps, state.time_metric
+        block = next(blocks, None)  # the next block's gzip warnings belong to this one's output, which comes last
+        if cols is not None or warnings:
+            yield _result(path, state, cols if cols is not None else _Cols.empty(), "dftracer", warnings,
+                          parser if cols is not None else "none")
+        warnings = []
+
+
+def _text_blocks(path: str, gz: bool, block_bytes: int, warnings: list[str]) -> Iterator[bytes]:
+    """The file's text in blocks of whole lines of about ``block_bytes``, gzip members decompressed in turn.
+
+    Damage is handled as :func:`_gunzip` does: a corrupt member is left out with a warning and decompression
+    resumes at the next member; a truncated stream keeps what was complete, with a warning.
+    """
+    pending = bytearray()
+    member = b"\x1f\x8b\x08"
+    with open(path, "rb") as fh:
+        dec = zlib.decompressobj(16 + zlib.MAX_WBITS) if gz else None
+        offset = 0  # compressed bytes consumed before ``data``
+        resync = False
+        inside = False  # a member begun and not ended
+        while True:
+            data = fh.read(max(1 << 16, min(4 << 20, block_bytes // 8)))
+            if not data:
+                break
+            if dec is None:
+                pending += data
+            while dec is not None and data:
+                if resync:
+                    at = data.find(member)
+                    if at == -1:
+                        offset += max(0, len(data) - 2)
+                        data = data[-2:]  # a magic number may straddle two reads
+                        break
+                    offset += at
+                    data, resync = data[at:], False
+                    dec = zlib.decompressobj(16 + zlib.MAX_WBITS)
+                try:
+                    inside = True
+                    pending += dec.decompress(data)
+                except zlib.error as err:
+                    warnings.append(f"{path}: corrupt gzip data near byte {offset} ({err}); that gzip member is "
+                                    "left out, reading went on at the next one")
+                    if pending and not pending.endswith(b"\n"):
+                        cut = pending.rfind(b"\n") + 1
+                        del pending[cut:]  # a line cut by the damage cannot be trusted
+                    resync, data = True, data[1:]
+                    offset += 1
+                    continue
+                if not dec.eof:
+                    offset += len(data)
+                    break
+                rest = dec.unused_data
+                inside = False
+                offset += len(data) - len(rest)
+                data = rest
+                if data and data[:2] != b"\x1f\x8b":
+                    if data.strip(b"\0"):
+                        raise TraceInputError(path, "corrupt gzip data (garbage after a gzip member)")
+                    data = b""
+                dec = zlib.decompressobj(16 + zlib.MAX_WBITS)
+            if len(pending) >= block_bytes:
+                cut = pending.rfind(b"\n") + 1
+                if cut:
+                    yield bytes(pending[:cut])
+                    del pending[:cut]
+        if dec is not None and inside and not resync:
+            warnings.append(f"{path}: gzip stream truncated (unexpected end of file); read what was complete")
+    if pending:
+        yield bytes(pending)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -286,15 +415,18 @@ def _arrow_input(raw: bytes, start: int, end: int) -> "bytes | memoryview":
 class _State:
     """Metadata collected while parsing one file."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, known: "Optional[dict]" = None, time_metric: str = "US") -> None:
         self.path = path
         self.truncated_last_line = False
+        self.started = False
+        self._known = known or {"HH": {}, "FH": {}, "SH": {}}
+        self._time_metric = time_metric
         self.reset()
 
     def reset(self) -> None:
-        """Forget what a failed parse attempt collected."""
-        self.maps: dict[str, dict[str, str]] = {"HH": {}, "FH": {}, "SH": {}}
-        self.time_metric = "US"
+        """Forget what a failed parse attempt collected (hash tables of earlier blocks stay)."""
+        self.maps: dict[str, dict[str, str]] = {k: dict(v) for k, v in self._known.items()}
+        self.time_metric = self._time_metric
         self.header: Optional[dict] = None
         self.clock_sync: list[dict] = []
         self.tf_profile: list[dict] = []

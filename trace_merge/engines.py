@@ -1,0 +1,149 @@
+"""Where the partitioned merge's tasks run (:mod:`trace_merge.partitioned`): the same tasks, three engines.
+
+- :class:`Inline`: in this process, one after another. No start-up cost: the engine of small inputs.
+- :class:`LocalPool`: a pool of worker processes on this machine (the default for large inputs). Tasks are
+  given out largest first, and no more run at once than fit the memory budget (an estimate per row of the
+  partition), so peak memory follows the largest partition, not the job.
+- :class:`DaskEngine`: an existing Dask distributed cluster (``--scheduler ADDRESS``), for traces of thousands
+  of nodes. Workers must see the input and spill directories (a shared file system, as on any HPC cluster).
+  Starting one on Slurm: ``docs/partitioned.md``.
+
+Every engine returns results in task order, so the reduction, and so every number, is the same on all three.
+"""
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import os
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from typing import Any, Callable, Optional, Sequence
+
+log = logging.getLogger(__name__)
+
+#: inputs below this size (bytes on disk) are merged in this process: a pool's start-up would cost more
+INLINE_BELOW_BYTES = 32 << 20
+#: memory a rank task holds per row of its partition at its peak (measured: benchmarks/perf/merge_scale.py)
+BYTES_PER_ROW = 330
+#: memory budget of the local pool's tasks together, unless set (``--memory-limit``)
+DEFAULT_MEMORY_BYTES = 1 << 30
+
+
+class Inline:
+    """Run every task here, in order."""
+
+    name = "inline"
+    workers = 1
+
+    def map(self, fn: Callable, items: Sequence[Any], sizes: Optional[Sequence[int]] = None) -> list:
+        return [fn(item) for item in items]
+
+    def close(self) -> None:
+        pass
+
+
+class LocalPool:
+    """Worker processes on this machine (forked from a clean server process, so they start in milliseconds).
+
+    Parameters
+    ----------
+    workers
+        Processes (default: one per core).
+    memory_bytes
+        Budget of the tasks running at once: a task of ``n`` rows is estimated at ``n *`` :data:`BYTES_PER_ROW`
+        and a task waits until the running ones leave room for it (one always runs).
+    """
+
+    name = "local"
+
+    def __init__(self, workers: Optional[int] = None, memory_bytes: Optional[int] = None) -> None:
+        self.workers = max(1, workers or os.cpu_count() or 1)
+        self.memory_bytes = memory_bytes or DEFAULT_MEMORY_BYTES
+        self._pool: Optional[ProcessPoolExecutor] = None
+
+    def _executor(self) -> ProcessPoolExecutor:
+        if self._pool is None:
+            ctx = multiprocessing.get_context("forkserver")
+            ctx.set_forkserver_preload(["trace_merge.partitioned"])
+            self._pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=ctx)
+        return self._pool
+
+    def map(self, fn: Callable, items: Sequence[Any], sizes: Optional[Sequence[int]] = None) -> list:
+        items = list(items)
+        if not items:
+            return []
+        if len(items) == 1 and not sizes:
+            return [fn(items[0])]
+        pool = self._executor()
+        need = [int(n) * BYTES_PER_ROW for n in sizes] if sizes is not None else [0] * len(items)
+        order = sorted(range(len(items)), key=lambda i: -need[i])  # largest first: the tail is short
+        results: list = [None] * len(items)
+        running: dict = {}
+        used = 0
+        while order or running:
+            while order and len(running) < self.workers and (not running or used + need[order[0]] <= self.memory_bytes):
+                i = order.pop(0)
+                running[pool.submit(fn, items[i])] = i
+                used += need[i]
+            done, _ = wait(running, return_when=FIRST_COMPLETED)
+            for fut in done:
+                i = running.pop(fut)
+                used -= need[i]
+                results[i] = fut.result()
+        return results
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
+
+
+class DaskEngine:
+    """Tasks on a Dask distributed cluster (``pip install 'dlio-layers[dask]'``).
+
+    Parameters
+    ----------
+    scheduler
+        The scheduler's address (``tcp://host:8786``), or a ``distributed.Client`` / ``LocalCluster`` to use.
+    """
+
+    name = "dask"
+
+    def __init__(self, scheduler: Any) -> None:
+        try:
+            from distributed import Client
+        except ImportError:
+            raise ImportError("the Dask engine needs dask.distributed: pip install 'dlio-layers[dask]'") from None
+        self._own = not isinstance(scheduler, Client)
+        if isinstance(scheduler, Client):
+            self.client = scheduler
+        elif hasattr(scheduler, "scheduler_address"):
+            self.client = Client(scheduler)
+        else:
+            self.client = Client(str(scheduler), timeout="30s")
+        self.workers = max(1, len(self.client.scheduler_info().get("workers", {})))
+
+    def map(self, fn: Callable, items: Sequence[Any], sizes: Optional[Sequence[int]] = None) -> list:
+        items = list(items)
+        if not items:
+            return []
+        # pure=False: a task writes files; priority: largest first, as the local pool does
+        prio = [int(n) for n in sizes] if sizes is not None else [0] * len(items)
+        futures = [self.client.submit(fn, item, pure=False, priority=p) for item, p in zip(items, prio)]
+        return self.client.gather(futures)
+
+    def close(self) -> None:
+        if self._own:
+            self.client.close()
+
+
+def local(input_bytes: int, workers: Optional[int] = None, memory_bytes: Optional[int] = None):
+    """The local engine for an input of ``input_bytes``: :class:`Inline` when small, else :class:`LocalPool`."""
+    if input_bytes < INLINE_BELOW_BYTES or (workers or os.cpu_count() or 1) == 1:
+        return Inline()
+    return LocalPool(workers, memory_bytes)
+
+
+def engine_for(scheduler: Any = None, input_bytes: int = 0, workers: Optional[int] = None,
+               memory_bytes: Optional[int] = None):
+    """:class:`DaskEngine` on ``scheduler`` when given, else :func:`local`."""
+    return DaskEngine(scheduler) if scheduler else local(input_bytes, workers, memory_bytes)

@@ -1,0 +1,268 @@
+"""A summary as per-rank kernels and their exact reductions: the one way :func:`trace_merge.analysis.summarise`
+computes, whether the frame is in memory or partitioned by rank on disk (:mod:`trace_merge.partitioned`).
+
+Every quantity of a summary is either a property of one rank's rows (attribution is per rank: unions and
+priorities never cross ranks) or an exact reduction of such properties (sums, maxima, set unions). What a rank's
+kernel needs from the rest of the job is small and computed first, from every rank's :class:`RankFacts`:
+
+- which layers the job has (a breakdown uses ``app`` when *any* rank has it, see
+  :func:`~trace_merge.attribution.layers_to_use`);
+- the files the app layer names (:func:`~trace_merge.bandwidth.app_file_names`: which reads are of data files);
+- Horovod's executing collectives, which its rank-0 timeline times for every rank
+  (:class:`~trace_merge.attribution.SharedCollectives`);
+- the job's first start and last end (its wall time).
+
+:func:`rank_parts` is the kernel (one rank's rows in, a :class:`RankParts` of small tables out) and
+:func:`combine` the reduction. Both are plain functions of picklable values, so an engine can run the kernels
+wherever the partitions are (a process pool, Dask workers).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional, Sequence
+
+import numpy as np
+import pandas as pd
+
+from trace_merge import attribution as att_
+from trace_merge import bandwidth as bw_
+from trace_merge.schema import LAYERS
+
+_I8 = np.int64
+#: the columns :func:`rank_parts` reads (a re-summary loads only these)
+KERNEL_COLUMNS = ("layer", "cat", "name", "rank", "pid", "tid", "start_ns", "end_ns", "dur_ns", "bytes", "file",
+                  "epoch", "step")
+
+
+@dataclass
+class RankFacts:
+    """What the rest of the job needs to know about one rank's rows before any rank is analysed."""
+
+    rank: int
+    rows_per_layer: dict  # layer -> rows
+    timed_layers: tuple  # layers with a row of positive duration (those an attribution sees)
+    app_files: frozenset
+    collective_starts: np.ndarray
+    collective_ends: np.ndarray
+    start_ns: int
+    end_ns: int
+
+    @property
+    def rows(self) -> int:
+        return int(sum(self.rows_per_layer.values()))
+
+
+def rank_facts(frame: pd.DataFrame, rank: int) -> RankFacts:
+    """:class:`RankFacts` of ``frame``, the rows of ``rank``."""
+    if not len(frame):
+        return RankFacts(rank, {}, (), frozenset(), np.zeros(0, _I8), np.zeros(0, _I8), 0, 0)
+    counts = frame["layer"].value_counts(sort=False)
+    timed = frame["end_ns"].to_numpy() > frame["start_ns"].to_numpy()
+    shared = att_.shared_collectives(frame, 0)
+    return RankFacts(
+        rank=int(rank),
+        rows_per_layer={str(k): int(v) for k, v in counts.items() if v},
+        timed_layers=tuple(str(x) for x in pd.unique(frame["layer"][timed].dropna())),
+        app_files=bw_.app_file_names(frame),
+        collective_starts=shared.starts, collective_ends=shared.ends,
+        start_ns=int(frame["start_ns"].min()), end_ns=int(frame["end_ns"].max()),
+    )
+
+
+@dataclass
+class JobFacts:
+    """The reduction of every rank's :class:`RankFacts`: what a rank's kernel needs from the others."""
+
+    ranks: list
+    present: list  # layers with rows, job order (LAYERS first)
+    timed: dict  # rank -> layers with timed rows
+    app_files: frozenset
+    collectives: dict  # rank -> (starts, ends) of its executing collectives
+    start_ns: int
+    end_ns: int
+    rows_per_layer: dict
+    events: int
+
+    @classmethod
+    def of(cls, facts: Sequence[RankFacts]) -> "JobFacts":
+        """The job's facts from its ranks' (a rank may come in several parts: one per source it has rows in)."""
+        facts = [f for f in facts if f.rows]
+        present: dict = {}
+        per_layer: dict = {}
+        timed: dict = {}
+        collectives: dict = {}
+        for f in facts:
+            for layer, n in f.rows_per_layer.items():
+                present.setdefault(layer, None)
+                per_layer[layer] = per_layer.get(layer, 0) + n
+            timed.setdefault(f.rank, set()).update(f.timed_layers)
+            if f.collective_starts.size:
+                collectives.setdefault(f.rank, []).append((f.collective_starts, f.collective_ends))
+        ordered = [x for x in LAYERS if x in present] + [x for x in present if x not in LAYERS]
+        return cls(
+            ranks=sorted(timed),
+            present=ordered,
+            timed=timed,
+            app_files=frozenset().union(*(f.app_files for f in facts)),
+            collectives={r: (np.concatenate([s for s, _ in v]), np.concatenate([e for _, e in v]))
+                         for r, v in collectives.items()},
+            start_ns=min((f.start_ns for f in facts), default=0),
+            end_ns=max((f.end_ns for f in facts), default=0),
+            rows_per_layer=per_layer,
+            events=sum(f.rows for f in facts),
+        )
+
+    @property
+    def has_app(self) -> bool:
+        return "app" in self.present
+
+    @property
+    def wall_ns(self) -> int:
+        return self.end_ns - self.start_ns if self.events else 0
+
+    def use(self, layers: "str | Sequence[str] | None") -> list:
+        """The layers a breakdown attributes (:func:`~trace_merge.attribution.layers_to_use`)."""
+        return att_.layers_to_use(self.present, layers)
+
+    def base(self, layers: "str | Sequence[str] | None") -> list:
+        """The layers steps and the layered breakdown are read from: the app layer when the job has one."""
+        use = self.use(layers)
+        return ["app"] if self.has_app and use != ["app"] else use
+
+    def shared(self, layers: "str | Sequence[str] | None") -> att_.SharedCollectives:
+        """The collectives of the ranks the base attribution sees, and how many ranks it sees."""
+        base = set(self.base(layers))
+        seen = [r for r in self.ranks if self.timed.get(r, set()) & base]
+        parts = [self.collectives[r] for r in seen if r in self.collectives]
+        starts = np.concatenate([p[0] for p in parts]) if parts else np.zeros(0, _I8)
+        ends = np.concatenate([p[1] for p in parts]) if parts else np.zeros(0, _I8)
+        return att_.SharedCollectives(starts, ends, len(seen))
+
+
+@dataclass
+class RankParts:
+    """One rank's small tables (:func:`rank_parts`)."""
+
+    breakdown: pd.DataFrame
+    exposed_io: pd.DataFrame
+    steps: pd.DataFrame  # step series with its private columns (``_r``, ``_ws``, ``_we``)
+    input_bound: pd.DataFrame
+    layered: pd.DataFrame
+    bandwidth: pd.DataFrame  # interval part (:func:`~trace_merge.bandwidth.interval_bandwidth`)
+    epoch_bandwidth: pd.DataFrame
+    study_view: pd.DataFrame
+    event_stats: pd.DataFrame  # exact partial sums (:func:`event_stat_parts`)
+    data_files: frozenset = field(default_factory=frozenset)
+
+
+def rank_parts(frame: pd.DataFrame, job: JobFacts, layers: "str | Sequence[str] | None" = None) -> RankParts:
+    """The kernel: one rank's rows (``frame``) in, its share of every summary table out."""
+    from trace_merge.analysis import study_view_df  # the study's taxonomy lives with the summary
+
+    use, base_layers = job.use(layers), job.base(layers)
+    att = att_._attribution(frame, use)
+    base = att if base_layers == use else att_._attribution(frame, base_layers)
+    lower = att_.LowerLayers.of(frame, base, job.shared(layers))
+    series = att_._step_series(base, lower)
+    reads = bw_.classified_reads(frame, job.app_files)
+    return RankParts(
+        breakdown=att_._breakdown(att),
+        exposed_io=att_._exposed(att),
+        steps=series,
+        input_bound=att_._input_bound(base, lower, series),
+        layered=att_._layered(base if job.has_app else None, lower),
+        bandwidth=bw_.interval_bandwidth(reads),
+        epoch_bandwidth=bw_.epoch_bandwidth_df(frame, reads),
+        study_view=study_view_df(frame),
+        event_stats=event_stat_parts(frame),
+        data_files=bw_.data_file_names(reads),
+    )
+
+
+def event_stat_parts(frame: pd.DataFrame, by: Sequence[str] = ("layer", "cat", "name")) -> pd.DataFrame:
+    """Per group of ``by``: ``count``, ``sum_ns``, ``min_ns``, ``max_ns`` (integers, so sums reduce exactly) and
+    ``bytes`` (Σ of the known bytes, missing when no row has any)."""
+    by = list(by)
+    if not len(frame):
+        return pd.DataFrame({c: pd.Series(dtype="object") for c in by} |
+                            {c: pd.Series(dtype="int64") for c in ("count", "sum_ns", "min_ns", "max_ns")} |
+                            {"bytes": pd.Series(dtype="Int64")})
+    g = frame.groupby(by, sort=False, observed=True)
+    dur = g["dur_ns"]
+    out = pd.DataFrame({"count": g.size(), "sum_ns": dur.sum(), "min_ns": dur.min(), "max_ns": dur.max(),
+                        "bytes": g["bytes"].sum(min_count=1)}).reset_index()
+    for c in by:
+        out[c] = out[c].astype(str)
+    out["bytes"] = pd.array(out["bytes"], dtype="Int64")
+    return out
+
+
+def event_stats_of(parts: Sequence[pd.DataFrame], by: Sequence[str] = ("layer", "cat", "name")) -> pd.DataFrame:
+    """:func:`trace_merge.analysis.event_stats_df` from the :func:`event_stat_parts` of the partitions."""
+    by = list(by)
+    cols = [*by, "count", "sum_us", "min_us", "max_us", "mean_us", "bytes"]
+    parts = [p for p in parts if len(p)]
+    if not parts:
+        return pd.DataFrame({c: pd.Series(dtype="float64") for c in cols})
+    allp = pd.concat(parts, ignore_index=True)
+    g = allp.groupby(by, sort=True)
+    out = pd.DataFrame({"count": g["count"].sum(), "sum_ns": g["sum_ns"].sum(), "min_ns": g["min_ns"].min(),
+                        "max_ns": g["max_ns"].max(), "bytes": g["bytes"].sum(min_count=1)}).reset_index()
+    res = out[by].copy()
+    res["count"] = out["count"].astype("int64")
+    res["sum_us"] = out["sum_ns"].astype(np.float64) / 1e3
+    res["min_us"] = out["min_ns"].astype(np.float64) / 1e3
+    res["max_us"] = out["max_ns"].astype(np.float64) / 1e3
+    res["mean_us"] = res["sum_us"] / res["count"]
+    res["bytes"] = pd.array(out["bytes"], dtype="Int64")
+    return res[cols]
+
+
+def _concat(tables: Sequence[pd.DataFrame], sort: Sequence[str] = ("rank",)) -> pd.DataFrame:
+    """Partitions' tables as one, in rank order (each partition's own order kept)."""
+    tables = [t for t in tables if t is not None]
+    full = [t for t in tables if len(t)]
+    if not full:
+        return tables[0].iloc[:0].reset_index(drop=True) if tables else pd.DataFrame()
+    out = pd.concat(full, ignore_index=True) if len(full) > 1 else full[0].reset_index(drop=True)
+    if len(full) > 1 and sort:
+        out = out.sort_values(list(sort), kind="stable").reset_index(drop=True)
+    return out
+
+
+def combine(parts: Sequence[RankParts], job: JobFacts, counters: Optional[pd.DataFrame] = None):
+    """The reduction: every rank's :class:`RankParts` into one :class:`~trace_merge.analysis.Summary`."""
+    from trace_merge import analysis
+
+    parts = list(parts)
+    bd = _concat([p.breakdown for p in parts])
+    exp = _concat([p.exposed_io for p in parts])
+    series = _concat([p.steps for p in parts])
+    per = _concat([p.input_bound for p in parts])
+    layered = _concat([p.layered for p in parts])
+    bw = bw_.finish_bandwidth([p.bandwidth for p in parts], counters, job.app_files)
+    per_epoch = _concat([p.epoch_bandwidth for p in parts], ("rank", "epoch"))
+    study = _concat([p.study_view for p in parts])
+    stats = event_stats_of([p.event_stats for p in parts])
+    data_files = frozenset().union(*(p.data_files for p in parts)) if parts else frozenset()
+    totals = bw_.totals_of(bw, job.wall_ns, data_files, counters, job.app_files)
+    epoch_totals = bw_.epoch_bandwidth_totals(per_epoch)
+    v = att_._verdict(per)
+    metrics = analysis._metrics(len(job.ranks), job.events, bd, exp, totals, v, epoch_totals, study)
+    steps = series.drop(columns=[c for c in ("_r", "_ws", "_we") if c in series.columns])
+    return analysis.Summary(metrics=metrics, verdict=v, layered=layered, breakdown=bd, exposed_io=exp,
+                            input_bound=per, steps=steps, bandwidth=bw, bandwidth_totals=totals,
+                            epoch_bandwidth=per_epoch, epoch_bandwidth_totals=epoch_totals, study_view=study,
+                            event_stats=stats, explanations=analysis.explain(metrics, v, layered))
+
+
+def by_rank(frame: pd.DataFrame) -> "list[tuple[int, pd.DataFrame]]":
+    """An in-memory frame's rows per rank (ascending), each in the frame's order."""
+    if not len(frame):
+        return []
+    ranks = frame["rank"].to_numpy()
+    uniq = np.unique(ranks)
+    if len(uniq) == 1:
+        return [(int(uniq[0]), frame)]
+    groups = pd.Series(np.arange(len(frame))).groupby(ranks, sort=True).indices
+    return [(int(r), frame.take(rows)) for r, rows in groups.items()]

@@ -1,0 +1,472 @@
+"""The partitioned merge: bounded memory, one task per source file and one per rank, on any engine.
+
+No step holds every row of a job at once. The work runs in waves of independent tasks (:mod:`trace_merge.engines`
+runs them: in this process, a local process pool, or a Dask cluster); what passes between waves is small.
+
+1. **App files** (TimeLogger), one task each: read, spill the rows by rank, return the metadata alignment needs
+   (rank, pid, host, clock offset, TF anchors) and the file's time window.
+2. The driver builds the **shared tables**: processes (host/pid → rank), clock offsets, anchors, the app layer's
+   median time, app files from another day (:func:`trace_merge.align.check_app_clocks`).
+3. **Other sources**, one task each (DFTracer traces block by block, :func:`trace_merge.readers.pfw.read_blocks`):
+   read, give rows their ranks (:func:`~trace_merge.align.assign_ranks`), subtract clock offsets, spill by rank,
+   return small facts: rows per rank and layer (:class:`~trace_merge.kernels.RankFacts`), hash tables, counters.
+4. **Ranks**, one task each: load the rank's spilled rows, resolve file hashes with the run's tables, place Darshan
+   DXT segments by content (:func:`trace_merge.dxt_clock.place_source`), order by time, propagate epoch/step, write
+   the rank's partition (Arrow IPC, sorted by start time), and run the summary kernels on it
+   (:func:`trace_merge.kernels.rank_parts`); return the small tables.
+5. The driver **reduces** them exactly (:func:`trace_merge.kernels.combine`, :func:`trace_merge.align.residual_of`).
+
+Peak memory is one task's: the largest source block or the largest rank partition, times the tasks run at once.
+:func:`trace_merge.merge.merge_path` is the in-memory merge of the same steps (a run that fits in memory, and the
+frame notebooks use); tests hold the two to the same numbers.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+import numpy as np
+import pandas as pd
+
+from trace_merge import align as A
+from trace_merge import kernels as K
+from trace_merge.dxt_clock import place_source
+from trace_merge.errors import TraceInputError
+from trace_merge.readers import detect, rank_from_name, read_any
+from trace_merge.schema import (COUNTER_DTYPES, FRAME_COLUMNS, FRAME_DTYPES, SourceData, concat_frames,
+                                empty_counters, empty_frame)
+
+log = logging.getLogger(__name__)
+
+#: columns a summary needs (the kernels, DXT placement, step propagation); ``merge`` keeps every column
+SUMMARY_COLUMNS = tuple(c for c in FRAME_COLUMNS if c not in ("args", "host"))
+
+
+# -- spilled pieces -----------------------------------------------------------------------------------------
+
+
+def _write_arrow(frame: pd.DataFrame, path: Path) -> None:
+    import pyarrow as pa
+
+    table = pa.Table.from_pandas(frame, preserve_index=False)
+    tmp = path.with_name(path.name + ".tmp")
+    with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
+        writer.write_table(table)
+    os.replace(tmp, path)
+
+
+def read_arrow(path: "str | os.PathLike[str]", columns: Optional[Sequence[str]] = None) -> pd.DataFrame:
+    """A spilled piece or a rank partition as a frame with the schema's dtypes (``columns``: only those)."""
+    import pyarrow as pa
+
+    with pa.memory_map(str(path), "r") as source:
+        table = pa.ipc.open_file(source).read_all()
+    if columns is not None:
+        table = table.select([c for c in columns if c in table.column_names])
+    frame = table.to_pandas()
+    return frame.astype({c: FRAME_DTYPES[c] for c in frame.columns if str(frame[c].dtype) != FRAME_DTYPES[c]})
+
+
+@dataclass
+class Piece:
+    """Rows of one rank from one source, spilled."""
+
+    path: str
+    source: str
+    kind: str
+    rank: int
+    rows: int
+    residual_flags: dict  # :func:`trace_merge.align.residual_flags` of the rows
+
+
+def _spill(frame: pd.DataFrame, source: str, kind: str, tag: str, spill: Path, columns: Sequence[str]
+           ) -> "tuple[list[Piece], list[K.RankFacts]]":
+    """Write ``frame``'s rows rank by rank under ``spill``; the pieces and each rank's facts."""
+    pieces, facts = [], []
+    for rank, rows in K.by_rank(frame):
+        rows = rows[list(columns)]
+        where = spill / f"rank-{rank}"
+        where.mkdir(parents=True, exist_ok=True)
+        path = where / f"{tag}.arrow"
+        _write_arrow(rows, path)
+        pieces.append(Piece(str(path), source, kind, rank, len(rows), A.residual_flags(rows)))
+        facts.append(K.rank_facts(rows, rank))
+    return pieces, facts
+
+
+# -- wave 1 and 3: sources ----------------------------------------------------------------------------------
+
+
+@dataclass
+class SourceTask:
+    index: int
+    path: str
+    kind: str
+    spill: str
+    columns: tuple
+    #: wave 3 only: the shared tables
+    procs: list = field(default_factory=list)
+    offsets: dict = field(default_factory=dict)
+    anchors: list = field(default_factory=list)
+    app_median: Optional[float] = None
+
+
+@dataclass
+class SourceResult:
+    path: str
+    kind: str
+    error: Optional[str] = None
+    meta: dict = field(default_factory=dict)
+    warnings: list = field(default_factory=list)
+    pieces: list = field(default_factory=list)
+    facts: list = field(default_factory=list)
+    counters: Optional[pd.DataFrame] = None
+    window: Optional[tuple] = None  # (first start, last end) before offsets
+    starts: Optional[np.ndarray] = None  # app files: every start (the app layer's median)
+    dropped: bool = False
+
+
+def ingest(task: SourceTask) -> SourceResult:
+    """Read one source, give its rows ranks and rank 0's clock, spill them by rank (waves 1 and 3)."""
+    out = SourceResult(task.path, task.kind)
+    spill = Path(task.spill)
+    try:
+        blocks = _blocks(task)
+        meta: dict = {}
+        pids: set = set()
+        medians: list = []
+        for b, src in enumerate(blocks):
+            out.warnings += src.warnings
+            meta = src.meta
+            pids |= set(src.meta.get("pids") or [])
+            if len(src.counters):
+                out.counters = src.counters if out.counters is None else pd.concat([out.counters, src.counters])
+            frame = src.frame
+            if not len(frame):
+                continue
+            if task.kind not in A.APP_KINDS:
+                frame = A.assign_ranks(frame, task.procs, task.path)
+            else:
+                out.starts = frame["start_ns"].to_numpy().copy()
+            start, end = int(frame["start_ns"].min()), int(frame["end_ns"].max())
+            out.window = (start, end) if out.window is None else (min(out.window[0], start), max(out.window[1], end))
+            medians.append((float(np.median(frame["start_ns"].to_numpy())), len(frame)))
+            frame = A.apply_offsets(frame, task.offsets)
+            pieces, facts = _spill(frame, task.path, task.kind, f"{task.index:06d}-{b:05d}", spill, task.columns)
+            out.pieces += pieces
+            out.facts += facts
+        if pids:
+            meta = dict(meta, pids=sorted(pids))
+        out.meta = meta
+    except TraceInputError as exc:
+        out.error = str(exc)
+        return out
+    except ImportError as exc:
+        out.error = f"{task.path}: {exc}"
+        return out
+    if task.kind not in A.APP_KINDS and task.app_median is not None and medians:
+        median = _weighted_median(medians)
+        if abs(median - task.app_median) > A.DIFFERENT_DAY_NS:
+            hours = (median - task.app_median) / 3.6e12
+            out.warnings.append(f"{task.path}: timestamps are {hours:+.1f} h from the app layer's (a different run "
+                                "or a wrong clock); left out of the merge")
+            out.dropped = True
+            for p in out.pieces:
+                Path(p.path).unlink(missing_ok=True)
+            out.pieces, out.facts, out.counters = [], [], None
+    return out
+
+
+def _weighted_median(medians: "list[tuple[float, int]]") -> float:
+    """The median of a source's starts from its blocks' medians (exact for one block; a source split into blocks
+    is judged by the block medians weighted by rows, which is what a 12-hour threshold needs)."""
+    if len(medians) == 1:
+        return medians[0][0]
+    values = np.array([m for m, _ in medians])
+    weights = np.array([n for _, n in medians], dtype=np.float64)
+    order = np.argsort(values)
+    cum = np.cumsum(weights[order])
+    return float(values[order][np.searchsorted(cum, cum[-1] / 2)])
+
+
+def _blocks(task: SourceTask):
+    """The source's :class:`SourceData`, block by block for DFTracer traces."""
+    if task.kind == "dftracer":
+        from trace_merge.readers import pfw
+
+        return pfw.read_blocks(task.path)
+    kw: dict[str, Any] = {}
+    if task.kind == "xplane":
+        kw = {"rank": rank_from_name(task.path), "anchors": task.anchors}
+    return [read_any(task.path, kind=task.kind, **kw)]
+
+
+# -- wave 4: ranks ------------------------------------------------------------------------------------------
+
+
+@dataclass
+class RankTask:
+    rank: int
+    pieces: list
+    out: str  # the partition file to write
+    names: dict  # DFTracer file hash -> path, of the whole run
+    darshan_alone: bool
+    residual_basis: A.ResidualBasis
+    job: Optional[K.JobFacts]
+    layers: Any = None
+    columns: tuple = FRAME_COLUMNS
+
+
+@dataclass
+class RankResult:
+    rank: int
+    rows: int
+    path: str
+    rows_per_layer: dict
+    start_ns: int
+    end_ns: int
+    residual: dict
+    dxt_clock: list
+    warnings: list
+    parts: Optional[K.RankParts]
+
+
+def merge_rank(task: RankTask) -> RankResult:
+    """One rank: its pieces merged, ordered and tagged, written as its partition, and summarised (wave 4)."""
+    from trace_merge.merge import resolve_names
+
+    pieces: list[tuple[Piece, pd.DataFrame]] = []
+    for piece in task.pieces:
+        frame = read_arrow(piece.path)
+        if piece.kind == "dftracer":
+            frame = resolve_names(frame, task.names)
+        pieces.append((piece, frame))
+    app = concat_frames([f for p, f in pieces if p.kind in A.APP_KINDS])
+    posix = concat_frames([f[(f["layer"] == "posix").to_numpy()] for p, f in pieces if p.kind == "dftracer"])
+    warnings: list[str] = []
+    clocks = []
+    frames = []
+    darshan: dict[str, list[pd.DataFrame]] = {}
+    for p, f in pieces:
+        (darshan.setdefault(p.source, []) if p.kind == "darshan" else frames).append(f)
+    for source, parts in darshan.items():
+        placed, found, notes = place_source(source, concat_frames(parts), app, posix)
+        frames.append(placed)
+        clocks += [c.as_dict() for c in found]
+        warnings += [] if task.darshan_alone else notes
+    del pieces, app, posix
+    frame = A.time_order(concat_frames(frames))
+    del frames
+    warnings += A.check_layer_overlap(frame)
+    residual = A.residual_parts(frame, task.residual_basis)
+    frame = A.propagate_steps(frame)
+    frame = frame[[c for c in FRAME_COLUMNS if c in task.columns]]
+    _write_arrow(frame, Path(task.out))
+    counts = frame["layer"].value_counts(sort=False)
+    parts = K.rank_parts(frame, task.job, task.layers) if task.job is not None else None
+    return RankResult(task.rank, len(frame), task.out, {str(k): int(v) for k, v in counts.items() if v},
+                      int(frame["start_ns"].min()) if len(frame) else 0,
+                      int(frame["end_ns"].max()) if len(frame) else 0, residual, clocks, warnings, parts)
+
+
+def summarise_partition(path: str, job: K.JobFacts, layers: Any = None) -> K.RankParts:
+    """The summary kernels on one stored rank partition, reading only the columns they need (a re-summary)."""
+    return K.rank_parts(read_arrow(path, K.KERNEL_COLUMNS), job, layers)
+
+
+# -- the driver ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class PartitionedMerge:
+    """What :func:`merge_partitioned` returns (the fields of :class:`trace_merge.merge.MergeResult` but the
+    frame, plus the partitions and the summary)."""
+
+    partitions: dict  # rank -> partition file
+    rows: dict  # rank -> rows
+    counters: pd.DataFrame
+    summary: Any
+    job: K.JobFacts
+    warnings: list
+    residual: dict
+    manifest: Optional[dict]
+    sources: list
+    clock_offsets_ns: dict
+    dxt_clock: list
+    inputs: dict
+    dropped: dict
+    spill: Path
+
+    def frame(self, columns: Optional[Sequence[str]] = None, ranks: Optional[Sequence[int]] = None) -> pd.DataFrame:
+        """The merged rows (only ``columns`` / ``ranks`` when given), loaded now."""
+        use = [r for r in sorted(self.partitions) if ranks is None or r in set(ranks)]
+        frames = [read_arrow(self.partitions[r], columns) for r in use]
+        if not frames:
+            return empty_frame() if columns is None else empty_frame()[list(columns)]
+        return A.time_order(concat_frames(frames)) if columns is None else pd.concat(frames, ignore_index=True)
+
+    def rows_per_layer(self) -> dict[str, int]:
+        return dict(self.job.rows_per_layer)
+
+    def cleanup(self) -> None:
+        shutil.rmtree(self.spill, ignore_errors=True)
+
+
+def merge_partitioned(path: "str | os.PathLike[str]", engine: Any = None, spill_dir: "str | os.PathLike[str] | None" = None,
+                      layers: Any = None, summary_only: bool = True) -> PartitionedMerge:
+    """Merge and summarise the traces under ``path`` partition by partition (see the module docstring).
+
+    Parameters
+    ----------
+    path
+        A run directory, a directory of loose trace files, or one file (as :func:`trace_merge.merge.merge_path`).
+    engine
+        :class:`trace_merge.engines.Engine` (default: :func:`trace_merge.engines.local` sized to the input).
+    spill_dir
+        Where the pieces and rank partitions are written (a fresh directory below it; default: the system's
+        temporary directory). Dask workers must see it (a shared file system).
+    layers
+        As :func:`trace_merge.analysis.summarise`.
+    summary_only
+        Keep only the columns a summary needs (``args`` and ``host`` are left out of the partitions).
+    """
+    from trace_merge import engines, merge
+
+    path = Path(path)
+    files, manifest, warnings, inputs = merge._discover(path)
+    if not files:
+        why = f" ({'; '.join(warnings)})" if warnings else ""
+        raise TraceInputError(path, f"no trace files found (looked for {merge._LOOKED_FOR}){why}")
+    if engine is None:
+        engine = engines.local(sum(_size(p) for p, _ in files))
+    spill = Path(tempfile.mkdtemp(prefix="trace-merge-", dir=spill_dir))
+    columns = SUMMARY_COLUMNS if summary_only else FRAME_COLUMNS
+    try:
+        return _run(path, files, manifest, warnings, inputs, engine, spill, columns, layers)
+    except BaseException:
+        shutil.rmtree(spill, ignore_errors=True)
+        raise
+
+
+def _size(p: Path) -> int:
+    try:
+        return p.stat().st_size
+    except OSError:
+        return 0
+
+
+def _run(path: Path, files: list, manifest: Optional[dict], warnings: list, inputs: dict, engine: Any,
+         spill: Path, columns: tuple, layers: Any) -> PartitionedMerge:
+    from trace_merge import merge
+
+    kinds = []
+    for p, kind in files:
+        try:
+            kinds.append((p, kind or detect(p)))
+        except TraceInputError as exc:
+            warnings.append(str(exc))
+    app_tasks = [SourceTask(i, str(p), k, str(spill), columns) for i, (p, k) in enumerate(kinds) if k in A.APP_KINDS]
+    app_results = engine.map(ingest, app_tasks)
+    results = list(app_results)
+    app_sources = [SourceData(r.path, r.kind, empty_frame(), meta=r.meta) for r in app_results if r.error is None]
+    windows = {r.path: (r.window[0], r.window[1], A.meta_value(r.meta, "rank")) for r in app_results
+               if r.error is None and r.window is not None}
+    launch = (manifest or {}).get("created_wall_ns")
+    launch = launch if isinstance(launch, int) and not isinstance(launch, bool) else None
+    clock_warnings, dropped = A.check_app_clocks(app_sources, launch, windows)
+    kept_app = [s for s in app_sources if s.path not in dropped]
+    procs = A.processes(kept_app)
+    offsets = A.rank_offsets(procs)
+    starts = [r.starts for r in app_results if r.error is None and r.path not in dropped and r.starts is not None]
+    app_median = float(np.median(np.concatenate(starts))) if starts else None
+    anchors = merge._anchors(kept_app)
+    all_anchors = [a for lst in anchors.values() for a in lst]
+    for r in app_results:  # app rows were spilled before the offsets were known: shift them now, per piece
+        if r.path in dropped:
+            for p in r.pieces:
+                Path(p.path).unlink(missing_ok=True)
+            r.pieces, r.facts = [], []
+    _shift_app_pieces([p for r in app_results if r.path not in dropped for p in r.pieces], offsets)
+    other = []
+    for i, (p, k) in enumerate(kinds):
+        if k in A.APP_KINDS:
+            continue
+        rank = rank_from_name(str(p)) if k == "xplane" else None
+        other.append(SourceTask(i, str(p), k, str(spill), columns, procs, offsets,
+                                anchors.get(rank, []) if rank is not None else all_anchors, app_median))
+    results += engine.map(ingest, other)
+    for r in results:
+        if r.error is not None:
+            warnings.append(r.error)
+        warnings.extend(r.warnings)
+        if r.dropped:
+            dropped.append(r.path)
+    usable = [r for r in results if r.error is None and r.path not in dropped and
+              (r.pieces or (r.counters is not None and len(r.counters)))]
+    if not usable:
+        why = "; ".join(warnings) if warnings else "all empty"
+        raise TraceInputError(path, f"no usable trace data ({why})")
+    if merge.is_run_dir(path):
+        warnings.extend(merge._missing_ranks(path, manifest, app_sources))
+    warnings.extend(clock_warnings)
+    names: dict[str, str] = {}
+    for r in results:
+        if r.kind == "dftracer":
+            names.update(r.meta.get("files") or {})
+    kept = [r for r in results if r.error is None and r.path not in dropped]
+    pieces_of: dict[int, list[Piece]] = {}
+    for r in kept:
+        for p in r.pieces:
+            pieces_of.setdefault(p.rank, []).append(p)
+    facts = [_resolved(f, names) for r in kept for f in r.facts]
+    job = K.JobFacts.of(facts)
+    darshan_alone = all(r.kind == "darshan" for r in kept if r.pieces)
+    basis = A.ResidualBasis.of([_residual_flags(r) for r in kept])
+    rank_tasks = [RankTask(rank, pieces_of[rank], str(spill / f"partition-rank-{rank}.arrow"), names, darshan_alone,
+                           basis, job, layers, columns) for rank in sorted(pieces_of)]
+    done = engine.map(merge_rank, rank_tasks, sizes=[sum(p.rows for p in t.pieces) for t in rank_tasks])
+    for t in rank_tasks:  # the pieces are in the partitions now
+        for p in t.pieces:
+            Path(p.path).unlink(missing_ok=True)
+    job.start_ns = min((d.start_ns for d in done if d.rows), default=0)  # DXT placement moved rows: exact span
+    job.end_ns = max((d.end_ns for d in done if d.rows), default=0)
+    for d in done:
+        warnings.extend(d.warnings)
+    counters = [r.counters for r in kept if r.counters is not None and len(r.counters)]
+    counters_df = (pd.concat(counters, ignore_index=True) if counters else empty_counters()).astype(COUNTER_DTYPES)
+    summary = K.combine([d.parts for d in done] or [K.rank_parts(empty_frame(), job, layers)], job, counters_df)
+    for w in warnings:
+        log.warning("%s", w)
+    return PartitionedMerge(
+        partitions={d.rank: d.path for d in done}, rows={d.rank: d.rows for d in done}, counters=counters_df,
+        summary=summary, job=job, warnings=warnings, residual=A.residual_of([d.residual for d in done], basis),
+        manifest=manifest, sources=[r.path for r in kept], clock_offsets_ns=offsets,
+        dxt_clock=[c for d in done for c in d.dxt_clock], inputs=inputs,
+        dropped={r.path: int(A.meta_value(r.meta, "dropped")) for r in kept
+                 if r.kind in A.APP_KINDS and A.meta_value(r.meta, "dropped")},
+        spill=spill)
+
+
+def _shift_app_pieces(pieces: Sequence[Piece], offsets: dict) -> None:
+    """Subtract the clock offsets from app rows spilled before they were known."""
+    if not any(offsets.values()):
+        return
+    for p in pieces:
+        if offsets.get(p.rank):
+            _write_arrow(A.apply_offsets(read_arrow(p.path), offsets), Path(p.path))
+
+
+def _resolved(facts: K.RankFacts, names: dict) -> K.RankFacts:
+    """Facts whose app file names may still be DFTracer hashes, resolved with the run's tables."""
+    if names and facts.app_files:
+        facts.app_files = frozenset(names.get(n, n) for n in facts.app_files)
+    return facts
+
+
+def _residual_flags(r: SourceResult) -> dict:
+    return {k: sum(int(p.residual_flags.get(k, 0)) for p in r.pieces) for k in A._FLAGS}
