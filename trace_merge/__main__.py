@@ -3,4 +3,5 @@ import sys
 
 from trace_merge.cli import main
 
-sys.exit(main())
+if __name__ == "__main__":  # not when a worker process of the local engine imports this as its main module
+    sys.exit(main())

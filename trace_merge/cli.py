@@ -41,10 +41,48 @@ def _num(x: Optional[float]) -> str:
     return "unknown" if x is None or x != x else f"{x:.4g}"
 
 
-def _open_run(path: "str | Path"):
+def _open_run(path: "str | Path", args: Optional[argparse.Namespace] = None):
     from trace_merge.run import Run
 
-    return Run.open(path)
+    kw = {}
+    if args is not None and getattr(args, "scheduler", None) is not None:
+        kw = {"scheduler": args.scheduler, "workers": args.workers, "memory_bytes": args.memory_limit}
+    elif args is not None and (getattr(args, "workers", None) or getattr(args, "memory_limit", None)):
+        kw = {"workers": args.workers, "memory_bytes": args.memory_limit}
+    return Run.open(path, **kw)
+
+
+def _add_engine_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--scheduler", metavar="ADDRESS", default=None,
+                        help="run the merge's tasks on this Dask distributed scheduler (tcp://host:8786); workers "
+                             "must see the traces (docs/partitioned.md). Default: this machine")
+    parser.add_argument("--workers", metavar="N", type=_positive_int, default=None,
+                        help="local worker processes for large inputs (default: one per core)")
+    parser.add_argument("--memory-limit", metavar="SIZE", type=_size_arg, default=None,
+                        help="memory the local workers' tasks may hold together, e.g. 1G, 512M (default: 1G)")
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive integer")
+    return value
+
+
+def _size_arg(text: str) -> int:
+    units = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+    t = text.strip().upper().removesuffix("IB").removesuffix("B")
+    unit = t[-1:] if t[-1:] in units and t[-1:] else ""
+    try:
+        value = float(t[: len(t) - len(unit)]) * units[unit]
+    except ValueError:
+        value = 0
+    if value < 1 << 20:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a memory size of at least 1M (e.g. 512M, 2G)")
+    return int(value)
 
 
 def _input(path: str) -> Path:
@@ -92,6 +130,7 @@ def summary_setup_parser(parser: argparse.ArgumentParser) -> None:
                         help="run directory, directory of DFTracer .pfw[.gz] files, or one trace file (.darshan)")
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
     _add_layers_option(parser)
+    _add_engine_options(parser)
 
 
 def _add_layers_option(parser: argparse.ArgumentParser) -> None:
@@ -132,7 +171,7 @@ def _summary_text(run, parts) -> str:
     from trace_merge.analysis import COMPONENT_LABELS, PRIORITY, epochs_as_text
 
     m, v = parts.metrics, parts.verdict
-    layers = ", ".join(f"{k} {n:,}" for k, n in run.frame["layer"].value_counts().items() if n)
+    layers = ", ".join(f"{k} {n:,}" for k, n in run.rows_per_layer().items() if n)
     lines = [f"{run.path}: {m['events']:,} events, {m['ranks']} rank(s), layers: {layers or 'none'}; "
              f"{len(run.counters):,} counter rows; job wall time {m['job_wall_s']:.4g} s"]
     if run.dropped:
@@ -186,7 +225,7 @@ def _summary_text(run, parts) -> str:
 
 
 def summary_main(args: argparse.Namespace) -> int:
-    run = _open_run(args.path)
+    run = _open_run(args.path, args)
     parts = run.analyse(args.layers)
     if args.json:
         _out(json.dumps(run.summary(parts), indent=1))

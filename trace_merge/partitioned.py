@@ -274,9 +274,24 @@ def merge_rank(task: RankTask) -> RankResult:
                       int(frame["end_ns"].max()) if len(frame) else 0, residual, clocks, warnings, parts)
 
 
-def summarise_partition(path: str, job: K.JobFacts, layers: Any = None) -> K.RankParts:
-    """The summary kernels on one stored rank partition, reading only the columns they need (a re-summary)."""
+def summarise_partition(item: "tuple[str, K.JobFacts, Any]") -> K.RankParts:
+    """The summary kernels on one stored rank partition ``(path, job, layers)``, reading only the columns they
+    need (a summary with other layers than the merge's)."""
+    path, job, layers = item
     return K.rank_parts(read_arrow(path, K.KERNEL_COLUMNS), job, layers)
+
+
+def summarise_again(pm: "PartitionedMerge", layers: Any = None, engine: Any = None):
+    """:func:`trace_merge.analysis.summarise` of a partitioned merge with other ``layers``, partition by partition."""
+    from trace_merge import engines
+
+    engine = engine or engines.local(sum(pm.rows.values()) * 100)
+    try:
+        parts = engine.map(summarise_partition, [(pm.partitions[r], pm.job, layers) for r in sorted(pm.partitions)],
+                           sizes=[pm.rows[r] for r in sorted(pm.partitions)])
+    finally:
+        engine.close()
+    return K.combine(parts or [K.rank_parts(empty_frame(), pm.job, layers)], pm.job, pm.counters)
 
 
 # -- the driver ---------------------------------------------------------------------------------------------
@@ -308,7 +323,13 @@ class PartitionedMerge:
         frames = [read_arrow(self.partitions[r], columns) for r in use]
         if not frames:
             return empty_frame() if columns is None else empty_frame()[list(columns)]
-        return A.time_order(concat_frames(frames)) if columns is None else pd.concat(frames, ignore_index=True)
+        if columns is not None:
+            return pd.concat(frames, ignore_index=True)
+        frame = A.time_order(concat_frames(frames))
+        for c in FRAME_COLUMNS:  # a summary's partitions leave out args and host
+            if c not in frame.columns:
+                frame[c] = pd.Series([None] * len(frame), dtype=FRAME_DTYPES[c])
+        return frame[list(FRAME_COLUMNS)]
 
     def rows_per_layer(self) -> dict[str, int]:
         return dict(self.job.rows_per_layer)
@@ -371,7 +392,9 @@ def _run(path: Path, files: list, manifest: Optional[dict], warnings: list, inpu
         except TraceInputError as exc:
             warnings.append(str(exc))
     app_tasks = [SourceTask(i, str(p), k, str(spill), columns) for i, (p, k) in enumerate(kinds) if k in A.APP_KINDS]
+    clock = _Clock(engine)
     app_results = engine.map(ingest, app_tasks)
+    clock("app files", len(app_tasks))
     results = list(app_results)
     app_sources = [SourceData(r.path, r.kind, empty_frame(), meta=r.meta) for r in app_results if r.error is None]
     windows = {r.path: (r.window[0], r.window[1], A.meta_value(r.meta, "rank")) for r in app_results
@@ -400,6 +423,7 @@ def _run(path: Path, files: list, manifest: Optional[dict], warnings: list, inpu
         other.append(SourceTask(i, str(p), k, str(spill), columns, procs, offsets,
                                 anchors.get(rank, []) if rank is not None else all_anchors, app_median))
     results += engine.map(ingest, other)
+    clock("other sources", len(other))
     for r in results:
         if r.error is not None:
             warnings.append(r.error)
@@ -430,6 +454,7 @@ def _run(path: Path, files: list, manifest: Optional[dict], warnings: list, inpu
     rank_tasks = [RankTask(rank, pieces_of[rank], str(spill / f"partition-rank-{rank}.arrow"), names, darshan_alone,
                            basis, job, layers, columns) for rank in sorted(pieces_of)]
     done = engine.map(merge_rank, rank_tasks, sizes=[sum(p.rows for p in t.pieces) for t in rank_tasks])
+    clock("ranks", len(rank_tasks))
     for t in rank_tasks:  # the pieces are in the partitions now
         for p in t.pieces:
             Path(p.path).unlink(missing_ok=True)
@@ -450,6 +475,22 @@ def _run(path: Path, files: list, manifest: Optional[dict], warnings: list, inpu
         dropped={r.path: int(A.meta_value(r.meta, "dropped")) for r in kept
                  if r.kind in A.APP_KINDS and A.meta_value(r.meta, "dropped")},
         spill=spill)
+
+
+class _Clock:
+    """Logs how long each wave took (``--debug``)."""
+
+    def __init__(self, engine: Any) -> None:
+        import time
+
+        self._now = time.perf_counter
+        self._last = self._now()
+        self._engine = getattr(engine, "name", type(engine).__name__)
+
+    def __call__(self, wave: str, tasks: int) -> None:
+        now = self._now()
+        log.debug("partitioned merge (%s engine): %s, %d tasks, %.3f s", self._engine, wave, tasks, now - self._last)
+        self._last = now
 
 
 def _shift_app_pieces(pieces: Sequence[Piece], offsets: dict) -> None:

@@ -11,6 +11,7 @@ import json
 import logging
 import math
 import os
+import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional, Sequence
@@ -118,9 +119,33 @@ class Run:
     dropped: dict[str, int] = field(default_factory=dict)
     dxt_clock: list[dict[str, Any]] = field(default_factory=list)
 
+    def __post_init__(self) -> None:
+        self._partitioned = None
+        self._summaries: dict = {}
+        if self.frame is _LAZY:
+            del self.frame  # loaded on first use (__getattr__)
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "frame" and self.__dict__.get("_partitioned") is not None:
+            self.frame = self._partitioned.frame()
+            return self.frame
+        raise AttributeError(name)
+
     @classmethod
-    def open(cls, path: "str | os.PathLike[str]") -> "Run":
+    def open(cls, path: "str | os.PathLike[str]", scheduler: Any = None, workers: Optional[int] = None,
+             memory_bytes: Optional[int] = None) -> "Run":
         """Open a run directory, a bare trace directory or a single trace file.
+
+        Sources larger than :data:`PARTITION_ABOVE_BYTES` (or any, with ``scheduler``) are merged partition by
+        partition (:mod:`trace_merge.partitioned`): memory follows the largest rank, the summary is computed by
+        the merge, and :attr:`frame` is loaded only when asked for.
+
+        Parameters
+        ----------
+        scheduler
+            A Dask distributed scheduler address (or ``Client``/``LocalCluster``) to run the merge's tasks on.
+        workers, memory_bytes
+            The local pool's processes and memory budget (:class:`trace_merge.engines.LocalPool`).
 
         Raises
         ------
@@ -143,10 +168,38 @@ class Run:
                        sources=list(info.get("sources", [])), cached=True,
                        dropped=_dropped(info.get("dropped_intervals")),
                        dxt_clock=list(info.get("dxt_clock") or []))
+        if scheduler is not None or _source_bytes(p) >= PARTITION_ABOVE_BYTES:
+            return cls._open_partitioned(p, notes, scheduler, workers, memory_bytes)
         res = merge.merge_path(p)
         return cls(path=p, frame=res.frame, counters=res.counters, warnings=notes + list(res.warnings),
                    residual=dict(res.residual or {}), manifest=res.manifest, sources=list(res.sources),
                    dropped=dict(res.dropped), dxt_clock=list(res.dxt_clock))
+
+    @classmethod
+    def _open_partitioned(cls, p: Path, notes: list[str], scheduler: Any, workers: Optional[int],
+                          memory_bytes: Optional[int]) -> "Run":
+        from trace_merge import engines, partitioned
+
+        engine = engines.engine_for(scheduler, _source_bytes(p), workers, memory_bytes)
+        try:
+            pm = partitioned.merge_partitioned(p, engine=engine)
+        finally:
+            engine.close()
+        run = cls(path=p, frame=_LAZY, counters=pm.counters, warnings=notes + list(pm.warnings),
+                  residual=dict(pm.residual or {}), manifest=pm.manifest, sources=list(pm.sources),
+                  dropped=dict(pm.dropped), dxt_clock=list(pm.dxt_clock))
+        run._partitioned = pm
+        run._summaries[_key(None)] = pm.summary
+        weakref.finalize(run, pm.cleanup)  # the partitions live as long as the run
+        return run
+
+    def rows_per_layer(self) -> dict[str, int]:
+        """Rows per layer, most first (from the merge's facts when the frame is not loaded)."""
+        if self._partitioned is not None and "frame" not in self.__dict__:
+            counts = pd.Series(self._partitioned.job.rows_per_layer, dtype="int64").sort_values(ascending=False)
+        else:
+            counts = self.frame["layer"].value_counts()
+        return {str(k): int(v) for k, v in counts.items() if v}
 
     @property
     def label(self) -> str:
@@ -206,7 +259,14 @@ class Run:
         layers
             Layers the breakdown, exposed I/O and verdict are made from (default: ``app`` when present).
         """
-        return analysis.summarise(self.frame, self.counters, layers)
+        if _key(layers) not in self._summaries:
+            if self._partitioned is not None:
+                from trace_merge import partitioned
+
+                self._summaries[_key(layers)] = partitioned.summarise_again(self._partitioned, layers)
+            else:
+                return analysis.summarise(self.frame, self.counters, layers)
+        return self._summaries[_key(layers)]
 
     def summary(self, parts: "Optional[analysis.Summary]" = None) -> dict:
         """Everything about the run as plain JSON-able data.
@@ -228,12 +288,17 @@ class Run:
             ``dxt_clock``.
         """
         a = parts if parts is not None else self.analyse()
-        layers = self.frame["layer"].value_counts()
+        if self._partitioned is not None:
+            events, ranks = self._partitioned.job.events, list(self._partitioned.job.ranks)
+        else:
+            events = len(self.frame)
+            ranks = sorted(int(r) for r in self.frame["rank"].unique()) if len(self.frame) else []
+        per_layer = self.rows_per_layer()
         return {
             "path": str(self.path),
-            "events": int(len(self.frame)),
-            "ranks": sorted(int(r) for r in self.frame["rank"].unique()) if len(self.frame) else [],
-            "rows_per_layer": {str(k): int(v) for k, v in layers.items() if v},
+            "events": int(events),
+            "ranks": ranks,
+            "rows_per_layer": per_layer,
             "counter_rows": int(len(self.counters)),
             "sources": len(self.sources),
             "metrics": _plain(a.metrics),
@@ -253,6 +318,32 @@ class Run:
             "dropped_app_intervals": sum(self.dropped.values()),
             "dxt_clock": _plain(self.dxt_clock),
         }
+
+
+#: sources at least this large (bytes on disk) are merged partition by partition (:meth:`Run.open`)
+PARTITION_ABOVE_BYTES = 64 << 20
+_LAZY = object()
+
+
+def _key(layers: Any) -> Any:
+    return tuple(layers) if isinstance(layers, list) else layers
+
+
+def _source_bytes(p: Path) -> int:
+    """Bytes on disk of the trace files :func:`trace_merge.merge.discover` finds under ``p`` (0 if none)."""
+    from trace_merge import merge
+
+    try:
+        files, _, _ = merge._listing(p)
+    except TraceInputError:
+        return 0
+    total = 0
+    for f, _ in files:
+        try:
+            total += f.stat().st_size
+        except OSError:
+            pass
+    return total
 
 
 def _dropped(value: Any) -> dict[str, int]:
