@@ -100,6 +100,7 @@ def _input(path: str) -> Path:
 def merge_setup_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run_dir", metavar="RUN_DIR", help="run directory (manifest.json, app/, posix/, ...)")
     parser.add_argument("--force", action="store_true", help="overwrite merged.parquet etc. if present")
+    _add_engine_options(parser)
 
 
 def merge_main(args: argparse.Namespace) -> int:
@@ -111,15 +112,35 @@ def merge_main(args: argparse.Namespace) -> int:
     # the lock before the existence check: of two merges started together the second is refused here
     with merge.lock(run_dir):
         merge.refuse_stored(run_dir, force=args.force)  # before the (slow) merge
-        res = merge.merge_path(run_dir)
-        # checked above under the same lock, so nothing can have appeared since
-        written = merge.write_merged(res, run_dir, force=True)
+        res = _merge(run_dir, args)
+        try:
+            # checked above under the same lock, so nothing can have appeared since
+            written = merge.write_merged(res, run_dir, force=True)
+        finally:
+            if not isinstance(res, merge.MergeResult):
+                res.cleanup()
     layers = ", ".join(f"{k}: {v:,}" for k, v in res.rows_per_layer().items())
-    _out(f"{run_dir}: merged {len(res.frame):,} rows ({layers or 'no intervals'}), "
+    rows = len(res.frame) if isinstance(res, merge.MergeResult) else sum(res.rows.values())
+    _out(f"{run_dir}: merged {rows:,} rows ({layers or 'no intervals'}), "
          f"{len(res.counters):,} counter rows from {len(res.sources)} files, {len(res.warnings)} warnings")
     for path in written.values():
         _out(f"  wrote {path}")
     return 0
+
+
+def _merge(run_dir: Path, args: argparse.Namespace):
+    """The in-memory merge of a small run, the partitioned one (every column kept) of a large run or on Dask."""
+    from trace_merge import engines, merge, partitioned
+    from trace_merge.run import PARTITION_ABOVE_BYTES, _source_bytes
+
+    size = _source_bytes(run_dir)
+    if args.scheduler is None and size < PARTITION_ABOVE_BYTES:
+        return merge.merge_path(run_dir)
+    engine = engines.engine_for(args.scheduler, size, args.workers, args.memory_limit)
+    try:
+        return partitioned.merge_partitioned(run_dir, engine=engine, summary_only=False)
+    finally:
+        engine.close()
 
 
 # -- summary -------------------------------------------------------------------------------------------

@@ -12,11 +12,16 @@ Every engine returns results in task order, so the reduction, and so every numbe
 """
 from __future__ import annotations
 
+import contextlib
+import importlib.util
 import logging
 import multiprocessing
 import os
+import sys
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from typing import Any, Callable, Optional, Sequence
+
+from trace_merge.errors import TraceInputError
 
 log = logging.getLogger(__name__)
 
@@ -24,6 +29,8 @@ log = logging.getLogger(__name__)
 INLINE_BELOW_BYTES = 32 << 20
 #: memory a rank task holds per row of its partition at its peak (measured: benchmarks/perf/merge_scale.py)
 BYTES_PER_ROW = 330
+#: seconds to wait for a Dask scheduler to answer
+CONNECT_TIMEOUT_S = 20
 #: memory budget of the local pool's tasks together, unless set (``--memory-limit``)
 DEFAULT_MEMORY_BYTES = 1 << 30
 
@@ -73,6 +80,10 @@ class LocalPool:
             return []
         if len(items) == 1 and not sizes:
             return [fn(items[0])]
+        with _workers_skip_main():
+            return self._map(fn, items, sizes)
+
+    def _map(self, fn: Callable, items: list, sizes: Optional[Sequence[int]]) -> list:
         pool = self._executor()
         need = [int(n) * BYTES_PER_ROW for n in sizes] if sizes is not None else [0] * len(items)
         order = sorted(range(len(items)), key=lambda i: -need[i])  # largest first: the tail is short
@@ -95,6 +106,31 @@ class LocalPool:
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
+
+
+@contextlib.contextmanager
+def _workers_skip_main():
+    """While workers start: make them import this module as their ``__main__`` instead of the caller's.
+
+    A worker process re-imports the parent's main module (multiprocessing's rule outside ``fork``): a user's
+    script without an ``if __name__ == "__main__"`` guard would run again in every worker, and a notebook or
+    ``python -`` has no file to import at all. The tasks live in importable modules, so the caller's main is not
+    needed.
+    """
+    main = sys.modules.get("__main__")
+    if main is None:
+        yield
+        return
+    had = "__spec__" in main.__dict__
+    saved = main.__dict__.get("__spec__")
+    main.__spec__ = importlib.util.find_spec(__name__)
+    try:
+        yield
+    finally:
+        if had:
+            main.__spec__ = saved
+        else:
+            del main.__spec__
 
 
 def _one_thread_each() -> None:
@@ -122,12 +158,16 @@ class DaskEngine:
         except ImportError:
             raise ImportError("the Dask engine needs dask.distributed: pip install 'dlio-layers[dask]'") from None
         self._own = not isinstance(scheduler, Client)
-        if isinstance(scheduler, Client):
-            self.client = scheduler
-        elif hasattr(scheduler, "scheduler_address"):
-            self.client = Client(scheduler)
-        else:
-            self.client = Client(str(scheduler), timeout="30s")
+        try:
+            if isinstance(scheduler, Client):
+                self.client = scheduler
+            elif hasattr(scheduler, "scheduler_address"):
+                self.client = Client(scheduler)
+            else:
+                self.client = Client(str(scheduler), timeout=CONNECT_TIMEOUT_S)
+        except (OSError, TimeoutError, ValueError) as exc:
+            raise TraceInputError(str(scheduler), f"cannot reach the Dask scheduler ({type(exc).__name__}: "
+                                                  f"{str(exc).splitlines()[0] if str(exc) else 'no answer'})") from None
         self.workers = max(1, len(self.client.scheduler_info().get("workers", {})))
 
     def map(self, fn: Callable, items: Sequence[Any], sizes: Optional[Sequence[int]] = None) -> list:

@@ -18,7 +18,7 @@ from fnmatch import fnmatchcase
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
 import pandas as pd
 
@@ -30,6 +30,9 @@ from .align import APP_KINDS, align, meta_value
 from .errors import OutputExistsError, TraceInputError
 from .identity import Identity, by_name, differences, duplicates, identity_of
 from .outputs import atomic_outputs, exclusive
+
+if TYPE_CHECKING:
+    from .partitioned import PartitionedMerge
 from .readers import detect, rank_from_name, read_any
 from .schema import (
     COUNTER_DTYPES,
@@ -557,13 +560,15 @@ def refuse_stored(run_dir: Path, force: bool = False) -> None:
         raise OutputExistsError(run_dir / MERGED)
 
 
-def write_merged(res: MergeResult, run_dir: "str | os.PathLike[str]", force: bool = False) -> dict[str, Path]:
+def write_merged(res: "MergeResult | PartitionedMerge", run_dir: "str | os.PathLike[str]", force: bool = False) -> dict[str, Path]:
     """Write ``merged.parquet``, ``counters.parquet`` and ``merge_info.json`` into ``run_dir``: all or none.
 
     Under the run's :func:`lock`, all three are written to temporary names and only then renamed into place,
     ``merge_info.json`` last; it records the identity of the two parquet files beside it
     (:func:`stored_outputs` tells a mixed set) and of the sources (``inputs``, see :mod:`trace_merge.run`).
-    Category, nullable-integer and string dtypes survive the round trip (:func:`read_merged`).
+    Category, nullable-integer and string dtypes survive the round trip (:func:`read_merged`). A partitioned merge
+    (:class:`trace_merge.partitioned.PartitionedMerge`) is written rank by rank, each rank in row groups of its own,
+    listed in ``merge_info.json`` as ``partitions``.
 
     Raises
     ------
@@ -581,7 +586,13 @@ def write_merged(res: MergeResult, run_dir: "str | os.PathLike[str]", force: boo
     with lock(run_dir):
         refuse_stored(run_dir, force)
         with atomic_outputs(targets, force=True) as (merged_tmp, counters_tmp, info_tmp):
-            _to_parquet(res.frame, merged_tmp)
+            partitions = None
+            if isinstance(res, MergeResult):
+                _to_parquet(res.frame, merged_tmp)
+            else:  # a partitioned merge: rank by rank, one in memory at a time
+                from trace_merge.partitioned import write_parquet
+
+                partitions = write_parquet(res, merged_tmp)
             _to_parquet(res.counters, counters_tmp)
             info = {
                 "trace_merge_version": __version__,
@@ -594,9 +605,11 @@ def write_merged(res: MergeResult, run_dir: "str | os.PathLike[str]", force: boo
                 "dxt_clock": res.dxt_clock,
                 "dropped_intervals": res.dropped,
                 "rows_per_layer": res.rows_per_layer(),
-                "rows": int(len(res.frame)),
+                "rows": int(len(res.frame)) if partitions is None else int(sum(res.rows.values())),
                 "counter_rows": int(len(res.counters)),
             }
+            if partitions is not None:
+                info["partitions"] = partitions  # rank -> row groups: a re-summary reads rank by rank
             info_tmp.write_text(json.dumps(info, indent=2, default=str) + "\n")
     return dict(zip(("merged", "counters", "info"), targets))
 

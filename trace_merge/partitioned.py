@@ -265,7 +265,7 @@ def merge_rank(task: RankTask) -> RankResult:
     warnings += A.check_layer_overlap(frame)
     residual = A.residual_parts(frame, task.residual_basis)
     frame = A.propagate_steps(frame)
-    frame = frame[[c for c in FRAME_COLUMNS if c in task.columns]]
+    frame = frame[[c for c in FRAME_COLUMNS if c in task.columns]].reset_index(drop=True)
     _write_arrow(frame, Path(task.out))
     counts = frame["layer"].value_counts(sort=False)
     parts = K.rank_parts(frame, task.job, task.layers) if task.job is not None else None
@@ -274,11 +274,30 @@ def merge_rank(task: RankTask) -> RankResult:
                       int(frame["end_ns"].max()) if len(frame) else 0, residual, clocks, warnings, parts)
 
 
-def summarise_partition(item: "tuple[str, K.JobFacts, Any]") -> K.RankParts:
-    """The summary kernels on one stored rank partition ``(path, job, layers)``, reading only the columns they
-    need (a summary with other layers than the merge's)."""
-    path, job, layers = item
-    return K.rank_parts(read_arrow(path, K.KERNEL_COLUMNS), job, layers)
+def read_partition(where: "str | tuple", columns: Optional[Sequence[str]] = None) -> pd.DataFrame:
+    """One rank's partition: an Arrow file of this merge, or ``(merged.parquet, [row groups])`` of a stored merge;
+    only ``columns`` when given."""
+    if isinstance(where, str):
+        return read_arrow(where, columns)
+    import pyarrow.parquet as pq
+
+    path, groups = where
+    table = pq.ParquetFile(path).read_row_groups(list(groups), columns=list(columns) if columns else None)
+    frame = table.to_pandas()
+    return frame.astype({c: FRAME_DTYPES[c] for c in frame.columns if str(frame[c].dtype) != FRAME_DTYPES[c]})
+
+
+def partition_facts(where: "str | tuple") -> K.RankFacts:
+    """:class:`~trace_merge.kernels.RankFacts` of a stored partition (the first pass of a re-summary)."""
+    frame = read_partition(where, ("layer", "cat", "name", "rank", "start_ns", "end_ns", "file", "bytes"))
+    return K.rank_facts(frame, int(frame["rank"].iloc[0]) if len(frame) else 0)
+
+
+def summarise_partition(item: "tuple[Any, K.JobFacts, Any]") -> K.RankParts:
+    """The summary kernels on one stored rank partition ``(where, job, layers)``, reading only the columns they
+    need."""
+    where, job, layers = item
+    return K.rank_parts(read_partition(where, K.KERNEL_COLUMNS), job, layers)
 
 
 def summarise_again(pm: "PartitionedMerge", layers: Any = None, engine: Any = None):
@@ -320,7 +339,7 @@ class PartitionedMerge:
     def frame(self, columns: Optional[Sequence[str]] = None, ranks: Optional[Sequence[int]] = None) -> pd.DataFrame:
         """The merged rows (only ``columns`` / ``ranks`` when given), loaded now."""
         use = [r for r in sorted(self.partitions) if ranks is None or r in set(ranks)]
-        frames = [read_arrow(self.partitions[r], columns) for r in use]
+        frames = [read_partition(self.partitions[r], columns) for r in use]
         if not frames:
             return empty_frame() if columns is None else empty_frame()[list(columns)]
         if columns is not None:
@@ -511,3 +530,66 @@ def _resolved(facts: K.RankFacts, names: dict) -> K.RankFacts:
 
 def _residual_flags(r: SourceResult) -> dict:
     return {k: sum(int(p.residual_flags.get(k, 0)) for p in r.pieces) for k in A._FLAGS}
+
+
+# -- a stored merge: merged.parquet, one row group run per rank ---------------------------------------------
+
+
+def parquet_schema():
+    """The Arrow schema of ``merged.parquet``: the frame schema's, categories as ``dictionary<string>`` (an all-null
+    category column of one rank would otherwise be ``dictionary<null>`` and not fit the others' row groups)."""
+    import pyarrow as pa
+
+    schema = pa.Schema.from_pandas(empty_frame(), preserve_index=False)
+    for i, fld in enumerate(schema):
+        if pa.types.is_dictionary(fld.type):
+            schema = schema.set(i, fld.with_type(pa.dictionary(pa.int32(), pa.string())))
+    return schema
+
+
+def write_parquet(pm: PartitionedMerge, path: Path, row_group_rows: int = 1 << 20) -> list[dict]:
+    """Write the partitions into one ``merged.parquet``, rank after rank (one rank in memory at a time), each
+    rank's rows in row groups of its own. Returns ``[{rank, rows, row_groups}]`` for ``merge_info.json``."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    schema = parquet_schema()
+    layout = []
+    group = 0
+    with pq.ParquetWriter(str(path), schema) as writer:
+        for rank in sorted(pm.partitions):
+            frame = pm.frame(ranks=[rank])
+            table = pa.Table.from_pandas(frame, schema=schema, preserve_index=False)
+            n_groups = max(1, -(-len(frame) // row_group_rows))
+            writer.write_table(table, row_group_size=row_group_rows)
+            layout.append({"rank": int(rank), "rows": int(len(frame)), "row_groups": list(range(group, group + n_groups))})
+            group += n_groups
+            del frame, table
+    return layout
+
+
+def open_stored(merged: Path, layout: Sequence[dict], counters: pd.DataFrame, engine: Any = None,
+                info: Optional[dict] = None) -> PartitionedMerge:
+    """A stored merge as a :class:`PartitionedMerge` whose partitions are ``merged.parquet``'s row groups: its
+    facts are read first (a pass over a few columns), then the summary kernels run partition by partition."""
+    from trace_merge import engines
+
+    where = {int(p["rank"]): (str(merged), tuple(int(g) for g in p["row_groups"])) for p in layout}
+    rows = {int(p["rank"]): int(p["rows"]) for p in layout}
+    engine = engine or engines.local(sum(rows.values()) * 100)
+    try:
+        ranks = sorted(where)
+        facts = engine.map(partition_facts, [where[r] for r in ranks], sizes=[rows[r] for r in ranks])
+        job = K.JobFacts.of(facts)
+        parts = engine.map(summarise_partition, [(where[r], job, None) for r in ranks],
+                           sizes=[rows[r] for r in ranks])
+    finally:
+        engine.close()
+    info = info or {}
+    summary = K.combine(parts or [K.rank_parts(empty_frame(), job, None)], job, counters)
+    return PartitionedMerge(partitions=where, rows=rows, counters=counters, summary=summary, job=job,
+                            warnings=list(info.get("warnings", [])), residual=dict(info.get("residual") or {}),
+                            manifest=None, sources=list(info.get("sources", [])),
+                            clock_offsets_ns=dict(info.get("clock_offsets_ns") or {}),
+                            dxt_clock=list(info.get("dxt_clock") or []), inputs=dict(info.get("inputs") or {}),
+                            dropped=dict(info.get("dropped_intervals") or {}), spill=Path(tempfile.mkdtemp()))

@@ -133,7 +133,7 @@ class Run:
 
     @classmethod
     def open(cls, path: "str | os.PathLike[str]", scheduler: Any = None, workers: Optional[int] = None,
-             memory_bytes: Optional[int] = None) -> "Run":
+             memory_bytes: Optional[int] = None, partitioned: Optional[bool] = None) -> "Run":
         """Open a run directory, a bare trace directory or a single trace file.
 
         Sources larger than :data:`PARTITION_ABOVE_BYTES` (or any, with ``scheduler``) are merged partition by
@@ -146,6 +146,8 @@ class Run:
             A Dask distributed scheduler address (or ``Client``/``LocalCluster``) to run the merge's tasks on.
         workers, memory_bytes
             The local pool's processes and memory budget (:class:`trace_merge.engines.LocalPool`).
+        partitioned
+            Force (True) or refuse (False) the partitioned path; default: by size, or when ``scheduler`` is given.
 
         Raises
         ------
@@ -159,6 +161,12 @@ class Run:
         if not p.exists():
             raise TraceInputError(p, "no such file or directory")
         notes: list[str] = []
+        layout = _stored_layout(p) if p.is_dir() else None
+        big = sum(int(x["rows"]) for x in layout) >= PARTITION_ABOVE_ROWS if layout is not None else False
+        if layout is not None and partitioned is not False and (scheduler is not None or partitioned or big):
+            stored_run = cls._open_stored(p, layout, notes, scheduler, workers, memory_bytes)
+            if stored_run is not None:
+                return stored_run
         stored = _stored(p, notes) if p.is_dir() else None
         if stored is not None:
             frame, counters, info = stored
@@ -168,12 +176,36 @@ class Run:
                        sources=list(info.get("sources", [])), cached=True,
                        dropped=_dropped(info.get("dropped_intervals")),
                        dxt_clock=list(info.get("dxt_clock") or []))
-        if scheduler is not None or _source_bytes(p) >= PARTITION_ABOVE_BYTES:
+        if partitioned is not False and (scheduler is not None or partitioned or
+                                         _source_bytes(p) >= PARTITION_ABOVE_BYTES):
             return cls._open_partitioned(p, notes, scheduler, workers, memory_bytes)
         res = merge.merge_path(p)
         return cls(path=p, frame=res.frame, counters=res.counters, warnings=notes + list(res.warnings),
                    residual=dict(res.residual or {}), manifest=res.manifest, sources=list(res.sources),
                    dropped=dict(res.dropped), dxt_clock=list(res.dxt_clock))
+
+    @classmethod
+    def _open_stored(cls, p: Path, layout: list, notes: list[str], scheduler: Any, workers: Optional[int],
+                     memory_bytes: Optional[int]) -> "Optional[Run]":
+        """A trusted stored merge with a partition layout, summarised rank by rank (its frame loaded on demand)."""
+        from trace_merge import engines, merge, partitioned
+
+        info, why = merge.stored_outputs(p)
+        if info is None or why or identity.differences(info.get("inputs") or {}, merge.source_identity(p)):
+            return None  # out of date or incomplete: the usual path says why and merges again
+        try:
+            counters = pd.read_parquet(p / merge.COUNTERS).astype(merge.COUNTER_DTYPES)
+        except (OSError, ValueError):
+            return None
+        engine = engines.engine_for(scheduler, sum(int(x["rows"]) for x in layout) * 100, workers, memory_bytes)
+        pm = partitioned.open_stored(p / merge.MERGED, layout, counters, engine, info)
+        run = cls(path=p, frame=_LAZY, counters=counters, warnings=list(pm.warnings), residual=pm.residual,
+                  manifest=merge.load_manifest(p)[0], sources=list(pm.sources), cached=True,
+                  dropped=_dropped(info.get("dropped_intervals")), dxt_clock=list(pm.dxt_clock))
+        run._partitioned = pm
+        run._summaries[_key(None)] = pm.summary
+        weakref.finalize(run, pm.cleanup)
+        return run
 
     @classmethod
     def _open_partitioned(cls, p: Path, notes: list[str], scheduler: Any, workers: Optional[int],
@@ -322,6 +354,22 @@ class Run:
 
 #: sources at least this large (bytes on disk) are merged partition by partition (:meth:`Run.open`)
 PARTITION_ABOVE_BYTES = 64 << 20
+#: a stored merge of at least this many rows is summarised partition by partition (:meth:`Run.open`)
+PARTITION_ABOVE_ROWS = 1_000_000
+
+
+def _stored_layout(p: Path) -> "Optional[list]":
+    """``merge_info.json``'s partition layout of a stored merge, if it has one."""
+    from trace_merge import merge
+
+    try:
+        info = json.loads((p / merge.MERGE_INFO).read_text())
+    except (OSError, ValueError):
+        return None
+    layout = info.get("partitions") if isinstance(info, dict) else None
+    ok = isinstance(layout, list) and all(isinstance(x, dict) and isinstance(x.get("rows"), int) and
+                                          isinstance(x.get("row_groups"), list) for x in layout)
+    return layout if ok else None
 _LAZY = object()
 
 

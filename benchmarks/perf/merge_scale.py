@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -91,19 +92,49 @@ def fresh_copy(src: Path, dst: Path) -> Path:
     return dst
 
 
-def timed(cmd: Sequence[str]) -> "tuple[float, float, float, str]":
-    """Run ``cmd``; (wall s, CPU s (user + sys), peak RSS MiB of the process tree it waited for, stdout)."""
+def timed(cmd: Sequence[str], env: "Mapping[str, str] | None" = None) -> "tuple[float, float, float, str]":
+    """Run ``cmd``; (wall s, CPU s (user + sys) of it and its children, peak RSS MiB of its whole process tree,
+    stdout).
+
+    The peak is the largest sum of the resident sets of the process and all its descendants, sampled every
+    20 ms (``wait4``'s ``ru_maxrss`` would give the largest single process only, and nothing of a pool's
+    workers that the process did not wait for itself). Shared pages count once per process: an upper bound.
+    """
+    import psutil
+
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         t0 = time.perf_counter()
-        proc = subprocess.Popen(list(cmd), stdout=out, stderr=err)
-        _, status, usage = os.wait4(proc.pid, 0)
+        proc = subprocess.Popen(list(cmd), stdout=out, stderr=err, env=dict(env) if env is not None else None)
+        peak = 0
+        cpu: dict[int, float] = {}
+        root = psutil.Process(proc.pid)
+        while proc.poll() is None:
+            try:
+                tree = [root, *root.children(recursive=True)]
+            except psutil.NoSuchProcess:
+                break
+            total = 0
+            for p in tree:
+                try:
+                    total += p.memory_info().rss
+                    t = p.cpu_times()
+                    cpu[p.pid] = t.user + t.system + t.children_user + t.children_system
+                except psutil.NoSuchProcess:
+                    pass
+            peak = max(peak, total)
+            time.sleep(0.02)
         wall = time.perf_counter() - t0
-        proc.returncode = os.waitstatus_to_exitcode(status)
+        usage = resource.getrusage(resource.RUSAGE_CHILDREN)
         out.seek(0)
         err.seek(0)
         if proc.returncode != 0:
             raise BenchmarkError(f"{cmd[0]} failed ({proc.returncode}): {err.read().decode()[-2000:]}")
-        return wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024.0, out.read().decode()
+        cpu_s = max(sum(cpu.values()), usage.ru_utime + usage.ru_stime - _CHILD_CPU[0])
+        _CHILD_CPU[0] = usage.ru_utime + usage.ru_stime
+        return wall, cpu_s, peak / 2**20, out.read().decode()
+
+
+_CHILD_CPU = [0.0]  # CPU seconds of children already counted by earlier calls
 
 
 # -- the per-name statistics both tools report (also used by tests/test_reader_pfw_stats.py) ----------------

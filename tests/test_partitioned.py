@@ -1,0 +1,178 @@
+"""The partitioned merge (:mod:`trace_merge.partitioned`) against the in-memory one, on every engine.
+
+Real inputs: a TimeLogger + DFTracer run, generated multi-rank DFTracer sets, and (in ``test_hepcnn_train.py``)
+a 2-rank Horovod run with every layer. The engines must give the same numbers as each other and as the
+in-memory merge; the bounded-memory test summarises a set whose merged frame would not fit its limit.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from conftest import BIN, make_dftracer_set
+from trace_merge import engines, merge, partitioned
+from trace_merge.run import Run
+
+TABLES = ("breakdown", "exposed_io", "input_bound", "steps", "layered", "bandwidth", "epoch_bandwidth",
+          "epoch_bandwidth_totals", "study_view", "event_stats")
+
+
+def assert_same_summary(a: Run, b: Run) -> None:
+    """Every table and scalar of two runs' summaries, and what the merge found, are equal."""
+    sa, sb = a.analyse(), b.analyse()
+    for name in TABLES:
+        pd.testing.assert_frame_equal(getattr(sa, name).reset_index(drop=True),
+                                      getattr(sb, name).reset_index(drop=True), check_dtype=False,
+                                      check_categorical=False, obj=name)
+    assert sa.metrics == sb.metrics
+    assert sa.verdict == sb.verdict
+    assert sa.bandwidth_totals == sb.bandwidth_totals
+    assert a.residual == b.residual
+    assert a.warnings == b.warnings
+    assert a.dxt_clock == b.dxt_clock
+    assert a.summary(sa) | {"path": None} == b.summary(sb) | {"path": None}
+
+
+def sources_only(run_dir: Path, dst: Path) -> Path:
+    """A copy of a run without its merge outputs (so that opening it merges the sources)."""
+    shutil.copytree(run_dir, dst, ignore=shutil.ignore_patterns("merged.parquet", "counters.parquet",
+                                                                  "merge_info.json", "report.html"))
+    return dst
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    distributed = pytest.importorskip("distributed")
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                  dashboard_address=None) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def generated(tmp_path_factory) -> Path:
+    """Four ranks of generated DFTracer traces (~6 k events)."""
+    return make_dftracer_set(tmp_path_factory.mktemp("gen") / "traces", ranks=4, epochs=3, steps=20)
+
+
+def test_engines_agree_with_the_in_memory_merge_on_a_generated_set(generated: Path, cluster) -> None:
+    memory = Run.open(generated, partitioned=False)
+    assert memory.analyse().metrics["ranks"] == 4
+    inline = Run.open(generated, partitioned=True)
+    pool = Run.open(generated, partitioned=True, workers=2)
+    dask = Run.open(generated, scheduler=cluster.scheduler_address)
+    for other in (inline, pool, dask):
+        assert "frame" not in other.__dict__  # the frame is loaded only when asked for
+        assert_same_summary(memory, other)
+    # the lazily loaded frame is the in-memory merge's, row for row (the summary's partitions omit args, host)
+    lazy = dask.frame
+    full = memory.frame
+    assert len(lazy) == len(full) and lazy["args"].isna().all()
+    cols = [c for c in full.columns if c not in ("args", "host")]
+    pd.testing.assert_frame_equal(full[cols].astype({"file": object, "name": object, "cat": object, "layer": object}),
+                                  lazy[cols].astype({"file": object, "name": object, "cat": object, "layer": object}))
+
+
+def test_engines_agree_on_a_real_timelogger_and_posix_run(real_run, tmp_path: Path, cluster) -> None:
+    run_dir = sources_only(real_run[0], tmp_path / "run")
+    memory = Run.open(run_dir, partitioned=False)
+    assert {"app", "posix"} <= set(memory.frame["layer"].astype(str))
+    for other in (Run.open(run_dir, partitioned=True, workers=2),
+                  Run.open(run_dir, scheduler=cluster.scheduler_address)):
+        assert_same_summary(memory, other)
+
+
+def test_stored_merge_is_rank_row_groups_and_a_resummary_reads_them(generated: Path, tmp_path: Path) -> None:
+    run = shutil.copytree(generated, tmp_path / "traces")
+    engine = engines.LocalPool(workers=2)
+    try:
+        pm = partitioned.merge_partitioned(run, engine=engine, summary_only=False)
+    finally:
+        engine.close()
+    try:
+        merge.write_merged(pm, run)
+    finally:
+        pm.cleanup()
+    info = json.loads((run / merge.MERGE_INFO).read_text())
+    layout = info["partitions"]
+    assert [p["rank"] for p in layout] == [0, 1, 2, 3] and sum(p["rows"] for p in layout) == info["rows"]
+    import pyarrow.parquet as pq
+
+    meta = pq.ParquetFile(run / merge.MERGED).metadata
+    for part in layout:  # each rank's rows are its row groups, and only its
+        for g in part["row_groups"]:
+            stats = meta.row_group(g).column(list(merge.FRAME_DTYPES).index("rank")).statistics
+            assert stats.min == stats.max == part["rank"]
+    stored = Run.open(run, partitioned=True)
+    assert stored.cached and "frame" not in stored.__dict__
+    assert_same_summary(Run.open(generated, partitioned=False), stored)
+    # the whole file still reads as the frame, every column kept
+    full = Run.open(run, partitioned=False)
+    assert full.cached and len(full.frame) == info["rows"] and full.frame["host"].notna().all()
+
+
+def test_a_layers_choice_other_than_the_merges_is_computed_per_partition(real_run, tmp_path: Path) -> None:
+    run_dir = sources_only(real_run[0], tmp_path / "run")
+    memory = Run.open(run_dir, partitioned=False)
+    parted = Run.open(run_dir, partitioned=True)
+    for layers in ("all", ["posix"]):
+        a, b = memory.analyse(layers), parted.analyse(layers)
+        pd.testing.assert_frame_equal(a.breakdown, b.breakdown)
+        assert a.metrics == b.metrics
+
+
+def test_cli_summary_takes_the_scheduler_and_rejects_bad_engine_options(generated: Path, cluster, tool_env) -> None:
+    out = subprocess.run([sys.executable, "-m", "trace_merge", "summary", str(generated), "--json", "--scheduler",
+                          cluster.scheduler_address], capture_output=True, text=True, env=tool_env, timeout=300)
+    assert out.returncode == 0, out.stderr
+    ref = Run.open(generated, partitioned=False)
+    assert json.loads(out.stdout)["metrics"] == json.loads(json.dumps(ref.summary()["metrics"]))
+    for bad, why in ((["--workers", "0"], "positive integer"), (["--memory-limit", "12"], "memory size")):
+        res = subprocess.run([sys.executable, "-m", "trace_merge", "summary", str(generated), *bad],
+                             capture_output=True, text=True, env=tool_env, timeout=60)
+        assert res.returncode == 2 and why in res.stderr, res.stderr
+    res = subprocess.run([sys.executable, "-m", "trace_merge", "summary", str(generated), "--scheduler",
+                          "tcp://127.0.0.1:1"], capture_output=True, text=True, env=tool_env, timeout=120)
+    assert res.returncode != 0 and "tcp://127.0.0.1:1" in res.stderr and len(res.stderr.strip().splitlines()) == 1
+
+
+def test_a_worker_does_not_rerun_an_unguarded_script(generated: Path, tmp_path: Path, tool_env) -> None:
+    """A user's script without ``if __name__ == "__main__"`` (or ``python -``) opening a large run: workers must
+    not run it again."""
+    script = tmp_path / "user.py"
+    marker = tmp_path / "ran"
+    script.write_text(f"from pathlib import Path\nfrom trace_merge.run import Run\n"
+                      f"with open({str(marker)!r}, 'a') as f: f.write('x')\n"
+                      f"r = Run.open({str(generated)!r}, partitioned=True, workers=2)\n"
+                      f"print(r.analyse().metrics['events'])\n")
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=tool_env, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert marker.read_text() == "x" and int(out.stdout.strip()) > 0
+
+
+@pytest.mark.timeout(900)
+def test_bounded_memory_a_set_larger_than_the_limit_is_summarised(tmp_path: Path, tool_env) -> None:
+    """~4.8 M events in 32 ranks: the in-memory merge needs ~2.3 GiB (484 B per event); the partitioned summary
+    stays under a 900 MiB limit for the whole process tree, and its statistics are dftracer_stats' exactly."""
+    from benchmarks.perf.merge_scale import dftracer_stats_by_name, mismatches, summary_by_name, timed
+
+    limit_mib = 900
+    traces = make_dftracer_set(tmp_path / "big", ranks=32, epochs=10, steps=800)
+    wall, cpu, peak, out = timed([sys.executable, "-m", "trace_merge", "summary", str(traces), "--json",
+                                  "--memory-limit", "600M"], env=tool_env)
+    summary = json.loads(out)
+    events = summary["events"]
+    assert events > 4_000_000 and summary["metrics"]["ranks"] == 32
+    assert events * 484 / 2**20 > 2 * limit_mib  # the in-memory merge would not fit
+    assert peak < limit_mib, f"peak {peak:.0f} MiB of the process tree"
+    stats = subprocess.run([str(BIN / "dftracer_stats"), "-d", str(traces), "--index-dir", str(tmp_path / "idx"),
+                            "--report", "detailed", "--json", "--log-level", "off"], capture_output=True, text=True,
+                           env=tool_env, timeout=600)
+    assert not mismatches(summary_by_name(summary), dftracer_stats_by_name(json.loads(stats.stdout)))
+    assert np.isfinite(wall) and cpu > 0
