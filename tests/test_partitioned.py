@@ -159,20 +159,21 @@ def test_a_worker_does_not_rerun_an_unguarded_script(generated: Path, tmp_path: 
 @pytest.mark.timeout(900)
 def test_bounded_memory_a_set_larger_than_the_limit_is_summarised(tmp_path: Path, tool_env) -> None:
     """~4.8 M events in 32 ranks: the in-memory merge needs ~2.3 GiB (484 B per event); the partitioned summary
-    stays under a 900 MiB limit for the whole process tree, and its statistics are dftracer_stats' exactly."""
+    stays under a 900 MiB limit for the whole process tree (PSS: the driver, the fork server, the workers), and
+    its statistics are dftracer_stats' exactly."""
     from benchmarks.perf.merge_scale import dftracer_stats_by_name, mismatches, summary_by_name, timed
 
     limit_mib = 900
     traces = make_dftracer_set(tmp_path / "big", ranks=32, epochs=10, steps=800)
-    wall, cpu, peak, out = timed([sys.executable, "-m", "trace_merge", "summary", str(traces), "--json",
-                                  "--memory-limit", "600M"], env=tool_env)
-    summary = json.loads(out)
+    run = timed([sys.executable, "-m", "trace_merge", "summary", str(traces), "--json", "--memory-limit", "600M"],
+                env=tool_env)
+    summary = json.loads(run.stdout)
     events = summary["events"]
     assert events > 4_000_000 and summary["metrics"]["ranks"] == 32
     assert events * 484 / 2**20 > 2 * limit_mib  # the in-memory merge would not fit
-    assert peak < limit_mib, f"peak {peak:.0f} MiB of the process tree"
+    assert run.peak_pss_mib < limit_mib, f"peak {run.peak_pss_mib:.0f} MiB (PSS) of the process tree"
     stats = subprocess.run([str(BIN / "dftracer_stats"), "-d", str(traces), "--index-dir", str(tmp_path / "idx"),
                             "--report", "detailed", "--json", "--log-level", "off"], capture_output=True, text=True,
                            env=tool_env, timeout=600)
     assert not mismatches(summary_by_name(summary), dftracer_stats_by_name(json.loads(stats.stdout)))
-    assert np.isfinite(wall) and cpu > 0
+    assert np.isfinite(run.wall_s) and run.cpu_s > 0

@@ -93,7 +93,7 @@ class LocalPool:
         while order or running:
             while order and len(running) < self.workers and (not running or used + need[order[0]] <= self.memory_bytes):
                 i = order.pop(0)
-                running[pool.submit(fn, items[i])] = i
+                running[pool.submit(_then_release, fn, items[i])] = i
                 used += need[i]
             done, _ = wait(running, return_when=FIRST_COMPLETED)
             for fut in done:
@@ -131,6 +131,25 @@ def _workers_skip_main():
             main.__spec__ = saved
         else:
             del main.__spec__
+
+
+def _then_release(fn: Callable, item: Any) -> Any:
+    """``fn(item)``, then hand the memory it freed back to the system: a worker's allocators (Arrow's pool,
+    glibc's arenas) otherwise keep the peak of its largest task resident for the rest of the merge."""
+    try:
+        return fn(item)
+    finally:
+        import ctypes
+        import gc
+
+        import pyarrow as pa
+
+        gc.collect()
+        pa.default_memory_pool().release_unused()
+        try:
+            ctypes.CDLL("libc.so.6").malloc_trim(0)
+        except (OSError, AttributeError):  # not glibc
+            pass
 
 
 def _one_thread_each() -> None:
