@@ -21,11 +21,9 @@ from trace_merge import kernels
 from trace_merge.attribution import (COMPONENT_LABELS, COMPONENTS, component_view_df, INPUT_BOUND_HIGH_PCT,
                                      INPUT_BOUND_MODERATE_PCT, PRIORITY, accelerator_utilisation,
                                      breakdown_df, exposed_io_df, input_bound_df, layered_breakdown_df,
-                                     step_series_df, verdict, verdict_label, _attribution, _breakdown,
-                                     _exposed, _input_bound, _layered, _step_evidence, _step_series,
-                                     _verdict)
+                                     step_series_df, verdict, verdict_label)
 from trace_merge.bandwidth import (READ_LAYER_ORDER, SIZE_BINS, access_pattern_df, bandwidth_df,
-                                   bandwidth_totals, classified_reads, epoch_bandwidth_df, epoch_bandwidth_totals,
+                                   bandwidth_totals, epoch_bandwidth_df, epoch_bandwidth_totals,
                                    job_wall_ns, read_rows)
 from trace_merge.intervals import (covered_ns, grouped_union_ns, intersect_intervals, merge_intervals,
                                    subtract_intervals, union_ns)

@@ -501,16 +501,6 @@ def verdict_label(input_pct: float) -> str:
     return "not input-bound"
 
 
-def _step_evidence(frame: pd.DataFrame, att: Optional[_Attribution], layers: "str | Sequence[str] | None"
-                   ) -> "tuple[Optional[_Attribution], LowerLayers]":
-    """What a summary's verdict reads steps from, whatever layers its breakdown was made of (``att``): the app
-    layer's attribution when the frame has an app layer (steps are the app's), else ``att``; and the lower
-    layers below it."""
-    if att is not None and _layers_for(frame, layers) != ["app"] and (frame["layer"] == "app").any():
-        att = _attribution(frame, ["app"])
-    return att, LowerLayers.of(frame, att)
-
-
 def input_bound_df(frame: pd.DataFrame, layers: "str | Sequence[str] | None" = None) -> pd.DataFrame:
     """Per rank: step time, input wait inside steps from the best evidence present, AU, verdict.
 

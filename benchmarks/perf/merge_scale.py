@@ -6,15 +6,16 @@ Run: ``python benchmarks/perf/merge_scale.py [--small | --sets 0.6M,5M,20M,50M] 
 Trace sets (``dftracer_gen_fake_trace``, 8 ranks x 20 epochs, 2 hosts): ``0.6M`` (200 steps), ``5M`` (1630),
 ``20M`` (6520), ``50M`` (16300); ``--small`` is one ~15 k-event set. For each set it
 
-1. copies the cached set twice, so that each tool gets a first ("cold") pass over files it has never seen, with
-   the page cache dropped before it when that is permitted (``page_cache_dropped``): ``dftracer_stats`` builds
-   its ``.dftindex`` (RocksDB) index on that pass, ``trace-merge`` has none;
+1. copies the cached set twice, so that each tool gets a first ("cold") pass over files it has never seen, their
+   pages evicted from the page cache before it (``posix_fadvise(DONTNEED)``; the tools themselves stay cached, as
+   on a machine that has run them before): ``dftracer_stats`` builds its ``.dftindex`` (RocksDB) index on that
+   pass, ``trace-merge`` has none;
 2. runs ``trace-merge summary COPY --json`` (the real CLI: at this size the partitioned merge on the local pool)
    and ``dftracer_stats -d COPY --report detailed --json`` on the other copy, interleaved;
 3. re-summary: ``trace-merge merge COPY`` stores the merge (``merged.parquet``, one row group run per rank), then
    ``trace-merge summary COPY --json`` again, against ``dftracer_stats`` once more on its now-indexed copy;
 4. with ``--scheduler``, ``trace-merge summary --scheduler ADDRESS`` on a fresh copy (``local``: a Dask
-   ``LocalCluster`` of 2 single-thread workers started here), whose summary must equal the local engine's;
+   ``LocalCluster`` of 2 single-thread workers started here for that run only), whose summary must equal the local engine's;
 5. checks that per event name the count, the sum, min and max of ``dur`` (µs) and the bytes of read/write calls
    agree exactly between the two tools (``stats_equal``; mismatches are listed, and the exit status is 1);
 6. prints wall seconds, CPU seconds (user + sys, workers included) and the peak memory of each tool's whole
@@ -134,15 +135,17 @@ def timed(cmd: Sequence[str], env: "Mapping[str, str] | None" = None) -> Timed:
                 break
             pss = rss = 0
             for p in tree:
+                kib = _rollup(p.pid)
+                if kib is None:
+                    continue
+                pss, rss = pss + kib[0] * 1024, rss + kib[1] * 1024
                 try:
-                    mem = p.memory_full_info()
-                    pss, rss = pss + mem.pss, rss + mem.rss
                     t = p.cpu_times()
-                    cpu[p.pid] = t.user + t.system + t.children_user + t.children_system
+                    cpu[p.pid] = t.user + t.system
                 except psutil.Error:
                     pass
             peak_pss, peak_rss = max(peak_pss, pss), max(peak_rss, rss)
-            time.sleep(0.02)
+            time.sleep(SAMPLE_S)
         wall = time.perf_counter() - t0
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         out.seek(0)
@@ -151,6 +154,24 @@ def timed(cmd: Sequence[str], env: "Mapping[str, str] | None" = None) -> Timed:
             raise BenchmarkError(f"{cmd[0]} failed ({proc.returncode}): {err.read().decode()[-2000:]}")
         waited = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
         return Timed(wall, max(sum(cpu.values()), waited), peak_pss / 2**20, peak_rss / 2**20, out.read().decode())
+
+
+#: seconds between memory samples (reading /proc costs ~1 ms per process; sampling faster would load the machine)
+SAMPLE_S = 0.05
+
+
+def _rollup(pid: int) -> "tuple[int, int] | None":
+    """(PSS, RSS) in KiB of a process from ``/proc/<pid>/smaps_rollup``, None when it is gone."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup", "rb") as fh:
+            text = fh.read()
+    except OSError:
+        return None
+    fields = dict(line.split(b":", 1) for line in text.splitlines()[1:] if b":" in line)
+    try:
+        return int(fields[b"Pss"].split()[0]), int(fields[b"Rss"].split()[0])
+    except (KeyError, ValueError, IndexError):
+        return None
 
 
 # -- the per-name statistics both tools report (also used by tests/test_reader_pfw_stats.py) ----------------
@@ -202,16 +223,19 @@ def mismatches(ours: Mapping[str, dict], theirs: Mapping[str, dict]) -> list[str
 
 
 def measure(ts: TraceSet, cache: Path, work: Path, scheduler: "str | None" = None) -> dict:
-    from benchmarks.common.node_cache import drop_all  # one page-cache helper for the benchmarks
+    from benchmarks.common.node_cache import evict  # one page-cache helper for the benchmarks
+
+    def cold(d: Path) -> None:
+        evict(str(p) for p in d.glob("*.pfw*"))
 
     src = generate(ts, cache)
     ours_dir = fresh_copy(src, work / f"{ts.name}-trace-merge")
     theirs_dir = fresh_copy(src, work / f"{ts.name}-dftracer-stats")
     load_before = os.getloadavg()[0]
     summary_cmd = [sys.executable, "-m", "trace_merge", "summary", str(ours_dir), "--json"]
-    dropped = drop_all() is None
+    cold(ours_dir)
     ours = timed(summary_cmd)
-    drop_all()
+    cold(theirs_dir)
     index = theirs_dir / ".dftindex"
     stats_cmd = [tool("dftracer_stats"), "-d", str(theirs_dir), "--index-dir", str(index), "--report", "detailed",
                  "--json", "--log-level", "off"]
@@ -244,15 +268,24 @@ def measure(ts: TraceSet, cache: Path, work: Path, scheduler: "str | None" = Non
         "resummary_ratio": round(again.wall_s / warm.wall_s, 3),
         "resummary_peak_pss_MiB": round(again.peak_pss_mib, 1),
         "stats_equal": not bad,
-        "page_cache_dropped": dropped,
+        "traces_evicted_before_cold_runs": True,
         "loadavg_1min": [round(load_before, 2), round(os.getloadavg()[0], 2)],
         "cpus": os.cpu_count(),
     }
     if scheduler:
         dask_dir = fresh_copy(src, work / f"{ts.name}-dask")
-        drop_all()
-        on_dask = timed([sys.executable, "-m", "trace_merge", "summary", str(dask_dir), "--json", "--scheduler",
-                         scheduler])
+        cold(dask_dir)
+        cluster = None
+        if scheduler == "local":
+            from distributed import LocalCluster
+
+            cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None)
+        try:
+            on_dask = timed([sys.executable, "-m", "trace_merge", "summary", str(dask_dir), "--json", "--scheduler",
+                             cluster.scheduler_address if cluster else scheduler])
+        finally:
+            if cluster is not None:
+                cluster.close()
         same = _comparable(json.loads(on_dask.stdout)) == _comparable(summary)
         result.update({"dask_s": round(on_dask.wall_s, 3), "dask_driver_peak_pss_MiB": round(on_dask.peak_pss_mib, 1),
                        "dask_summary_equal": same})
@@ -294,21 +327,12 @@ def main(argv: "Sequence[str] | None" = None) -> int:
     args.cache.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="run-", dir=args.cache))
     ok = True
-    cluster = None
     try:
-        scheduler = args.scheduler
-        if scheduler == "local":
-            from distributed import LocalCluster
-
-            cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None)
-            scheduler = cluster.scheduler_address
         for ts in SMALL if args.small else [SETS[x] for x in args.sets.split(",")]:
-            result = measure(ts, args.cache, work, scheduler)
+            result = measure(ts, args.cache, work, args.scheduler)
             ok = ok and result["stats_equal"]
             print(json.dumps(result), flush=True)
     finally:
-        if cluster is not None:
-            cluster.close()
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
     return 0 if ok else 1
