@@ -9,10 +9,10 @@ import sys
 from pathlib import Path
 
 import numpy as np
-
-from trace_merge.analysis import COMPONENTS
 import pandas as pd
 import pytest
+
+from trace_merge.analysis import COMPONENTS
 
 from benchmarks.hepcnn.config import SMOKE_DATA
 from benchmarks.hepcnn.data import GenSpec, check_dataset, generate
@@ -221,3 +221,20 @@ def test_no_io_mode_touches_no_data_file(smoke_data: Path, tmp_path: Path) -> No
     assert summary["mode"] == "no-io" and np.isfinite(summary["final_loss"])
     bd = Run.open(run_dir).breakdown()
     assert np.allclose(bd[[c for c in bd.columns if c.endswith("_pct")]].sum(axis=1), 100.0, atol=1e-6)
+
+
+def test_partitioned_merge_equals_the_in_memory_one_with_every_layer(hvd_runs: dict, tmp_path: Path) -> None:
+    """App, TF profiler, Horovod timeline and POSIX layers of a real 2-rank run: the partitioned merge (local pool)
+    gives the in-memory merge's summary, residual, warnings and frame."""
+    from test_partitioned import assert_same_summary, sources_only
+    from trace_merge.run import Run
+
+    run_dir = sources_only(hvd_runs["global"]["run"].path, tmp_path / "run")
+    memory = Run.open(run_dir, partitioned=False)
+    assert {"app", "framework", "comm", "posix"} <= set(memory.frame["layer"].astype(str))
+    parted = Run.open(run_dir, partitioned=True, workers=2)
+    assert_same_summary(memory, parted)
+    assert parted.residual["checked"] == 4 and parted.residual["outside"] == 0
+    cols = [c for c in memory.frame.columns if c not in ("args", "host")]
+    as_text = {c: object for c in ("layer", "cat", "name", "file")}
+    pd.testing.assert_frame_equal(memory.frame[cols].astype(as_text), parted.frame[cols].astype(as_text))

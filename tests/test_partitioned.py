@@ -70,6 +70,13 @@ def test_engines_agree_with_the_in_memory_merge_on_a_generated_set(generated: Pa
     for other in (inline, pool, dask):
         assert "frame" not in other.__dict__  # the frame is loaded only when asked for
         assert_same_summary(memory, other)
+        pd.testing.assert_frame_equal(memory.access_pattern(), other.access_pattern())
+        part = other.load(columns=["rank", "start_ns", "name"], ranks=[1, 3], epochs=[2])
+        ref = memory.frame
+        ref = ref[ref["rank"].isin([1, 3]).to_numpy() & (ref["epoch"] == 2).fillna(False).to_numpy(dtype=bool)]
+        assert len(part) == len(ref) > 0 and set(part["rank"]) == {1, 3} and list(part.columns) == ["rank", "start_ns", "name"]
+        assert sorted(part["start_ns"]) == sorted(ref["start_ns"])
+        assert "frame" not in other.__dict__
     # the lazily loaded frame is the in-memory merge's, row for row (the summary's partitions omit args, host)
     lazy = dask.frame
     full = memory.frame

@@ -375,7 +375,7 @@ def totals_of(bw: pd.DataFrame, wall_ns: int, data_files: "set | frozenset", cou
     return out
 
 
-def access_pattern_df(frame: pd.DataFrame) -> pd.DataFrame:
+def access_pattern_df(frame: pd.DataFrame, names: Optional[frozenset] = None) -> pd.DataFrame:
     """File access pattern of the reads of data files (:func:`read_rows`, :func:`data_file_mask`) per rank and
     epoch; reads of other files (imports, libraries, configuration) are left out.
 
@@ -389,11 +389,11 @@ def access_pattern_df(frame: pd.DataFrame) -> pd.DataFrame:
     pandas.DataFrame
         ``rank``, ``epoch`` (Int64, may be missing), ``files``, ``reads``, ``read_bytes``, ``classified``,
         ``consecutive``, ``sequential``, ``random``, and ``size_<bin>`` read counts for Darshan's size bins
-        (:data:`SIZE_BINS`).
+        (:data:`SIZE_BINS`). ``names``: the job's :func:`app_file_names` when ``frame`` is one partition of it.
     """
     rows = read_rows(frame, ["start_ns", "bytes", "offset", "file", "epoch"])
     if len(rows):
-        rows = rows[data_file_mask(rows, frame)]
+        rows = rows[data_file_mask(rows, frame, names)]
     size_cols = [f"size_{b}" for b, _ in SIZE_BINS]
     cols = ["rank", "epoch", "files", "reads", "read_bytes", "classified", "consecutive", "sequential",
             "random", *size_cols]

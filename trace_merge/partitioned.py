@@ -300,6 +300,31 @@ def summarise_partition(item: "tuple[Any, K.JobFacts, Any]") -> K.RankParts:
     return K.rank_parts(read_partition(where, K.KERNEL_COLUMNS), job, layers)
 
 
+def _access_pattern_of(item: "tuple[Any, frozenset]") -> pd.DataFrame:
+    from trace_merge.bandwidth import access_pattern_df
+
+    where, names = item
+    return access_pattern_df(read_partition(where, ("layer", "name", "cat", "rank", "start_ns", "bytes", "offset",
+                                                    "file", "epoch")), names)
+
+
+def access_pattern(pm: "PartitionedMerge", engine: Any = None) -> pd.DataFrame:
+    """:func:`trace_merge.bandwidth.access_pattern_df` partition by partition (rows are per rank and epoch)."""
+    from trace_merge import engines
+
+    engine = engine or engines.local(sum(pm.rows.values()) * 100)
+    try:
+        parts = engine.map(_access_pattern_of, [(pm.partitions[r], pm.job.app_files) for r in sorted(pm.partitions)],
+                           sizes=[pm.rows[r] for r in sorted(pm.partitions)])
+    finally:
+        engine.close()
+    if not parts:
+        from trace_merge.bandwidth import access_pattern_df
+
+        return access_pattern_df(empty_frame())
+    return K._concat(parts)
+
+
 def summarise_again(pm: "PartitionedMerge", layers: Any = None, engine: Any = None):
     """:func:`trace_merge.analysis.summarise` of a partitioned merge with other ``layers``, partition by partition."""
     from trace_merge import engines

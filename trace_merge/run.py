@@ -259,8 +259,29 @@ class Run:
         return analysis.study_view_df(self.frame, per_epoch)
 
     def access_pattern(self) -> pd.DataFrame:
-        """:func:`trace_merge.analysis.access_pattern_df` of this run."""
+        """:func:`trace_merge.analysis.access_pattern_df` of this run (partition by partition when partitioned)."""
+        if self._partitioned is not None and "frame" not in self.__dict__:
+            from trace_merge import partitioned
+
+            return partitioned.access_pattern(self._partitioned)
         return analysis.access_pattern_df(self.frame)
+
+    def load(self, columns: Optional[Sequence[str]] = None, ranks: Optional[Sequence[int]] = None,
+             epochs: Optional[Sequence[int]] = None) -> pd.DataFrame:
+        """Part of the frame: only ``columns``, ``ranks`` and ``epochs`` (rows tagged with one of them). A
+        partitioned run reads only those ranks' partitions and those columns, without loading :attr:`frame`."""
+        want = None if columns is None else list(dict.fromkeys([*columns, *(["epoch"] if epochs is not None else [])]))
+        if self._partitioned is not None and "frame" not in self.__dict__:
+            frame = self._partitioned.frame(want, ranks)
+        else:
+            frame = self.frame
+            if ranks is not None:
+                frame = frame[frame["rank"].isin(list(ranks)).to_numpy()]
+            if want is not None:
+                frame = frame[want]
+        if epochs is not None:
+            frame = frame[frame["epoch"].isin(list(epochs)).fillna(False).to_numpy(dtype=bool)]
+        return frame[list(columns)].reset_index(drop=True) if columns is not None else frame.reset_index(drop=True)
 
     def event_stats(self) -> pd.DataFrame:
         """:func:`trace_merge.analysis.event_stats_df` of this run."""

@@ -249,7 +249,7 @@ def _text_blocks(path: str, gz: bool, block_bytes: int, warnings: list[str]) -> 
         resync = False
         inside = False  # a member begun and not ended
         while True:
-            data = fh.read(max(1 << 16, min(4 << 20, block_bytes // 8)))
+            data = fh.read(max(1 << 12, min(4 << 20, block_bytes // GZIP_RATIO)))
             if not data:
                 break
             if dec is None:

@@ -1,0 +1,99 @@
+"""``pfw.read_blocks``: a large DFTracer trace read block by block gives the rows :func:`pfw.read` gives, and the
+same bad-input handling (a corrupt gzip member left out with a warning, a truncated stream kept up to the damage).
+Real traces from ``dftracer_gen_fake_trace``; tiny blocks make small files stream."""
+from __future__ import annotations
+
+import gzip
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from conftest import make_dftracer_set
+from trace_merge.errors import TraceInputError
+from trace_merge.readers import pfw
+from trace_merge.schema import concat_frames
+
+BLOCK = 1 << 16  # 64 KiB of text per block: a ~1 MiB trace comes in many blocks
+
+
+@pytest.fixture(scope="module")
+def trace(tmp_path_factory) -> Path:
+    out = make_dftracer_set(tmp_path_factory.mktemp("blocks") / "t", ranks=1, epochs=2, steps=60)
+    return sorted(out.glob("*.pfw.gz"))[0]
+
+
+def _comparable(frame: pd.DataFrame) -> pd.DataFrame:
+    cats = [c for c in frame.columns if str(frame[c].dtype) == "category"]
+    return frame.astype({c: object for c in cats}).reset_index(drop=True)
+
+
+def test_blocks_give_the_whole_files_rows_and_tables(trace: Path) -> None:
+    whole = pfw.read(trace)
+    parts = list(pfw.read_blocks(trace, BLOCK))
+    assert len(parts) >= 4
+    pd.testing.assert_frame_equal(_comparable(whole.frame), _comparable(concat_frames([p.frame for p in parts])))
+    assert parts[-1].meta["files"] == whole.meta["files"]
+    assert all(not p.warnings for p in parts) and not whole.warnings
+
+
+def test_a_plain_text_trace_streams_too(trace: Path, tmp_path: Path) -> None:
+    plain = tmp_path / "t.pfw"
+    plain.write_bytes(gzip.decompress(trace.read_bytes()))
+    parts = list(pfw.read_blocks(plain, BLOCK))
+    assert len(parts) >= 4
+    assert sum(len(p.frame) for p in parts) == len(pfw.read(trace).frame)
+
+
+def _members(data: bytes) -> list[int]:
+    """Offsets of the gzip members of ``data`` (DFTracer compresses in chunks)."""
+    out, at = [], 0
+    while (at := data.find(b"\x1f\x8b\x08", at)) != -1:
+        out.append(at)
+        at += 3
+    return out
+
+
+def _chunked(trace: Path, out: Path, parts: int = 6) -> Path:
+    """The trace re-compressed as ``parts`` gzip members of whole lines, as DFTracer writes in chunks."""
+    lines = gzip.decompress(trace.read_bytes()).splitlines(keepends=True)
+    step = -(-len(lines) // parts)
+    out.write_bytes(b"".join(gzip.compress(b"".join(lines[i:i + step])) for i in range(0, len(lines), step)))
+    return out
+
+
+def test_a_corrupt_member_is_left_out_with_a_warning_and_reading_goes_on(trace: Path, tmp_path: Path) -> None:
+    chunked = _chunked(trace, tmp_path / "chunked.pfw.gz")
+    assert sum(len(p.frame) for p in pfw.read_blocks(chunked, BLOCK)) == len(pfw.read(trace).frame)
+    data = bytearray(chunked.read_bytes())
+    members = _members(bytes(data))
+    assert len(members) >= 3
+    hit = members[len(members) // 2]
+    data[hit + 40: hit + 60] = b"\xff" * 20  # damage the deflate data of a middle member
+    bad = tmp_path / "bad.pfw.gz"
+    bad.write_bytes(bytes(data))
+    whole = pfw.read(bad)
+    parts = list(pfw.read_blocks(bad, BLOCK))
+    warnings = [w for p in parts for w in p.warnings]
+    assert any("corrupt gzip data" in w and str(bad) in w for w in warnings), warnings
+    rows = sum(len(p.frame) for p in parts)
+    full = len(pfw.read(trace).frame)
+    assert 0 < rows < full  # the damaged member's events are gone, the rest are read
+    assert abs(rows - len(whole.frame)) <= full // len(members) + 5  # as read() recovers, within one member
+
+
+def test_a_truncated_stream_keeps_what_was_complete(trace: Path, tmp_path: Path) -> None:
+    data = trace.read_bytes()
+    cut = tmp_path / "cut.pfw.gz"
+    cut.write_bytes(data[: int(len(data) * 0.7)])
+    parts = list(pfw.read_blocks(cut, BLOCK))
+    warnings = [w for p in parts for w in p.warnings]
+    assert any("truncated" in w for w in warnings), warnings
+    assert 0 < sum(len(p.frame) for p in parts) < len(pfw.read(trace).frame)
+
+
+def test_garbage_after_a_member_is_an_error_naming_the_file(trace: Path, tmp_path: Path) -> None:
+    bad = tmp_path / "tail.pfw.gz"
+    bad.write_bytes(trace.read_bytes() + b"this is not gzip" * 100)
+    with pytest.raises(TraceInputError, match="tail.pfw.gz: corrupt gzip data"):
+        list(pfw.read_blocks(bad, BLOCK))
