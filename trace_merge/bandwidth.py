@@ -203,8 +203,9 @@ def bandwidth_df(frame: pd.DataFrame, counters: Optional[pd.DataFrame] = None,
         the bytes came from), ``basis`` (``intervals``/``counters``), ``read_bytes``, ``reads``,
         ``read_time_s`` (union), ``read_sum_s`` (plain sum), ``read_bw_MB_per_s`` (10^6 bytes per second).
     """
-    reads = classified_reads(frame) if reads is None else reads
-    return finish_bandwidth([interval_bandwidth(reads)], counters, app_file_names(frame))
+    names = app_file_names(frame)
+    reads = classified_reads(frame, names) if reads is None else reads
+    return finish_bandwidth([interval_bandwidth(reads)], counters, names)
 
 
 def interval_bandwidth(reads: "tuple[pd.DataFrame, np.ndarray]") -> pd.DataFrame:
@@ -342,9 +343,10 @@ def bandwidth_totals(frame: pd.DataFrame, counters: Optional[pd.DataFrame] = Non
         time), ``data_files`` (distinct data files read). Of the other reads: ``other_read_bytes`` (Σ over
         ranks) and ``other_read_time_s`` (largest union read time of a rank, like ``slowest_read_time_s``).
     """
-    bw = bandwidth_df(frame, counters) if per_rank is None else per_rank
-    reads = classified_reads(frame)
-    return totals_of(bw, job_wall_ns(frame), data_file_names(reads), counters, app_file_names(frame))
+    names = app_file_names(frame)
+    reads = classified_reads(frame, names)  # once for the per-rank table and the data files
+    bw = bandwidth_df(frame, counters, reads) if per_rank is None else per_rank
+    return totals_of(bw, job_wall_ns(frame), data_file_names(reads), counters, names)
 
 
 def totals_of(bw: pd.DataFrame, wall_ns: int, data_files: "set | frozenset", counters: Optional[pd.DataFrame],
