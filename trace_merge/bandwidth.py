@@ -345,7 +345,7 @@ def bandwidth_totals(frame: pd.DataFrame, counters: Optional[pd.DataFrame] = Non
     """
     names = app_file_names(frame)
     reads = classified_reads(frame, names)  # once for the per-rank table and the data files
-    bw = bandwidth_df(frame, counters, reads) if per_rank is None else per_rank
+    bw = finish_bandwidth([interval_bandwidth(reads)], counters, names) if per_rank is None else per_rank
     return totals_of(bw, job_wall_ns(frame), data_file_names(reads), counters, names)
 
 
