@@ -44,12 +44,9 @@ def _num(x: Optional[float]) -> str:
 def _open_run(path: "str | Path", args: Optional[argparse.Namespace] = None):
     from trace_merge.run import Run
 
-    kw = {}
-    if args is not None and getattr(args, "scheduler", None) is not None:
-        kw = {"scheduler": args.scheduler, "workers": args.workers, "memory_bytes": args.memory_limit}
-    elif args is not None and (getattr(args, "workers", None) or getattr(args, "memory_limit", None)):
-        kw = {"workers": args.workers, "memory_bytes": args.memory_limit}
-    return Run.open(path, **kw)
+    if args is None:  # a command without the engine options
+        return Run.open(path)
+    return Run.open(path, scheduler=args.scheduler, workers=args.workers, memory_bytes=args.memory_limit)
 
 
 def _add_engine_options(parser: argparse.ArgumentParser) -> None:
@@ -131,10 +128,10 @@ def merge_main(args: argparse.Namespace) -> int:
 def _merge(run_dir: Path, args: argparse.Namespace):
     """The in-memory merge of a small run, the partitioned one (every column kept) of a large run or on Dask."""
     from trace_merge import engines, merge, partitioned
-    from trace_merge.run import PARTITION_ABOVE_BYTES, _source_bytes
+    from trace_merge.run import partitioned_input
 
-    size = _source_bytes(run_dir)
-    if args.scheduler is None and size < PARTITION_ABOVE_BYTES:
+    size = partitioned_input(run_dir, args.scheduler)
+    if size is None:
         return merge.merge_path(run_dir)
     engine = engines.engine_for(args.scheduler, size, args.workers, args.memory_limit)
     try:

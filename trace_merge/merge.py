@@ -30,9 +30,6 @@ from .align import APP_KINDS, align, meta_value
 from .errors import OutputExistsError, TraceInputError
 from .identity import Identity, by_name, differences, duplicates, identity_of
 from .outputs import atomic_outputs, exclusive
-
-if TYPE_CHECKING:
-    from .partitioned import PartitionedMerge
 from .readers import detect, rank_from_name, read_any
 from .schema import (
     COUNTER_DTYPES,
@@ -42,6 +39,9 @@ from .schema import (
     checked_int,
     empty_counters,
 )
+
+if TYPE_CHECKING:
+    from .partitioned import PartitionedMerge
 
 log = logging.getLogger(__name__)
 
@@ -214,6 +214,26 @@ def source_identity(path: Path) -> dict[str, Identity]:
     keyed by name relative to ``path``: what ``merge_info.json`` records as ``inputs``."""
     files, _, _ = _listing(path)
     return _identities([p for p, _ in files], path)[1]
+
+
+def source_bytes(path: Path) -> int:
+    """Bytes on disk of the trace files :func:`discover` finds under ``path`` (0 when it finds none)."""
+    try:
+        files, _, _ = _listing(path)
+    except TraceInputError:
+        return 0
+    return bytes_on_disk(p for p, _ in files)
+
+
+def bytes_on_disk(paths: Iterable[Path]) -> int:
+    """Σ of the sizes of ``paths`` (a file gone since it was listed counts 0)."""
+    total = 0
+    for p in paths:
+        try:
+            total += p.stat().st_size
+        except OSError:
+            pass
+    return total
 
 
 def _identities(paths: list[Path], path: Path) -> "tuple[dict[Path, Identity], dict[str, Identity]]":

@@ -408,7 +408,7 @@ def merge_partitioned(path: "str | os.PathLike[str]", engine: Any = None, spill_
         why = f" ({'; '.join(warnings)})" if warnings else ""
         raise TraceInputError(path, f"no trace files found (looked for {merge._LOOKED_FOR}){why}")
     if engine is None:
-        engine = engines.local(sum(_size(p) for p, _ in files))
+        engine = engines.local(merge.bytes_on_disk(p for p, _ in files))
     spill = Path(tempfile.mkdtemp(prefix="trace-merge-", dir=spill_dir))
     columns = SUMMARY_COLUMNS if summary_only else FRAME_COLUMNS
     try:
@@ -416,13 +416,6 @@ def merge_partitioned(path: "str | os.PathLike[str]", engine: Any = None, spill_
     except BaseException:
         shutil.rmtree(spill, ignore_errors=True)
         raise
-
-
-def _size(p: Path) -> int:
-    try:
-        return p.stat().st_size
-    except OSError:
-        return 0
 
 
 def _run(path: Path, files: list, manifest: Optional[dict], warnings: list, inputs: dict, engine: Any,

@@ -176,9 +176,9 @@ class Run:
                        sources=list(info.get("sources", [])), cached=True,
                        dropped=_dropped(info.get("dropped_intervals")),
                        dxt_clock=list(info.get("dxt_clock") or []))
-        if partitioned is not False and (scheduler is not None or partitioned or
-                                         _source_bytes(p) >= PARTITION_ABOVE_BYTES):
-            return cls._open_partitioned(p, notes, scheduler, workers, memory_bytes)
+        size = partitioned_input(p, scheduler, partitioned)
+        if size is not None:
+            return cls._open_partitioned(p, notes, size, scheduler, workers, memory_bytes)
         res = merge.merge_path(p)
         return cls(path=p, frame=res.frame, counters=res.counters, warnings=notes + list(res.warnings),
                    residual=dict(res.residual or {}), manifest=res.manifest, sources=list(res.sources),
@@ -208,11 +208,11 @@ class Run:
         return run
 
     @classmethod
-    def _open_partitioned(cls, p: Path, notes: list[str], scheduler: Any, workers: Optional[int],
+    def _open_partitioned(cls, p: Path, notes: list[str], size: int, scheduler: Any, workers: Optional[int],
                           memory_bytes: Optional[int]) -> "Run":
         from trace_merge import engines, partitioned
 
-        engine = engines.engine_for(scheduler, _source_bytes(p), workers, memory_bytes)
+        engine = engines.engine_for(scheduler, size, workers, memory_bytes)
         try:
             pm = partitioned.merge_partitioned(p, engine=engine)
         finally:
@@ -391,28 +391,24 @@ def _stored_layout(p: Path) -> "Optional[list]":
     ok = isinstance(layout, list) and all(isinstance(x, dict) and isinstance(x.get("rows"), int) and
                                           isinstance(x.get("row_groups"), list) for x in layout)
     return layout if ok else None
+
+
+def partitioned_input(p: Path, scheduler: Any = None, partitioned: Optional[bool] = None) -> Optional[int]:
+    """The bytes of ``p``'s sources when they are to be merged partition by partition, else None: forced by
+    ``partitioned``, or a ``scheduler`` given, or at least :data:`PARTITION_ABOVE_BYTES` (``Run.open``, ``merge``)."""
+    from trace_merge import merge
+
+    if partitioned is False:
+        return None
+    size = merge.source_bytes(p)
+    return size if scheduler is not None or partitioned or size >= PARTITION_ABOVE_BYTES else None
+
+
 _LAZY = object()
 
 
 def _key(layers: Any) -> Any:
     return tuple(layers) if isinstance(layers, list) else layers
-
-
-def _source_bytes(p: Path) -> int:
-    """Bytes on disk of the trace files :func:`trace_merge.merge.discover` finds under ``p`` (0 if none)."""
-    from trace_merge import merge
-
-    try:
-        files, _, _ = merge._listing(p)
-    except TraceInputError:
-        return 0
-    total = 0
-    for f, _ in files:
-        try:
-            total += f.stat().st_size
-        except OSError:
-            pass
-    return total
 
 
 def _dropped(value: Any) -> dict[str, int]:
