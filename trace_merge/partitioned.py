@@ -22,6 +22,7 @@ frame notebooks use); tests hold the two to the same numbers.
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shutil
@@ -287,9 +288,9 @@ def read_partition(where: "str | tuple", columns: Optional[Sequence[str]] = None
     return frame.astype({c: FRAME_DTYPES[c] for c in frame.columns if str(frame[c].dtype) != FRAME_DTYPES[c]})
 
 
-def partition_facts(where: "str | tuple") -> K.RankFacts:
-    """:class:`~trace_merge.kernels.RankFacts` of a stored partition (the first pass of a re-summary)."""
-    frame = read_partition(where, ("layer", "cat", "name", "rank", "start_ns", "end_ns", "file", "bytes"))
+def partition_facts(item: "tuple[Any]") -> K.RankFacts:
+    """:class:`~trace_merge.kernels.RankFacts` of a stored partition ``(where,)`` (the first pass of a re-summary)."""
+    frame = read_partition(item[0], ("layer", "cat", "name", "rank", "start_ns", "end_ns", "file", "bytes"))
     return K.rank_facts(frame, int(frame["rank"].iloc[0]) if len(frame) else 0)
 
 
@@ -308,16 +309,30 @@ def _access_pattern_of(item: "tuple[Any, frozenset]") -> pd.DataFrame:
                                                     "file", "epoch")), names)
 
 
-def access_pattern(pm: "PartitionedMerge", engine: Any = None) -> pd.DataFrame:
-    """:func:`trace_merge.bandwidth.access_pattern_df` partition by partition (rows are per rank and epoch)."""
+def over_ranks(engine: Any, fn: Any, partitions: dict, rows: dict, *extra: Any) -> list:
+    """``fn((partition, *extra))`` for every rank's partition, in rank order, on ``engine``."""
+    ranks = sorted(partitions)
+    return engine.map(fn, [(partitions[r], *extra) for r in ranks], sizes=[rows[r] for r in ranks])
+
+
+@contextlib.contextmanager
+def _engine(engine: Any, rows: dict):
+    """``engine``, or a local one sized to ``rows`` that is closed afterwards."""
     from trace_merge import engines
 
-    engine = engine or engines.local(sum(pm.rows.values()) * 100)
+    own = engine is None
+    engine = engines.local(sum(rows.values()) * 100) if own else engine
     try:
-        parts = engine.map(_access_pattern_of, [(pm.partitions[r], pm.job.app_files) for r in sorted(pm.partitions)],
-                           sizes=[pm.rows[r] for r in sorted(pm.partitions)])
+        yield engine
     finally:
-        engine.close()
+        if own:
+            engine.close()
+
+
+def access_pattern(pm: "PartitionedMerge", engine: Any = None) -> pd.DataFrame:
+    """:func:`trace_merge.bandwidth.access_pattern_df` partition by partition (rows are per rank and epoch)."""
+    with _engine(engine, pm.rows) as eng:
+        parts = over_ranks(eng, _access_pattern_of, pm.partitions, pm.rows, pm.job.app_files)
     if not parts:
         from trace_merge.bandwidth import access_pattern_df
 
@@ -327,14 +342,8 @@ def access_pattern(pm: "PartitionedMerge", engine: Any = None) -> pd.DataFrame:
 
 def summarise_again(pm: "PartitionedMerge", layers: Any = None, engine: Any = None):
     """:func:`trace_merge.analysis.summarise` of a partitioned merge with other ``layers``, partition by partition."""
-    from trace_merge import engines
-
-    engine = engine or engines.local(sum(pm.rows.values()) * 100)
-    try:
-        parts = engine.map(summarise_partition, [(pm.partitions[r], pm.job, layers) for r in sorted(pm.partitions)],
-                           sizes=[pm.rows[r] for r in sorted(pm.partitions)])
-    finally:
-        engine.close()
+    with _engine(engine, pm.rows) as eng:
+        parts = over_ranks(eng, summarise_partition, pm.partitions, pm.rows, pm.job, layers)
     return K.combine(parts or [K.rank_parts(empty_frame(), pm.job, layers)], pm.job, pm.counters)
 
 
@@ -359,7 +368,7 @@ class PartitionedMerge:
     dxt_clock: list
     inputs: dict
     dropped: dict
-    spill: Path
+    spill: Optional[Path]  # the spill directory this merge owns (None: a stored merge's partitions)
 
     def frame(self, columns: Optional[Sequence[str]] = None, ranks: Optional[Sequence[int]] = None) -> pd.DataFrame:
         """The merged rows (only ``columns`` / ``ranks`` when given), loaded now."""
@@ -379,7 +388,8 @@ class PartitionedMerge:
         return dict(self.job.rows_per_layer)
 
     def cleanup(self) -> None:
-        shutil.rmtree(self.spill, ignore_errors=True)
+        if self.spill is not None:
+            shutil.rmtree(self.spill, ignore_errors=True)
 
 
 def merge_partitioned(path: "str | os.PathLike[str]", engine: Any = None, spill_dir: "str | os.PathLike[str] | None" = None,
@@ -391,7 +401,7 @@ def merge_partitioned(path: "str | os.PathLike[str]", engine: Any = None, spill_
     path
         A run directory, a directory of loose trace files, or one file (as :func:`trace_merge.merge.merge_path`).
     engine
-        :class:`trace_merge.engines.Engine` (default: :func:`trace_merge.engines.local` sized to the input).
+        An engine of :mod:`trace_merge.engines` (default: :func:`trace_merge.engines.local` sized to the input).
     spill_dir
         Where the pieces and rank partitions are written (a fresh directory below it; default: the system's
         temporary directory). Dask workers must see it (a shared file system).
@@ -590,19 +600,11 @@ def open_stored(merged: Path, layout: Sequence[dict], counters: pd.DataFrame, en
                 info: Optional[dict] = None) -> PartitionedMerge:
     """A stored merge as a :class:`PartitionedMerge` whose partitions are ``merged.parquet``'s row groups: its
     facts are read first (a pass over a few columns), then the summary kernels run partition by partition."""
-    from trace_merge import engines
-
     where = {int(p["rank"]): (str(merged), tuple(int(g) for g in p["row_groups"])) for p in layout}
     rows = {int(p["rank"]): int(p["rows"]) for p in layout}
-    engine = engine or engines.local(sum(rows.values()) * 100)
-    try:
-        ranks = sorted(where)
-        facts = engine.map(partition_facts, [where[r] for r in ranks], sizes=[rows[r] for r in ranks])
-        job = K.JobFacts.of(facts)
-        parts = engine.map(summarise_partition, [(where[r], job, None) for r in ranks],
-                           sizes=[rows[r] for r in ranks])
-    finally:
-        engine.close()
+    with _engine(engine, rows) as eng:
+        job = K.JobFacts.of(over_ranks(eng, partition_facts, where, rows))
+        parts = over_ranks(eng, summarise_partition, where, rows, job, None)
     info = info or {}
     summary = K.combine(parts or [K.rank_parts(empty_frame(), job, None)], job, counters)
     return PartitionedMerge(partitions=where, rows=rows, counters=counters, summary=summary, job=job,
@@ -610,4 +612,4 @@ def open_stored(merged: Path, layout: Sequence[dict], counters: pd.DataFrame, en
                             manifest=None, sources=list(info.get("sources", [])),
                             clock_offsets_ns=dict(info.get("clock_offsets_ns") or {}),
                             dxt_clock=list(info.get("dxt_clock") or []), inputs=dict(info.get("inputs") or {}),
-                            dropped=dict(info.get("dropped_intervals") or {}), spill=Path(tempfile.mkdtemp()))
+                            dropped=dict(info.get("dropped_intervals") or {}), spill=None)

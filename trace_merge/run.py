@@ -198,14 +198,12 @@ class Run:
         except (OSError, ValueError):
             return None
         engine = engines.engine_for(scheduler, sum(int(x["rows"]) for x in layout) * 100, workers, memory_bytes)
-        pm = partitioned.open_stored(p / merge.MERGED, layout, counters, engine, info)
-        run = cls(path=p, frame=_LAZY, counters=counters, warnings=list(pm.warnings), residual=pm.residual,
-                  manifest=merge.load_manifest(p)[0], sources=list(pm.sources), cached=True,
-                  dropped=_dropped(info.get("dropped_intervals")), dxt_clock=list(pm.dxt_clock))
-        run._partitioned = pm
-        run._summaries[_key(None)] = pm.summary
-        weakref.finalize(run, pm.cleanup)
-        return run
+        try:
+            pm = partitioned.open_stored(p / merge.MERGED, layout, counters, engine, info)
+        finally:
+            engine.close()
+        return cls._of_partitions(p, pm, list(pm.warnings), merge.load_manifest(p)[0], cached=True,
+                                  dropped=_dropped(info.get("dropped_intervals")))
 
     @classmethod
     def _open_partitioned(cls, p: Path, notes: list[str], size: int, scheduler: Any, workers: Optional[int],
@@ -217,9 +215,15 @@ class Run:
             pm = partitioned.merge_partitioned(p, engine=engine)
         finally:
             engine.close()
-        run = cls(path=p, frame=_LAZY, counters=pm.counters, warnings=notes + list(pm.warnings),
-                  residual=dict(pm.residual or {}), manifest=pm.manifest, sources=list(pm.sources),
-                  dropped=dict(pm.dropped), dxt_clock=list(pm.dxt_clock))
+        return cls._of_partitions(p, pm, notes + list(pm.warnings), pm.manifest, cached=False, dropped=dict(pm.dropped))
+
+    @classmethod
+    def _of_partitions(cls, p: Path, pm: Any, warnings: list[str], manifest: Optional[dict], cached: bool,
+                       dropped: dict[str, int]) -> "Run":
+        """A run whose frame stays in ``pm``'s partitions until asked for, with the summary the merge computed."""
+        run = cls(path=p, frame=_LAZY, counters=pm.counters, warnings=warnings, residual=dict(pm.residual or {}),
+                  manifest=manifest, sources=list(pm.sources), cached=cached, dropped=dropped,
+                  dxt_clock=list(pm.dxt_clock))
         run._partitioned = pm
         run._summaries[_key(None)] = pm.summary
         weakref.finalize(run, pm.cleanup)  # the partitions live as long as the run
