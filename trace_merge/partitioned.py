@@ -228,7 +228,6 @@ class RankResult:
     rank: int
     rows: int
     path: str
-    rows_per_layer: dict
     start_ns: int
     end_ns: int
     residual: dict
@@ -268,10 +267,8 @@ def merge_rank(task: RankTask) -> RankResult:
     frame = A.propagate_steps(frame)
     frame = frame[[c for c in FRAME_COLUMNS if c in task.columns]].reset_index(drop=True)
     _write_arrow(frame, Path(task.out))
-    counts = frame["layer"].value_counts(sort=False)
     parts = K.rank_parts(frame, task.job, task.layers) if task.job is not None else None
-    return RankResult(task.rank, len(frame), task.out, {str(k): int(v) for k, v in counts.items() if v},
-                      int(frame["start_ns"].min()) if len(frame) else 0,
+    return RankResult(task.rank, len(frame), task.out, int(frame["start_ns"].min()) if len(frame) else 0,
                       int(frame["end_ns"].max()) if len(frame) else 0, residual, clocks, warnings, parts)
 
 
