@@ -218,7 +218,7 @@ class RankTask:
     names: dict  # DFTracer file hash -> path, of the whole run
     darshan_alone: bool
     residual_basis: A.ResidualBasis
-    job: Optional[K.JobFacts]
+    job: K.JobFacts
     layers: Any = None
     columns: tuple = FRAME_COLUMNS
 
@@ -233,7 +233,7 @@ class RankResult:
     residual: dict
     dxt_clock: list
     warnings: list
-    parts: Optional[K.RankParts]
+    parts: K.RankParts
 
 
 def merge_rank(task: RankTask) -> RankResult:
@@ -267,7 +267,7 @@ def merge_rank(task: RankTask) -> RankResult:
     frame = A.propagate_steps(frame)
     frame = frame[[c for c in FRAME_COLUMNS if c in task.columns]].reset_index(drop=True)
     _write_arrow(frame, Path(task.out))
-    parts = K.rank_parts(frame, task.job, task.layers) if task.job is not None else None
+    parts = K.rank_parts(frame, task.job, task.layers)
     return RankResult(task.rank, len(frame), task.out, int(frame["start_ns"].min()) if len(frame) else 0,
                       int(frame["end_ns"].max()) if len(frame) else 0, residual, clocks, warnings, parts)
 
