@@ -9,7 +9,7 @@ from matplotlib.figure import Figure
 from trace_merge import plots
 from trace_merge.schema import to_frame
 
-COMPS = ("fs", "comm", "input_wait", "compute", "python")
+COMPS = ("fs", "comm", "input_wait", "compute", "python", "not_observed")
 
 
 def layered(rows):
@@ -18,7 +18,7 @@ def layered(rows):
         "rank": pd.array([r[0] for r in rows], dtype="int64"),
         "epoch": pd.array([r[1] for r in rows], dtype="Int64"),
         "phase": [r[2] for r in rows], "cat": [r[3] for r in rows],
-        "calls": pd.array([1] * len(rows), dtype="int64"),
+        "calls": pd.array([1] * len(rows), dtype="int64"), "observed_calls": pd.array([1] * len(rows), dtype="int64"),
     })
     for i, c in enumerate(COMPS):
         df[f"{c}_s"] = [float(r[4][i]) for r in rows]
@@ -27,13 +27,13 @@ def layered(rows):
 
 
 LAYERED = layered([
-    (0, 0, "Load File", "io", (3, 0, 0, 0, 1)),
-    (0, 1, "Load File", "io", (2, 0, 0, 0, 1)),
-    (1, 0, "Load File", "io", (4, 0, 0, 0, 0.5)),
-    (0, 0, "Training Iteration", "compute", (0, 1, 0.5, 4, 0.5)),
-    (1, None, "Training Iteration", "compute", (0, 2, 0, 3, 0)),
-    (0, 0, "Call to Next Batch", "wait", (0, 0, 2, 0, 0.25)),
-    (1, 1, "Checkpoint", "checkpoint", (0.5, 0, 0, 0, 0)),
+    (0, 0, "Load File", "io", (3, 0, 0, 0, 1, 0)),
+    (0, 1, "Load File", "io", (2, 0, 0, 0, 1, 0.5)),
+    (1, 0, "Load File", "io", (4, 0, 0, 0, 0.5, 0)),
+    (0, 0, "Training Iteration", "compute", (0, 1, 0.5, 4, 0.5, 0)),
+    (1, None, "Training Iteration", "compute", (0, 2, 0, 3, 0, 1)),
+    (0, 0, "Call to Next Batch", "wait", (0, 0, 2, 0, 0.25, 0)),
+    (1, 1, "Checkpoint", "checkpoint", (0.5, 0, 0, 0, 0, 0)),
 ])
 
 
@@ -54,7 +54,7 @@ def test_layered_breakdown_one_bar_per_phase_split_by_component():
     for comp, label in plots.COMPONENT_LABELS.items():
         np.testing.assert_allclose(widths[label], sums[f"{comp}_s"])
     np.testing.assert_allclose(np.sum(list(widths.values()), axis=0), sums["time_s"])
-    assert ax.get_yticklabels()[0].get_text() == "Load File [io] · 11.5 s"
+    assert ax.get_yticklabels()[0].get_text() == "Load File [io] · 12 s"
     # each bar starts where the previous component ended
     lefts = [p.get_x() for p in ax.containers[4].patches]
     np.testing.assert_allclose(lefts, sums[["fs_s", "comm_s", "input_wait_s", "compute_s"]].sum(axis=1))

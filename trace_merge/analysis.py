@@ -18,8 +18,8 @@ import numpy as np
 import pandas as pd
 
 from trace_merge import kernels
-from trace_merge.attribution import (COMPONENT_LABELS, COMPONENTS, component_view_df, INPUT_BOUND_HIGH_PCT,
-                                     INPUT_BOUND_MODERATE_PCT, PRIORITY, accelerator_utilisation,
+from trace_merge.attribution import (COMPONENT_LABELS, COMPONENTS, LOWER_COMPONENTS, component_view_df,
+                                     INPUT_BOUND_HIGH_PCT, INPUT_BOUND_MODERATE_PCT, PRIORITY, accelerator_utilisation,
                                      breakdown_df, exposed_io_df, input_bound_df, layered_breakdown_df,
                                      step_series_df, verdict, verdict_label)
 from trace_merge.bandwidth import (READ_LAYER_ORDER, SIZE_BINS, access_pattern_df, bandwidth_df,
@@ -263,6 +263,18 @@ def epochs_as_text(df: pd.DataFrame, missing: str) -> pd.DataFrame:
     return df.assign(epoch=[missing if pd.isna(e) else str(int(e)) for e in df["epoch"]])
 
 
+def coverage_notes(layered: pd.DataFrame) -> list[str]:
+    """Where the framework layer sampled only part of a phase's calls: the sample behind its python/compute
+    split, e.g. "framework profile: 8 of 192 calls of 'Train Step' (rank 0)" -- one sentence per phase."""
+    if not len(layered) or not (layered["not_observed_s"] > 0).any():
+        return []
+    g = layered.groupby("phase", sort=False)[["calls", "observed_calls", "time_s", "not_observed_s"]].sum()
+    g = g[(g["not_observed_s"] > 0) & (g["observed_calls"] > 0)].sort_values("time_s", ascending=False)
+    return [f"framework profile: {int(row['observed_calls'])} of {int(row['calls'])} calls of '{phase}' "
+            f"(all ranks); its python/compute split is from those, {100 * row['not_observed_s'] / row['time_s']:.0f}"
+            f" % of its time was not observed" for phase, row in g.head(3).iterrows()]
+
+
 def explain(metrics: dict, verdict: dict, layered: pd.DataFrame) -> list[str]:
     """Sentences for where io %, exposed %, the layered split and the verdict seem to disagree."""
     out: list[str] = []
@@ -279,19 +291,24 @@ def explain(metrics: dict, verdict: dict, layered: pd.DataFrame) -> list[str]:
         out.append(f"exposed I/O ({exposed:.1f} %) is a share of all wall time, start-up and epochs' edges "
                    f"included; the input wait of the verdict ({wait:.1f} %) is a share of step time only")
     if len(layered):
-        io_phases = layered[layered["cat"] == "io"].groupby("phase")[["time_s", "fs_s", "python_s"]].sum()
+        io_phases = layered[layered["cat"] == "io"].groupby("phase")[["time_s", "fs_s", "python_s",
+                                                                       "not_observed_s"]].sum()
         for phase, row in io_phases.iterrows():
-            if row["time_s"] > 0 and row["python_s"] >= 0.5 * row["time_s"] and "posix" in ",".join(
+            rest = row["python_s"] + row["not_observed_s"]
+            if row["time_s"] > 0 and rest >= 0.5 * row["time_s"] and "posix" in ",".join(
                     layered.loc[layered["phase"] == phase, "layers"]):
                 out.append(f"'{phase}' is an io phase, but only {100 * row['fs_s'] / row['time_s']:.0f} % of its "
-                           f"{row['time_s']:.3g} s is file-system time; {100 * row['python_s'] / row['time_s']:.0f} "
-                           "% is Python / decode / IPC that no lower layer saw")
+                           f"{row['time_s']:.3g} s is file-system time; the rest is Python / decode / IPC "
+                           f"({100 * row['python_s'] / row['time_s']:.0f} % seen inside a TF profile) or not "
+                           f"observed ({100 * row['not_observed_s'] / row['time_s']:.0f} %)")
+        out.extend(coverage_notes(layered))
     return out
 
 
 __all__ = [
-    "INPUT_BOUND_HIGH_PCT", "INPUT_BOUND_MODERATE_PCT", "layer_activity_df", "COMPONENTS", "COMPONENT_LABELS",
-    "layered_breakdown_df", "step_series_df", "Summary", "explain", "epochs_as_text",
+    "INPUT_BOUND_HIGH_PCT", "INPUT_BOUND_MODERATE_PCT", "layer_activity_df", "COMPONENTS", "LOWER_COMPONENTS",
+    "COMPONENT_LABELS",
+    "layered_breakdown_df", "step_series_df", "Summary", "explain", "coverage_notes", "epochs_as_text",
     "PRIORITY", "READ_LAYER_ORDER", "SIZE_BINS",
     "merge_intervals", "union_ns", "intersect_intervals", "subtract_intervals", "covered_ns",
     "grouped_union_ns", "read_rows", "breakdown_df", "exposed_io_df", "input_bound_df", "verdict",

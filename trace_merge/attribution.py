@@ -104,6 +104,7 @@ class _Attribution:
         re_ = self.axis.to_axis(self._r, e)
         self.raw = {c: merge_intervals(rs[cat_idx == i], re_[cat_idx == i]) for i, c in enumerate(PRIORITY)}
         thread = combined_codes(self._r, rows["pid"].to_numpy(), rows["tid"].to_numpy())
+        self._thread = thread
         seg_s, seg_e, owner = self_segments(thread, s, e)
         seg_r = self._r[owner]
         self.segments = (self.axis.to_axis(seg_r, seg_s), self.axis.to_axis(seg_r, seg_e), owner)
@@ -128,14 +129,9 @@ class _Attribution:
         """
         if tuple(keys) in self._windows:
             return self._windows[tuple(keys)]
-        keep = np.ones(self._s.size, dtype=bool)
+        keep = self.step_rows() if "step" in keys else np.ones(self._s.size, dtype=bool)
         for k in keys:
             keep &= self._tags[k][1]
-        if "step" in keys:
-            # a rank that has Training Iteration phases: its steps are exactly those (a Checkpoint tagged with
-            # the current step must not stretch it)
-            ranks_with = np.unique(self._r[keep & self._is_step_phase])
-            keep &= self._is_step_phase | ~np.isin(self._r, ranks_with)
         data = pd.DataFrame({"_r": self._r[keep], **{k: self._tags[k][0][keep] for k in keys},
                              "start_ns": self._s[keep], "end_ns": self._e[keep]})
         w = data.groupby(["_r", *keys], sort=True).agg(start_ns=("start_ns", "min"), end_ns=("end_ns", "max"))
@@ -146,6 +142,22 @@ class _Attribution:
         w["_we"] = self.axis.to_axis(r, w["end_ns"].to_numpy(dtype=_I8))
         self._windows[tuple(keys)] = w
         return w
+
+    def step_rows(self) -> np.ndarray:
+        """Rows that mark training steps: the step phase (``Training Iteration``) on a rank that has it (a
+        Checkpoint tagged with the current step must not stretch the step), else every step-tagged row."""
+        tagged = self._tags["step"][1]
+        ranks_with = np.unique(self._r[tagged & self._is_step_phase])
+        return tagged & (self._is_step_phase | ~np.isin(self._r, ranks_with))
+
+    def consumer_self(self, cats: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        """Merged self time of ``cats`` on the consumer threads: the threads whose rows mark the steps (the
+        training loop). A prefetch thread reading while the loop computes is not the loop waiting."""
+        consumer = np.unique(self._thread[self.step_rows()])
+        seg_s, seg_e, owner = self.segments
+        idx = [PRIORITY.index(c) for c in cats]
+        keep = np.isin(self._cat_idx[owner], idx) & np.isin(self._thread[owner], consumer)
+        return merge_intervals(seg_s[keep], seg_e[keep])
 
     def self_union(self, cats: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
         return union_of(*(self.self_time[c] for c in cats))
@@ -169,21 +181,50 @@ def _attribution(frame: pd.DataFrame, layers: "str | Sequence[str] | None") -> O
     return _Attribution(rows) if len(rows) else None
 
 
-#: Components of an app phase's time in the layered breakdown, in priority order: where the lower layers
-#: overlap inside a phase, the first one listed gets the time. ``python`` is what is left.
-COMPONENTS: tuple[str, ...] = ("fs", "comm", "input_wait", "compute", "python")
+#: What the lower layers saw inside an app phase, in priority order: where they overlap inside a phase, the first
+#: one listed gets the time.
+LOWER_COMPONENTS: tuple[str, ...] = ("fs", "comm", "input_wait", "compute")
+#: Components of an app phase's time in the layered breakdown: the lower layers', then the remainder split by
+#: coverage -- ``python`` inside the windows the framework layer was captured (it would have seen framework work
+#: there), ``not_observed`` outside them (a TF profile window of 8 of 192 steps, or no framework layer at all).
+COMPONENTS: tuple[str, ...] = (*LOWER_COMPONENTS, "python", "not_observed")
 COMPONENT_LABELS: dict[str, str] = {
     "fs": "file system", "comm": "communication", "input_wait": "input wait (tf.data)",
-    "compute": "framework compute", "python": "Python / decode / IPC (unseen below)",
+    "compute": "framework compute", "python": "Python / decode / IPC (inside profiled windows)",
+    "not_observed": "not observed (no framework profile there)",
 }
-#: the TimeLogger's TF-profile anchor TraceMe: bookkeeping, not framework work
+#: the TimeLogger's TF-profile anchor TraceMe: bookkeeping, not framework work; it opens a profile window
 _ANCHOR = "timelogger_anchor"
+
+
+def profile_windows(r: np.ndarray, s: np.ndarray, e: np.ndarray, anchor: np.ndarray
+                    ) -> tuple[np.ndarray, np.ndarray]:
+    """Merged list of the windows a framework layer covered, from its rows (on an attribution's rank axis).
+
+    A profile window is what one profiler session recorded: it starts at the session's TimeLogger anchor marker
+    (``anchor`` rows) and ends with its last event. Without anchors (a profile not opened by TimeLogger) each
+    rank's window spans its first to its last framework event.
+    """
+    if not s.size:
+        return _EMPTY, _EMPTY
+    order = np.argsort(s[anchor], kind="stable")  # on the axis, ranks occupy disjoint ranges in rank order
+    a_r, a_s = r[anchor][order], s[anchor][order]
+    # session of a row: the last anchor of its rank at or before it (rows before a rank's first anchor: -1)
+    sess = np.full(s.size, -1, dtype=_I8)
+    if a_s.size:
+        k = np.searchsorted(a_s, s, side="right") - 1
+        ok = k >= 0
+        ok[ok] = a_r[k[ok]] == r[ok]
+        sess[ok] = k[ok]
+    grp = combined_codes(r, sess)
+    w = pd.DataFrame({"g": grp, "s": s, "e": e}).groupby("g", sort=False).agg(s=("s", "min"), e=("e", "max"))
+    return merge_intervals(w["s"].to_numpy(dtype=_I8), w["e"].to_numpy(dtype=_I8))
 
 
 class LowerLayers:
     """What the layers below the app did, per rank, as merged lists on an attribution's rank axis.
 
-    ``raw[c]`` for each component but ``python``: ``fs`` = every call of a file-system layer
+    ``raw[c]`` for each of :data:`LOWER_COMPONENTS`: ``fs`` = every call of a file-system layer
     (:data:`~trace_merge.schema.FS_LAYERS`, cat ``io``: reads, writes, opens, metadata; not the process control
     DFTracer also traces) of the rank's processes, forked
     workers included; ``comm`` = the ``comm`` layer (Horovod timeline, rank 0) and framework ``comm`` events
@@ -195,20 +236,23 @@ class LowerLayers:
     and ``other`` events (kernels, the step function around them). tf.data producer threads' work
     (framework ``io``/``preprocess``) is no component: it runs the user's Python (``py_function``,
     generators) or decodes, which is what the remainder stands for. ``exclusive`` resolves overlaps by
-    :data:`COMPONENTS` order. ``framework`` is the union of all framework rows (profile coverage).
+    :data:`LOWER_COMPONENTS` order. ``covered`` is the framework layer's coverage (:func:`profile_windows`):
+    only inside it can the remainder be called Python.
     """
 
-    def __init__(self, raw: dict[str, tuple[np.ndarray, np.ndarray]], framework: tuple[np.ndarray, np.ndarray],
+    def __init__(self, raw: dict[str, tuple[np.ndarray, np.ndarray]], covered: tuple[np.ndarray, np.ndarray],
                  layers: dict[int, list[str]]) -> None:
         self.raw = raw
-        self.framework = framework
-        self.present_framework = framework[0].size > 0
+        self.covered = covered
+        self.present_framework = covered[0].size > 0
         self.layers = layers
         self.exclusive: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         taken = (_EMPTY, _EMPTY)
-        for c in COMPONENTS[:-1]:
+        for c in LOWER_COMPONENTS:
             self.exclusive[c] = subtract_intervals(*raw[c], *taken)
             taken = union_of(taken, raw[c])
+        #: covered time no lower layer claimed: what Python / decoding / IPC did while the profiler watched
+        self.unclaimed_covered = subtract_intervals(*covered, *taken)
 
     @classmethod
     def of(cls, frame: pd.DataFrame, att: Optional[_Attribution],
@@ -217,7 +261,7 @@ class LowerLayers:
 
         ``shared``: the job's executing collectives (:func:`shared_collectives`) when ``frame`` is one partition
         of it; by default they are ``frame``'s own."""
-        empty = {c: (_EMPTY, _EMPTY) for c in COMPONENTS[:-1]}
+        empty = {c: (_EMPTY, _EMPTY) for c in LOWER_COMPONENTS}
         if att is None or not len(frame):
             return cls(empty, (_EMPTY, _EMPTY), {})
         layer = frame["layer"]
@@ -231,7 +275,10 @@ class LowerLayers:
         e = att.axis.to_axis(r, rows["end_ns"].to_numpy(dtype=_I8))
         lay, cat = rows["layer"], rows["cat"]  # category comparisons: codes, not strings per row
         is_comm = (lay == "comm").to_numpy()
-        fw = (lay == "framework").to_numpy() & (rows["name"] != _ANCHOR).to_numpy()
+        in_fw = (lay == "framework").to_numpy()
+        anchor = in_fw & (rows["name"] == _ANCHOR).to_numpy()
+        fw = in_fw & ~anchor
+        covered = profile_windows(r[in_fw], s[in_fw], e[in_fw], anchor[in_fw])
         masks = {
             "fs": lay.isin(FS_LAYERS).to_numpy() & (cat == "io").to_numpy(),
             "comm": is_comm | (fw & (cat == "comm").to_numpy()),
@@ -250,14 +297,13 @@ class LowerLayers:
             s = np.concatenate((s, att.axis.to_axis(ks, np.tile(src_s, len(other)))))
             e = np.concatenate((e, att.axis.to_axis(ks, np.tile(src_e, len(other)))))
             masks = {c: np.concatenate((m, np.full(ks.size, c == "comm"))) for c, m in masks.items()}
-        framework = merge_intervals(s[:fw.size][fw], e[:fw.size][fw])
         raw = {c: merge_intervals(s[m], e[m]) for c, m in masks.items()}
         present = rows.groupby(["rank", "layer"], observed=True).size().index
         layers: dict[int, list[str]] = {}
         for rank, layer in present:
             layers.setdefault(int(rank), []).append(str(layer))
         layers = {k: sorted(v) for k, v in layers.items()}
-        return cls(raw, framework, layers)
+        return cls(raw, covered, layers)
 
 
 #: Horovod timeline activities that are a collective executing (on every rank at once), not a negotiation
@@ -294,14 +340,16 @@ def layered_breakdown_df(frame: pd.DataFrame) -> pd.DataFrame:
     Each app phase's time is its self time (innermost phase per thread, as in :func:`breakdown_df`), the
     union over the phase's intervals on the rank. Inside it, each instant goes to the first of
     :data:`COMPONENTS` whose :class:`LowerLayers` list covers it (file system, then communication, then
-    framework input wait, then framework compute); ``python`` is the rest -- Python, decoding and IPC that
-    no lower layer saw (or layers that were not captured: see ``layers``). Every row sums to its phase's time.
+    framework input wait, then framework compute). The rest is ``python`` (Python, decoding and IPC that no lower
+    layer saw) only inside the windows a framework profile covered; outside them it is ``not_observed``: no layer
+    that could tell framework work from Python was watching. Every row sums to its phase's time.
 
     Returns
     -------
     pandas.DataFrame
         ``rank``, ``epoch`` (Int64; missing = the phase ran outside any epoch), ``phase``, ``cat`` (the
-        phase's own category, a hint), ``calls``, ``time_s``, ``<component>_s`` for each of
+        phase's own category, a hint), ``calls``, ``observed_calls`` (calls a framework profile window
+        overlapped: the sample behind the ``python``/``compute`` split), ``time_s``, ``<component>_s`` for each of
         :data:`COMPONENTS` (seconds, summing to ``time_s``), ``layers`` (lower layers captured on the rank).
     """
     att = _attribution(frame, ["app"])
@@ -310,7 +358,7 @@ def layered_breakdown_df(frame: pd.DataFrame) -> pd.DataFrame:
 
 def _empty_layered() -> pd.DataFrame:
     cols = {"rank": "int64", "epoch": "Int64", "phase": "object", "cat": "object", "calls": "int64",
-            "time_s": "float64", **{f"{c}_s": "float64" for c in COMPONENTS}, "layers": "object"}
+            "observed_calls": "int64", "time_s": "float64", **{f"{c}_s": "float64" for c in COMPONENTS}, "layers": "object"}
     return pd.DataFrame({k: pd.Series(dtype=v) for k, v in cols.items()})
 
 
@@ -338,8 +386,12 @@ def _layered(att: Optional[_Attribution], lower: LowerLayers) -> pd.DataFrame:
         return out
 
     time_ns = per_group(me - ms)
-    parts = {c: per_group(covered_ns(*lower.exclusive[c], ms, me)) for c in COMPONENTS[:-1]}
-    parts["python"] = time_ns - sum(parts.values())
+    parts = {c: per_group(covered_ns(*lower.exclusive[c], ms, me)) for c in LOWER_COMPONENTS}
+    parts["python"] = per_group(covered_ns(*lower.unclaimed_covered, ms, me))
+    parts["not_observed"] = time_ns - sum(parts.values())
+    # calls of the phase a framework profile saw (any part of): the sample behind the python/compute split
+    rs, re_ = att.axis.to_axis(att._r, att._s), att.axis.to_axis(att._r, att._e)
+    observed_calls = np.bincount(key, weights=(covered_ns(*lower.covered, rs, re_) > 0), minlength=ngroups)
     r = att._r[first]
     ranks = att.ranks[r]
     cats = np.asarray(PRIORITY, dtype=object)[att._cat_idx[first]]
@@ -349,6 +401,7 @@ def _layered(att: Optional[_Attribution], lower: LowerLayers) -> pd.DataFrame:
         "phase": np.asarray(att._names, dtype=object)[att._name_codes[first]],
         "cat": cats,
         "calls": calls.astype(_I8),
+        "observed_calls": observed_calls.astype(_I8),
         "time_s": time_ns / 1e9,
         **{f"{c}_s": parts[c] / 1e9 for c in COMPONENTS},
         "layers": [",".join(lower.layers.get(int(x), [])) or "-" for x in ranks],
@@ -502,88 +555,124 @@ def verdict_label(input_pct: float) -> str:
 
 
 def input_bound_df(frame: pd.DataFrame, layers: "str | Sequence[str] | None" = None) -> pd.DataFrame:
-    """Per rank: step time, input wait inside steps from the best evidence present, AU, verdict.
+    """Per rank: step-cycle time, input wait and compute inside the cycles, AU, verdict.
 
-    Steps are the app layer's training steps (``Training Iteration`` phases where the rank has them, else
-    the windows of the ``(epoch, step)`` tags); see :func:`step_series_df` for the evidence used per step.
-    Where some steps of a rank lie inside a TF profile window, only those count (``basis`` =
-    ``"framework"``: the framework's input-pipeline wait); otherwise the app layer's exposed io ∪ wait
-    (``"app"``). The first step of each rank (pipeline warm-up: shuffle-buffer fill, graph tracing, file
-    opens) is left out when the rank has more. A rank without step tags falls back to its epoch windows
+    Sums of :func:`step_series_df` over the rank's counted cycles (the first cycle of each rank, pipeline warm-up,
+    is left out when the rank has more). A rank without step tags falls back to its epoch windows
     (``"epoch"``), then to its whole traced time (``"run"``, e.g. a bare Darshan log, verdict ``"unknown"``).
 
     Returns
     -------
     pandas.DataFrame
-        ``rank``, ``basis``, ``steps`` (counted), ``steps_total``, ``step_s``, ``input_wait_s``,
-        ``input_pct``, ``compute_s`` (framework compute/comm outside input wait, or app compute self time),
-        ``au_pct`` (= compute_s ÷ step_s × 100), ``excluded_s`` (warm-up step left out), ``input_visible``
-        (False: app-basis steps with no app io/wait phase inside, so input wait cannot be seen), ``verdict``.
+        ``rank``, ``basis`` (``framework`` when cycles inside a TF profile window are counted, else ``app``,
+        ``epoch`` or ``run``), ``steps`` (counted), ``steps_total``, ``step_s``, ``input_wait_s``,
+        ``input_pct``, ``compute_s``, ``au_pct`` (= compute_s ÷ step_s × 100), ``other_s`` (neither),
+        ``excluded_s`` (warm-up cycle left out), ``input_visible`` (False: no counted cycle has any wait
+        evidence -- Keras batches timed whole, no TF profile -- so input wait cannot be seen), ``verdict``.
     """
     att = _attribution(frame, layers)
     return _input_bound(att, LowerLayers.of(frame, att))
 
 
 def step_series_df(frame: pd.DataFrame) -> pd.DataFrame:
-    """One row per rank and training step: its time and the input wait inside it, from the best evidence.
+    """One row per rank and training step cycle: its time, and the input wait and compute inside it.
 
-    A step is framework-covered when TF profiler rows cover at least half of it; its input wait is then the
-    union of the framework's input-pipeline waits (``IteratorGetNext`` family, cat ``wait``) and of the app's
-    own exposed io/wait inside it (``basis="framework"``). Otherwise it is the app layer's exposed input inside it: self time of io ∪ wait
-    phases not overlapped by compute self time (``basis="app"``).
+    A **cycle** runs from one step's start to the next step's start on the same rank (within one epoch; the
+    last step of an epoch ends with its own rows), so it holds the fetch of the next batch whether or not the app
+    timed the fetch inside a step phase. Steps are marked by the step phase (``Training Iteration``: the README
+    loop, Keras batches) where the rank has it, else by the rows' ``step`` tags (``set_step``, DLIO/pydftracer
+    step args). Inside a cycle:
+
+    - **input wait** = union of the framework's input-pipeline waits (``IteratorGetNext`` family) and the app's
+      own ``wait``/``io`` self time on the consumer threads (the threads that mark the steps) while no consumer
+      thread computes;
+    - **compute** = union of framework compute/comm and the app's ``compute``/``comm`` self time on the consumer
+      threads, minus input wait (a Keras batch holds its fetch; the profile tells it apart);
+    - **other** = the rest (checkpoints, logging, Python between steps), its own term.
+
+    A cycle is ``basis="framework"`` when a TF profile window covers at least half of it. Where a rank's
+    app layer shows no wait evidence in any cycle (Keras batches timed whole), only its framework-covered cycles
+    are evidence (``counted``).
 
     Returns
     -------
     pandas.DataFrame
-        ``rank``, ``epoch``, ``step`` (Int64), ``start_ns``, ``end_ns``, ``step_s``, ``input_wait_s``,
-        ``compute_s``, ``basis``, ``warmup`` (first step of the rank), ``counted`` (used by the verdict).
+        ``rank``, ``epoch``, ``step`` (Int64), ``start_ns``, ``end_ns`` (the cycle), ``step_s``,
+        ``input_wait_s``, ``compute_s``, ``other_s``, ``basis``, ``warmup`` (first cycle of the rank),
+        ``counted`` (used by the verdict).
     """
     att = _attribution(frame, None)
     return _step_series(att, LowerLayers.of(frame, att)).drop(columns=["_r", "_ws", "_we"])
 
 
-def _step_series(att: Optional[_Attribution], lower: "LowerLayers") -> pd.DataFrame:
-    cols = {"_r": "int64", "rank": "int64", "epoch": "Int64", "step": "Int64", "start_ns": "int64",
-            "end_ns": "int64", "_ws": "int64", "_we": "int64", "step_s": "float64", "input_wait_s": "float64",
-            "compute_s": "float64", "basis": "object", "warmup": "bool", "counted": "bool"}
-    if att is None:
-        return pd.DataFrame({k: pd.Series(dtype=v) for k, v in cols.items()})
+def _step_windows(att: _Attribution) -> pd.DataFrame:
+    """The step marks of every rank, as windows per (epoch, step) tag, in start order per rank."""
     w = att.windows(["epoch", "step"])
     w2 = att.windows(["step"])
     w = pd.concat([w, w2[~w2["_r"].isin(w["_r"])].assign(epoch=pd.NA)], ignore_index=True)
-    w = w.sort_values(["_r", "start_ns"], kind="stable").reset_index(drop=True)
-    ws, we = w["_ws"].to_numpy(dtype=_I8), w["_we"].to_numpy(dtype=_I8)
-    length = we - ws
-    by_fw = (lower.present_framework & (2 * covered_ns(*lower.framework, ws, we) >= length)) if len(w) \
-        else np.zeros(0, dtype=bool)
-    app_exposed = subtract_intervals(*att.self_union(["io", "wait"]), *att.self_time["compute"])
-    fw_busy = subtract_intervals(*union_of(lower.raw["compute"], lower.raw["comm"]), *lower.raw["input_wait"])
-    # inside a profile window the framework sees tf.data waits; the app's own wait/io phases (a Python loader
-    # outside tf.data) stay evidence too
-    fw_wait = union_of(lower.raw["input_wait"], app_exposed)
-    wait = np.where(by_fw, covered_ns(*fw_wait, ws, we), covered_ns(*app_exposed, ws, we))
-    comp = np.where(by_fw, covered_ns(*fw_busy, ws, we), covered_ns(*att.self_time["compute"], ws, we))
+    return w.sort_values(["_r", "start_ns"], kind="stable").reset_index(drop=True)
+
+
+def _cycle_ends(r: np.ndarray, epoch: pd.Series, ws: np.ndarray, we: np.ndarray) -> np.ndarray:
+    """Each step's cycle end (axis coordinates): the next step's start on the same rank and in the same epoch,
+    else the step's own end."""
+    ends = we.copy()
+    if r.size > 1:
+        ep = epoch.to_numpy(dtype=np.float64, na_value=np.nan)
+        same_epoch = (ep[1:] == ep[:-1]) | (np.isnan(ep[1:]) & np.isnan(ep[:-1]))
+        chained = (r[1:] == r[:-1]) & same_epoch & (ws[1:] > ws[:-1])
+        ends[:-1] = np.where(chained, ws[1:], we[:-1])
+    return ends
+
+
+def _step_series(att: Optional[_Attribution], lower: "LowerLayers") -> pd.DataFrame:
+    cols = {"_r": "int64", "rank": "int64", "epoch": "Int64", "step": "Int64", "start_ns": "int64",
+            "end_ns": "int64", "_ws": "int64", "_we": "int64", "step_s": "float64", "input_wait_s": "float64",
+            "compute_s": "float64", "other_s": "float64", "basis": "object", "warmup": "bool", "counted": "bool"}
+    if att is None:
+        return pd.DataFrame({k: pd.Series(dtype=v) for k, v in cols.items()})
+    w = _step_windows(att)
     r = w["_r"].to_numpy(dtype=_I8)
+    ws = w["_ws"].to_numpy(dtype=_I8)
+    we = _cycle_ends(r, w["epoch"], ws, w["_we"].to_numpy(dtype=_I8))
+    length = we - ws
+    by_fw = (lower.present_framework & (2 * covered_ns(*lower.covered, ws, we) >= length)) if len(w) \
+        else np.zeros(0, dtype=bool)
+    app_busy = att.consumer_self(["compute", "comm"])
+    # a wait on one consumer thread while another computes is hidden behind it (exposed input only)
+    app_wait = subtract_intervals(*att.consumer_self(["io", "wait"]), *app_busy)
+    wait_ev = union_of(lower.raw["input_wait"], app_wait)
+    busy = union_of(lower.raw["compute"], lower.raw["comm"], app_busy)
+    wait = covered_ns(*wait_ev, ws, we)
+    comp = covered_ns(*subtract_intervals(*busy, *wait_ev), ws, we)
     first = np.r_[True, r[1:] != r[:-1]] if len(r) else np.zeros(0, dtype=bool)
     n_of_rank = np.bincount(r, minlength=len(att.ranks))
     warmup = first & (n_of_rank[r] > 1)
-    # where a profile window covers some steps of a rank, only those are evidence of its input wait
+    # a rank whose app layer shows no wait in its cycles (Keras batches timed whole) can only be judged where a
+    # profile window looked inside its steps; a rank with app wait evidence counts every cycle
+    app_seen = np.bincount(r, weights=covered_ns(*att.consumer_self(["io", "wait"]), ws, we),
+                           minlength=len(att.ranks)) > 0
     fw_ranks = np.unique(r[by_fw])
-    counted = ~warmup & (by_fw | ~np.isin(r, fw_ranks))
+    counted = ~warmup & (by_fw | app_seen[r] | ~np.isin(r, fw_ranks))
+    start_ns = w["start_ns"].to_numpy(dtype=_I8)
     return pd.DataFrame({
         "_r": r, "rank": att.ranks[r] if len(r) else r, "epoch": pd.array(w["epoch"], dtype="Int64"),
-        "step": pd.array(w["step"], dtype="Int64"), "start_ns": w["start_ns"].to_numpy(dtype=_I8),
-        "end_ns": w["end_ns"].to_numpy(dtype=_I8), "_ws": ws, "_we": we, "step_s": length / 1e9,
-        "input_wait_s": wait / 1e9, "compute_s": comp / 1e9,
+        "step": pd.array(w["step"], dtype="Int64"), "start_ns": start_ns, "end_ns": start_ns + length,
+        "_ws": ws, "_we": we, "step_s": length / 1e9, "input_wait_s": wait / 1e9, "compute_s": comp / 1e9,
+        "other_s": (length - wait - comp) / 1e9,
         "basis": np.where(by_fw, "framework", "app").astype(object), "warmup": warmup, "counted": counted,
     })
+
+
+#: Below this share of cycle time explained by wait or compute evidence a verdict would be a guess: "unknown".
+MIN_EXPLAINED_PCT = 50.0
 
 
 def _input_bound(att: Optional[_Attribution], lower: "LowerLayers",
                  series: Optional[pd.DataFrame] = None) -> pd.DataFrame:
     """Per-rank sums of :func:`_step_series` (``series`` when the caller has it already)."""
     cols = ["rank", "basis", "steps", "steps_total", "step_s", "input_wait_s", "input_pct", "compute_s",
-            "au_pct", "excluded_s", "input_visible", "verdict"]
+            "au_pct", "other_s", "excluded_s", "input_visible", "verdict"]
     if att is None:
         return pd.DataFrame({c: pd.Series(dtype="object" if c in ("basis", "verdict") else "float64")
                              for c in cols})
@@ -605,8 +694,8 @@ def _input_bound(att: Optional[_Attribution], lower: "LowerLayers",
     warm = series[series["warmup"]]
     excluded_s = per_rank(warm["step_s"].to_numpy(), warm["_r"].to_numpy(dtype=_I8))
     basis = np.where(fw_steps > 0, "framework", "app").astype(object)
-    # input phases the app layer itself recorded inside the steps (zero for Keras batches timed whole)
-    seen = covered_ns(*att.self_union(["io", "wait"]), used["_ws"].to_numpy(dtype=_I8),
+    # wait phases of the loop inside the counted cycles (hidden or not): input wait could have been seen
+    seen = covered_ns(*att.consumer_self(["io", "wait"]), used["_ws"].to_numpy(dtype=_I8),
                       used["_we"].to_numpy(dtype=_I8))
     visible = (basis == "framework") | (per_rank(seen.astype(np.float64)) > 0)
     # ranks without steps: epoch windows, then the whole traced time (app evidence)
@@ -628,6 +717,7 @@ def _input_bound(att: Optional[_Attribution], lower: "LowerLayers",
             no_steps = np.setdiff1d(no_steps, rr)
     safe = np.where(step_s > 0, step_s, np.nan)
     input_pct = np.nan_to_num(100.0 * wait_s / safe)
+    au_pct = np.nan_to_num(100.0 * comp_s / safe)
     return pd.DataFrame({
         "rank": att.ranks,
         "basis": basis,
@@ -637,19 +727,27 @@ def _input_bound(att: Optional[_Attribution], lower: "LowerLayers",
         "input_wait_s": wait_s,
         "input_pct": input_pct,
         "compute_s": comp_s,
-        "au_pct": np.nan_to_num(100.0 * comp_s / safe),
+        "au_pct": au_pct,
+        "other_s": step_s - wait_s - comp_s,
         "excluded_s": excluded_s,
         "input_visible": visible,
-        # without tagged training positions there is no step time to be input-bound in
-        "verdict": [verdict_label(p) if b != "run" else "unknown" for p, b in zip(input_pct, basis)],
+        "verdict": [_judge(p, a, b, v) for p, a, b, v in zip(input_pct, au_pct, basis, visible)],
     })
+
+
+def _judge(input_pct: float, au_pct: float, basis: str, visible: bool) -> str:
+    """A verdict that cannot contradict its own numbers: 'unknown' where there is no step time to be input-bound
+    in (``run``), no wait could be seen, or wait and compute together explain too little of the cycles."""
+    if basis == "run" or not visible or input_pct + au_pct < MIN_EXPLAINED_PCT:
+        return "unknown"
+    return verdict_label(input_pct)
 
 
 #: what each basis of the verdict measured, for the text outputs
 BASIS_TEXT = {
-    "framework": "the TF profiler's input-pipeline wait (IteratorGetNext family), with the app's own wait/io "
-                 "phases, inside steps in the profile window",
-    "app": "the app layer's exposed io/wait phases inside training steps",
+    "framework": "step cycles inside the TF profile window: the profiler's input-pipeline wait (IteratorGetNext "
+                 "family) with the app's own wait/io phases of the training loop",
+    "app": "step cycles (one step start to the next): the app's wait/io phases of the training loop",
     "epoch": "the app layer's exposed io/wait phases inside epochs (no step tags)",
 }
 #: the one command that makes input wait inside Keras batches visible
@@ -657,13 +755,14 @@ CAPTURE_HINT = "timelogger run -o RUN --tf-profile -- python train.py"
 
 
 def verdict(frame: pd.DataFrame, layers: "str | Sequence[str] | None" = None) -> dict:
-    """Job-level input-bound verdict: Σ input wait ÷ Σ step time over the ranks' counted steps.
+    """Job-level input-bound verdict: Σ input wait ÷ Σ cycle time over the ranks' counted step cycles.
 
     Returns
     -------
     dict
-        ``input_pct``, ``verdict``, ``au_pct``, ``basis`` (the ranks' bases joined), ``worst_rank``,
-        ``worst_rank_input_pct``, ``notes`` (sentences: what the basis measured, what was excluded,
+        ``input_pct``, ``verdict``, ``au_pct`` (DLIO's AU: Σ compute ÷ Σ cycle time), ``other_pct``,
+        ``basis`` (the ranks' bases joined), ``cycles``, ``cycles_total``, ``worst_rank``,
+        ``worst_rank_input_pct``, ``notes`` (sentences: the evidence used and its coverage, what was excluded,
         blind spots and how to capture them).
     """
     return _verdict(input_bound_df(frame, layers))
@@ -672,21 +771,31 @@ def verdict(frame: pd.DataFrame, layers: "str | Sequence[str] | None" = None) ->
 def _verdict(per: pd.DataFrame) -> dict:
     notes = _verdict_notes(per)
     per = per[per["basis"] != "run"] if len(per) else per
-    step = float(per["step_s"].sum()) if len(per) else 0.0
-    if not len(per) or step <= 0:
-        return {"input_pct": None, "verdict": "unknown", "au_pct": None, "basis": None,
-                "worst_rank": None, "worst_rank_input_pct": None, "notes": notes}
-    pct = 100.0 * float(per["input_wait_s"].sum()) / step
-    worst = per.loc[per["input_pct"].idxmax()]
-    return {
+    seen = per[per["input_visible"].astype(bool)] if len(per) else per
+    step = float(seen["step_s"].sum()) if len(seen) else 0.0
+    out = {"input_pct": None, "verdict": "unknown", "au_pct": None, "other_pct": None, "basis": None,
+           "cycles": int(per["steps"].sum()) if len(per) else 0,
+           "cycles_total": int(per["steps_total"].sum()) if len(per) else 0,
+           "worst_rank": None, "worst_rank_input_pct": None, "notes": notes}
+    if not len(seen) or step <= 0:
+        return out
+    pct = 100.0 * float(seen["input_wait_s"].sum()) / step
+    au = 100.0 * float(seen["compute_s"].sum()) / step
+    worst = seen.loc[seen["input_pct"].idxmax()]
+    out.update({
         "input_pct": pct,
-        "verdict": verdict_label(pct),
-        "au_pct": 100.0 * float(per["compute_s"].sum()) / step,
-        "basis": ",".join(sorted(set(per["basis"]))),
+        "verdict": _judge(pct, au, "app", True),
+        "au_pct": au,
+        "other_pct": max(0.0, 100.0 - pct - au),
+        "basis": ",".join(sorted(set(seen["basis"]))),
         "worst_rank": int(worst["rank"]),
         "worst_rank_input_pct": float(worst["input_pct"]),
-        "notes": notes,
-    }
+    })
+    if out["verdict"] == "unknown":
+        notes.append(f"unknown: input wait ({pct:.0f} %) and compute ({au:.0f} %) explain only {pct + au:.0f} % "
+                     f"of the step cycles; the rest is neither (mark the fetch with tl.iterate(..., cat='wait') "
+                     f"and the step's work with a compute phase, or profile it: {CAPTURE_HINT})")
+    return out
 
 
 def _ranks_text(ranks: Sequence[int]) -> str:
@@ -702,19 +811,19 @@ def _verdict_notes(per: pd.DataFrame) -> list[str]:
         if not len(rows):
             continue
         line = f"basis {basis} ({_ranks_text(rows['rank'])}): {text}"
-        if basis == "framework":
-            line += f"; {int(rows['steps'].sum())} of {int(rows['steps_total'].sum())} steps inside the window"
+        if basis in ("framework", "app"):
+            line += f"; {int(rows['steps'].sum())} of {int(rows['steps_total'].sum())} cycles counted"
         notes.append(line)
     warm = per[per["excluded_s"] > 0]
     if len(warm):
-        notes.append(f"excluded: the first step of each rank (pipeline warm-up: shuffle-buffer fill, graph "
+        notes.append(f"excluded: the first step cycle of each rank (pipeline warm-up: shuffle-buffer fill, graph "
                      f"tracing, first file opens), {float(warm['excluded_s'].sum()):.3g} s in all")
     blind = per[~per["input_visible"].astype(bool)]
     if len(blind):
-        notes.append(f"blind spot on {_ranks_text(blind['rank'])}: the app layer times whole steps (a Keras "
-                     "TimeLoggerCallback batch includes the fetch of its batch) and no TF profile covers them, "
-                     "so input wait inside the steps cannot be seen and the verdict can only say 'not "
-                     f"input-bound'. Capture it: {CAPTURE_HINT}")
+        notes.append(f"blind spot on {_ranks_text(blind['rank'])}: no wait evidence inside the step cycles (the "
+                     "app layer times whole steps, as a Keras TimeLoggerCallback batch that includes the fetch of "
+                     "its batch, and no TF profile covers them), so input wait cannot be seen and the verdict is "
+                     f"'unknown'. Capture it: {CAPTURE_HINT}, or time the fetch with tl.iterate(..., cat='wait')")
     return notes
 
 

@@ -31,8 +31,10 @@ CAT_COLOURS = {
 #: One colour per component, taken from the cat it corresponds to so both kinds of figure agree.
 COMPONENT_COLOURS = {
     "fs": CAT_COLOURS["io"], "comm": CAT_COLOURS["comm"], "input_wait": CAT_COLOURS["wait"],
-    "compute": CAT_COLOURS["compute"], "python": CAT_COLOURS["preprocess"],
+    "compute": CAT_COLOURS["compute"], "python": CAT_COLOURS["preprocess"], "not_observed": "#ffffff",
 }
+#: Components drawn hatched: time no captured layer could split (it is not known to be anything)
+COMPONENT_HATCHES = {"not_observed": "///"}
 #: The bar that holds the phases beyond ``top`` in :func:`plot_layered_breakdown`.
 OTHER_PHASES = "other phases"
 
@@ -253,14 +255,16 @@ def plot_layered_breakdown(df: pd.DataFrame, ax: "Optional[Axes]" = None, *, top
 
     A bar's length is the phase's self time summed over ranks and epochs; its segments are the components
     (file system, communication, tf.data input wait, framework compute, and the Python / decode / IPC
-    remainder no lower layer saw), one colour each. Phases are ordered longest first; beyond ``top`` they are
+    remainder no lower layer saw inside a profiled window), one colour each; time outside every profile window
+    is "not observed", drawn hatched. Phases are ordered longest first; beyond ``top`` they are
     merged into one "other phases" bar.
 
     Parameters
     ----------
     df
         Layered breakdown: one row per rank × epoch × app phase with ``rank, epoch, phase, cat, calls,
-        time_s`` and the seconds per component (``fs_s, comm_s, input_wait_s, compute_s, python_s``).
+        time_s`` and the seconds per component (``fs_s, comm_s, input_wait_s, compute_s, python_s,
+        not_observed_s``; the last drawn hatched).
     ax
         Axes to draw on; a new figure when ``None``.
     top
@@ -277,8 +281,9 @@ def plot_layered_breakdown(df: pd.DataFrame, ax: "Optional[Axes]" = None, *, top
     left = np.zeros(len(rows))
     for comp, label in COMPONENT_LABELS.items():
         width = rows[f"{comp}_s"].to_numpy(dtype=float)
-        ax.barh(y, width, left=left, height=0.8, color=COMPONENT_COLOURS[comp], label=label,
-                edgecolor="white", linewidth=0.5)
+        hatch = COMPONENT_HATCHES.get(comp)
+        ax.barh(y, width, left=left, height=0.8, color=COMPONENT_COLOURS[comp], label=label, hatch=hatch,
+                edgecolor="#888888" if hatch else "white", linewidth=0.5)
         left += width
     labels = []
     for phase, cat, t, rank in zip(rows["phase"], rows["cat"], rows["time_s"],
