@@ -798,6 +798,16 @@ def _verdict(per: pd.DataFrame) -> dict:
     return out
 
 
+def verdict_text(v: dict) -> str:
+    """The verdict in one line with its numbers and evidence, as the CLI and the report show it."""
+    if v["input_pct"] is None:
+        why = ("no wait evidence inside the step cycles: see the blind spot below" if v.get("cycles_total")
+               else "no training steps or epochs tagged in the trace")
+        return f"unknown ({why})"
+    return (f"{v['verdict']} ({v['input_pct']:.1f} % of step-cycle time waiting for input, AU {v['au_pct']:.1f} %, "
+            f"other {v['other_pct']:.1f} %; {v['cycles']} of {v['cycles_total']} cycles; basis {v['basis']})")
+
+
 def _ranks_text(ranks: Sequence[int]) -> str:
     return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(str(int(r)) for r in ranks)
 

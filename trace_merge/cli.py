@@ -176,7 +176,8 @@ def _layered_text(layered: pd.DataFrame, top: int = 30) -> str:
     if not len(layered):
         return "  (no app phases)"
     comp = [f"{c}_s" for c in COMPONENTS]
-    table = epochs_as_text(layered, "none")[["rank", "epoch", "phase", "cat", "calls", "time_s", *comp]]
+    table = epochs_as_text(layered, "none")[["rank", "epoch", "phase", "cat", "calls", "observed_calls", "time_s",
+                                              *comp, "layers"]]
     table = table[table["time_s"] > 0].sort_values(["rank", "time_s"], ascending=[True, False], kind="stable")
     shown = table.groupby("rank", sort=True).head(top)
     text = _frame_text(shown)
@@ -186,7 +187,7 @@ def _layered_text(layered: pd.DataFrame, top: int = 30) -> str:
 
 
 def _summary_text(run, parts) -> str:
-    from trace_merge.analysis import COMPONENT_LABELS, PRIORITY, epochs_as_text
+    from trace_merge.analysis import COMPONENT_LABELS, PRIORITY, epochs_as_text, verdict_text
 
     m, v = parts.metrics, parts.verdict
     layers = ", ".join(f"{k} {n:,}" for k, n in run.rows_per_layer().items() if n)
@@ -196,11 +197,7 @@ def _summary_text(run, parts) -> str:
         lines.append(f"app layer incomplete: {sum(run.dropped.values()):,} intervals dropped by the TimeLogger "
                      f"writer in {len(run.dropped)} file(s) (it could not keep up, or a write failed); app-layer "
                      "times below undercount")
-    if v["input_pct"] is not None:
-        lines.append(f"verdict: {v['verdict']} ({v['input_pct']:.1f} % of step time waiting for input; "
-                     f"AU {v['au_pct']:.1f} %; basis {v['basis']})")
-    else:
-        lines.append("verdict: unknown (no training steps or epochs tagged in the trace)")
+    lines.append(f"verdict: {verdict_text(v)}")
     lines += [f"  - {note}" for note in v.get("notes", [])]
     lines += [f"  - why: {line}" for line in parts.explanations]
     if run.warnings:

@@ -106,10 +106,7 @@ def render_report(run: "Run", parts: "Optional[analysis.Summary]" = None) -> str
     v = a.verdict
     m = a.metrics
     css_class = "v-" + (v["verdict"].split()[0] if v["verdict"] != "unknown" else "unknown")
-    verdict_text = html.escape(v["verdict"])
-    if v["input_pct"] is not None:
-        verdict_text += (f" — {v['input_pct']:.1f} % of step time waiting for input, "
-                         f"AU {v['au_pct']:.1f} %, basis: {html.escape(str(v['basis']))}")
+    verdict_text = html.escape(analysis.verdict_text(v))
     facts = {
         "path": str(run.path),
         "events": len(frame),
