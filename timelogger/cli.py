@@ -32,13 +32,8 @@ from ._env import detect_rank_world, hostname
 from .logger import ENV_DIR, VERSION
 from .tf import ENV_TF_PROFILE, parse_profile_spec
 
-_DARSHAN_HINT = (
-    "timelogger: Darshan is not enabled. On a cluster with Darshan, add it at launch (it cannot be switched on "
-    "later):\n"
-    "  export DARSHAN_ENABLE_NONMPI=1 DXT_ENABLE_IO_TRACE=1 DARSHAN_LOGPATH={darshan_dir}\n"
-    "  export LD_PRELOAD=/path/to/libdarshan.so${{LD_PRELOAD:+:$LD_PRELOAD}}   # e.g. $DARSHAN_ROOT/lib\n"
-    "  (or `module load darshan`; older Darshan: DARSHAN_LOG_DIR_PATH / DARSHAN_LOGFILE). Logs go to {darshan_dir}."
-)
+_DARSHAN_HINT = ("timelogger: Darshan is not enabled (on a cluster with Darshan: LD_PRELOAD=libdarshan.so "
+                 "DXT_ENABLE_IO_TRACE=1 DARSHAN_LOGPATH={darshan_dir}; docs/wire-format.md)")
 _VERSION_DISTS = ("tensorflow-cpu", "tensorflow", "keras", "horovod", "mpi4py", "mpich", "dftracer", "pydftracer",
                   "darshan", "h5py", "numpy")
 

@@ -95,6 +95,23 @@ def processes(app_sources: Iterable[SourceData]) -> list[Process]:
     return out
 
 
+def launched_processes(records: Iterable[Mapping[str, Any]], known: Sequence[Process]) -> list[Process]:
+    """``known`` plus the ranks' processes the launcher recorded (``launch/rank-<r>.json``: rank, pid, host) that no
+    app file describes: a program under ``timelogger run`` that writes no TimeLogger file (DLIO, any script)
+    still gets its POSIX, Darshan and TF rows placed on its ranks (``exec`` keeps the launcher's pid)."""
+    out = list(known)
+    seen = {(p.host, p.pid) for p in known}
+    for r in records:
+        rank, pid, host = r.get("rank"), r.get("pid"), r.get("hostname")
+        if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in (rank, pid)):
+            continue
+        host = host if isinstance(host, str) else None
+        if (host, pid) not in seen:
+            out.append(Process(rank, pid, host))
+            seen.add((host, pid))
+    return out
+
+
 def rank_offsets(procs: Sequence[Process]) -> dict[int, int]:
     """rank -> clock offset (ns) to subtract. A rank's processes share its clock; take any nonzero."""
     offsets: dict[int, int] = {}
@@ -104,11 +121,13 @@ def rank_offsets(procs: Sequence[Process]) -> dict[int, int]:
     return offsets
 
 
-def assign_ranks(frame: pd.DataFrame, procs: Sequence[Process], path: str) -> pd.DataFrame:
+def assign_ranks(frame: pd.DataFrame, procs: Sequence[Process], path: str,
+                 warnings: "list[str] | None" = None) -> pd.DataFrame:
     """Give rows of a non-app source the rank of the app process with the same (host, pid).
 
-    Rows whose process is unknown get the rank named in ``path`` (``rank-<r>``) when there is one and
-    keep the reader's rank otherwise.
+    Rows whose process is unknown get the rank named in ``path`` (``rank-<r>``, ``trace-<r>-of-<n>``) when
+    there is one and keep the reader's rank otherwise. Rows left without a rank (-1) are never silent: a warning
+    naming ``path`` and their pids is added to ``warnings`` (once per source).
     """
     if not len(frame):
         return frame
@@ -139,6 +158,14 @@ def assign_ranks(frame: pd.DataFrame, procs: Sequence[Process], path: str) -> pd
         ranks[~known] = file_rank
     out = frame.copy(deep=False)  # only whole columns are replaced below
     out["rank"] = ranks.astype(np.int64)
+    unplaced = ranks < 0
+    if warnings is not None and unplaced.any():
+        pids = sorted(set(frame["pid"].to_numpy()[unplaced].tolist()))
+        shown = ", ".join(str(p) for p in pids[:5]) + (", ..." if len(pids) > 5 else "")
+        text = (f"{path}: {int(unplaced.sum()):,} rows of process(es) {shown} could not be placed on a rank (no app "
+                "file, launch record or rank in the file name names them); they are pooled as rank -1")
+        if not any(w.startswith(f"{path}: ") and "pooled as rank -1" in w for w in warnings):
+            warnings.append(text)
     return out
 
 
@@ -478,7 +505,8 @@ def check_layer_overlap(frame: pd.DataFrame) -> list[str]:
     return warnings
 
 
-def align(sources: Sequence[SourceData], launch_ns: "int | None" = None) -> AlignResult:
+def align(sources: Sequence[SourceData], launch_ns: "int | None" = None,
+          launched: Sequence[Mapping[str, Any]] = ()) -> AlignResult:
     """Align all sources of one run (see the module docstring for the steps).
 
     Parameters
@@ -488,6 +516,9 @@ def align(sources: Sequence[SourceData], launch_ns: "int | None" = None) -> Alig
     launch_ns
         When the run was launched (epoch ns, ``manifest.json``'s ``created_wall_ns``), if known: app files far
         from it are not this run's (:func:`check_app_clocks`).
+    launched
+        The launcher's records of the ranks (``launch/rank-<r>.json``), placing rows of processes no app file
+        describes (:func:`launched_processes`).
 
     Returns
     -------
@@ -500,7 +531,7 @@ def align(sources: Sequence[SourceData], launch_ns: "int | None" = None) -> Alig
     warnings, dropped = check_app_clocks([s for s in sources if s.kind in APP_KINDS], launch_ns)
     sources = [s for s in sources if s.path not in dropped]
     app_sources = [s for s in sources if s.kind in APP_KINDS]
-    procs = processes(app_sources)
+    procs = launched_processes(launched, processes(app_sources))
     offsets = rank_offsets(procs)
 
     app_starts = [s.frame["start_ns"].to_numpy() for s in app_sources if len(s.frame)]
@@ -511,7 +542,7 @@ def align(sources: Sequence[SourceData], launch_ns: "int | None" = None) -> Alig
     for src in sources:
         frame = src.frame
         if src.kind not in APP_KINDS:
-            frame = assign_ranks(frame, procs, src.path)
+            frame = assign_ranks(frame, procs, src.path, warnings)
             med = _median_ns(frame)
             if app_median is not None and med is not None and abs(med - app_median) > DIFFERENT_DAY_NS:
                 hours = (med - app_median) / 3.6e12

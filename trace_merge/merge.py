@@ -172,6 +172,20 @@ def _files(root: Path, patterns: Iterable[str], recursive: bool, warnings: list[
     return sorted(found)
 
 
+def launch_records(path: Path) -> "list[dict[str, Any]]":
+    """The launcher's per-rank records (``launch/rank-<r>.json``) of a run directory; unreadable ones are skipped
+    (the traces do not need them: they only place rows of processes no app file names)."""
+    out = []
+    for p in sorted((Path(path) / layout.LAUNCH_DIR).glob(layout.LAUNCH_GLOB)) if Path(path).is_dir() else []:
+        try:
+            record = json.loads(p.read_text())
+        except (OSError, ValueError, UnicodeDecodeError):
+            continue
+        if isinstance(record, dict):
+            out.append(record)
+    return out
+
+
 def load_manifest(run_dir: Path) -> "tuple[dict[str, Any] | None, str | None]":
     """``manifest.json`` of a run directory and a warning when it exists but cannot be read.
 
@@ -476,7 +490,8 @@ def merge_path(path: "str | os.PathLike[str]") -> MergeResult:
     if is_run_dir(path):
         warnings.extend(_missing_ranks(path, manifest, app))
     launch = (manifest or {}).get("created_wall_ns")
-    aligned = align(sources, launch_ns=launch if isinstance(launch, int) and not isinstance(launch, bool) else None)
+    aligned = align(sources, launch_ns=launch if isinstance(launch, int) and not isinstance(launch, bool) else None,
+                    launched=launch_records(path))
     warnings.extend(aligned.warnings)
     counters = [s.counters for s in sources if len(s.counters) and s.path not in aligned.dropped]
     counters_df = pd.concat(counters, ignore_index=True) if counters else empty_counters()

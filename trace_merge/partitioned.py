@@ -151,7 +151,7 @@ def ingest(task: SourceTask) -> SourceResult:
             if not len(frame):
                 continue
             if task.kind not in A.APP_KINDS:
-                frame = A.assign_ranks(frame, task.procs, task.path)
+                frame = A.assign_ranks(frame, task.procs, task.path, out.warnings)
             else:
                 out.starts = frame["start_ns"].to_numpy().copy()
             start, end = int(frame["start_ns"].min()), int(frame["end_ns"].max())
@@ -447,7 +447,7 @@ def _run(path: Path, files: list, manifest: Optional[dict], warnings: list, inpu
     launch = launch if isinstance(launch, int) and not isinstance(launch, bool) else None
     clock_warnings, dropped = A.check_app_clocks(app_sources, launch, windows)
     kept_app = [s for s in app_sources if s.path not in dropped]
-    procs = A.processes(kept_app)
+    procs = A.launched_processes(merge.launch_records(path), A.processes(kept_app))
     offsets = A.rank_offsets(procs)
     starts = [r.starts for r in app_results if r.error is None and r.path not in dropped and r.starts is not None]
     app_median = float(np.median(np.concatenate(starts))) if starts else None

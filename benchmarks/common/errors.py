@@ -51,6 +51,10 @@ def dispatch(argv: Sequence[str] | None, prog: str,
     # TF's C++ INFO lines (oneDNN, CPU features) would drown the progress lines; a user's setting wins.
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     args = list(sys.argv[1:] if argv is None else argv)
+    if args and args[0] in ("-h", "--help"):  # asked for: stdout, exit 0 (argparse's convention)
+        print(f"usage: {prog} {{{','.join(commands)}}} ...\n\ncommands: {', '.join(commands)}; "
+              f"{prog} COMMAND -h for each command's options")
+        return 0
     if not args or args[0] not in commands:
         print(f"usage: {prog} {{{','.join(commands)}}} ... (-h for help)", file=sys.stderr)
         return EXIT_BAD_INPUT

@@ -28,7 +28,8 @@ _MODULES = {
 #: keyword arguments each reader accepts beyond ``path``
 _KWARGS = {"xplane": ("anchors", "rank"), "horovod": ("rank",)}
 _PEEK_BYTES = 8192
-_RANK_IN_NAME = re.compile(r"(?<![a-z])rank[-_]?(\d+)", re.I)
+#: ``rank-3``/``rank_3``/``rank3``, and pydftracer's (DLIO's) ``trace-3-of-8``
+_RANK_IN_NAME = re.compile(r"(?<![a-z])rank[-_]?(\d+)|(?<![a-z0-9])trace-(\d+)-of-\d+", re.I)
 _HOROVOD_HINTS = (b"start_time_since_epoch_in_micros", b"NEGOTIATE_", b"MPI_ALLREDUCE", b"ALLREDUCE")
 
 
@@ -55,9 +56,10 @@ def _peek(path: Path) -> bytes:
 
 
 def rank_from_name(path: "str | os.PathLike[str]") -> "int | None":
-    """``rank-3``/``rank_3``/``rank3`` in the file's name or its directories (the last one wins)."""
+    """``rank-3``/``rank_3``/``rank3`` or ``trace-3-of-8`` (pydftracer, DLIO) in the file's name or its
+    directories (the last one wins)."""
     found = _RANK_IN_NAME.findall(str(path))
-    return int(found[-1]) if found else None
+    return int(next(x for x in found[-1] if x)) if found else None
 
 
 def detect(path: "str | os.PathLike[str]") -> str:

@@ -73,6 +73,9 @@ _ABSOLUTE_NS = 10**17
 
 def _load_xplane_pb2() -> Any:
     """Import TensorFlow's XSpace protobuf module (lazily: TensorFlow is optional)."""
+    # reading a profile needs TensorFlow's protobufs, not its start-up INFO lines on the user's stderr (oneDNN,
+    # CPU features); a user's own setting wins
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     try:
         from tensorflow.tsl.profiler.protobuf import xplane_pb2  # TF 2.15 .. 2.21
     except ImportError:
