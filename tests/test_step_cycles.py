@@ -70,3 +70,32 @@ def test_compute_bound_variant_is_not_input_bound(tmp_path, instrument):
     assert truth["input_pct"] < 5
     assert v["verdict"] == "not input-bound" and abs(v["input_pct"] - truth["input_pct"]) <= 10
     assert v["au_pct"] >= 80 and abs(v["au_pct"] - truth["au_pct"]) <= 10
+
+
+def _launch(tmp_path: Path, spec: str) -> tuple[Path, subprocess.CompletedProcess]:
+    run_dir = tmp_path / "launched"
+    env = clean_env(PYTHONPATH=os.pathsep.join(x for x in (str(REPO), os.environ.get("PYTHONPATH", "")) if x),
+                    PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+    p = subprocess.run([sys.executable, "-m", "timelogger", "run", "-o", str(run_dir), f"--tf-profile={spec}", "--",
+                        sys.executable, str(WORKLOAD), str(run_dir), "--instrument", "readme"],
+                       env=env, capture_output=True, text=True, timeout=180)
+    assert p.returncode == 0, p.stderr[-3000:]
+    return run_dir, p
+
+
+def test_launcher_tf_profile_opens_a_window_for_a_custom_loop(tmp_path):
+    """``--tf-profile=3:9`` on the README loop (no Keras): the window opens at set_step(3) and closes at step 9."""
+    run_dir, p = _launch(tmp_path, "3:9")
+    assert list((run_dir / "tf" / "rank-0").rglob("*.xplane.pb")), p.stderr[-2000:]
+    run = Run.open(run_dir)
+    lay = run.layered_breakdown()
+    steps = lay[lay["phase"] == "Training Iteration"]
+    assert int(steps["observed_calls"].sum()) == 6 and int(steps["calls"].sum()) == 24
+    assert run.verdict()["basis"] == "framework"
+
+
+def test_launcher_tf_profile_says_why_nothing_was_profiled(tmp_path):
+    """A window no step of the loop reaches (its steps restart at 0 each epoch): said on stderr, not silent."""
+    run_dir, p = _launch(tmp_path, "40:50")
+    assert "--tf-profile: nothing profiled in rank 0" in p.stderr and "40:50" in p.stderr
+    assert not list(run_dir.glob("tf/rank-0/**/*.xplane.pb"))

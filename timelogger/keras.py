@@ -92,6 +92,7 @@ def _build() -> type:
             self._epoch: Any = None
             self._batch: Any = None
             self._profile: Optional[TFProfile] = None
+            self.tl.take_tf_profile()  # this callback opens the window, by its own step counter
             if profile_batches is None:
                 spec = os.environ.get(ENV_TF_PROFILE)
                 try:

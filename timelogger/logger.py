@@ -31,6 +31,7 @@ from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tupl
 
 from . import layout
 from ._env import detect_rank_world, hostname
+from .tf import ENV_TF_PROFILE, StepProfiler, parse_profile_spec
 
 __all__ = ["TimeLogger", "Phase", "CATS", "default_logger", "ENV_DIR"]
 
@@ -267,8 +268,10 @@ class TimeLogger:
         self.pid = os.getpid()
         self.anchor = _anchor()
         self._off = self.anchor[0] - self.anchor[1]
+        self._step_profiler: Optional[StepProfiler] = None
         if self.out_dir is not None:
             self._open()
+            self._step_profiler = _launcher_profile(self)
 
     # ------------------------------------------------------------------ setup
     def _register(self, buf: List[tuple]) -> None:
@@ -519,6 +522,12 @@ class TimeLogger:
         """Tag every later interval with ``args.step`` (None removes the tag)."""
         self._step = None if step is None else int(step)
         self._retag()
+        if self._step_profiler is not None:
+            self._step_profiler.on_step(self._step)
+
+    def take_tf_profile(self) -> None:
+        """Switch off the step-driven ``--tf-profile`` window: the caller (``TimeLoggerCallback``) opens its own."""
+        self._step_profiler = None
 
     def _retag(self) -> None:
         values = {"rank": self.rank}
@@ -577,6 +586,14 @@ class TimeLogger:
             _busy_exit(entered)
 
     def _close(self) -> None:
+        sp, self._step_profiler = self._step_profiler, None
+        if sp is not None and self._on:
+            sp.stop()
+            why = sp.why_not()
+            if why is not None:
+                print(f"timelogger: --tf-profile: nothing profiled in rank {self.rank} pid {self.pid}: {why}",
+                      file=sys.stderr)
+                self.write_metadata("tf_profile_missed", {"reason": why})
         self._closed = True
         was_on = self._on
         self._on = False
@@ -1023,3 +1040,16 @@ def _make_default() -> TimeLogger:
         if _default is None:
             _default = TimeLogger(os.environ.get(ENV_DIR) or None)
         return _default
+
+
+def _launcher_profile(tl: TimeLogger) -> Optional[StepProfiler]:
+    """The launcher's ``--tf-profile`` window (``$TIMELOGGER_TF_PROFILE``) for a loop that sets steps, if asked."""
+    spec = os.environ.get(ENV_TF_PROFILE)
+    if not spec or not tl._on:
+        return None
+    try:
+        window = parse_profile_spec(spec)
+    except ValueError as exc:
+        _log.warning("timelogger: $%s: %s; not profiling", ENV_TF_PROFILE, exc)
+        return None
+    return None if window is None else StepProfiler(tl, window)

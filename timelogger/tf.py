@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, Optional, Tuple, Union
@@ -17,7 +18,7 @@ from . import layout
 if TYPE_CHECKING:  # pragma: no cover
     from .logger import TimeLogger
 
-__all__ = ["TFProfile", "MARKER", "ENV_TF_PROFILE", "ProfileWindow", "parse_profile_spec"]
+__all__ = ["TFProfile", "StepProfiler", "MARKER", "ENV_TF_PROFILE", "ProfileWindow", "parse_profile_spec"]
 
 _log = logging.getLogger(__name__)
 
@@ -156,3 +157,54 @@ class TFProfile:
         except Exception as exc:
             _log.warning("timelogger: stopping the TF profiler failed: %s", exc)
         return None
+
+
+class StepProfiler:
+    """The launcher's ``--tf-profile`` window for a training loop that is not Keras ``fit``.
+
+    A custom loop calls ``tl.set_step(step)``; the window opens at the first step inside it (``"all"``: the first
+    step) and closes at the first step past it, or when the logger closes. Keras' ``TimeLoggerCallback`` opens its
+    own window and switches this one off. The program must have imported TensorFlow by its first profiled step
+    (this never imports it); when no window opened by the end, the logger says why on stderr and in its file
+    (metadata ``tf_profile_missed``).
+    """
+
+    def __init__(self, tl: "TimeLogger", window: ProfileWindow) -> None:
+        self._tl = tl
+        self.window = window
+        self._profile: Optional[TFProfile] = None
+        self.opened = 0
+        self._done = False
+        self.missed: Optional[str] = None
+
+    def on_step(self, step: Optional[int]) -> None:
+        if step is None or self._done:
+            return
+        start, stop = self.window
+        inside = (start is None or step >= start) and (stop is None or step < stop)
+        if inside and self._profile is None:
+            if "tensorflow" not in sys.modules:
+                self.missed = "the program had not imported TensorFlow at its first profiled step"
+                self._done = True
+                return
+            self._profile = TFProfile(self._tl).__enter__()
+            if self._profile.active:
+                self.opened += 1
+            else:
+                self.missed = "the TF profiler could not start (see the warning above)"
+                self._profile, self._done = None, True
+        elif not inside and self._profile is not None:
+            self.stop()
+            self._done = True
+
+    def stop(self) -> None:
+        if self._profile is not None:
+            self._profile.__exit__(None, None, None)
+            self._profile = None
+
+    def why_not(self) -> Optional[str]:
+        """None when a window was opened, else why none was."""
+        if self.opened:
+            return None
+        return self.missed or ("no step reached the window: the program used neither TimeLoggerCallback nor "
+                               f"tl.set_step() with steps in {self.window.start or 0}:{self.window.stop or ''}")

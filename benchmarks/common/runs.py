@@ -119,7 +119,8 @@ def format_layered(parts: dict[str, Any], title: str = "", top: int = 8) -> str:
 
     lay = parts["analysis"].layered
     lines = [title] if title else []
-    short = {"fs": "fs", "comm": "comm", "input_wait": "in-wait", "compute": "compute", "python": "python"}
+    short = {"fs": "fs", "comm": "comm", "input_wait": "in-wait", "compute": "compute", "python": "python",
+             "not_observed": "unseen"}
     lines.append(f"{'rank':>4} {'phase':<22} {'time s':>7} " + " ".join(f"{short[c]:>8}" for c in COMPONENTS))
     if not len(lay):
         return "\n".join(lines + ["  (no app phases)"])
