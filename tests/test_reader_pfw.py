@@ -167,9 +167,10 @@ def test_preload_trace_posix_stdio_and_python_events(preload: "tuple[Path, int, 
     assert fr["bytes"].tolist() == [4000] * 4  # 1000 items of 4 bytes (the file is 4000 bytes)
     assert f.loc[f["name"] == "fwrite", "bytes"].tolist() == [4000]
     assert set(fr["file"].astype(str)) == {str(trace.parent / "data" / "s.bin")}
-    # the Python-level region: layer app, class other, original category kept in args
+    # the Python-level region: layer app; pydftracer's "dataloader" category is the loop fetching its batch (wait,
+    # docs/frame.md's table), the original category kept in args
     load = f[f["name"] == "load"]
-    assert len(load) == 4 and set(load["layer"]) == {"app"} and set(load["cat"]) == {"other"}
+    assert len(load) == 4 and set(load["layer"]) == {"app"} and set(load["cat"]) == {"wait"}
     assert set(load["args"]) == {json.dumps({"cat": "dataloader"})}
     assert load["epoch"].tolist() == [0, 0, 1, 1] and load["step"].tolist() == [0, 1, 0, 1]
     # DFTracer's own start/end go to meta, not to the frame

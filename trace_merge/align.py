@@ -35,7 +35,8 @@ import numpy as np
 import pandas as pd
 
 from .dxt_clock import DxtClock, place_source
-from .intervals import drop_from_forest, innermost, nesting_parents, spans_several, start_order
+from .intervals import (Axis, combined_codes, drop_from_forest, innermost, nesting_parents, spans_several,
+                        start_order)
 from .readers import rank_from_name
 from .schema import DIFFERENT_DAY_NS, STEP_PHASE, SourceData, concat_frames
 
@@ -214,6 +215,7 @@ def propagate_steps(frame: pd.DataFrame) -> pd.DataFrame:
     rank = frame["rank"].to_numpy()
     start = frame["start_ns"].to_numpy()
     end = frame["end_ns"].to_numpy()
+    pid, tid = frame["pid"].to_numpy(), frame["tid"].to_numpy()
     values = {c: frame[c].to_numpy(dtype="float64", na_value=np.nan) for c in ("step", "epoch")}
     result = {c: v.copy() for c, v in values.items()}
     tagged_any = is_app & ~(np.isnan(values["step"]) & np.isnan(values["epoch"]))
@@ -225,10 +227,21 @@ def propagate_steps(frame: pd.DataFrame) -> pd.DataFrame:
         apps, targets = apps_of[r], targets_of.get(r, none)
         apps = apps[start_order(start[apps], start[apps] - end[apps])]  # ties: longer first
         forest = nesting_parents(start[apps], end[apps])  # one sweep serves both columns
+        # a container holds intervals of its own thread: DLIO's compute step on the main thread overlaps its
+        # reader threads' events, whose own step counters say nothing about the step it belongs to
+        thread = combined_codes(pid[apps], tid[apps])
+        axis = Axis(thread, start[apps], end[apps], int(thread.max()) + 1 if thread.size else 0)
+        ts, te = axis.to_axis(thread, start[apps]), axis.to_axis(thread, end[apps])
+        order = start_order(ts, ts - te)
+        own = np.empty(apps.size, dtype=np.int64)
+        nested = nesting_parents(ts[order], te[order])
+        own[order] = np.where(nested >= 0, order[np.maximum(nested, 0)], -1)  # parent on the thread, apps order
         for col, vals in values.items():
-            parent, keep = drop_from_forest(forest, np.isnan(vals[apps]))
+            untagged = np.isnan(vals[apps])
+            parent, keep = drop_from_forest(forest, untagged)
             tagged = apps[keep]
-            containers = spans_several(parent, vals[tagged])
+            thread_parent, _ = drop_from_forest(own, untagged)
+            containers = spans_several(thread_parent, vals[tagged])
             result[col][tagged[containers]] = np.nan
             parent, keep = drop_from_forest(parent, containers)
             tagged = tagged[keep]

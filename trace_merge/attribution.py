@@ -112,6 +112,7 @@ class _Attribution:
         self.self_time = {c: merge_intervals(self.segments[0][seg_cat == i], self.segments[1][seg_cat == i])
                           for i, c in enumerate(PRIORITY)}
         self._windows: dict[tuple[str, ...], pd.DataFrame] = {}
+        self._step_rows: Optional[np.ndarray] = None
 
     @staticmethod
     def _cat_index(cats: pd.Series) -> np.ndarray:
@@ -144,11 +145,57 @@ class _Attribution:
         return w
 
     def step_rows(self) -> np.ndarray:
-        """Rows that mark training steps: the step phase (``Training Iteration``) on a rank that has it (a
-        Checkpoint tagged with the current step must not stretch the step), else every step-tagged row."""
+        """Rows that mark training steps, per rank, the first kind the rank has: the step phase
+        (``Training Iteration``: a Checkpoint tagged with the current step must not stretch the step); else
+        step-tagged ``compute`` rows (DLIO's ``TFFramework.compute``, pydftracer's ``compute``, a compute phase of
+        any name); else every step-tagged row."""
+        if self._step_rows is not None:
+            return self._step_rows
         tagged = self._tags["step"][1]
-        ranks_with = np.unique(self._r[tagged & self._is_step_phase])
-        return tagged & (self._is_step_phase | ~np.isin(self._r, ranks_with))
+        marks = np.zeros(self._s.size, dtype=bool)
+        decided = np.zeros(len(self.ranks), dtype=bool)
+        for kind in (tagged & self._is_step_phase, tagged & (self._cat_idx == PRIORITY.index("compute")), tagged):
+            ranks_with = np.zeros(len(self.ranks), dtype=bool)
+            ranks_with[np.unique(self._r[kind])] = True
+            take = ranks_with & ~decided
+            marks |= kind & take[self._r]
+            decided |= take
+        self._step_rows = marks
+        return marks
+
+    def step_marks(self) -> pd.DataFrame:
+        """One window per training step of every rank, in start order per rank: consecutive marking rows
+        (:meth:`step_rows`) with the same ``(epoch, step)`` tags are one step. Consecutive, not grouped: DLIO
+        restarts its step numbers each epoch and leaves ``epoch`` stale on its compute events.
+
+        Returns
+        -------
+        pandas.DataFrame
+            ``_r``, ``epoch``, ``step`` (Int64), ``start_ns``, ``end_ns``, ``rank``, ``_ws``, ``_we``.
+        """
+        rows = np.flatnonzero(self.step_rows())
+        r, s = self._r[rows], self._s[rows]
+        order = np.lexsort((s, r))
+        rows, r = rows[order], r[order]
+        ep_val, ep_has = self._tags["epoch"]
+        st_val = self._tags["step"][0]
+        ep = np.where(ep_has[rows], ep_val[rows], np.iinfo(np.int64).min)
+        st = st_val[rows]
+        new = np.r_[True, (r[1:] != r[:-1]) | (ep[1:] != ep[:-1]) | (st[1:] != st[:-1])] if rows.size \
+            else np.zeros(0, dtype=bool)
+        g = np.cumsum(new) - 1
+        w = pd.DataFrame({"g": g, "s": self._s[rows], "e": self._e[rows]}).groupby("g", sort=True).agg(
+            start_ns=("s", "min"), end_ns=("e", "max"))
+        first = rows[new]
+        rr = self._r[first]
+        epoch = pd.array(np.where(ep_has[first], ep_val[first], 0), dtype="Int64")
+        epoch[~ep_has[first]] = pd.NA
+        out = pd.DataFrame({"_r": rr, "epoch": epoch, "step": pd.array(st_val[first], dtype="Int64"),
+                            "start_ns": w["start_ns"].to_numpy(dtype=_I8), "end_ns": w["end_ns"].to_numpy(dtype=_I8)})
+        out["rank"] = self.ranks[rr] if len(out) else np.zeros(0, dtype=_I8)
+        out["_ws"] = self.axis.to_axis(rr, out["start_ns"].to_numpy(dtype=_I8))
+        out["_we"] = self.axis.to_axis(rr, out["end_ns"].to_numpy(dtype=_I8))
+        return out.sort_values(["_r", "start_ns"], kind="stable").reset_index(drop=True)
 
     def consumer_self(self, cats: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
         """Merged self time of ``cats`` on the consumer threads: the threads whose rows mark the steps (the
@@ -605,14 +652,6 @@ def step_series_df(frame: pd.DataFrame) -> pd.DataFrame:
     return _step_series(att, LowerLayers.of(frame, att)).drop(columns=["_r", "_ws", "_we"])
 
 
-def _step_windows(att: _Attribution) -> pd.DataFrame:
-    """The step marks of every rank, as windows per (epoch, step) tag, in start order per rank."""
-    w = att.windows(["epoch", "step"])
-    w2 = att.windows(["step"])
-    w = pd.concat([w, w2[~w2["_r"].isin(w["_r"])].assign(epoch=pd.NA)], ignore_index=True)
-    return w.sort_values(["_r", "start_ns"], kind="stable").reset_index(drop=True)
-
-
 def _cycle_ends(r: np.ndarray, epoch: pd.Series, ws: np.ndarray, we: np.ndarray) -> np.ndarray:
     """Each step's cycle end (axis coordinates): the next step's start on the same rank and in the same epoch,
     else the step's own end."""
@@ -631,7 +670,7 @@ def _step_series(att: Optional[_Attribution], lower: "LowerLayers") -> pd.DataFr
             "compute_s": "float64", "other_s": "float64", "basis": "object", "warmup": "bool", "counted": "bool"}
     if att is None:
         return pd.DataFrame({k: pd.Series(dtype=v) for k, v in cols.items()})
-    w = _step_windows(att)
+    w = att.step_marks()
     r = w["_r"].to_numpy(dtype=_I8)
     ws = w["_ws"].to_numpy(dtype=_I8)
     we = _cycle_ends(r, w["epoch"], ws, w["_we"].to_numpy(dtype=_I8))

@@ -15,12 +15,15 @@ What the reader does with each event
   ``file`` columns.
 * ``layer``: ``app`` for TimeLogger files; for DFTracer, ``posix``/``stdio`` for cat ``POSIX``/
   ``STDIO`` (cat ``io``), ``mpiio``/``hdf5``/``comm`` for MPI-IO, HDF5 and MPI categories, ``app``
-  for everything else (Python-level events). A DFTracer category that is not one of
-  :data:`~trace_merge.schema.CATS` becomes ``other`` and the original is kept in ``args`` as ``cat``.
+  for everything else (Python-level events). Python-level events of pydftracer's AI tracer and of DLIO get their
+  ``cat`` from :data:`AI_CAT_RULES` (``dataloader.fetch``/``loop.iter`` -> ``wait``, ``*.compute`` ->
+  ``compute``, ...); another DFTracer category that is not one of :data:`~trace_merge.schema.CATS` becomes
+  ``other``. The original category is kept in ``args`` as ``cat``.
 * ``bytes``: ``args.bytes`` where the source wrote it (TimeLogger), else ``args.ret`` (times
   ``args.size`` for ``fread``/``fwrite``) of read/write-family calls with ``ret >= 0``.
   ``offset``, ``epoch``, ``step``, ``rank`` come from ``args`` where present.
-* ``rank``: ``args.rank``, else the TimeLogger header's rank, else ``rank[_-]<r>`` in the file name,
+* ``rank``: ``args.rank``, else the TimeLogger header's rank, else ``rank[_-]<r>`` or pydftracer's
+  ``trace-<r>-of-<n>`` in the file name,
   else ``-1`` (unknown; the merger maps such files to ranks by pid, see ``meta["pids"]``).
 * ``args``: for TimeLogger files, the event's ``args`` minus the keys that became columns; for
   DFTracer files only the original ``cat`` where it was mapped to ``other`` (DFTracer's per-call
@@ -92,6 +95,40 @@ _DFT_LAYERS = {
     "mpi": "comm", "comm": "comm",
 }
 _IO_LAYERS = frozenset({"posix", "stdio", "mpiio", "hdf5"})
+#: Python-level events of other tracers -> frame ``cat``: (source cat in lower case or None for any, regular
+#: expression searched in the event name or None for any, frame cat); the first matching rule wins. The table
+#: users read is ``docs/frame.md`` ("Categories of other tracers"); keep the two in step.
+AI_CAT_RULES: tuple = (
+    # pydftracer's AI tracer (dftracer.python.ai): compute[.forward|.backward|.step], data.preprocess,
+    # data.item, data.io.*, dataloader.fetch, comm.*, device.transfer, checkpoint.*, pipeline.epoch|train|...
+    ("compute", None, "compute"),
+    ("data", r"(^|\.)io(\.|$)", "io"),
+    ("data", None, "preprocess"),
+    ("dataloader", None, "wait"),  # the training loop fetching its batch
+    ("checkpoint", None, "checkpoint"),
+    ("device", None, "other"),
+    ("pipeline", None, "other"),
+    # DLIO 2.x (dlio_benchmark): its own categories
+    ("ai_framework", r"compute$", "compute"),
+    ("ai_framework", r"checkpoint", "checkpoint"),
+    ("dlio_benchmark", r"\.iter$", "wait"),  # loop.iter: dft_fn.iter timing the wait for the next batch
+    ("data_loader", None, "io"),
+    ("reader", r"preprocess", "preprocess"),
+    ("reader", None, "io"),
+    # any pydftracer iterator wrapper (dft_fn(...).iter): NAME.iter is the wait for the next item
+    (None, r"\.iter$", "wait"),
+)
+_AI_CAT_RULES = tuple((c, None if n is None else re.compile(n), out) for c, n, out in AI_CAT_RULES)
+
+
+def ai_cat(src_cat: str, name: str) -> Optional[str]:
+    """The frame cat of a Python-level event of another tracer (:data:`AI_CAT_RULES`), None when no rule
+    matches (the category's own mapping stands)."""
+    low = src_cat.lower()
+    for c, pattern, out in _AI_CAT_RULES:
+        if (c is None or c == low) and (pattern is None or pattern.search(name)):
+            return out
+    return None
 #: DFTracer's ``time_metric`` -> ns per unit of ``ts``/``dur``.
 _TIME_SCALE = {"NS": 1, "US": 1_000, "MS": 1_000_000, "S": 1_000_000_000}
 _METADATA_PH = ("M", 4)
@@ -972,6 +1009,26 @@ def _classify(src_cat: str, timelogger: bool) -> "tuple[str, str, Optional[str]]
     return layer, cat, keep
 
 
+def _ai_cats(cols: "_Cols", layer: pd.Categorical, cat: pd.Categorical) -> pd.Categorical:
+    """``cat`` with :func:`ai_cat` applied to the app-layer rows of a DFTracer trace, per distinct (cat, name)."""
+    app = np.asarray(layer == "app")
+    if not app.any():
+        return cat
+    cat_codes = np.asarray(cols.cat.codes, dtype=np.int64)
+    name_codes = np.asarray(cols.name.codes, dtype=np.int64)
+    pairs, inverse = np.unique(np.stack((cat_codes[app], name_codes[app])), axis=1, return_inverse=True)
+    mapped = [ai_cat(str(cols.cat.categories[c]) if c >= 0 else "", str(cols.name.categories[m]) if m >= 0 else "")
+              for c, m in pairs.T]
+    if not any(mapped):
+        return cat
+    new = np.asarray(cat.astype(object), dtype=object)
+    idx = np.flatnonzero(app)
+    values = np.asarray(mapped, dtype=object)[inverse.reshape(-1)]
+    hit = values != None  # noqa: E711 (elementwise)
+    new[idx[hit]] = values[hit]
+    return pd.Categorical(new, categories=sorted(set(cat.categories) | {v for v in mapped if v}))
+
+
 def _masked(values: np.ndarray, mask: np.ndarray) -> pd.arrays.IntegerArray:
     return pd.arrays.IntegerArray(np.ascontiguousarray(values, dtype=np.int64), np.ascontiguousarray(mask, dtype=bool))
 
@@ -1039,6 +1096,7 @@ def _result(path: str, state: _State, cols: _Cols, kind: str, warnings: list[str
         if process.any():
             cat = cat.add_categories(["other"]) if "other" not in cat.categories else cat.copy()
             cat[process] = "other"
+        cat = _ai_cats(cols, layer, cat)
     frame = to_frame(
         {
             "layer": layer,
