@@ -604,8 +604,8 @@ def verdict_label(input_pct: float) -> str:
 def input_bound_df(frame: pd.DataFrame, layers: "str | Sequence[str] | None" = None) -> pd.DataFrame:
     """Per rank: step-cycle time, input wait and compute inside the cycles, AU, verdict.
 
-    Sums of :func:`step_series_df` over the rank's counted cycles (the first cycle of each rank, pipeline warm-up,
-    is left out when the rank has more). A rank without step tags falls back to its epoch windows
+    Sums of :func:`step_series_df` over the rank's counted cycles (the first step of each rank, pipeline warm-up,
+    is left out when the rank has more; the rest of its cycle counts). A rank without step tags falls back to its epoch windows
     (``"epoch"``), then to its whole traced time (``"run"``, e.g. a bare Darshan log, verdict ``"unknown"``).
 
     Returns
@@ -614,7 +614,7 @@ def input_bound_df(frame: pd.DataFrame, layers: "str | Sequence[str] | None" = N
         ``rank``, ``basis`` (``framework`` when cycles inside a TF profile window are counted, else ``app``,
         ``epoch`` or ``run``), ``steps`` (counted), ``steps_total``, ``step_s``, ``input_wait_s``,
         ``input_pct``, ``compute_s``, ``au_pct`` (= compute_s ÷ step_s × 100), ``other_s`` (neither),
-        ``excluded_s`` (warm-up cycle left out), ``input_visible`` (False: no counted cycle has any wait
+        ``excluded_s`` (the warm-up step left out), ``input_visible`` (False: no counted cycle has any wait
         evidence -- Keras batches timed whole, no TF profile -- so input wait cannot be seen), ``verdict``.
     """
     att = _attribution(frame, layers)
@@ -645,8 +645,9 @@ def step_series_df(frame: pd.DataFrame) -> pd.DataFrame:
     -------
     pandas.DataFrame
         ``rank``, ``epoch``, ``step`` (Int64), ``start_ns``, ``end_ns`` (the cycle), ``step_s``,
-        ``input_wait_s``, ``compute_s``, ``other_s``, ``basis``, ``warmup`` (first cycle of the rank),
-        ``counted`` (used by the verdict).
+        ``input_wait_s``, ``compute_s``, ``other_s``, ``excluded_s``, ``basis``, ``warmup`` (first step of the
+        rank: the step itself is left out, ``excluded_s``, and its cycle starts where it ended), ``counted``
+        (used by the verdict).
     """
     att = _attribution(frame, None)
     return _step_series(att, LowerLayers.of(frame, att)).drop(columns=["_r", "_ws", "_we"])
@@ -667,13 +668,21 @@ def _cycle_ends(r: np.ndarray, epoch: pd.Series, ws: np.ndarray, we: np.ndarray)
 def _step_series(att: Optional[_Attribution], lower: "LowerLayers") -> pd.DataFrame:
     cols = {"_r": "int64", "rank": "int64", "epoch": "Int64", "step": "Int64", "start_ns": "int64",
             "end_ns": "int64", "_ws": "int64", "_we": "int64", "step_s": "float64", "input_wait_s": "float64",
-            "compute_s": "float64", "other_s": "float64", "basis": "object", "warmup": "bool", "counted": "bool"}
+            "compute_s": "float64", "other_s": "float64", "excluded_s": "float64", "basis": "object",
+            "warmup": "bool", "counted": "bool"}
     if att is None:
         return pd.DataFrame({k: pd.Series(dtype=v) for k, v in cols.items()})
     w = att.step_marks()
     r = w["_r"].to_numpy(dtype=_I8)
-    ws = w["_ws"].to_numpy(dtype=_I8)
-    we = _cycle_ends(r, w["epoch"], ws, w["_we"].to_numpy(dtype=_I8))
+    step_start = w["_ws"].to_numpy(dtype=_I8)
+    own_end = w["_we"].to_numpy(dtype=_I8)
+    we = _cycle_ends(r, w["epoch"], step_start, own_end)
+    first = np.r_[True, r[1:] != r[:-1]] if len(r) else np.zeros(0, dtype=bool)
+    n_of_rank = np.bincount(r, minlength=len(att.ranks))
+    warmup = first & (n_of_rank[r] > 1)
+    # DLIO's "first step excluded": the first step itself (graph tracing, first file opens), not what follows it
+    # until the next step starts (the fetch of the next batch, a barrier): that part of its cycle counts
+    ws = np.where(warmup, np.minimum(own_end, we), step_start)
     length = we - ws
     by_fw = (lower.present_framework & (2 * covered_ns(*lower.covered, ws, we) >= length)) if len(w) \
         else np.zeros(0, dtype=bool)
@@ -684,21 +693,19 @@ def _step_series(att: Optional[_Attribution], lower: "LowerLayers") -> pd.DataFr
     busy = union_of(lower.raw["compute"], lower.raw["comm"], app_busy)
     wait = covered_ns(*wait_ev, ws, we)
     comp = covered_ns(*subtract_intervals(*busy, *wait_ev), ws, we)
-    first = np.r_[True, r[1:] != r[:-1]] if len(r) else np.zeros(0, dtype=bool)
-    n_of_rank = np.bincount(r, minlength=len(att.ranks))
-    warmup = first & (n_of_rank[r] > 1)
     # a rank whose app layer shows no wait in its cycles (Keras batches timed whole) can only be judged where a
     # profile window looked inside its steps; a rank with app wait evidence counts every cycle
     app_seen = np.bincount(r, weights=covered_ns(*att.consumer_self(["io", "wait"]), ws, we),
                            minlength=len(att.ranks)) > 0
     fw_ranks = np.unique(r[by_fw])
-    counted = ~warmup & (by_fw | app_seen[r] | ~np.isin(r, fw_ranks))
-    start_ns = w["start_ns"].to_numpy(dtype=_I8)
+    counted = (length > 0) & (by_fw | app_seen[r] | ~np.isin(r, fw_ranks))
+    excluded = ws - step_start
+    start_ns = w["start_ns"].to_numpy(dtype=_I8) + excluded
     return pd.DataFrame({
         "_r": r, "rank": att.ranks[r] if len(r) else r, "epoch": pd.array(w["epoch"], dtype="Int64"),
         "step": pd.array(w["step"], dtype="Int64"), "start_ns": start_ns, "end_ns": start_ns + length,
         "_ws": ws, "_we": we, "step_s": length / 1e9, "input_wait_s": wait / 1e9, "compute_s": comp / 1e9,
-        "other_s": (length - wait - comp) / 1e9,
+        "other_s": (length - wait - comp) / 1e9, "excluded_s": excluded / 1e9,
         "basis": np.where(by_fw, "framework", "app").astype(object), "warmup": warmup, "counted": counted,
     })
 
@@ -730,8 +737,7 @@ def _input_bound(att: Optional[_Attribution], lower: "LowerLayers",
     fw_steps = per_rank((used["basis"] == "framework").to_numpy(dtype=float))
     steps = np.bincount(r_used, minlength=n)
     steps_total = np.bincount(series["_r"].to_numpy(dtype=_I8), minlength=n)
-    warm = series[series["warmup"]]
-    excluded_s = per_rank(warm["step_s"].to_numpy(), warm["_r"].to_numpy(dtype=_I8))
+    excluded_s = per_rank(series["excluded_s"].to_numpy(), series["_r"].to_numpy(dtype=_I8))
     basis = np.where(fw_steps > 0, "framework", "app").astype(object)
     # wait phases of the loop inside the counted cycles (hidden or not): input wait could have been seen
     seen = covered_ns(*att.consumer_self(["io", "wait"]), used["_ws"].to_numpy(dtype=_I8),
@@ -865,8 +871,8 @@ def _verdict_notes(per: pd.DataFrame) -> list[str]:
         notes.append(line)
     warm = per[per["excluded_s"] > 0]
     if len(warm):
-        notes.append(f"excluded: the first step cycle of each rank (pipeline warm-up: shuffle-buffer fill, graph "
-                     f"tracing, first file opens), {float(warm['excluded_s'].sum()):.3g} s in all")
+        notes.append(f"excluded: the first step of each rank (pipeline warm-up: shuffle-buffer fill, graph "
+                     f"tracing, first file opens; DLIO's rule), {float(warm['excluded_s'].sum()):.3g} s in all")
     blind = per[~per["input_visible"].astype(bool)]
     if len(blind):
         notes.append(f"blind spot on {_ranks_text(blind['rank'])}: no wait evidence inside the step cycles (the "

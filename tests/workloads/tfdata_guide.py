@@ -16,7 +16,8 @@ off), so the loop waits for every sample.
 ``profile_batches`` for Keras). The script's truth does not use TimeLogger: the generator records when it produced
 each sample, the custom loops time their own ``next()`` calls, and the loop records when each step began and ended
 (``time.time_ns()``); the script prints ``TRUTH {json}`` with the step-cycle definition applied to those (a cycle
-runs from one step start to the next in the same epoch, the first cycle of the run left out): ``input_pct`` = the
+runs from one step start to the next in the same epoch; the first step of the run is left out, the rest of its
+cycle counts): ``input_pct`` = the
 loop's waits (Keras: the generator's time) inside the cycles ÷ cycle time, ``au_pct`` = step sleeps ÷ cycle
 time.
 """
@@ -141,7 +142,8 @@ def truth() -> dict:
     for i, (epoch, start, end) in enumerate(STEPS):
         nxt = STEPS[i + 1] if i + 1 < len(STEPS) else None
         cycles.append((start, nxt[1] if nxt is not None and nxt[0] == epoch else end))
-    cycles = cycles[1:]  # the warm-up cycle
+    if cycles:  # the warm-up step itself is left out; what follows it until the next step counts
+        cycles[0] = (STEPS[0][2], cycles[0][1])
     total = sum(e - s for s, e in cycles)
     waits = FETCHED or PRODUCED  # Keras fetches inside its step: there the synchronous generator is the wait
     wait = sum(covered(waits, s, e) for s, e in cycles)

@@ -119,6 +119,11 @@ AI_CAT_RULES: tuple = (
     (None, r"\.iter$", "wait"),
 )
 _AI_CAT_RULES = tuple((c, None if n is None else re.compile(n), out) for c, n, out in AI_CAT_RULES)
+#: Python-level events that span one training epoch: (source cat in lower case, regular expression on the name).
+#: The rows of the process inside the k-th such event get epoch k (its own ``epoch`` arg where it has one): DLIO
+#: leaves ``epoch`` stale on its compute events and its readers' counters (docs/frame.md).
+EPOCH_EVENTS: tuple = (("pipeline", r"(^|\.)epoch$"), ("dlio_benchmark", r"\._train$"))
+_EPOCH_EVENTS = tuple((c, re.compile(n)) for c, n in EPOCH_EVENTS)
 
 
 def ai_cat(src_cat: str, name: str) -> Optional[str]:
@@ -1009,21 +1014,51 @@ def _classify(src_cat: str, timelogger: bool) -> "tuple[str, str, Optional[str]]
     return layer, cat, keep
 
 
+def _pair_mask(cols: "_Cols", rows: np.ndarray, test: Callable[[str, str], Any]) -> "tuple[np.ndarray, list]":
+    """``test(src cat, name)`` for the rows ``rows`` (bool mask), evaluated once per distinct pair: (the index of
+    each such row's pair, the results per pair)."""
+    cat_codes = np.asarray(cols.cat.codes, dtype=np.int64)[rows]
+    name_codes = np.asarray(cols.name.codes, dtype=np.int64)[rows]
+    pairs, inverse = np.unique(np.stack((cat_codes, name_codes)), axis=1, return_inverse=True)
+    results = [test(str(cols.cat.categories[c]) if c >= 0 else "", str(cols.name.categories[m]) if m >= 0 else "")
+               for c, m in pairs.T]
+    return inverse.reshape(-1), results
+
+
+def _epoch_windows(cols: "_Cols", epoch: "tuple[np.ndarray, np.ndarray]") -> "tuple[np.ndarray, np.ndarray]":
+    """``(values, missing)`` of the epoch column with :data:`EPOCH_EVENTS` applied per process."""
+    if not cols.n:
+        return epoch
+    which, hits = _pair_mask(cols, np.ones(cols.n, dtype=bool), lambda c, name: any(
+        c.lower() == ec and p.search(name) for ec, p in _EPOCH_EVENTS))
+    is_epoch = np.asarray(hits, dtype=bool)[which] if hits else np.zeros(cols.n, dtype=bool)
+    if not is_epoch.any():
+        return epoch
+    values, missing = epoch[0].copy(), epoch[1].copy()
+    pid, start = np.asarray(cols.pid), np.asarray(cols.ts)
+    end = start + np.asarray(cols.dur)
+    for p in np.unique(pid[is_epoch]):
+        ev = np.flatnonzero(is_epoch & (pid == p))
+        ev = ev[np.argsort(start[ev], kind="stable")]
+        mine = pid == p
+        for k, i in enumerate(ev):
+            number = int(epoch[0][i]) if not epoch[1][i] else k  # its own epoch arg where it has one
+            inside = mine & (start >= start[i]) & (start <= end[i])
+            values[inside], missing[inside] = number, False
+    return values, missing
+
+
 def _ai_cats(cols: "_Cols", layer: pd.Categorical, cat: pd.Categorical) -> pd.Categorical:
     """``cat`` with :func:`ai_cat` applied to the app-layer rows of a DFTracer trace, per distinct (cat, name)."""
     app = np.asarray(layer == "app")
     if not app.any():
         return cat
-    cat_codes = np.asarray(cols.cat.codes, dtype=np.int64)
-    name_codes = np.asarray(cols.name.codes, dtype=np.int64)
-    pairs, inverse = np.unique(np.stack((cat_codes[app], name_codes[app])), axis=1, return_inverse=True)
-    mapped = [ai_cat(str(cols.cat.categories[c]) if c >= 0 else "", str(cols.name.categories[m]) if m >= 0 else "")
-              for c, m in pairs.T]
+    inverse, mapped = _pair_mask(cols, app, ai_cat)
     if not any(mapped):
         return cat
     new = np.asarray(cat.astype(object), dtype=object)
     idx = np.flatnonzero(app)
-    values = np.asarray(mapped, dtype=object)[inverse.reshape(-1)]
+    values = np.asarray(mapped, dtype=object)[inverse]
     hit = values != None  # noqa: E711 (elementwise)
     new[idx[hit]] = values[hit]
     return pd.Categorical(new, categories=sorted(set(cat.categories) | {v for v in mapped if v}))
@@ -1111,7 +1146,7 @@ def _result(path: str, state: _State, cols: _Cols, kind: str, warnings: list[str
             "bytes": _masked(byte_vals, byte_mask),
             "offset": _masked(*cols.ints["offset"]),
             "file": file_,
-            "epoch": _masked(*cols.ints["epoch"]),
+            "epoch": _masked(*(cols.ints["epoch"] if timelogger else _epoch_windows(cols, cols.ints["epoch"]))),
             "step": _masked(*cols.ints["step"]),
             "args": args_col if n else None,
         }
