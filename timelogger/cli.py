@@ -19,6 +19,7 @@ import importlib.util
 import json
 import os
 import platform
+import re
 import secrets
 import shutil
 import sys
@@ -63,6 +64,11 @@ def setup_parser(sub: Optional[Any] = None) -> argparse.ArgumentParser:
                         help="trace POSIX I/O with the DFTracer preload into RUN_DIR/posix/")
     parser.add_argument("--posix-filter", metavar="DIR", default=None,
                         help="only trace files under DIR (DFTRACER_DATA_DIR; default: all)")
+    parser.add_argument("--posix-init", choices=("auto", "preload", "program"), default="auto",
+                        help="who starts DFTracer: 'preload' (the preload, DFTRACER_INIT=PRELOAD), 'program' (a "
+                             "program that starts DFTracer itself, as DLIO does: DFTRACER_INIT=FUNCTION, its own "
+                             "traces carry the POSIX layer), 'auto' (default: 'program' when the command's Python "
+                             "code imports dftracer, else 'preload')")
     parser.add_argument("--horovod-timeline", action="store_true",
                         help="HOROVOD_TIMELINE=RUN_DIR/horovod/timeline.json (Horovod's rank 0 writes it)")
     parser.add_argument("--tf-profile", nargs="?", const="all", default=None, metavar="SPEC",
@@ -217,6 +223,73 @@ def _wait_for_rank0(run_dir: Path, record: Dict[str, Any], timeout: float) -> No
         time.sleep(_POLL_S)
 
 
+_IMPORTS_DFTRACER = re.compile(rb"^[ \t]*(?:from[ \t]+dftracer[\w.]*[ \t]+import|import[ \t]+dftracer)", re.M)
+_SCAN_FILES, _SCAN_BYTES = 5000, 64 << 20
+
+
+def starts_dftracer(cmd: Sequence[str]) -> Optional[str]:
+    """Why the command's Python code starts DFTracer itself (it imports ``dftracer``: pydftracer, DLIO), or None.
+
+    Looks at the script of ``python SCRIPT``, the package of ``python -m MODULE`` and of a console script (its
+    ``from PACKAGE import`` line); a bounded scan of source text, never an import of the program.
+    """
+    if not cmd:
+        return None
+    exe = shutil.which(cmd[0]) or cmd[0]
+    args = list(cmd[1:])
+    if re.fullmatch(r"python[\d.]*", Path(cmd[0]).name):
+        while args and args[0].startswith("-") and args[0] != "-m":
+            args = args[2:] if args[0] in ("-W", "-X", "-c") else args[1:]
+        if len(args) >= 2 and args[0] == "-m":
+            return _package_imports_dftracer(args[1])
+        return _file_imports_dftracer(Path(args[0])) if args else None
+    try:
+        with open(exe, "rb") as fh:
+            head = fh.read(4096)
+    except OSError:
+        return None
+    if not head.startswith(b"#!") or b"python" not in head.split(b"\n", 1)[0]:
+        return None
+    found = _file_imports_dftracer(Path(exe))
+    if found:
+        return found
+    entry = re.search(rb"^from[ \t]+([A-Za-z_][\w.]*)[ \t]+import", head, re.M)
+    return _package_imports_dftracer(entry.group(1).decode()) if entry else None
+
+
+def _file_imports_dftracer(path: Path) -> Optional[str]:
+    try:
+        with open(path, "rb") as fh:
+            return f"{path} imports dftracer" if _IMPORTS_DFTRACER.search(fh.read(_SCAN_BYTES)) else None
+    except OSError:
+        return None
+
+
+def _package_imports_dftracer(module: str) -> Optional[str]:
+    """Whether the package holding ``module`` (the module's own directory when it is a package) imports dftracer:
+    ``dlio_benchmark.main`` scans ``dlio_benchmark/``, ``benchmarks.hepcnn`` only ``benchmarks/hepcnn/``."""
+    try:
+        spec = importlib.util.find_spec(module)
+        if spec is not None and not spec.submodule_search_locations and spec.parent:
+            spec = importlib.util.find_spec(spec.parent)
+    except (ImportError, ValueError):
+        return None
+    if spec is None:
+        return None
+    top = spec.name
+    roots = list(spec.submodule_search_locations or [])
+    files = [Path(spec.origin)] if not roots and spec.origin else []
+    for root in roots:
+        for dirpath, _, names in os.walk(root):
+            files += [Path(dirpath) / n for n in names if n.endswith(".py")]
+            if len(files) > _SCAN_FILES:
+                break
+    for f in files[:_SCAN_FILES]:
+        if _file_imports_dftracer(f):
+            return f"package {top} imports dftracer ({f.name})"
+    return None
+
+
 def prepare(args: argparse.Namespace, env: Dict[str, str]) -> Dict[str, Any]:
     """Create the run directory, extend ``env`` for capture, write the launch record (and, on rank 0, the manifest).
 
@@ -249,12 +322,26 @@ def prepare(args: argparse.Namespace, env: Dict[str, str]) -> Dict[str, Any]:
             layer_dirs.append(run_dir / layout.POSIX_DIR)
             env["LD_PRELOAD"] = ":".join(x for x in (str(so), env.get("LD_PRELOAD", "")) if x)
             env["DFTRACER_ENABLE"] = "1"
-            env["DFTRACER_INIT"] = "PRELOAD"
+            why = starts_dftracer(args.cmd) if args.posix_init == "auto" else None
+            program = args.posix_init == "program" or why is not None
+            # Two DFTracer cores in one process (the preload's and the program's own) share one writer: the
+            # program's finalize frees it while the preload's intercepts still write (a segfault in MPI_Finalize,
+            # seen with DLIO). A program that starts DFTracer itself gets FUNCTION mode: the preload's intercepts
+            # then feed the program's own traces.
+            env["DFTRACER_INIT"] = "FUNCTION" if program else "PRELOAD"
             env["DFTRACER_LOG_FILE"] = str(layout.posix_log_prefix(run_dir))
             env["DFTRACER_DATA_DIR"] = str(Path(args.posix_filter).resolve()) if args.posix_filter else "all"
             # Without call metadata the preload records no `ret`/`offset`, i.e. no bytes for the bandwidth.
             env.setdefault("DFTRACER_INC_METADATA", "1")
-            layers["posix"] = {"preload": str(so), "data_dir": env["DFTRACER_DATA_DIR"]}
+            layers["posix"] = {"preload": str(so), "data_dir": env["DFTRACER_DATA_DIR"],
+                               "init": "program" if program else "preload"}
+            if program:
+                layers["posix"]["program_starts_dftracer"] = why or "--posix-init program"
+                if rank == 0:
+                    print(f"timelogger: --posix: the program starts DFTracer itself ({why or '--posix-init program'});"
+                          " its own traces carry the POSIX layer: write them into "
+                          f"{run_dir / layout.POSIX_DIR} (DLIO: ++workload.output.folder=...) or give them to "
+                          "trace-merge (docs/wire-format.md)", file=sys.stderr)
     elif args.posix_filter:
         raise LaunchError("--posix-filter needs --posix")
     if args.horovod_timeline:
