@@ -610,7 +610,8 @@ class TimeLogger:
             self._write([self._meta_line("timelogger_close", {
                 "anchor": {"wall_ns": wall, "perf_ns": perf},
                 "events": self.events_written,
-                "dropped": self.dropped}, perf)], [0])
+                "dropped": self.dropped,
+                "exit": _exit_reason()}, perf)], [0])
             self._close_fd()
         finally:
             self._release()
@@ -1013,9 +1014,26 @@ def _on_sigterm(signum: int, frame: Any) -> None:
     if prev == signal.SIG_IGN:
         _flush_all()
         return
+    global _exit_signal
+    _exit_signal = "SIGTERM"
     _close_all()
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     os.kill(os.getpid(), signal.SIGTERM)
+
+
+#: set when the process is about to die of a signal, for the close record
+_exit_signal: Optional[str] = None
+
+
+def _exit_reason() -> Dict[str, Any]:
+    """How the process is ending, for the close record: ``ok``, an uncaught exception (the interpreter sets
+    ``sys.last_type`` before atexit runs; SIGINT is ``KeyboardInterrupt``) or a signal the logger handles."""
+    if _exit_signal is not None:
+        return {"reason": "signal", "signal": _exit_signal}
+    last = getattr(sys, "last_type", None)
+    if last is not None:
+        return {"reason": "exception", "type": getattr(last, "__name__", str(last))}
+    return {"reason": "ok"}
 
 
 # ---------------------------------------------------------------------- the default logger

@@ -426,6 +426,22 @@ def resolve_names(frame: pd.DataFrame, names: dict[str, str]) -> pd.DataFrame:
     return frame
 
 
+def ended_early(app: list[SourceData]) -> list[str]:
+    """One warning per rank process whose TimeLogger file says it ended early (an uncaught exception, SIGINT, a
+    signal, no close record). Worker processes of a rank (their parent wrote an app file of that rank too) are
+    left out: a reader pool's workers are stopped by signals as a matter of course."""
+    pids = {(meta_value(s.meta, "rank"), meta_value(s.meta, "host"), meta_value(s.meta, "pid")) for s in app}
+    out = []
+    for s in app:
+        why = meta_value(s.meta, "ended_early")
+        rank, host = meta_value(s.meta, "rank"), meta_value(s.meta, "host")
+        if not why or (rank, host, meta_value(s.meta, "ppid")) in pids:
+            continue
+        out.append(f"rank {rank} ended early: {why} (pid {meta_value(s.meta, 'pid')} on {host}, {s.path}); its "
+                   "last intervals may be missing")
+    return sorted(out)
+
+
 def _missing_ranks(path: Path, manifest: "dict[str, Any] | None", app: list[SourceData]) -> list[str]:
     """Warnings about the world size (a bad value in the manifest) and the ranks it names that have no app file.
 
@@ -487,6 +503,7 @@ def merge_path(path: "str | os.PathLike[str]") -> MergeResult:
         why = "; ".join(warnings) if warnings else "all empty"
         raise TraceInputError(path, f"no usable trace data ({why})")
     app = [s for s in sources if s.kind in APP_KINDS]
+    warnings.extend(ended_early(app))
     if is_run_dir(path):
         warnings.extend(_missing_ranks(path, manifest, app))
     launch = (manifest or {}).get("created_wall_ns")

@@ -479,6 +479,7 @@ def _run(path: Path, files: list, manifest: Optional[dict], warnings: list, inpu
     if not usable:
         why = "; ".join(warnings) if warnings else "all empty"
         raise TraceInputError(path, f"no usable trace data ({why})")
+    warnings.extend(merge.ended_early(app_sources))
     if merge.is_run_dir(path):
         warnings.extend(merge._missing_ranks(path, manifest, app_sources))
     warnings.extend(clock_warnings)

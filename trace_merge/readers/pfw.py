@@ -1064,6 +1064,18 @@ def _ai_cats(cols: "_Cols", layer: pd.Categorical, cat: pd.Categorical) -> pd.Ca
     return pd.Categorical(new, categories=sorted(set(cat.categories) | {v for v in mapped if v}))
 
 
+def _ended_early(close: Optional[dict]) -> Optional[str]:
+    """Why a TimeLogger file's process ended early, from its close record (None: it closed normally)."""
+    if close is None:
+        return "no close record (killed, crashed, or still running)"
+    exit_ = close.get("exit") if isinstance(close.get("exit"), dict) else {}
+    if exit_.get("reason") == "exception":
+        return f"uncaught {exit_.get('type')}" + (" (SIGINT)" if exit_.get("type") == "KeyboardInterrupt" else "")
+    if exit_.get("reason") == "signal":
+        return f"stopped by {exit_.get('signal')}"
+    return None
+
+
 def _masked(values: np.ndarray, mask: np.ndarray) -> pd.arrays.IntegerArray:
     return pd.arrays.IntegerArray(np.ascontiguousarray(values, dtype=np.int64), np.ascontiguousarray(mask, dtype=bool))
 
@@ -1188,6 +1200,7 @@ def _result(path: str, state: _State, cols: _Cols, kind: str, warnings: list[str
                 "tf_anchors": state.tf_profile,
                 "close": state.close,
                 "dropped": state.dropped,
+                "ended_early": _ended_early(state.close),
             }
         )
         if state.dropped:
