@@ -115,6 +115,19 @@ def test_breakdown_rows_sum_to_100_and_summary(hvd_runs: dict) -> None:
         assert (step["comm_s"] < step["time_s"]).all()
         comp = [f"{c}_s" for c in COMPONENTS]
         np.testing.assert_allclose(lay[comp].sum(axis=1), lay["time_s"], atol=1e-9)
+        # coverage: the profile window holds steps 1 and 2; only inside it is the remainder Python, outside it is
+        # not observed (mapping unobserved time to python breaks the first bound)
+        frame = parts["run"].frame
+        ts = frame[(frame["layer"] == "app") & (frame["name"] == "Train Step")]
+        inside = ts[ts["step"].isin([1, 2])].groupby("rank")["dur_ns"].sum() / 1e9
+        outside = ts[~ts["step"].isin([1, 2])].groupby("rank")["dur_ns"].sum() / 1e9
+        split = lay[lay["phase"] == "Train Step"].groupby("rank")[
+            ["python_s", "not_observed_s", "comm_s", "fs_s", "calls", "observed_calls"]].sum()
+        assert (split["python_s"] <= inside + 1e-3).all(), (mode, split, inside)
+        # outside the window only the whole-run layers (Horovod's collectives, the file system) split the time
+        seen_outside = split["not_observed_s"] + split["comm_s"] + split["fs_s"]
+        assert (seen_outside >= 0.9 * outside - 1e-3).all(), (mode, split, outside)
+        assert (split["observed_calls"] >= 2).all() and (split["observed_calls"] < split["calls"]).all()
 
 
 def _launch(args: list[str], run_dir: Path, ranks: int = 2) -> subprocess.CompletedProcess:
