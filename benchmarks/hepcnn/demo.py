@@ -21,6 +21,7 @@ from benchmarks.hepcnn.config import DEMO_DATA
 from benchmarks.hepcnn.data import generate
 from benchmarks.common.sweep import Point, comparison_rows, format_comparison, layers_for, run_point
 from timelogger import layout
+from trace_merge.analysis import verdict_text
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -44,13 +45,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     print("\n== where the time went, layer by layer: each app phase (summed over epochs) split by what the lower"
           " layers of the same rank did inside it, seconds (fs = file system, comm = Horovod, in-wait = tf.data"
-          " input wait, compute = framework compute, python = seen by no lower layer); docs/metrics.md")
+          " input wait, compute = framework compute, python = seen by no lower layer inside the TF profile window,"
+          " unseen = outside it: not observed); docs/metrics.md")
     for pt in points:
         print(format_layered(results[pt], title=f"{pt.shuffle} shuffle ({pt.ranks} ranks)"))
         v = results[pt]["analysis"].verdict
-        if v["input_pct"] is not None:
-            print(f"verdict: {v['verdict']} ({v['input_pct']:.1f} % of step time waiting for input, basis "
-                  f"{v['basis']})")
+        print(f"verdict: {verdict_text(v)}")
         for line in v["notes"] + results[pt]["analysis"].explanations:
             print(f"  - {line}")
     print("\n== drill-down, app layer alone: exclusive share of each rank's epoch wall time (%)")
