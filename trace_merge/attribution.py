@@ -130,7 +130,7 @@ class _Attribution:
         """
         if tuple(keys) in self._windows:
             return self._windows[tuple(keys)]
-        keep = self.step_rows() if "step" in keys else np.ones(self._s.size, dtype=bool)
+        keep = np.ones(self._s.size, dtype=bool)
         for k in keys:
             keep &= self._tags[k][1]
         data = pd.DataFrame({"_r": self._r[keep], **{k: self._tags[k][0][keep] for k in keys},
