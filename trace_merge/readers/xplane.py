@@ -76,6 +76,8 @@ def _load_xplane_pb2() -> Any:
     # reading a profile needs TensorFlow's protobufs, not its start-up INFO lines on the user's stderr (oneDNN,
     # CPU features); a user's own setting wins
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    # TF 2.21 logs its oneDNN notice before its log level applies; reading protobufs computes nothing with it
+    os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
     try:
         from tensorflow.tsl.profiler.protobuf import xplane_pb2  # TF 2.15 .. 2.21
     except ImportError:
