@@ -15,6 +15,7 @@ from trace_merge.cli import main as trace_merge
 LOOP = textwrap.dedent('''
     import os, signal, sys, time
     from timelogger import TimeLogger
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal, even when started in background
     tl = TimeLogger(sys.argv[1], rank=int(sys.argv[3]), world_size=2)
     for step in range(3):
         tl.set_step(step)
