@@ -148,7 +148,13 @@ def _clear_previous(run_dir: Path, keep: Path) -> int:
     a rename is quick and all-or-nothing per file, so a failure cannot leave a half-cleared layer for the next
     merge to mix in. Returns how many entries were removed.
     """
-    trash = run_dir / f"{_TRASH_PREFIX}{os.getpid()}"
+    # made here, exclusively, under an unpredictable name: a link planted at a predictable one would take the run's
+    # files into another directory of the user
+    trash = run_dir / f"{_TRASH_PREFIX}{os.getpid()}-{secrets.token_hex(8)}"
+    try:
+        os.mkdir(trash, 0o700)
+    except OSError as exc:
+        raise LaunchError(f"{trash}: cannot create ({exc.strerror or exc})") from exc
     entries = [run_dir / name for name in (layout.MANIFEST, *layout.OUTPUTS)]
     entries += [p for p in (run_dir / layout.LAUNCH_DIR).glob(layout.LAUNCH_GLOB) if p != keep]
     entries += _layer_entries(run_dir)

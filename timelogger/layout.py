@@ -19,7 +19,9 @@ from here, never the other way round.
 """
 from __future__ import annotations
 
+import contextlib
 import json
+import secrets
 import os
 import re
 from pathlib import Path
@@ -82,6 +84,15 @@ def posix_log_prefix(run_dir: PathLike) -> Path:
 
 def write_json_atomic(path: Path, data: Dict[str, Any]) -> None:
     """Write ``data`` as JSON to ``path`` through a temporary file and a rename: readers see the old or the new."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=2, default=str) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    # an unpredictable name created exclusively, never through a link: run directories live in shared scratch,
+    # where a link planted at a predictable name would make the launcher write into another file of its user
+    tmp = path.with_name(f".{path.name}.{os.getpid()}-{secrets.token_hex(8)}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), 0o644)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(json.dumps(data, indent=2, default=str) + "\n")
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise

@@ -1,7 +1,7 @@
 """Writing output files: never over an existing file without ``force``, never a half-written file in place.
 
 - :func:`atomic_outputs` writes a *set* of files so that all of them land or none: every file goes to a
-  temporary name ``.<name>.tmp-<pid>`` beside its target, and only when all are written are they renamed into
+  temporary name ``.<name>.tmp-<pid>-<random>`` beside its target (created exclusively, never through a link), and only when all are written are they renamed into
   place. A failure (disk full, a signal turned into an exception) removes the temporaries. Temporaries left by a
   process that died (``kill -9``) are removed by the next writer of the same targets. SIGTERM and SIGINT are
   held back while the files are renamed, so that they land together.
@@ -16,13 +16,15 @@ import fcntl
 import logging
 import os
 import re
+import secrets
 import signal
 import socket
+import stat
 import threading
 from pathlib import Path
 from typing import Iterator, Sequence
 
-from trace_merge.errors import OutputBusyError, OutputExistsError, OutputWriteError
+from trace_merge.errors import OutputBusyError, OutputExistsError, OutputWriteError, TraceInputError
 
 log = logging.getLogger(__name__)
 
@@ -40,8 +42,23 @@ def refuse_existing(*paths: "str | os.PathLike[str]", force: bool = False) -> No
 
 
 def temp_name(path: Path, pid: int | None = None) -> Path:
-    """The temporary file beside ``path`` that process ``pid`` (default: this one) writes before renaming."""
-    return path.with_name(f".{path.name}.tmp-{os.getpid() if pid is None else pid}")
+    """A temporary file beside ``path`` for process ``pid`` (default: this one) to write before renaming:
+    ``.<name>.tmp-<pid>-<random>``. Unpredictable, so nobody can plant a link at it ahead of the writer (run
+    directories live in shared scratch); the pid lets the next writer remove it when its process died."""
+    return path.with_name(f".{path.name}.tmp-{os.getpid() if pid is None else pid}-{secrets.token_hex(8)}")
+
+
+def create_new(path: Path) -> None:
+    """Create ``path`` as a new empty regular file, never through a link: whatever is already there (a planted
+    symbolic link included) is an error naming it."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0),
+                     0o644)
+    except FileExistsError:
+        raise OutputWriteError(path, "already exists (a planted file or link?); not written through") from None
+    except OSError as exc:
+        raise OutputWriteError(path, exc.strerror or str(exc)) from None
+    os.close(fd)
 
 
 def _pid_alive(pid: int) -> bool:
@@ -61,7 +78,7 @@ def remove_stale_temps(paths: Sequence[Path]) -> list[Path]:
     """
     removed = []
     for path in paths:
-        pattern = re.compile(rf"^\.{re.escape(path.name)}\.tmp-(\d+)$")
+        pattern = re.compile(rf"^\.{re.escape(path.name)}\.tmp-(\d+)(-[0-9a-f]+)?$")
         try:
             names = os.listdir(path.parent)
         except OSError:
@@ -98,9 +115,13 @@ def atomic_outputs(paths: Sequence["str | os.PathLike[str]"], force: bool = Fals
     targets = [Path(p) for p in paths]
     refuse_existing(*targets, force=force)
     remove_stale_temps(targets)
-    temps = [temp_name(p) for p in targets]
+    temps: list[Path] = []
     try:
         try:
+            for p in targets:  # created here, exclusively: the writers below open a file that is ours
+                tmp = temp_name(p)
+                create_new(tmp)
+                temps.append(tmp)
             yield temps
         except OSError as exc:
             raise OutputWriteError(targets[_failed(temps, exc)], exc.strerror or str(exc)) from exc
@@ -149,11 +170,12 @@ def _failed(temps: list[Path], exc: OSError) -> int:
     """Index of the temporary whose writing raised ``exc``.
 
     The error's file name where it has one; else (pyarrow names no file, and removes what it failed to write)
-    the first temporary not written, as they are written in order; else the last.
+    the first temporary not written (gone or still empty: each is created empty first), as they are written in
+    order; else the last.
     """
     if exc.filename is not None and Path(exc.filename) in temps:
         return temps.index(Path(exc.filename))
-    return next((i for i, t in enumerate(temps) if not t.exists()), len(temps) - 1)
+    return next((i for i, t in enumerate(temps) if not t.exists() or t.stat().st_size == 0), len(temps) - 1)
 
 
 @contextlib.contextmanager
@@ -235,7 +257,16 @@ def exclusive(lock: "str | os.PathLike[str]", what: str) -> Iterator[None]:
 def _take_flock(lock: Path, what: str) -> "int | None":
     """``flock`` ``lock``; returns the descriptor, None when the file system has no ``flock``."""
     while True:
-        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), 0o644)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:  # a symbolic link planted at the lock's name: never written through
+                raise TraceInputError(lock, "is a symbolic link, not a lock file; not written through "
+                                            "(remove it if it is not yours)") from None
+            raise
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise TraceInputError(lock, "is not a regular file; not written through")
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -259,7 +290,7 @@ def _take_exclusive_create(lock: Path, what: str, me: str) -> None:
     """The lock without ``flock``: create ``lock`` exclusively; take over one left by a dead process here."""
     for _ in range(2):
         try:
-            fd = os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            fd = os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
         except FileExistsError:
             holder = _holder(lock)
             if holder is None or holder[1] != socket.gethostname() or _pid_alive(holder[0]):
