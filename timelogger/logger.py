@@ -57,7 +57,30 @@ _F = TypeVar("_F", bound=Callable[..., Any])
 
 
 def _json(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"), default=str, ensure_ascii=False)
+    """``value`` as compact JSON that always encodes as UTF-8 and always parses: NaN and Infinity (no JSON
+    numbers) become ``null``; a lone surrogate -- what ``os.fsdecode`` gives for a non-UTF-8 file name -- is
+    written as its ``\\udcXX`` escape, which JSON allows and ``json.loads`` turns back into the same string."""
+    try:
+        text = json.dumps(value, separators=(",", ":"), default=str, ensure_ascii=False, allow_nan=False)
+    except ValueError:
+        text = json.dumps(_finite(value), separators=(",", ":"), default=str, ensure_ascii=False)
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:  # only ever inside a JSON string, where the escape is what JSON means
+            text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
+
+
+def _finite(value: Any) -> Any:
+    """``value`` with every NaN/Infinity float (also inside lists and dicts) replaced by None."""
+    if isinstance(value, float):
+        return value if value == value and value not in (float("inf"), float("-inf")) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
 
 
 def _us(ns: int) -> str:
@@ -774,7 +797,7 @@ class TimeLogger:
         """
         if not lines or self._fd is None:
             return self._fd is not None
-        data = "".join(lines).encode("utf-8")
+        data = "".join(lines).encode("utf-8", "backslashreplace")  # _json escaped what it could not encode
         done = 0
         try:
             while done < len(data):
@@ -783,7 +806,7 @@ class TimeLogger:
             landed = 0
             pos = 0
             for line, kind in zip(lines, kinds):
-                pos += len(line.encode("utf-8"))
+                pos += len(line.encode("utf-8", "backslashreplace"))
                 if pos > done:
                     break
                 landed += kind
