@@ -222,13 +222,14 @@ def test_background_flush_without_flush_call(tmp_path: Path) -> None:
 def test_header_written_at_open(tmp_path: Path) -> None:
     tl = TimeLogger(tmp_path, rank=5, world_size=8)
     ev = read_pfw(tl.path)  # before any interval and before close: never a silently empty file
-    assert len(ev) == 1 and ev[0]["name"] == "timelogger"
+    # the header, then the reserved lost-interval record (rewritten in place if a write ever fails)
+    assert [e["name"] for e in ev] == ["timelogger", "timelogger_lost"] and ev[1]["args"]["lost"] == 0
     args = ev[0]["args"]
     assert {"rank", "world_size", "hostname", "pid", "ppid", "anchor", "versions", "argv"} <= set(args)
     assert set(args["anchor"]) == {"wall_ns", "perf_ns"} and args["versions"]["timelogger"]
     tl.close()
     tl.close()  # idempotent
-    assert [e["name"] for e in read_pfw(tl.path)] == ["timelogger", "timelogger_close"]
+    assert [e["name"] for e in read_pfw(tl.path)] == ["timelogger", "timelogger_lost", "timelogger_close"]
 
 
 # ---------------------------------------------------------------- bad input

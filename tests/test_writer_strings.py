@@ -40,3 +40,45 @@ def test_lone_surrogates_and_non_finite_numbers_are_written_and_read_back(tmp_pa
     load_rows = frame[frame["name"] == "Load " + BAD_NAME]
     assert len(load_rows) == n and set(load_rows["file"].astype(str)) == {BAD_NAME}
     assert int(load_rows["bytes"].notna().sum()) == n // 2 + n % 2  # NaN bytes are no bytes, 4096 are
+
+
+FILL = """
+import resource, signal, sys, time
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG instead of killing
+resource.setrlimit(resource.RLIMIT_FSIZE, (256 * 1024, 256 * 1024))
+from timelogger import TimeLogger
+tl = TimeLogger(sys.argv[1], rank=0, world_size=1)
+n = 0
+for step in range(40):
+    tl.set_step(step)
+    for i in range(1000):
+        with tl.phase("Training Iteration" if i == 0 else "tick", cat="compute"):
+            n += 1
+    tl.flush()
+tl.close()
+print(n, tl.events_written, tl.dropped)
+"""
+
+
+def test_a_file_size_limit_loses_no_interval_uncounted(tmp_path, capsys):
+    """``ulimit -f`` (EFBIG; a full disk's ENOSPC takes the same path): what did not reach the file is counted in
+    the record reserved after the header, so on disk + dropped = every interval, and the summary says so first."""
+    import subprocess
+    import sys
+
+    from test_timelogger_util import REPO, clean_env
+    from trace_merge.cli import main as trace_merge
+
+    run = tmp_path / "run"
+    p = subprocess.run([sys.executable, "-c", FILL, str(run)], env=clean_env(PYTHONPATH=str(REPO)),
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    total, written, dropped = map(int, p.stdout.split())
+    assert dropped > 0 and written + dropped == total
+    frame = Run.open(run).frame
+    assert len(frame) == written  # every interval on disk is read, none invented
+    assert trace_merge(["summary", str(run)]) == 0
+    head = capsys.readouterr().out.splitlines()[:4]
+    assert any(line.startswith("rank 0 lost intervals: its writes failed (EFBIG") and f"{dropped:,} intervals"
+               in line for line in head), head
+    assert any(line.startswith(f"app layer incomplete: {dropped:,} intervals dropped") for line in head), head

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import atexit
 import bisect
+import errno
 import itertools
 import json
 import logging
@@ -265,6 +266,8 @@ class TimeLogger:
         self.world_size = env_world if world_size is None else int(world_size)
         self.out_dir: Optional[Path] = None if out_dir is None else Path(out_dir)
         self.path: Optional[Path] = None
+        self._lost_at: Optional[int] = None
+        self._write_failed: Optional[str] = None  # errno name of the write that failed; logging is off since
         self.flush_interval = float(flush_interval)
         lag = self.flush_interval + 0.25 if max_lag is None else float(max_lag)
         self.max_lag = lag
@@ -348,9 +351,12 @@ class TimeLogger:
             "versions": _versions(),
             "argv": list(sys.argv),
         }
-        if not self._write(["[\n", self._meta_line("timelogger", header, _pc())], [0, 0]):
+        first = ["[\n", self._meta_line("timelogger", header, _pc())]
+        if not self._write([*first, self._lost_line(0, "")], [0, 0, 0]):
             self._close_fd()
             return
+        # where the reserved record lies: rewritten in place (no new blocks) when a write fails on a full disk
+        self._lost_at = sum(len(x.encode("utf-8", "backslashreplace")) for x in first)
         self._on = True
         self._stop = threading.Event()
         self._start_flusher()
@@ -390,8 +396,14 @@ class TimeLogger:
         self._warn_once(key, msg, *args)
 
     def _ignored(self) -> None:
-        """Called when an interval ends on a logger that is off; only a closed logger complains."""
-        if self._closed:
+        """Called when an interval ends on a logger that is off; only a closed logger complains. After a failed
+        write (disk full, file-size limit) every later interval is lost too: counted, and the reserved record
+        updated every :data:`CHUNK_EVENTS` of them and at close."""
+        if self._write_failed is not None:
+            self.dropped += 1
+            if self.dropped % CHUNK_EVENTS == 0:
+                self._record_lost(self._write_failed)
+        elif self._closed:
             self.dropped += 1
             self._warn_once("closed", "timelogger: interval recorded after close() of %s; ignored", self.path)
 
@@ -426,7 +438,7 @@ class TimeLogger:
             One of :data:`CATS`.
         """
         if not self._on:
-            if self._closed:
+            if self._closed or self._write_failed is not None:
                 self._ignored()
             return _NULL  # type: ignore[return-value]
         # Built without __init__: this runs once per interval and a Python-level __init__ frame is measurable.
@@ -444,7 +456,7 @@ class TimeLogger:
         that reports its own timestamps, another tool's event. It carries the current epoch/step tags and goes
         through the same buffer as a phase; ``args`` are its values (``bytes``, ``file``, ...)."""
         if not self._on:
-            if self._closed:
+            if self._closed or self._write_failed is not None:
                 self._ignored()
             return
         if end_ns < start_ns:
@@ -484,7 +496,7 @@ class TimeLogger:
 
         def timed_call(*args: Any, **kwargs: Any) -> Any:
             if not tl._on:
-                if tl._closed:
+                if tl._closed or tl._write_failed is not None:
                     tl._ignored()
                 return fn(*args, **kwargs)
             t0 = pc()
@@ -586,7 +598,7 @@ class TimeLogger:
     def write_metadata(self, name: str, args: Dict[str, Any]) -> None:
         """Flush pending intervals, then write one ``"ph":"M"`` event ``name`` with ``args`` (JSON-able)."""
         if not self._on:
-            if self._closed:
+            if self._closed or self._write_failed is not None:
                 self._ignored()
             return
         self._flush(extra=self._meta_line(name, args, _pc()))
@@ -599,6 +611,8 @@ class TimeLogger:
     def close(self) -> None:
         """Flush, write the ``timelogger_close`` metadata (second anchor pair) and close the file. Idempotent."""
         if self._closed or self._fd is None:
+            if self._write_failed is not None and not self._closed:
+                self._record_lost(self._write_failed)  # the final count of what never reached the file
             self._closed = True
             self._on = False
             return
@@ -669,6 +683,28 @@ class TimeLogger:
         tid = threading.get_native_id() if tid is None else tid
         return ('{"name":' + _json(name) + ',"ph":"M","ts":' + _us(perf_ns + self._off) + ',"pid":'
                 + str(self.pid) + ',"tid":' + str(tid) + ',"args":' + _json(args) + "}\n")
+
+    def _lost_line(self, lost: int, why: str) -> str:
+        """The ``timelogger_lost`` record, always the same length: written after the header at open and rewritten
+        in place when a write fails, so the count of lost intervals reaches the file even on a full disk."""
+        why = (why.encode("ascii", "replace")[:24].decode("ascii").replace('"', "'")).ljust(24)
+        return ('{"name":"timelogger_lost","ph":"M","ts":0,"pid":' + str(self.pid) + ',"tid":0,"args":{"lost":'
+                + f"{min(lost, 10**18 - 1):18d}" + ',"why":"' + why + '"}}\n')
+
+    def _record_lost(self, why: str) -> None:
+        """Rewrite the reserved record with the total lost so far (best effort: its blocks already exist)."""
+        if self.path is None or self._lost_at is None:
+            return
+        try:
+            fd = os.open(self.path, os.O_WRONLY | getattr(os, "O_CLOEXEC", 0))
+        except OSError:
+            return
+        try:
+            os.pwrite(fd, self._lost_line(self.dropped, why).encode("ascii"), self._lost_at)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
 
     def _close_fd(self) -> None:
         fd, self._fd = self._fd, None
@@ -820,6 +856,8 @@ class TimeLogger:
                 lost += n
             self.events_written += landed
             self.dropped += lost
+            self._write_failed = errno.errorcode.get(exc.errno or 0, "") or str(exc)
+            self._record_lost(self._write_failed)
             self._disable("write", "timelogger: writing %s failed (%s); logging disabled, %d events lost",
                           self.path, exc, lost)
             # Nothing more goes to the file: a half line there stays the last line, which readers drop (a

@@ -197,7 +197,8 @@ def _summary_text(run, parts) -> str:
         lines.append(f"app layer incomplete: {sum(run.dropped.values()):,} intervals dropped by the TimeLogger "
                      f"writer in {len(run.dropped)} file(s) (it could not keep up, or a write failed); app-layer "
                      "times below undercount")
-    lines += [f"{w}" for w in run.warnings if " ended early: " in w]  # first: every number below is partial
+    # first: every number below is partial
+    lines += [w for w in run.warnings if w.startswith("rank ") and (" ended early: " in w or " lost intervals: " in w)]
     lines.append(f"verdict: {verdict_text(v)}")
     lines += [f"  - {note}" for note in v.get("notes", [])]
     lines += [f"  - why: {line}" for line in parts.explanations]

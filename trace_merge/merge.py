@@ -437,8 +437,8 @@ def ended_early(app: list[SourceData]) -> list[str]:
         rank, host = meta_value(s.meta, "rank"), meta_value(s.meta, "host")
         if not why or (rank, host, meta_value(s.meta, "ppid")) in pids:
             continue
-        out.append(f"rank {rank} ended early: {why} (pid {meta_value(s.meta, 'pid')} on {host}, {s.path}); its "
-                   "last intervals may be missing")
+        out.append(f"rank {rank} {why} (pid {meta_value(s.meta, 'pid')} on {host}, {s.path}); the app layer "
+                   "is incomplete")
     return sorted(out)
 
 

@@ -490,6 +490,7 @@ class _State:
         self.clock_sync: list[dict] = []
         self.tf_profile: list[dict] = []
         self.close: Optional[dict] = None
+        self.write_failed: Optional[str] = None
         self.dropped = 0  # intervals the TimeLogger writer could not write (timelogger_dropped / close records)
         self.thread_names: dict[int, str] = {}
         self.process_names: dict[int, str] = {}
@@ -549,6 +550,11 @@ class _State:
             self.dropped = max(self.dropped, _as_int(args.get("dropped")) or 0)
         elif name == "timelogger_dropped":  # running total, written as intervals are dropped (survives kill -9)
             self.dropped = max(self.dropped, _as_int(args.get("total")) or 0)
+        elif name == "timelogger_lost":  # reserved after the header, rewritten in place when a write failed
+            self.dropped = max(self.dropped, _as_int(args.get("lost")) or 0)
+            why = str(args.get("why") or "").strip()
+            if why:
+                self.write_failed = why
         elif name in ("thread_name", "process_name"):
             target = self.thread_names if name == "thread_name" else self.process_names
             ident = _as_int(ev.get("tid" if name == "thread_name" else "pid"))
@@ -803,7 +809,8 @@ def _parse_lines(body: bytes, first_lineno: int, state: _State, warnings: list[s
 
 #: Metadata names whose ``args`` the fast parser does not keep (TimeLogger's); seeing one sends
 #: the file to the line parser.
-_RICH_METADATA = frozenset({"timelogger", "clock_sync", "tf_profile", "timelogger_close", "timelogger_dropped"})
+_RICH_METADATA = frozenset({"timelogger", "clock_sync", "tf_profile", "timelogger_close", "timelogger_dropped",
+                            "timelogger_lost"})
 
 
 def _parse_arrow(body: "bytes | memoryview", state: _State) -> Optional[_Cols]:
@@ -1067,12 +1074,13 @@ def _ai_cats(cols: "_Cols", layer: pd.Categorical, cat: pd.Categorical) -> pd.Ca
 def _ended_early(close: Optional[dict]) -> Optional[str]:
     """Why a TimeLogger file's process ended early, from its close record (None: it closed normally)."""
     if close is None:
-        return "no close record (killed, crashed, or still running)"
+        return "ended early: no close record (killed, crashed, or still running)"
     exit_ = close.get("exit") if isinstance(close.get("exit"), dict) else {}
     if exit_.get("reason") == "exception":
-        return f"uncaught {exit_.get('type')}" + (" (SIGINT)" if exit_.get("type") == "KeyboardInterrupt" else "")
+        return (f"ended early: uncaught {exit_.get('type')}"
+                + (" (SIGINT)" if exit_.get("type") == "KeyboardInterrupt" else ""))
     if exit_.get("reason") == "signal":
-        return f"stopped by {exit_.get('signal')}"
+        return f"ended early: stopped by {exit_.get('signal')}"
     return None
 
 
@@ -1203,6 +1211,9 @@ def _result(path: str, state: _State, cols: _Cols, kind: str, warnings: list[str
                 "ended_early": _ended_early(state.close),
             }
         )
+        if state.write_failed:
+            meta["ended_early"] = (f"lost intervals: its writes failed ({state.write_failed}: disk full or a "
+                                   f"file-size limit?), {state.dropped:,} intervals never reached the file")
         if state.dropped:
             warnings.append(f"{path}: {state.dropped} intervals dropped by the writer (it could not keep up, or a "
                             "write failed); the app layer is incomplete")
