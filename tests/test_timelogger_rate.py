@@ -87,9 +87,12 @@ print(json.dumps({{"written": tl.events_written, "dropped": tl.dropped}}))
     whole = len(intervals(events))
     assert 0 < whole < 3000
     assert counts["written"] == whole
-    # the 3000 taken before the failure are all accounted for; the 500 timed after it met a logger that had
-    # switched itself off (warned once) and were never taken
-    assert counts["written"] + counts["dropped"] == 3000
+    # the 3000 taken before the failure and the 500 timed after it (the logger switched itself off) are all
+    # accounted for, and the total lost is on disk, in the record reserved after the header
+    assert counts["written"] + counts["dropped"] == 3500
+    lost = [e for e in events if e.get("name") == "timelogger_lost"]
+    assert len(lost) == 1 and lost[0]["args"]["lost"] == counts["dropped"]
+    assert lost[0]["args"]["why"].strip() == "EFBIG"
     assert "writing" in out.stderr and "failed" in out.stderr
 
 
