@@ -71,7 +71,8 @@ class LocalPool:
     def _executor(self) -> ProcessPoolExecutor:
         if self._pool is None:
             ctx = multiprocessing.get_context("forkserver")
-            ctx.set_forkserver_preload(["trace_merge.partitioned"])
+            # the server dies with this process (kill -9 included), its workers with it (_one_thread_each)
+            ctx.set_forkserver_preload(["trace_merge._lifeline", "trace_merge.partitioned"])
             self._pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=ctx, initializer=_one_thread_each)
         return self._pool
 
@@ -154,10 +155,13 @@ def _then_release(fn: Callable, item: Any) -> Any:
 
 
 def _one_thread_each() -> None:
-    """In a pool worker: Arrow parses with one thread (the pool's processes already use every core; measured on a
-    DFTracer trace, threads cost 18 % more CPU for the same parse)."""
+    """In a pool worker: die with the forkserver, and Arrow parses with one thread (the pool's processes already use
+    every core; measured on a DFTracer trace, threads cost 18 % more CPU for the same parse)."""
     import pyarrow as pa
 
+    from trace_merge._lifeline import die_with_parent
+
+    die_with_parent()  # the forkserver: when it dies with the driver, no worker is left behind
     pa.set_cpu_count(1)
 
 

@@ -61,7 +61,8 @@ def create_new(path: Path) -> None:
     os.close(fd)
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` runs on this host (another user's counts as running)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -85,7 +86,7 @@ def remove_stale_temps(paths: Sequence[Path]) -> list[Path]:
             continue
         for name in names:
             m = pattern.match(name)
-            if not m or int(m.group(1)) == os.getpid() or _pid_alive(int(m.group(1))):
+            if not m or int(m.group(1)) == os.getpid() or pid_alive(int(m.group(1))):
                 continue
             stale = path.parent / name
             with contextlib.suppress(FileNotFoundError):
@@ -293,7 +294,7 @@ def _take_exclusive_create(lock: Path, what: str, me: str) -> None:
             fd = os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
         except FileExistsError:
             holder = _holder(lock)
-            if holder is None or holder[1] != socket.gethostname() or _pid_alive(holder[0]):
+            if holder is None or holder[1] != socket.gethostname() or pid_alive(holder[0]):
                 raise _busy(lock, what, f" (remove {lock} if it is not running)") from None
             log.warning("%s: left by process %s, which no longer runs; taken over", lock, holder[0])
             lock.unlink(missing_ok=True)

@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 import shutil
 import tempfile
 from dataclasses import dataclass, field
@@ -38,6 +39,7 @@ from trace_merge import align as A
 from trace_merge import kernels as K
 from trace_merge.dxt_clock import place_source
 from trace_merge.errors import TraceInputError
+from trace_merge.outputs import pid_alive
 from trace_merge.readers import detect, rank_from_name, read_any
 from trace_merge.schema import (COUNTER_DTYPES, FRAME_COLUMNS, FRAME_DTYPES, SourceData, concat_frames,
                                 empty_counters, empty_frame)
@@ -389,6 +391,33 @@ class PartitionedMerge:
             shutil.rmtree(self.spill, ignore_errors=True)
 
 
+def new_spill_dir(parent: "str | os.PathLike[str] | None" = None) -> Path:
+    """A fresh spill directory ``trace-merge-<host>-<pid>-<random>`` under ``parent`` (default: the system's
+    temporary directory), after removing the ones this host's merges left when they were killed (their pid no
+    longer runs; a directory of another host, or of a live merge, is left alone)."""
+    import socket
+
+    base = Path(parent) if parent is not None else Path(tempfile.gettempdir())
+    host = re.sub(r"[^A-Za-z0-9.]", "_", socket.gethostname())
+    pattern = re.compile(rf"^trace-merge-{re.escape(host)}-(\d+)-")
+    try:
+        entries = list(os.scandir(base))
+    except OSError:
+        entries = []
+    for entry in entries:
+        m = pattern.match(entry.name)
+        if not m or not entry.is_dir(follow_symlinks=False) or pid_alive(int(m.group(1))):
+            continue
+        try:
+            if entry.stat(follow_symlinks=False).st_uid != os.getuid():
+                continue
+        except OSError:
+            continue
+        shutil.rmtree(entry.path, ignore_errors=True)
+        log.warning("%s: spill directory of a merge that no longer runs (process %s); removed", entry.path, m.group(1))
+    return Path(tempfile.mkdtemp(prefix=f"trace-merge-{host}-{os.getpid()}-", dir=base))
+
+
 def merge_partitioned(path: "str | os.PathLike[str]", engine: Any = None, spill_dir: "str | os.PathLike[str] | None" = None,
                       layers: Any = None, summary_only: bool = True) -> PartitionedMerge:
     """Merge and summarise the traces under ``path`` partition by partition (see the module docstring).
@@ -416,7 +445,7 @@ def merge_partitioned(path: "str | os.PathLike[str]", engine: Any = None, spill_
         raise TraceInputError(path, f"no trace files found (looked for {merge._LOOKED_FOR}){why}")
     if engine is None:
         engine = engines.local(merge.bytes_on_disk(p for p, _ in files))
-    spill = Path(tempfile.mkdtemp(prefix="trace-merge-", dir=spill_dir))
+    spill = new_spill_dir(spill_dir)
     columns = SUMMARY_COLUMNS if summary_only else FRAME_COLUMNS
     try:
         return _run(path, files, manifest, warnings, inputs, engine, spill, columns, layers)

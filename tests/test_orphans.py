@@ -1,0 +1,49 @@
+"""A killed merge leaves nothing running and nothing on disk for good: the local pool's forkserver and workers die
+with their driver (kill -9 included), and the next merge removes the spill directory a killed one left."""
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from test_timelogger_util import REPO, clean_env
+
+psutil = pytest.importorskip("psutil")
+
+DRIVER = textwrap.dedent("""
+    import sys, time
+    from trace_merge import engines, partitioned
+    spill = partitioned.new_spill_dir(sys.argv[1])
+    print(spill, flush=True)
+    engines.LocalPool(2).map(time.sleep, [60, 60])  # busy workers, as in a long merge
+""")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="prctl(PR_SET_PDEATHSIG) is Linux's")
+def test_kill_9_of_the_driver_takes_its_pool_and_the_next_merge_its_spill(tmp_path, caplog):
+    from trace_merge.partitioned import new_spill_dir
+
+    driver = subprocess.Popen([sys.executable, "-c", DRIVER, str(tmp_path)], env=clean_env(PYTHONPATH=str(REPO)),
+                              stdout=subprocess.PIPE, text=True)
+    spill = Path(driver.stdout.readline().strip())
+    helpers: list = []
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:  # the forkserver and both workers (forked from it: its command line) are up
+        helpers = psutil.Process(driver.pid).children(recursive=True)
+        if sum("resource_tracker" not in " ".join(p.cmdline()) for p in helpers) >= 3:
+            break
+        time.sleep(0.1)
+    assert len(helpers) >= 3, [p.cmdline() for p in helpers]
+    driver.send_signal(signal.SIGKILL)
+    driver.wait(timeout=30)
+    gone, alive = psutil.wait_procs(helpers, timeout=20)
+    assert not alive, [(p.pid, p.cmdline()) for p in alive]  # forkserver, workers and resource tracker
+    assert spill.is_dir() and spill.name.startswith("trace-merge-") and f"-{driver.pid}-" in spill.name
+    fresh = new_spill_dir(tmp_path)
+    assert not spill.exists() and fresh.is_dir()
+    assert any(str(spill) in r.getMessage() and "no longer runs" in r.getMessage() for r in caplog.records)
