@@ -47,3 +47,16 @@ def test_kill_9_of_the_driver_takes_its_pool_and_the_next_merge_its_spill(tmp_pa
     fresh = new_spill_dir(tmp_path)
     assert not spill.exists() and fresh.is_dir()
     assert any(str(spill) in r.getMessage() and "no longer runs" in r.getMessage() for r in caplog.records)
+
+
+def test_a_worker_that_dies_is_named_in_a_one_line_error():
+    """A pool worker killed mid-task (the OOM killer, an operator): the error names what it was working on (a source
+    file, a rank), not a bare ``internal error: BrokenProcessPool``."""
+    import os
+
+    from trace_merge.engines import LocalPool
+    from trace_merge.errors import TraceInputError
+
+    with pytest.raises(TraceInputError) as err:
+        LocalPool(2).map(os._exit, [7, 7])
+    assert str(err.value).startswith("7: a merge worker process died while working on it (killed, or out of memory")

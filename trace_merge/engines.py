@@ -19,6 +19,7 @@ import multiprocessing
 import os
 import sys
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 from typing import Any, Callable, Optional, Sequence
 
 from trace_merge.errors import TraceInputError
@@ -101,7 +102,11 @@ class LocalPool:
             for fut in done:
                 i = running.pop(fut)
                 used -= need[i]
-                results[i] = fut.result()
+                try:
+                    results[i] = fut.result()
+                except BrokenProcessPool:
+                    self.close()
+                    raise _worker_died(items[i]) from None
         return results
 
     def close(self) -> None:
@@ -152,6 +157,15 @@ def _then_release(fn: Callable, item: Any) -> Any:
             ctypes.CDLL("libc.so.6").malloc_trim(0)
         except (OSError, AttributeError):  # not glibc
             pass
+
+
+def _worker_died(item: Any) -> TraceInputError:
+    """The one-line error when a pool worker died (killed, out of memory) while working on ``item``: it names the
+    source file or the rank, never a bare ``BrokenProcessPool``."""
+    path = getattr(item, "path", None)
+    what = path if path is not None else (f"rank {item.rank}" if hasattr(item, "rank") else repr(item))
+    return TraceInputError(what, "a merge worker process died while working on it (killed, or out of memory: "
+                                 "--workers 1 or --memory-limit lowers the memory in use)")
 
 
 def _one_thread_each() -> None:
