@@ -60,3 +60,18 @@ def test_a_worker_that_dies_is_named_in_a_one_line_error():
     with pytest.raises(TraceInputError) as err:
         LocalPool(2).map(os._exit, [7, 7])
     assert str(err.value).startswith("7: a merge worker process died while working on it (killed, or out of memory")
+
+
+def test_a_tls_scheduler_without_a_tls_config_is_a_one_line_error(tmp_path, capsys):
+    pytest.importorskip("distributed")
+    from timelogger import TimeLogger
+    from trace_merge.cli import main as trace_merge
+
+    tl = TimeLogger(tmp_path / "run", rank=0, world_size=1)
+    with tl.phase("x", cat="compute"):
+        pass
+    tl.close()
+    assert trace_merge(["summary", str(tmp_path / "run"), "--scheduler", "tls://127.0.0.1:1"]) == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if "warning" not in line]
+    assert len(err) == 1 and err[0].startswith("trace-merge: error: tls://127.0.0.1:1: cannot reach the Dask "
+                                               "scheduler (TypeError: TLS expects"), err

@@ -203,7 +203,7 @@ class DaskEngine:
                 self.client = Client(scheduler)
             else:
                 self.client = Client(str(scheduler), timeout=CONNECT_TIMEOUT_S)
-        except (OSError, TimeoutError, ValueError) as exc:
+        except (OSError, TimeoutError, ValueError, TypeError) as exc:  # TypeError: tls:// without a TLS config
             raise TraceInputError(str(scheduler), f"cannot reach the Dask scheduler ({type(exc).__name__}: "
                                                   f"{str(exc).splitlines()[0] if str(exc) else 'no answer'})") from None
         self.workers = max(1, len(self.client.scheduler_info().get("workers", {})))
@@ -215,7 +215,13 @@ class DaskEngine:
         # pure=False: a task writes files; priority: largest first, as the local pool does
         prio = [int(n) for n in sizes] if sizes is not None else [0] * len(items)
         futures = [self.client.submit(fn, item, pure=False, priority=p) for item, p in zip(items, prio)]
-        return self.client.gather(futures)
+        try:
+            return self.client.gather(futures)
+        except Exception as exc:
+            if type(exc).__name__ != "KilledWorker":  # dask's: the task's workers kept dying
+                raise
+            lost = next((item for item, fut in zip(items, futures) if fut.status == "error"), items[0])
+            raise _worker_died(lost) from None
 
     def close(self) -> None:
         if self._own:
