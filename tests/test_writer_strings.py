@@ -82,3 +82,24 @@ def test_a_file_size_limit_loses_no_interval_uncounted(tmp_path, capsys):
     assert any(line.startswith("rank 0 lost intervals: its writes failed (EFBIG") and f"{dropped:,} intervals"
                in line for line in head), head
     assert any(line.startswith(f"app layer incomplete: {dropped:,} intervals dropped") for line in head), head
+
+
+def test_every_bytes_value_that_is_no_byte_count_gets_a_file_line_warning(tmp_path):
+    """"4096", 4096.7, true, NaN, Infinity, a list: the event stays, without bytes, and its line is named (negative
+    and out-of-range values already skip the event with a warning)."""
+    from trace_merge.readers import pfw
+
+    bad = ['"4096"', "4096.7", "true", "NaN", "Infinity", "[1]"]
+    lines = ["[", '{"name":"timelogger","ph":"M","ts":1,"pid":1,"tid":1,"args":{"rank":0,"world_size":1,'
+                  '"pid":1,"anchor":{"wall_ns":1700000000000000000,"perf_ns":0}}}']
+    for i, value in enumerate(["4096", *bad]):
+        lines.append('{"name":"Load File","cat":"io","ph":"X","ts":%d.0,"dur":5.0,"pid":1,"tid":1,'
+                     '"args":{"bytes":%s}}' % (1_700_000_000_000_000 + 10 * i, value))
+    path = tmp_path / "rank-0-pid-1.pfw"
+    path.write_text("\n".join(lines) + "\n")
+    src = pfw.read(path)
+    assert len(src.frame) == 1 + len(bad) and src.frame["bytes"].notna().sum() == 1
+    flagged = [w for w in src.warnings if w.startswith(f"{path}:") and "is not a byte count; the event is kept" in w]
+    assert len(flagged) == 5 and all(w.startswith(f"{path}:") for w in flagged)  # five named, the rest counted
+    assert [w.split(":")[1] for w in flagged] == [str(n) for n in range(4, 9)]
+    assert any("1 more events with a bytes value" in w for w in src.warnings)

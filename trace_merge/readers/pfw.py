@@ -728,6 +728,7 @@ def _parse_lines(body: bytes, first_lineno: int, state: _State, warnings: list[s
     linenos: list = []
     bad: list[int] = []
     bad_values: list[tuple[int, str]] = []
+    bad_bytes: list[tuple[int, Any]] = []  # (line, value) of bytes that are present but no byte count
     scale = state.time_scale
     loads = json.loads
     for lineno, line in enumerate(body.split(b"\n"), start=first_lineno):
@@ -757,6 +758,8 @@ def _parse_lines(body: bytes, first_lineno: int, state: _State, warnings: list[s
         pid, tid = _as_int(ev.get("pid")), _as_int(ev.get("tid"))
         args = _dict(ev.get("args"))
         row_ints = {key: _as_int(args.get(key)) for key in _INT_ARGS}
+        if row_ints["bytes"] is None and args.get("bytes") is not None:  # "4096", 4096.7, true, NaN, ...
+            bad_bytes.append((lineno, args["bytes"]))
         ts_ns, dur_ns = int(ts * scale), int(dur * scale)
         problem = _value_problem(ts, dur, ts_ns, dur_ns, pid, tid, row_ints)
         if problem is not None:
@@ -781,6 +784,13 @@ def _parse_lines(body: bytes, first_lineno: int, state: _State, warnings: list[s
             warnings.append(f"{state.path}: line {lineno}: not a JSON object, skipped")
         if len(bad) > _MAX_LINE_WARNINGS:
             warnings.append(f"{state.path}: {len(bad) - _MAX_LINE_WARNINGS} more unparseable lines skipped")
+    for lineno, value in bad_bytes[:_MAX_LINE_WARNINGS]:
+        shown = json.dumps(value, default=str) if not isinstance(value, Decimal) else str(value)
+        warnings.append(f"{state.path}:{lineno}: bytes {shown[:40]} is not a byte count; the event is kept without "
+                        "bytes")
+    if len(bad_bytes) > _MAX_LINE_WARNINGS:
+        warnings.append(f"{state.path}: {len(bad_bytes) - _MAX_LINE_WARNINGS} more events with a bytes value that "
+                        "is not a byte count")
     for lineno, problem in bad_values[:_MAX_LINE_WARNINGS]:
         warnings.append(f"{state.path}:{lineno}: {problem}; event skipped")
     if len(bad_values) > _MAX_LINE_WARNINGS:
