@@ -1033,22 +1033,34 @@ def _classify(src_cat: str, timelogger: bool) -> "tuple[str, str, Optional[str]]
 
 def _pair_mask(cols: "_Cols", rows: np.ndarray, test: Callable[[str, str], Any]) -> "tuple[np.ndarray, list]":
     """``test(src cat, name)`` for the rows ``rows`` (bool mask), evaluated once per distinct pair: (the index of
-    each such row's pair, the results per pair)."""
+    each such row's pair, the results per pair). Hash-based on the category codes: no sort, no strings per row."""
+    n_names = len(cols.name.categories) + 1
     cat_codes = np.asarray(cols.cat.codes, dtype=np.int64)[rows]
     name_codes = np.asarray(cols.name.codes, dtype=np.int64)[rows]
-    pairs, inverse = np.unique(np.stack((cat_codes, name_codes)), axis=1, return_inverse=True)
-    results = [test(str(cols.cat.categories[c]) if c >= 0 else "", str(cols.name.categories[m]) if m >= 0 else "")
-               for c, m in pairs.T]
-    return inverse.reshape(-1), results
+    inverse, pairs = pd.factorize((cat_codes + 1) * n_names + (name_codes + 1))
+    results = []
+    for code in np.asarray(pairs, dtype=np.int64):
+        c, m = int(code // n_names) - 1, int(code % n_names) - 1
+        results.append(test(str(cols.cat.categories[c]) if c >= 0 else "", str(cols.name.categories[m]) if m >= 0
+                            else ""))
+    return inverse, results
+
+
+def _cat_rows(cols: "_Cols", wanted: "set[str]") -> np.ndarray:
+    """Rows whose source category (lower case) is one of ``wanted``, from the categories, not per row."""
+    hit = np.array([str(c).lower() in wanted for c in cols.cat.categories] + [False], dtype=bool)
+    return hit[np.asarray(cols.cat.codes, dtype=np.int64)]
 
 
 def _epoch_windows(cols: "_Cols", epoch: "tuple[np.ndarray, np.ndarray]") -> "tuple[np.ndarray, np.ndarray]":
     """``(values, missing)`` of the epoch column with :data:`EPOCH_EVENTS` applied per process."""
-    if not cols.n:
+    candidates = _cat_rows(cols, {ec for ec, _ in _EPOCH_EVENTS}) if cols.n else np.zeros(0, dtype=bool)
+    if not candidates.any():  # a POSIX-only trace: nothing to look at row by row
         return epoch
-    which, hits = _pair_mask(cols, np.ones(cols.n, dtype=bool), lambda c, name: any(
+    which, hits = _pair_mask(cols, candidates, lambda c, name: any(
         c.lower() == ec and p.search(name) for ec, p in _EPOCH_EVENTS))
-    is_epoch = np.asarray(hits, dtype=bool)[which] if hits else np.zeros(cols.n, dtype=bool)
+    is_epoch = np.zeros(cols.n, dtype=bool)
+    is_epoch[np.flatnonzero(candidates)] = np.asarray(hits, dtype=bool)[which]
     if not is_epoch.any():
         return epoch
     values, missing = epoch[0].copy(), epoch[1].copy()
@@ -1066,19 +1078,22 @@ def _epoch_windows(cols: "_Cols", epoch: "tuple[np.ndarray, np.ndarray]") -> "tu
 
 
 def _ai_cats(cols: "_Cols", layer: pd.Categorical, cat: pd.Categorical) -> pd.Categorical:
-    """``cat`` with :func:`ai_cat` applied to the app-layer rows of a DFTracer trace, per distinct (cat, name)."""
+    """``cat`` with :func:`ai_cat` applied to the app-layer rows of a DFTracer trace, per distinct (cat, name), on
+    the codes (no string per row)."""
     app = np.asarray(layer == "app")
     if not app.any():
         return cat
     inverse, mapped = _pair_mask(cols, app, ai_cat)
     if not any(mapped):
         return cat
-    new = np.asarray(cat.astype(object), dtype=object)
+    categories = list(cat.categories) + sorted({v for v in mapped if v} - set(cat.categories))
+    code_of = {c: i for i, c in enumerate(categories)}
+    pair_code = np.array([code_of[v] if v else -2 for v in mapped], dtype=np.int64)[inverse]  # -2: no rule
+    codes = np.asarray(cat.codes, dtype=np.int64).copy()
     idx = np.flatnonzero(app)
-    values = np.asarray(mapped, dtype=object)[inverse]
-    hit = values != None  # noqa: E711 (elementwise)
-    new[idx[hit]] = values[hit]
-    return pd.Categorical(new, categories=sorted(set(cat.categories) | {v for v in mapped if v}))
+    hit = pair_code >= 0
+    codes[idx[hit]] = pair_code[hit]
+    return pd.Categorical.from_codes(codes, categories=categories)
 
 
 def _ended_early(close: Optional[dict]) -> Optional[str]:
