@@ -7,10 +7,9 @@
 from __future__ import annotations
 
 import logging
-import os
 from typing import Any, Optional
 
-from .tf import ENV_TF_PROFILE, parse_profile_spec
+from .tf import launcher_window, parse_profile_spec
 
 __all__ = ["TimeLoggerCallback"]
 
@@ -93,15 +92,8 @@ def _build() -> type:
             self._batch: Any = None
             self._profile: Optional[TFProfile] = None
             self.tl.take_tf_profile()  # this callback opens the window, by its own step counter
-            if profile_batches is None:
-                spec = os.environ.get(ENV_TF_PROFILE)
-                try:
-                    self.profile_window = parse_profile_spec(spec)
-                except ValueError as exc:
-                    _log.warning("timelogger: $%s: %s; not profiling", ENV_TF_PROFILE, exc)
-                    self.profile_window = None
-            else:
-                self.profile_window = parse_profile_spec(profile_batches)
+            self.profile_window = launcher_window() if profile_batches is None else \
+                parse_profile_spec(profile_batches)
 
         def _profile_start(self) -> None:
             if self._profile is None:

@@ -32,7 +32,7 @@ from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tupl
 
 from . import layout
 from ._env import detect_rank_world, hostname
-from .tf import ENV_TF_PROFILE, StepProfiler, parse_profile_spec
+from .tf import StepProfiler, launcher_window
 
 __all__ = ["TimeLogger", "Phase", "CATS", "default_logger", "ENV_DIR"]
 
@@ -1122,13 +1122,6 @@ def _make_default() -> TimeLogger:
 
 
 def _launcher_profile(tl: TimeLogger) -> Optional[StepProfiler]:
-    """The launcher's ``--tf-profile`` window (``$TIMELOGGER_TF_PROFILE``) for a loop that sets steps, if asked."""
-    spec = os.environ.get(ENV_TF_PROFILE)
-    if not spec or not tl._on:
-        return None
-    try:
-        window = parse_profile_spec(spec)
-    except ValueError as exc:
-        _log.warning("timelogger: $%s: %s; not profiling", ENV_TF_PROFILE, exc)
-        return None
+    """The launcher's ``--tf-profile`` window for a loop that sets steps, if asked and the logger is on."""
+    window = launcher_window() if tl._on else None
     return None if window is None else StepProfiler(tl, window)

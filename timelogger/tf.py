@@ -18,7 +18,7 @@ from . import layout
 if TYPE_CHECKING:  # pragma: no cover
     from .logger import TimeLogger
 
-__all__ = ["TFProfile", "StepProfiler", "MARKER", "ENV_TF_PROFILE", "ProfileWindow", "parse_profile_spec"]
+__all__ = ["TFProfile", "StepProfiler", "launcher_window", "MARKER", "ENV_TF_PROFILE", "ProfileWindow", "parse_profile_spec"]
 
 _log = logging.getLogger(__name__)
 
@@ -156,6 +156,16 @@ class TFProfile:
             tf.profiler.experimental.stop()
         except Exception as exc:
             _log.warning("timelogger: stopping the TF profiler failed: %s", exc)
+        return None
+
+
+def launcher_window() -> Optional[ProfileWindow]:
+    """The profile window ``timelogger run --tf-profile[=SPEC]`` asked for (``$TIMELOGGER_TF_PROFILE``), None when
+    none was; a bad value is logged, not raised (profiling must never stop training)."""
+    try:
+        return parse_profile_spec(os.environ.get(ENV_TF_PROFILE))
+    except ValueError as exc:
+        _log.warning("timelogger: $%s: %s; not profiling", ENV_TF_PROFILE, exc)
         return None
 
 

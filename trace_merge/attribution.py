@@ -113,6 +113,7 @@ class _Attribution:
                           for i, c in enumerate(PRIORITY)}
         self._windows: dict[tuple[str, ...], pd.DataFrame] = {}
         self._step_rows: Optional[np.ndarray] = None
+        self._consumer: dict[tuple[str, ...], tuple[np.ndarray, np.ndarray]] = {}
 
     @staticmethod
     def _cat_index(cats: pd.Series) -> np.ndarray:
@@ -195,16 +196,19 @@ class _Attribution:
         out["rank"] = self.ranks[rr] if len(out) else np.zeros(0, dtype=_I8)
         out["_ws"] = self.axis.to_axis(rr, out["start_ns"].to_numpy(dtype=_I8))
         out["_we"] = self.axis.to_axis(rr, out["end_ns"].to_numpy(dtype=_I8))
-        return out.sort_values(["_r", "start_ns"], kind="stable").reset_index(drop=True)
+        return out  # in (rank, start) order already: the runs follow the sorted rows
 
     def consumer_self(self, cats: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
         """Merged self time of ``cats`` on the consumer threads: the threads whose rows mark the steps (the
         training loop). A prefetch thread reading while the loop computes is not the loop waiting."""
-        consumer = np.unique(self._thread[self.step_rows()])
-        seg_s, seg_e, owner = self.segments
-        idx = [PRIORITY.index(c) for c in cats]
-        keep = np.isin(self._cat_idx[owner], idx) & np.isin(self._thread[owner], consumer)
-        return merge_intervals(seg_s[keep], seg_e[keep])
+        key = tuple(cats)
+        if key not in self._consumer:  # the step series and the verdict ask for the same lists
+            consumer = np.unique(self._thread[self.step_rows()])
+            seg_s, seg_e, owner = self.segments
+            idx = [PRIORITY.index(c) for c in cats]
+            keep = np.isin(self._cat_idx[owner], idx) & np.isin(self._thread[owner], consumer)
+            self._consumer[key] = merge_intervals(seg_s[keep], seg_e[keep])
+        return self._consumer[key]
 
     def self_union(self, cats: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
         return union_of(*(self.self_time[c] for c in cats))
@@ -688,14 +692,15 @@ def _step_series(att: Optional[_Attribution], lower: "LowerLayers") -> pd.DataFr
         else np.zeros(0, dtype=bool)
     app_busy = att.consumer_self(["compute", "comm"])
     # a wait on one consumer thread while another computes is hidden behind it (exposed input only)
-    app_wait = subtract_intervals(*att.consumer_self(["io", "wait"]), *app_busy)
+    loop_wait = att.consumer_self(["io", "wait"])
+    app_wait = subtract_intervals(*loop_wait, *app_busy)
     wait_ev = union_of(lower.raw["input_wait"], app_wait)
     busy = union_of(lower.raw["compute"], lower.raw["comm"], app_busy)
     wait = covered_ns(*wait_ev, ws, we)
     comp = covered_ns(*subtract_intervals(*busy, *wait_ev), ws, we)
     # a rank whose app layer shows no wait in its cycles (Keras batches timed whole) can only be judged where a
     # profile window looked inside its steps; a rank with app wait evidence counts every cycle
-    app_seen = np.bincount(r, weights=covered_ns(*att.consumer_self(["io", "wait"]), ws, we),
+    app_seen = np.bincount(r, weights=covered_ns(*loop_wait, ws, we),
                            minlength=len(att.ranks)) > 0
     fw_ranks = np.unique(r[by_fw])
     counted = (length > 0) & (by_fw | app_seen[r] | ~np.isin(r, fw_ranks))
@@ -781,11 +786,15 @@ def _input_bound(att: Optional[_Attribution], lower: "LowerLayers",
 
 
 def _judge(input_pct: float, au_pct: float, basis: str, visible: bool) -> str:
-    """A verdict that cannot contradict its own numbers: 'unknown' where there is no step time to be input-bound
-    in (``run``), no wait could be seen, or wait and compute together explain too little of the cycles."""
-    if basis == "run" or not visible or input_pct + au_pct < MIN_EXPLAINED_PCT:
-        return "unknown"
-    return verdict_label(input_pct)
+    """A rank's verdict: 'unknown' where there is no step time to be input-bound in (``run``) or no wait could be
+    seen, else :func:`_explained_label`."""
+    return "unknown" if basis == "run" or not visible else _explained_label(input_pct, au_pct)
+
+
+def _explained_label(input_pct: float, au_pct: float) -> str:
+    """:func:`verdict_label`, or 'unknown' when wait and compute together explain too little of the cycles: a
+    verdict that cannot contradict its own numbers."""
+    return "unknown" if input_pct + au_pct < MIN_EXPLAINED_PCT else verdict_label(input_pct)
 
 
 #: what each basis of the verdict measured, for the text outputs
@@ -829,7 +838,7 @@ def _verdict(per: pd.DataFrame) -> dict:
     worst = seen.loc[seen["input_pct"].idxmax()]
     out.update({
         "input_pct": pct,
-        "verdict": _judge(pct, au, "app", True),
+        "verdict": _explained_label(pct, au),
         "au_pct": au,
         "other_pct": max(0.0, 100.0 - pct - au),
         "basis": ",".join(sorted(set(seen["basis"]))),
