@@ -1,8 +1,8 @@
 """Run DLIO 2.0.0 (``pip install dlio_benchmark==2.0.0``) on dftracer 2.x, for the tests only.
 
 DLIO 2.0.0 imports ``dftracer.logger``, which dftracer 2.2 moved to ``dftracer.python.logger`` (same API:
-``dftracer``, ``dft_fn``, ``DFTRACER_ENABLE``); without it DLIO falls back to no-op classes that fail. The alias below makes the
-published DLIO run against the dftracer the project pins, with neither package changed. Arguments are DLIO's own
+``dftracer``, ``dft_fn``, ``DFTRACER_ENABLE``); without it DLIO falls back to no-op classes that fail. The alias
+below makes the published DLIO run against the dftracer the project pins, with neither package changed. Arguments are DLIO's own
 (Hydra: ``--config-dir DIR workload=NAME ++workload.KEY=VALUE``).
 """
 import importlib
