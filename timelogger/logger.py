@@ -398,14 +398,15 @@ class TimeLogger:
     def _ignored(self) -> None:
         """Called when an interval ends on a logger that is off; only a closed logger complains. After a failed
         write (disk full, file-size limit) every later interval is lost too: counted, and the reserved record
-        updated every :data:`CHUNK_EVENTS` of them and at close."""
-        if self._write_failed is not None:
+        updated every :data:`CHUNK_EVENTS` of them and at close. An interval that ends after close() is not
+        counted: it lies outside the file's session (another thread still running while SIGTERM closes the
+        logger), and the close record written meanwhile must not report it as lost."""
+        if self._closed:
+            self._warn_once("closed", "timelogger: interval recorded after close() of %s; ignored", self.path)
+        elif self._write_failed is not None:
             self.dropped += 1
             if self.dropped % CHUNK_EVENTS == 0:
                 self._record_lost(self._write_failed)
-        elif self._closed:
-            self.dropped += 1
-            self._warn_once("closed", "timelogger: interval recorded after close() of %s; ignored", self.path)
 
     # ------------------------------------------------------------------ public API
     @property

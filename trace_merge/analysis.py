@@ -27,6 +27,7 @@ from trace_merge.bandwidth import (READ_LAYER_ORDER, SIZE_BINS, access_pattern_d
                                    job_wall_ns, read_rows)
 from trace_merge.intervals import (covered_ns, grouped_union_ns, intersect_intervals, merge_intervals,
                                    subtract_intervals, union_ns)
+from trace_merge.schema import as_text
 
 logger = logging.getLogger(__name__)
 
@@ -48,7 +49,7 @@ def layer_activity_df(frame: pd.DataFrame) -> pd.DataFrame:
                                                events=("rank", "size"))
     wall = job_wall_ns(frame)
     out = first.reset_index(drop=True)
-    out["layer"] = out["layer"].astype(str)
+    out["layer"] = as_text(out["layer"])
     out["busy_s"] = busy / 1e9
     out["busy_pct"] = 100.0 * busy / wall if wall else np.nan
     return out[cols]

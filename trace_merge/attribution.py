@@ -27,7 +27,7 @@ import pandas as pd
 
 from trace_merge.intervals import (Axis, combined_codes, covered_ns, intersect_intervals, merge_intervals,
                                    self_segments, subtract_intervals, union_of)
-from trace_merge.schema import FS_LAYERS, LAYERS, STEP_PHASE, category_mask
+from trace_merge.schema import FS_LAYERS, LAYERS, STEP_PHASE, as_text, category_mask
 
 logger = logging.getLogger(__name__)
 _I8 = np.int64
@@ -929,7 +929,7 @@ def component_view_df(frame: pd.DataFrame, components: "Sequence[tuple[str, Sequ
     app = frame[frame["layer"] == "app"] if len(frame) else frame
     rows = []
     if len(app):
-        names = app["name"].astype(str).to_numpy()
+        names = as_text(app["name"]).to_numpy()
         s, e = app["start_ns"].to_numpy(dtype=_I8), app["end_ns"].to_numpy(dtype=_I8)
         rank = app["rank"].to_numpy(dtype=_I8)
         epoch = app["epoch"].to_numpy(dtype=_I8, na_value=-1)

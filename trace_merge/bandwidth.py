@@ -31,7 +31,7 @@ import numpy as np
 import pandas as pd
 
 from trace_merge.intervals import grouped_union_ns
-from trace_merge.schema import category_mask
+from trace_merge.schema import as_text, category_mask
 
 logger = logging.getLogger(__name__)
 _I8 = np.int64
@@ -179,7 +179,7 @@ def classified_reads(frame: pd.DataFrame, names: Optional[frozenset] = None) -> 
 def data_file_names(reads: "tuple[pd.DataFrame, np.ndarray]") -> frozenset:
     """The distinct data files among :func:`classified_reads` (a per-partition set; the job's is their union)."""
     rows, data = reads
-    return frozenset(rows["file"][data].dropna().astype(str)) if len(rows) else frozenset()
+    return frozenset(as_text(rows["file"][data].dropna())) if len(rows) else frozenset()
 
 
 def bandwidth_df(frame: pd.DataFrame, counters: Optional[pd.DataFrame] = None,
@@ -322,12 +322,12 @@ def _counter_file_names(counters: Optional[pd.DataFrame], per_rank: pd.DataFrame
     from_counters = per_rank[(per_rank["basis"] == "counters") & (per_rank["files"] == "data")]
     if counters is None or not len(counters) or not len(from_counters):
         return set()
-    c = counters[counters["counter"].astype(str).str.endswith("_BYTES_READ").to_numpy()
+    c = counters[as_text(counters["counter"]).str.endswith("_BYTES_READ").to_numpy()
                  & (counters["value"] > 0).to_numpy()]
     c = c[data_file_mask(c, names=names)]
-    used = set(zip(from_counters["rank"].astype(int), from_counters["layer"].astype(str)))
+    used = set(zip(from_counters["rank"].astype(int), as_text(from_counters["layer"])))
     keep = [(int(r), str(layer)) in used for r, layer in zip(c["rank"], c["layer"])]
-    return set(c["file"][np.asarray(keep, dtype=bool)].dropna().astype(str))
+    return set(as_text(c["file"][np.asarray(keep, dtype=bool)].dropna()))
 
 
 def bandwidth_totals(frame: pd.DataFrame, counters: Optional[pd.DataFrame] = None,

@@ -409,6 +409,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return _error("interrupted")
     except _Terminated:
         return _error("terminated (SIGTERM); no output was left half-written", 128 + signal.SIGTERM)
+    except MemoryError:
+        if args.debug:
+            raise
+        where = getattr(args, "run_dir", None) or getattr(args, "path", None) or "trace-merge"
+        return _error(f"{where}: out of memory (the inputs' limits are in docs/frame.md; a large run merges "
+                      "in bounded memory with --memory-limit, docs/partitioned.md)")
     except Exception as exc:  # a bug: still one line for users, the traceback with --debug
         if args.debug:
             raise

@@ -26,7 +26,7 @@ import pandas as pd
 
 from trace_merge import attribution as att_
 from trace_merge import bandwidth as bw_
-from trace_merge.schema import LAYERS
+from trace_merge.schema import LAYERS, as_text
 
 _I8 = np.int64
 #: the columns :func:`rank_parts` reads (a re-summary loads only these)
@@ -192,7 +192,7 @@ def event_stat_parts(frame: pd.DataFrame, by: Sequence[str] = ("layer", "cat", "
     out = pd.DataFrame({"count": g.size(), "sum_ns": dur.sum(), "min_ns": dur.min(), "max_ns": dur.max(),
                         "bytes": g["bytes"].sum(min_count=1)}).reset_index()
     for c in by:
-        out[c] = out[c].astype(str)
+        out[c] = as_text(out[c])
     out["bytes"] = pd.array(out["bytes"], dtype="Int64")
     return out
 

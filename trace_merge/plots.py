@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from trace_merge.analysis import COMPONENT_LABELS, PRIORITY, SIZE_BINS
-from trace_merge.schema import STEP_PHASE
+from trace_merge.schema import STEP_PHASE, as_text
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from matplotlib.axes import Axes
@@ -177,7 +177,7 @@ def plot_timeline(frame: pd.DataFrame, ax: "Optional[Axes]" = None, *, start_ns:
         labels.append(f"rank {rank} · {layer}")
         s = (np.maximum(lane["start_ns"].to_numpy(), lo) - lo) / 1e9
         w = (np.minimum(lane["end_ns"].to_numpy(), hi) - lo) / 1e9 - s
-        cats = lane["cat"].astype(str).to_numpy()
+        cats = as_text(lane["cat"]).to_numpy()
         for cat in PRIORITY[::-1]:  # high-priority (usually inner) intervals drawn on top
             sel = cats == cat
             if sel.any():
@@ -237,12 +237,12 @@ def _phase_rows(df: pd.DataFrame, top: int, by_rank: bool) -> pd.DataFrame:
     """Component seconds per phase (and rank), summed over epochs; the ``top`` phases by time, longest
     first, then the rest as one :data:`OTHER_PHASES` row."""
     cols = ["time_s", *(f"{c}_s" for c in COMPONENT_LABELS)]
-    phase = df["phase"].astype(str)
+    phase = as_text(df["phase"])
     totals = df["time_s"].groupby(phase).sum().sort_values(ascending=False, kind="stable")
     kept = list(totals.index[:top])
     order = {p: i for i, p in enumerate(kept + [OTHER_PHASES])}
     merged = phase.where(phase.isin(kept), OTHER_PHASES).rename("phase")
-    cat = df["cat"].astype(str).groupby(phase).first()
+    cat = as_text(df["cat"]).groupby(phase).first()
     rows = df[cols].groupby([merged] + ([df["rank"]] if by_rank else [])).sum().reset_index()
     rows["cat"] = rows["phase"].map(cat).fillna("")
     return rows.sort_values(["phase"] + (["rank"] if by_rank else []), key=lambda c: c.map(order)
@@ -342,7 +342,7 @@ def plot_step_series(df: pd.DataFrame, ax: "Optional[Axes]" = None) -> "Figure":
         return _no_data(ax, (9, 2), "no training steps")
     rows = df.sort_values(["rank", "start_ns"], kind="stable")
     per_rank = list(rows.groupby("rank", sort=True))
-    bases = [_STEP_BASIS.get(b, str(b)) for b in sorted(rows["basis"].astype(str).unique())]
+    bases = [_STEP_BASIS.get(b, str(b)) for b in sorted(as_text(rows["basis"]).unique())]
     title = f"Step time per rank, input wait at the bottom (steps: {', '.join(bases)})"
     if ax is None:
         fig = _new_figure((10, 1.2 + 1.5 * len(per_rank)))
@@ -442,18 +442,18 @@ def timeline_interactive(frame: pd.DataFrame, *, start_ns: Optional[int] = None,
         return fig.update_layout(title="Timeline (no events)")
     lo, hi = _excerpt(frame, start_ns, end_ns, max_events)
     rows = frame[((frame["end_ns"] >= lo) & (frame["start_ns"] <= hi)).to_numpy()]
-    lanes = [f"rank {r} · {layer}" for r, layer in zip(rows["rank"], rows["layer"].astype(str))]
+    lanes = [f"rank {r} · {layer}" for r, layer in zip(rows["rank"], as_text(rows["layer"]))]
     rows = rows.assign(_lane=lanes, _s=(np.maximum(rows["start_ns"].to_numpy(), lo) - lo) / 1e9,
                        _w=(np.minimum(rows["end_ns"].to_numpy(), hi) - np.maximum(rows["start_ns"].to_numpy(), lo))
                        / 1e9)
     order = sorted(set(lanes), key=lambda x: (int(x.split()[1]), x))
     for cat in PRIORITY[::-1]:
-        part = rows[(rows["cat"].astype(str) == cat).to_numpy()]
+        part = rows[(as_text(rows["cat"]) == cat).to_numpy()]
         if not len(part):
             continue
         hover = [f"{n}<br>{d / 1e6:.3f} ms" + (f"<br>{int(b)} B" if pd.notna(b) else "") +
                  (f"<br>{f}" if pd.notna(f) else "")
-                 for n, d, b, f in zip(part["name"].astype(str), part["dur_ns"], part["bytes"], part["file"])]
+                 for n, d, b, f in zip(as_text(part["name"]), part["dur_ns"], part["bytes"], part["file"])]
         fig.add_trace(go.Bar(x=part["_w"], base=part["_s"], y=part["_lane"], orientation="h", name=cat,
                              marker_color=CAT_COLOURS[cat], hovertext=hover, hoverinfo="text"))
     fig.update_layout(barmode="overlay", title=f"Timeline ({(hi - lo) / 1e9:.3g} s from the excerpt start)",

@@ -39,6 +39,12 @@ writer leaves one); unparseable lines elsewhere are skipped with a warning. A ze
 DFTracer preload leaves one when the application initialises DFTracer itself) gives an empty frame
 and a warning.
 
+Limits keep memory bounded on hostile input (docs/frame.md, "Limits"): an event line longer than
+:data:`MAX_LINE_BYTES`, or an event whose name, category or file name is longer than
+:data:`MAX_FIELD_CHARS`, is skipped with a ``file:line`` warning; a gzip file whose text would exceed
+:data:`MAX_TEXT_RATIO` times its size (and :data:`MIN_TEXT_LIMIT`) is a gzip bomb: a
+:class:`~trace_merge.errors.TraceInputError` naming it, raised before that text is held.
+
 Speed
 -----
 Event lines are parsed by ``pyarrow.json`` (C++, multi-threaded) with a fixed schema; the Python
@@ -152,6 +158,26 @@ OUTLIER_GAP_NS = DIFFERENT_DAY_NS
 OUTLIER_MAX_SHARE = 0.01
 OUTLIER_MAX_ROWS = 3
 _ARROW_BLOCK = 1 << 22
+#: an event line longer than this is skipped with a warning (DFTracer's and TimeLogger's lines are < 4 KiB)
+MAX_LINE_BYTES = 1 << 20
+#: an event whose name, cat or file name is longer than this is skipped with a warning (PATH_MAX is 4 KiB)
+MAX_FIELD_CHARS = 64 << 10
+#: a gzip file may hold at most this many text bytes per compressed byte (trace text compresses 10-20x)...
+MAX_TEXT_RATIO = 100
+#: ... or this much text, whichever is more
+MIN_TEXT_LIMIT = 256 << 20
+#: text decompressed per call, so that the limit is checked before the text is held
+_INFLATE_CHUNK = 16 << 20
+
+
+def _text_limit(path: str, compressed_bytes: int) -> int:
+    return max(MIN_TEXT_LIMIT, MAX_TEXT_RATIO * compressed_bytes)
+
+
+def _bomb(path: str, compressed_bytes: int) -> TraceInputError:
+    return TraceInputError(path, f"decompresses to more than {_text_limit(path, compressed_bytes) >> 20} MiB "
+                                 f"({MAX_TEXT_RATIO}x its {compressed_bytes:,} bytes): not a trace (a gzip bomb?); "
+                                 "skipped")
 
 
 def read(path: "str | os.PathLike[str]") -> SourceData:
@@ -281,10 +307,45 @@ def _text_blocks(path: str, gz: bool, block_bytes: int, warnings: list[str]) -> 
     """The file's text in blocks of whole lines of about ``block_bytes``, gzip members decompressed in turn.
 
     Damage is handled as :func:`_gunzip` does: a corrupt member is left out with a warning and decompression
-    resumes at the next member; a truncated stream keeps what was complete, with a warning.
+    resumes at the next member; a truncated stream keeps what was complete, with a warning. Memory stays bounded
+    on hostile input: a line longer than a block is dropped as it streams (an empty line keeps the numbering),
+    and text beyond :func:`_text_limit` raises (a gzip bomb).
     """
     pending = bytearray()
     member = b"\x1f\x8b\x08"
+    size = os.path.getsize(path)
+    limit = _text_limit(path, size)
+    produced = 0  # text bytes decompressed so far
+    lines = 0  # newlines in the blocks already yielded
+    skipping = False  # inside a line longer than a block: its text is dropped up to its newline
+
+    def take(text: bytes) -> None:
+        nonlocal skipping, produced
+        produced += len(text)
+        if gz and produced > limit:
+            raise _bomb(path, size)
+        if skipping:
+            nl = text.find(b"\n")
+            if nl == -1:
+                return
+            text, skipping = text[nl:], False
+        pending.extend(text)
+
+    def whole_lines() -> Iterator[bytes]:
+        nonlocal skipping, lines
+        while len(pending) >= block_bytes:
+            cut = pending.rfind(b"\n") + 1
+            if not cut:  # one line longer than a block: not an event line of any tracer
+                warnings.append(f"{path}:{lines + 1}: a line of over {block_bytes:,} bytes; skipped "
+                                f"(limit {MAX_LINE_BYTES:,})")
+                pending.clear()
+                skipping = True
+                return
+            block = bytes(pending[:cut])
+            del pending[:cut]
+            lines += block.count(b"\n")
+            yield block
+
     with open(path, "rb") as fh:
         dec = _gzip_decompressor() if gz else None
         offset = 0  # compressed bytes consumed before ``data``
@@ -295,7 +356,7 @@ def _text_blocks(path: str, gz: bool, block_bytes: int, warnings: list[str]) -> 
             if not data:
                 break
             if dec is None:
-                pending += data
+                take(data)
             while dec is not None and data:
                 if resync:
                     at = data.find(member)
@@ -308,7 +369,7 @@ def _text_blocks(path: str, gz: bool, block_bytes: int, warnings: list[str]) -> 
                     dec = _gzip_decompressor()
                 try:
                     inside = True
-                    pending += dec.decompress(data)
+                    take(dec.decompress(data, block_bytes))
                 except _ZLIB_ERRORS as err:
                     warnings.append(f"{path}: corrupt gzip data near byte {offset} ({err}); that gzip member is "
                                     "left out, reading went on at the next one")
@@ -317,6 +378,11 @@ def _text_blocks(path: str, gz: bool, block_bytes: int, warnings: list[str]) -> 
                         del pending[cut:]  # a line cut by the damage cannot be trusted
                     resync, data = True, data[1:]
                     offset += 1
+                    continue
+                if dec.unconsumed_tail:  # a block's worth of text came out: hand it on before inflating more
+                    offset += len(data) - len(dec.unconsumed_tail)
+                    data = dec.unconsumed_tail
+                    yield from whole_lines()
                     continue
                 if not dec.eof:
                     offset += len(data)
@@ -330,11 +396,7 @@ def _text_blocks(path: str, gz: bool, block_bytes: int, warnings: list[str]) -> 
                         raise TraceInputError(path, "corrupt gzip data (garbage after a gzip member)")
                     data = b""
                 dec = _gzip_decompressor()
-            if len(pending) >= block_bytes:
-                cut = pending.rfind(b"\n") + 1
-                if cut:
-                    yield bytes(pending[:cut])
-                    del pending[:cut]
+            yield from whole_lines()
         if dec is not None and inside and not resync:
             warnings.append(f"{path}: gzip stream truncated (unexpected end of file); read what was complete")
     if pending:
@@ -366,10 +428,18 @@ def _gunzip(path: str, raw: bytes, warnings: list[str]) -> bytearray:
     # one growing buffer: a list of parts joined at the end would hold the text twice
     out = bytearray()
     pos = 0
+    limit = _text_limit(path, len(raw))
+    view = memoryview(raw)
     while pos < len(raw):
         dec = _gzip_decompressor()
         try:
-            part = dec.decompress(raw[pos:] if pos else raw)
+            part = bytearray()
+            data = view[pos:]
+            while data and not dec.eof:
+                part += dec.decompress(data, _INFLATE_CHUNK)
+                if len(out) + len(part) > limit:
+                    raise _bomb(path, len(raw))
+                data = dec.unconsumed_tail
             part += dec.flush()
         except _ZLIB_ERRORS as err:
             nxt = raw.find(b"\x1f\x8b\x08", pos + 1)
@@ -732,6 +802,9 @@ def _parse_lines(body: bytes, first_lineno: int, state: _State, warnings: list[s
     scale = state.time_scale
     loads = json.loads
     for lineno, line in enumerate(body.split(b"\n"), start=first_lineno):
+        if len(line) > MAX_LINE_BYTES:
+            bad_values.append((lineno, f"a line of {len(line):,} bytes (limit {MAX_LINE_BYTES:,})"))
+            continue
         if not line.strip():
             continue
         try:
@@ -767,6 +840,10 @@ def _parse_lines(body: bytes, first_lineno: int, state: _State, warnings: list[s
             continue
         name = ev.get("name")
         cat = ev.get("cat")
+        too_long = _too_long(name, cat, args)
+        if too_long:
+            bad_values.append((lineno, too_long))
+            continue
         names.append("" if name is None else str(name))
         cats.append("" if cat is None else str(cat))
         pids.append(0 if pid is None else pid)
@@ -815,6 +892,14 @@ def _parse_lines(body: bytes, first_lineno: int, state: _State, warnings: list[s
         extra=extras if state.is_timelogger else None,
         lines=np.asarray(linenos, dtype=np.int64),
     )
+
+
+def _too_long(name: Any, cat: Any, args: dict) -> Optional[str]:
+    """Which of an event's names is longer than :data:`MAX_FIELD_CHARS`, as a warning's words (None: none)."""
+    for what, value in (("name", name), ("cat", cat), *((k, args.get(k)) for k in _STR_ARGS)):
+        if isinstance(value, str) and len(value) > MAX_FIELD_CHARS:
+            return f"{what} of {len(value):,} characters (limit {MAX_FIELD_CHARS:,})"
+    return None
 
 
 #: Metadata names whose ``args`` the fast parser does not keep (TimeLogger's); seeing one sends
@@ -916,6 +1001,9 @@ def _arrow_columns(body: "bytes | memoryview", state: _State) -> Optional[_Cols]
         return None
     args = col(table, "args")
     fields = dict(zip((f.name for f in args.type), args.flatten()))
+    if any((pc.max(pc.utf8_length(arr)).as_py() or 0) > MAX_FIELD_CHARS
+           for arr in (col(table, "name"), col(table, "cat"), *(fields[k] for k in _STR_ARGS))):
+        return None  # an absurd name: the line parser skips that event and names its line
     t, d = ts_ns[keep], dur_ns[keep]
     nbytes = pc.fill_null(fields["bytes"], 0).to_numpy(zero_copy_only=False)[keep]
     if len(t) and (t.min() < 0 or t.max() >= MAX_EPOCH_NS or d.min() < 0 or d.max() >= MAX_EPOCH_NS
