@@ -57,3 +57,17 @@ def test_a_clean_run_says_nothing(tmp_path, capsys):
     _run(run_dir, "clean", 1)
     assert trace_merge(["summary", str(run_dir)]) == 0
     assert "ended early" not in capsys.readouterr().out
+
+
+def test_a_file_cut_in_half_mid_line_is_flagged(tmp_path, capsys):
+    """A copy cut short (a full disk, a half-copied file): no close record and a half line; named in the first
+    lines, never accepted silently."""
+    run_dir = tmp_path / "run"
+    _run(run_dir, "clean", 0)
+    _run(run_dir, "clean", 1)
+    (path,) = (run_dir / "app").glob("rank-1-*.pfw")
+    text = path.read_bytes()
+    path.write_bytes(text[: len(text) // 2 + 7])
+    assert trace_merge(["summary", str(run_dir)]) == 0
+    head = capsys.readouterr().out.splitlines()[:3]
+    assert any(line.startswith("rank 1 ended early: no close record") for line in head), head
