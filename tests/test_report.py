@@ -27,9 +27,10 @@ def test_report_is_self_contained_and_has_every_section(report_file):
     assert text.startswith("<!DOCTYPE html>")
     assert not re.search(r"""(src|href)=["'](?!data:)""", text), "external reference in a self-contained report"
     images = re.findall(r'src="data:image/png;base64,([^"]+)"', text)
-    assert len(images) == 6  # layered breakdown, step series, breakdown, bandwidth, access pattern, timeline
+    # the first screen's top phases, layered breakdown, step series, breakdown, bandwidth, access pattern, timeline
+    assert len(images) == 7
     assert all(base64.b64decode(img).startswith(b"\x89PNG") for img in images)
-    for heading in ("Input-bound verdict", "Warnings", "Alignment residual", "Layered breakdown",
+    for heading in ("Is it input-bound?", "Next step:", "Where the time goes", "Findings (top", "Warnings", "Alignment residual", "Layered breakdown",
                     "Steps: input wait per step", "Drill-down: breakdown by phase category",
                     "Whole-run breakdown of each layer",
                     "Exposed I/O", "Read bandwidth", "Access pattern", "Timeline excerpt", "Manifest"):

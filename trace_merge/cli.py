@@ -186,8 +186,22 @@ def _layered_text(layered: pd.DataFrame, top: int = 30) -> str:
     return text
 
 
+#: The summary's terms, explained once under the verdict (docs/metrics.md has the definitions).
+GLOSSARY = (
+    ("step cycle", "from one training step's start to the next one's on the same rank; input wait + compute + "
+                   "other = the cycle"),
+    ("AU", "accelerator utilisation: compute time ÷ step-cycle time (the first step excluded, as DLIO does)"),
+    ("basis", "where the input wait was seen: 'framework' = the TF profiler's IteratorGetNext waits, 'app' = the "
+              "TimeLogger phases of the training loop"),
+    ("input_visible", "whether any input wait could be seen on that rank; without it the verdict is 'unknown'"),
+    ("exposed I/O", "input (io/wait) time of the app layer during which no other thread computed"),
+    ("not observed", "time inside an app phase that no lower layer saw (outside every TF profile window)"),
+)
+
+
 def _summary_text(run, parts) -> str:
     from trace_merge.analysis import COMPONENT_LABELS, PRIORITY, epochs_as_text, verdict_text
+    from trace_merge.findings import next_step
 
     m, v = parts.metrics, parts.verdict
     layers = ", ".join(f"{k} {n:,}" for k, n in run.rows_per_layer().items() if n)
@@ -202,6 +216,12 @@ def _summary_text(run, parts) -> str:
     lines.append(f"verdict: {verdict_text(v)}")
     lines += [f"  - {note}" for note in v.get("notes", [])]
     lines += [f"  - why: {line}" for line in parts.explanations]
+    found = run.findings(parts)
+    lines.append(f"next step: {next_step(found)}")
+    if found:
+        lines.append(f"findings (top {min(3, len(found))} of {len(found)}; all: trace-merge findings {run.path}):")
+        lines += [f"  {i}. {f.text()}" for i, f in enumerate(found[:3], 1)]
+    lines += ["terms:", *(f"  {term}: {meaning}" for term, meaning in GLOSSARY)]
     if run.warnings:
         lines.append(f"warnings ({len(run.warnings)}):")
         lines += [f"  - {w}" for w in run.warnings]
@@ -239,6 +259,30 @@ def _summary_text(run, parts) -> str:
         stats = stats.sort_values("sum_us", ascending=False).head(25)
     lines += ["", "events by total time (top 25):", _frame_text(stats)]
     return "\n".join(lines)
+
+
+def findings_setup_parser(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("path", metavar="PATH", help="run directory (or any input `summary` accepts)")
+    parser.add_argument("--json", action="store_true", help="print the findings as JSON")
+    _add_layers_option(parser)
+    _add_engine_options(parser)
+
+
+def findings_main(args: argparse.Namespace) -> int:
+    from trace_merge.findings import next_step
+
+    run = _open_run(args.path, args)
+    found = run.findings(run.analyse(args.layers))
+    if args.json:
+        _out(json.dumps({"findings": [f.as_dict() for f in found], "next_step": next_step(found)}, indent=1))
+        return 0
+    lines = [f"{run.path}: {len(found)} finding(s), most important first (rules: docs/findings.md)"]
+    for i, f in enumerate(found, 1):
+        lines += [f"{i}. [{f.severity}] {f.title}", f"   evidence: {f.evidence} (layer: {f.layer})",
+                  f"   try: {f.action}"]
+    lines.append(f"next step: {next_step(found)}")
+    _out("\n".join(lines))
+    return 0
 
 
 def summary_main(args: argparse.Namespace) -> int:
@@ -340,6 +384,8 @@ SUBCOMMANDS: tuple[Subcommand, ...] = (
     Subcommand("merge", "read, align and store a run directory (merged.parquet)", merge_setup_parser, merge_main),
     Subcommand("summary", "breakdown, bandwidth and verdict of a run or trace set", summary_setup_parser,
                summary_main),
+    Subcommand("findings", "what to change: findings with evidence and a recommendation each",
+               findings_setup_parser, findings_main),
     Subcommand("report", "write a self-contained HTML report", report_setup_parser, report_main),
     Subcommand("export", "export to Chrome-trace JSON for Perfetto", export_setup_parser, export_main),
     Subcommand("compare", "runs side by side", compare_setup_parser, compare_main),

@@ -59,6 +59,7 @@ def _no_data(ax: "Optional[Axes]", size: tuple[float, float], text: str) -> "Fig
     ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, color="#666")
     ax.set_axis_off()
     return fig
+    return fig
 
 
 def _row_label(rank: int, epoch: object) -> str:

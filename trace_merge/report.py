@@ -11,6 +11,7 @@ import html
 import io
 import json
 import logging
+import math
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
@@ -18,11 +19,13 @@ from typing import TYPE_CHECKING, Any, Optional
 import pandas as pd
 
 from trace_merge import __version__, analysis, plots
+from trace_merge.findings import findings, next_step
 from trace_merge.outputs import atomic_output, refuse_existing
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from matplotlib.figure import Figure
 
+    from trace_merge.findings import Finding
     from trace_merge.run import Run
 
 logger = logging.getLogger(__name__)
@@ -37,6 +40,14 @@ td:first-child,th:first-child{text-align:left}
 .v-not{background:#e6f4ea} .v-moderately{background:#fff4e5} .v-highly{background:#fdecea} .v-unknown{background:#eee}
 .warn{color:#8a4b00} img{max-width:100%;border:1px solid #eee;margin:6px 0} details{margin:6px 0}
 .kv td:first-child{font-weight:600} .scroll{overflow-x:auto}
+.answer{border:1px solid #ddd;border-radius:6px;padding:4px 16px 8px;margin:10px 0}
+.answer ul{margin:4px 0 6px 0;padding-left:20px;font-size:13px;color:#444}
+.next{font-size:1.02em;margin:6px 0} .grid{display:flex;gap:20px;align-items:flex-start}
+.grid>div{flex:1 1 0;min-width:0} .grid h2{margin-top:8px}
+ol.findings{padding-left:20px;margin:4px 0;font-size:13px} ol.findings li{margin-bottom:7px}
+.sev{font-size:11px;font-weight:600;padding:1px 5px;border-radius:3px;margin-right:4px}
+.sev-high{background:#fdecea;color:#a12} .sev-medium{background:#fff4e5;color:#8a4b00} .sev-info{background:#eee}
+.ev{color:#555} .try{color:#135}
 """
 
 
@@ -46,14 +57,30 @@ def _png(fig: "Figure") -> str:
     return base64.b64encode(buf.getvalue()).decode("ascii")
 
 
-def _fmt(x: Any) -> str:
-    if x is None or (isinstance(x, float) and pd.isna(x)) or x is pd.NA:
+def _sig3(x: float) -> str:
+    """3 significant digits without scientific notation; thousands separated."""
+    if x == 0 or not math.isfinite(x):
+        return "0" if x == 0 else str(x)
+    if abs(x) >= 100:
+        return f"{x:,.0f}"
+    decimals = min(6, 2 - math.floor(math.log10(abs(x))))
+    return f"{x:.{decimals}f}"
+
+
+def _fmt(x: Any, column: str = "") -> str:
+    """One cell, in its column's fixed unit: ``*_s`` seconds to 3 significant digits, ``*_pct`` % to 0.1,
+    ``*MB_per_s`` MB/s, bytes and counts as integers; a missing number is "–"."""
+    if x is None or x is pd.NA or (isinstance(x, float) and math.isnan(x)):
         return "–"
-    if isinstance(x, float):
-        return f"{x:,.4g}" if abs(x) < 1e6 else f"{x:,.0f}"
-    if isinstance(x, int) and not isinstance(x, bool):
-        return f"{x:,}"
-    return str(x)
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        return str(x)
+    if column.endswith("_pct"):
+        return f"{x:.1f}"
+    if "bytes" in column or isinstance(x, int):
+        return f"{int(round(x)):,}"
+    if column.endswith("MB_per_s"):
+        return f"{x:,.0f}" if abs(x) >= 10 else _sig3(x)
+    return _sig3(x)
 
 
 def _table(df: pd.DataFrame, max_rows: int = 200) -> str:
@@ -61,9 +88,10 @@ def _table(df: pd.DataFrame, max_rows: int = 200) -> str:
         return "<p><i>no data</i></p>"
     shown = df.head(max_rows)
     head = "".join(f"<th>{html.escape(str(c))}</th>" for c in shown.columns)
+    cols = [str(c) for c in shown.columns]
     body = "".join(
-        "<tr>" + "".join(f"<td>{html.escape(_fmt(v.item() if hasattr(v, 'item') else v))}</td>" for v in row)
-        + "</tr>" for row in shown.itertuples(index=False))
+        "<tr>" + "".join(f"<td>{html.escape(_fmt(v.item() if hasattr(v, 'item') else v, c))}</td>"
+                         for c, v in zip(cols, row)) + "</tr>" for row in shown.itertuples(index=False))
     more = f"<p><i>{len(df) - max_rows} more rows not shown</i></p>" if len(df) > max_rows else ""
     return f'<div class="scroll"><table><tr>{head}</tr>{body}</table></div>{more}'
 
@@ -71,7 +99,7 @@ def _table(df: pd.DataFrame, max_rows: int = 200) -> str:
 def _kv(d: dict[str, Any]) -> str:
     if not d:
         return "<p><i>none</i></p>"
-    rows = "".join(f"<tr><td>{html.escape(str(k))}</td><td>{html.escape(_fmt(v) if not isinstance(v, (dict, list)) else json.dumps(v, default=str))}</td></tr>"
+    rows = "".join(f"<tr><td>{html.escape(str(k))}</td><td>{html.escape(_fmt(v, str(k)) if not isinstance(v, (dict, list)) else json.dumps(v, default=str))}</td></tr>"
                    for k, v in d.items())
     return f'<table class="kv">{rows}</table>'
 
@@ -91,6 +119,49 @@ def _per_layer_totals(frame: pd.DataFrame) -> pd.DataFrame:
     return per[["layer", "rank", "wall_s", *[f"{c}_pct" for c in analysis.PRIORITY]]]
 
 
+def _residual_ms(residual: dict[str, Any]) -> dict[str, Any]:
+    """The alignment residual for people: ``*_ns`` values in ms."""
+    return {(k[:-3] + "_ms" if k.endswith("_ns") else k): (v / 1e6 if k.endswith("_ns") and isinstance(v, (int, float))
+                                                          else v) for k, v in residual.items()}
+
+
+def _top_phases_figure(layered: pd.DataFrame) -> "Figure":
+    """The first screen's picture: the layered split of the top phases, compact."""
+    fig = plots._new_figure((6.4, 3.6))
+    ax = fig.add_subplot()
+    plots.plot_layered_breakdown(layered, ax=ax, top=6)
+    ax.set_title("")  # the section heading says it; the legend goes below, where it covers nothing
+    ax.legend(loc="upper center", bbox_to_anchor=(0.42, -0.2), ncol=2, frameon=False, fontsize="x-small")
+    return fig
+
+
+def _first_screen(run: "Run", a: "analysis.Summary", found: "list[Finding]") -> str:
+    """Is this job input-bound, where does the time go, why, and what to try next: one screen."""
+    v = a.verdict
+    css_class = "v-" + (v["verdict"].split()[0] if v["verdict"] != "unknown" else "unknown")
+    reasons = [*v.get("notes", []), *a.explanations][:4]
+    reason_html = "".join(f"<li>{html.escape(r)}</li>" for r in reasons)
+    early = [w for w in run.warnings if w.startswith("rank ") and (" ended early: " in w or " lost intervals: " in w)]
+    early_html = "".join(f'<p class="warn"><b>{html.escape(w)}</b></p>' for w in early)
+    items = "".join(
+        f'<li><span class="sev sev-{f.severity}">{f.severity}</span><b>{html.escape(f.title)}</b><br>'
+        f'<span class="ev">{html.escape(f.evidence)} · layer {html.escape(f.layer)}</span><br>'
+        f'<span class="try">Try: {html.escape(f.action)}</span></li>' for f in found[:3])
+    unseen = float(a.layered["not_observed_s"].sum()) if len(a.layered) else 0.0
+    total = float(a.layered["time_s"].sum()) if len(a.layered) else 0.0
+    coverage = (f"Hatched: {100 * unseen / total:.0f} % of the app phases' time was not observed by any lower "
+                "layer (outside every TF profile window)." if total and unseen else "")
+    picture = (_figure("where the time goes", lambda: _top_phases_figure(a.layered)) + f'<p class="sub">{coverage}'
+               " Full table under “Layered breakdown”.</p>") if len(a.layered) else "<p><i>no app phases</i></p>"
+    return (
+        f'<div class="answer">{early_html}<div class="verdict {css_class}"><b>Is it input-bound?</b> '
+        f"{html.escape(analysis.verdict_text(v))}</div><ul>{reason_html}</ul>"
+        f'<p class="next"><b>Next step:</b> {html.escape(next_step(found))}</p></div>'
+        f'<div class="grid"><div><h2>Where the time goes</h2>{picture}</div>'
+        f'<div><h2>Findings (top {min(3, len(found))} of {len(found)})</h2><ol class="findings">{items}</ol>'
+        '<p class="sub">All of them: <code>trace-merge findings RUN</code>; rules in docs/findings.md.</p></div></div>')
+
+
 def render_report(run: "Run", parts: "Optional[analysis.Summary]" = None) -> str:
     """The report of ``run`` as one HTML string.
 
@@ -105,8 +176,8 @@ def render_report(run: "Run", parts: "Optional[analysis.Summary]" = None) -> str
     frame = run.frame
     v = a.verdict
     m = a.metrics
-    css_class = "v-" + (v["verdict"].split()[0] if v["verdict"] != "unknown" else "unknown")
-    verdict_text = html.escape(analysis.verdict_text(v))
+    access = run.access_pattern()
+    found = findings(a, access)
     facts = {
         "path": str(run.path),
         "events": len(frame),
@@ -124,7 +195,6 @@ def render_report(run: "Run", parts: "Optional[analysis.Summary]" = None) -> str
     breakdown = a.breakdown
     pct_cols = ["rank", "epoch", "wall_s", *[f"{c}_pct" for c in analysis.PRIORITY], "outside_epochs_pct"]
     union_cols = ["rank", "epoch", "wall_s", *[f"{c}_s" for c in analysis.PRIORITY]]
-    access = analysis.access_pattern_df(frame)
     window = plots.steady_state_window(frame)
     excerpt_text = ("A few consecutive training steps in steady state (first step of an epoch skipped), every "
                     "layer on one clock." if window else "The first seconds of the run (no training steps tagged).")
@@ -132,14 +202,16 @@ def render_report(run: "Run", parts: "Optional[analysis.Summary]" = None) -> str
     stats = a.event_stats.sort_values("sum_us", ascending=False) if len(a.event_stats) else a.event_stats
     sections = [
         f"<h1>trace-merge report — {html.escape(run.label)}</h1>",
-        f'<p class="sub">generated {_dt.datetime.now(_dt.timezone.utc):%Y-%m-%d %H:%M UTC} by trace_merge '
-        f"{__version__}</p>",
-        f'<div class="verdict {css_class}"><b>Input-bound verdict:</b> {verdict_text}</div>',
+        f'<p class="sub">{html.escape(str(run.path))} · {m["ranks"]} rank(s) · job wall time '
+        f'{_sig3(m["job_wall_s"] or 0)} s · {len(run.warnings)} warning(s) · generated '
+        f"{_dt.datetime.now(_dt.timezone.utc):%Y-%m-%d %H:%M UTC} by trace_merge {__version__}</p>",
+        _first_screen(run, a, found),
         "<h2>Run</h2>", _kv(facts),
         f"<h2>Warnings ({len(run.warnings)})</h2><ul class='warn'>{warnings}</ul>",
         "<h2>Alignment residual</h2>",
-        "<p>Framework events of a training step must fall inside the app interval of that step after "
-        "alignment; what is left over is shown here.</p>", _kv(run.residual),
+        "<details><summary>Framework events of a training step must fall inside the app interval of that step "
+        f"after alignment: {run.residual.get('outside', 0)} of {run.residual.get('checked', 0)} checked fall "
+        "outside (times in ms)</summary>", _kv(_residual_ms(run.residual)), "</details>",
         *(["<h3>Darshan DXT placement per rank</h3>", "<p>Offset added to the job-header placement, found from "
            "the segments' content (docs/frame.md, clocks).</p>", _table(pd.DataFrame(run.dxt_clock))]
           if run.dxt_clock else []),
@@ -162,10 +234,11 @@ def render_report(run: "Run", parts: "Optional[analysis.Summary]" = None) -> str
         _figure("breakdown", lambda: plots.plot_breakdown(breakdown)) if len(breakdown) else "",
         _table(analysis.epochs_as_text(breakdown[pct_cols], "all")) if len(breakdown) else _table(breakdown),
         "<details><summary>Union time per category (seconds, overlapping phases counted in each)</summary>",
-        _table(breakdown[union_cols]) if len(breakdown) else "", "</details>",
+        _table(analysis.epochs_as_text(breakdown[union_cols], "all")) if len(breakdown) else "", "</details>",
         "<details><summary>Whole-run breakdown of each layer on its own (drill-down)</summary>",
         _table(_per_layer_totals(frame)), "</details>",
-        "<h2>Exposed I/O and overlap</h2>", _table(a.exposed_io),
+        "<h2>Exposed I/O and overlap</h2>", "<p>Epoch “all”: the rank's whole traced time.</p>",
+        _table(analysis.epochs_as_text(a.exposed_io, "all")),
         "<h2>Steps: input wait and accelerator utilisation</h2>", _table(a.input_bound),
         "<h2>Read bandwidth</h2>",
         _figure("bandwidth", lambda: plots.plot_bandwidth(a.bandwidth)) if len(a.bandwidth) else "",
@@ -176,7 +249,8 @@ def render_report(run: "Run", parts: "Optional[analysis.Summary]" = None) -> str
            _table(a.study_view)] if len(a.study_view) else []),
         "<h2>Access pattern</h2>",
         _figure("access pattern", lambda: plots.plot_access_pattern(access)) if len(access) else "",
-        _table(access.drop(columns=empty_bins)),
+        "<p>Epoch “none”: reads outside every epoch.</p>" if len(access) and access["epoch"].isna().any() else "",
+        _table(analysis.epochs_as_text(access.drop(columns=empty_bins), "none")),
         "<h2>Timeline excerpt</h2>",
         f"<p>{html.escape(excerpt_text)}</p>",
         _figure("timeline", lambda: plots.plot_timeline(frame, start_ns=window[0], end_ns=window[1]) if window

@@ -14,12 +14,15 @@ import os
 import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 import pandas as pd
 
 from trace_merge import analysis, identity
 from trace_merge.errors import TraceInputError
+
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    from trace_merge.findings import Finding
 
 logger = logging.getLogger(__name__)
 
@@ -325,6 +328,12 @@ class Run:
                 return analysis.summarise(self.frame, self.counters, layers)
         return self._summaries[_key(layers)]
 
+    def findings(self, parts: "Optional[analysis.Summary]" = None) -> "list[Finding]":
+        """:func:`trace_merge.findings.findings` of this run: what to change, most important first."""
+        from trace_merge import findings
+
+        return findings.findings(parts if parts is not None else self.analyse(), self.access_pattern())
+
     def summary(self, parts: "Optional[analysis.Summary]" = None) -> dict:
         """Everything about the run as plain JSON-able data.
 
@@ -342,9 +351,12 @@ class Run:
             ``bandwidth`` (``per_rank``, ``totals``, ``per_epoch``, ``per_rank_epoch``), ``study_view`` (the
             original study's components per rank, empty without its phases), ``event_stats`` (records), ``warnings``,
             ``alignment_residual``, ``dropped_app_intervals`` (intervals the TimeLogger writers dropped, total),
-            ``dxt_clock``.
+            ``dxt_clock``, ``findings`` (:meth:`findings`, as dicts) and ``next_step``.
         """
+        from trace_merge.findings import next_step
+
         a = parts if parts is not None else self.analyse()
+        found = self.findings(a)
         if self._partitioned is not None:
             events, ranks = self._partitioned.job.events, list(self._partitioned.job.ranks)
         else:
@@ -374,6 +386,8 @@ class Run:
             "alignment_residual": _plain(self.residual),
             "dropped_app_intervals": sum(self.dropped.values()),
             "dxt_clock": _plain(self.dxt_clock),
+            "findings": [_plain(f.as_dict()) for f in found],
+            "next_step": next_step(found),
         }
 
 

@@ -1,0 +1,240 @@
+"""Findings: what the layered numbers say to change, each with its evidence, the layer that proves it, a severity
+and one concrete recommendation in the user's terms (tf.data, Keras, Horovod, HDF5, Lustre). Rules and thresholds
+are documented in docs/findings.md; keep the two in step.
+
+A finding is computed from a :class:`trace_merge.analysis.Summary` (and the run's frame for the access pattern),
+so the CLI, the report and ``--json`` show the same ones in the same order: severity, then the time at stake.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Optional
+
+import numpy as np
+import pandas as pd
+
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    from trace_merge.analysis import Summary
+
+#: severity order: the first is shown first
+SEVERITIES = ("high", "medium", "info")
+#: the file system's share of the input phases' time below which an input-bound job is not storage-bound
+FS_SMALL_SHARE = 0.30
+#: ... and above which it is
+FS_DOMINANT_SHARE = 0.50
+#: communication's share of the step phases' time above which it is called exposed
+COMM_EXPOSED_SHARE = 0.10
+#: epoch 0 this many times slower than the median later epoch is a first-epoch effect
+FIRST_EPOCH_RATIO = 1.5
+#: the slowest rank's step time this many times the fastest rank's is an imbalance
+RANK_IMBALANCE_RATIO = 1.15
+#: share of the step phases' time no framework profile saw above which the python/compute split is a sample
+LOW_COVERAGE_SHARE = 0.50
+#: median read size below which reads are small, and the least number of reads to say so
+SMALL_READ_BYTES = 64 << 10
+SMALL_READ_MIN_COUNT = 1000
+
+
+@dataclass(frozen=True)
+class Finding:
+    key: str  # rule name, stable for scripts
+    severity: str  # one of SEVERITIES
+    title: str  # one sentence: what is wrong (or right)
+    evidence: str  # the numbers behind it
+    layer: str  # the layer(s) whose data prove it
+    action: str  # what to try, in the user's terms
+    impact_s: float = 0.0  # seconds at stake, to order findings of one severity
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+    def text(self) -> str:
+        return f"[{self.severity}] {self.title} ({self.evidence}). Try: {self.action}"
+
+
+def _sum(df: pd.DataFrame, col: str) -> float:
+    return float(df[col].sum()) if len(df) else 0.0
+
+
+def _step_phases(layered: pd.DataFrame) -> pd.DataFrame:
+    """Rows of the phases that do the training steps: compute-category phases inside epochs."""
+    if not len(layered):
+        return layered
+    return layered[(layered["cat"] == "compute") & layered["epoch"].notna()]
+
+
+def _input_phases(layered: pd.DataFrame) -> pd.DataFrame:
+    return layered[layered["cat"].isin(["io", "wait", "preprocess"])] if len(layered) else layered
+
+
+def _has_layer(layered: pd.DataFrame, layer: str) -> bool:
+    return bool(len(layered)) and layered["layers"].astype(object).map(lambda s: layer in str(s).split(",")).any()
+
+
+def _verdict_findings(a: "Summary") -> list[Finding]:
+    v = a.verdict
+    label = v.get("verdict", "unknown")
+    wait, au = v.get("input_pct"), v.get("au_pct")
+    cycles = f"{v.get('cycles', 0)} of {v.get('cycles_total', 0)} step cycles, basis {v.get('basis')}"
+    steps = a.steps[a.steps["counted"] & ~a.steps["warmup"]] if len(a.steps) else a.steps
+    wait_s = _sum(steps, "input_wait_s")
+    inputs = _input_phases(a.layered)
+    # the file-system layer sees every call (no sampling window), so its share is of the input phases' whole time
+    fs, seen = _sum(inputs, "fs_s"), _sum(inputs, "time_s")
+    out: list[Finding] = []
+    if label == "unknown":
+        out.append(Finding(
+            "no_input_wait_seen", "high", "No input wait can be seen, so whether the job is input-bound is unknown",
+            f"{cycles}; {v.get('other_pct', 0) or 0:.0f} % of the cycles unexplained" if v.get("cycles") else
+            "no step cycles", "app/framework",
+            "time the batch fetch: `for x in tl.iterate(dataset, 'Call to Next Batch')`, or profile a few steps "
+            "with `timelogger run --tf-profile 20:25` (docs/metrics.md, step cycles)"))
+        return out
+    if label == "not input-bound":
+        out.append(Finding(
+            "compute_bound", "info", "The input pipeline keeps up: the steps wait little for data",
+            f"{wait:.1f} % of step-cycle time waiting for input, AU {au:.0f} %; {cycles}", v.get("basis", ""),
+            "loader knobs will not speed this job up; look at compute: a larger batch per rank, mixed precision "
+            "(`tf.keras.mixed_precision.set_global_policy('mixed_float16')`), XLA (`jit_compile=True`)"))
+        return out
+    severity = "high" if label == "highly input-bound" else "medium"
+    if not _has_layer(a.layered, "posix") and not _has_layer(a.layered, "mpiio"):
+        out.append(Finding(
+            "input_bound_no_fs_layer", severity, f"The job is {label}, and no file-system layer was traced to tell "
+            "storage from decode", f"{wait:.1f} % waiting; {cycles}", v.get("basis", ""),
+            "run again with `timelogger run --posix` (DFTracer) or Darshan to see the file system's share",
+            wait_s))
+    elif seen > 0 and fs / seen < FS_SMALL_SHARE:
+        out.append(Finding(
+            "input_bound_not_storage", severity, f"The job is {label}, but the wait is not the file system: decode, "
+            "Python or inter-process hand-off", f"{wait:.1f} % waiting ({wait_s:.3g} s); the file system is "
+            f"{100 * fs / seen:.0f} % of the input phases' time ({fs:.3g} of {seen:.3g} s)",
+            "posix + framework",
+            "parallelise the work after the read: `dataset.map(parse, num_parallel_calls=tf.data.AUTOTUNE)`, "
+            "`.prefetch(tf.data.AUTOTUNE)`; for a Python reader more worker processes (threads hold the GIL)",
+            wait_s))
+    elif seen > 0 and fs / seen >= FS_DOMINANT_SHARE:
+        out.append(Finding(
+            "input_bound_storage", severity, f"The job is {label} and the file system is most of the input time",
+            f"{wait:.1f} % waiting ({wait_s:.3g} s); the file system is {100 * fs / seen:.0f} % of the input "
+            f"phases' observed time ({fs:.3g} of {seen:.3g} s)", "posix",
+            "read less often or in larger pieces: `dataset.cache()` (or a node-local copy in /dev/shm or local "
+            "SSD) when the data fit, larger reads (TFRecord shards, HDF5 chunk-sized reads), and on Lustre a "
+            "stripe count matching the readers (`lfs setstripe -c`)", wait_s))
+    else:
+        out.append(Finding(
+            "input_bound", severity, f"The job is {label}", f"{wait:.1f} % of step-cycle time waiting "
+            f"({wait_s:.3g} s); {cycles}", v.get("basis", ""),
+            "more parallel input work (`num_parallel_calls=tf.data.AUTOTUNE`, interleave over files) and a "
+            "deeper `prefetch`", wait_s))
+    return out
+
+
+def _comm_finding(a: "Summary") -> Optional[Finding]:
+    steps = _step_phases(a.layered)
+    total, comm = _sum(steps, "time_s"), _sum(steps, "comm_s")
+    if total <= 0 or comm / total < COMM_EXPOSED_SHARE:
+        return None
+    return Finding(
+        "comm_exposed", "medium", "Communication takes a large share of the training steps",
+        f"{comm:.3g} s of {total:.3g} s of step phases ({100 * comm / total:.0f} %) inside collectives", "comm",
+        "with Horovod: a larger batch per rank (fewer all-reduces per sample), a larger fusion buffer "
+        "(`HOROVOD_FUSION_THRESHOLD`), `hvd.DistributedOptimizer(..., backward_passes_per_step=k)`; check the "
+        "network when it grows with the rank count", comm)
+
+
+def _first_epoch_finding(a: "Summary") -> Optional[Finding]:
+    ex = a.exposed_io
+    if not len(ex) or "epoch" not in ex:
+        return None
+    per_epoch = ex[ex["epoch"].notna()].groupby("epoch")["wall_s"].max()
+    if len(per_epoch) < 2 or 0 not in per_epoch.index:
+        return None
+    first, later = float(per_epoch.loc[0]), float(per_epoch.drop(index=0).median())
+    if later <= 0 or first / later < FIRST_EPOCH_RATIO:
+        return None
+    return Finding(
+        "first_epoch_slow", "medium" if len(per_epoch) <= 3 else "info",
+        "The first epoch is much slower than the later ones",
+        f"epoch 0 {first:.3g} s vs {later:.3g} s per later epoch (median), {first / later:.1f}x", "app",
+        "leave epoch 0 out of throughput numbers (graph tracing, first file opens, cold caches); if it is the "
+        "reads, a `dataset.cache()` or warm node-local copy; a short job is dominated by it: train longer per "
+        "allocation", first - later)
+
+
+def _imbalance_finding(a: "Summary") -> Optional[Finding]:
+    ib = a.input_bound
+    if len(ib) < 2 or "step_s" not in ib:
+        return None
+    per = ib.set_index("rank")["step_s"].astype(float)
+    per = per[per > 0]
+    if len(per) < 2 or per.max() / per.min() < RANK_IMBALANCE_RATIO:
+        return None
+    slow, fast = per.idxmax(), per.idxmin()
+    wait = ib.set_index("rank")["input_pct"]
+    return Finding(
+        "rank_imbalance", "medium", f"Rank {slow} is slower than rank {fast}: the others wait for it at every "
+        "all-reduce", f"counted step time {per[slow]:.3g} s vs {per[fast]:.3g} s ({per[slow] / per[fast]:.2f}x); "
+        f"input wait {wait.get(slow, np.nan):.1f} % vs {wait.get(fast, np.nan):.1f} %", "app/framework",
+        "look at that rank's node (other jobs, its file system targets), and give each rank the same number "
+        "and size of samples (`dataset.shard(hvd.size(), hvd.rank())` before shuffling)",
+        float(per[slow] - per[fast]))
+
+
+def _coverage_finding(a: "Summary") -> Optional[Finding]:
+    steps = _step_phases(a.layered)
+    total, unseen = _sum(steps, "time_s"), _sum(steps, "not_observed_s")
+    if total <= 0 or unseen / total < LOW_COVERAGE_SHARE or not _has_layer(a.layered, "framework"):
+        return None
+    return Finding(
+        "low_profile_coverage", "info", "The framework profile covers a small sample of the steps",
+        f"{unseen:.3g} of {total:.3g} s of step phases ({100 * unseen / total:.0f} %) outside every profile window",
+        "framework", "the compute/Python split is from the profiled steps; profile a longer window "
+        "(`--tf-profile 20:40`) if later steps behave differently")
+
+
+def _small_reads_finding(access: pd.DataFrame) -> Optional[Finding]:
+    """Reads whose mean size is small: the bytes themselves come in small pieces (many small metadata reads beside
+    a few large data reads do not count: their mean is large)."""
+    if access is None or not len(access):
+        return None
+    n, nbytes = int(access["reads"].sum()), float(access["read_bytes"].sum())
+    if n < SMALL_READ_MIN_COUNT or nbytes / n > SMALL_READ_BYTES:
+        return None
+    return Finding(
+        "small_reads", "medium", "The data are read in small pieces",
+        f"{n:,} data reads of {_size(nbytes / n)} on average ({_size(nbytes)} in all)", "posix",
+        "read in larger pieces: HDF5 reads of whole chunks or samples, TFRecord shards of 100+ MB, "
+        "`tf.data.TFRecordDataset(..., buffer_size=8 << 20)`; on Lustre each small read pays a round trip",
+        0.0)
+
+
+def _size(n: float) -> str:
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.0f} {unit}"
+    return f"{n:.0f} B"
+
+
+def findings(a: "Summary", access: Optional[pd.DataFrame] = None) -> list[Finding]:
+    """Every finding of a run: the verdict's first, then the others by severity and seconds at stake."""
+    verdict = _verdict_findings(a)  # the answer to "is it input-bound": always first
+    found = []
+    for rule in (_comm_finding, _first_epoch_finding, _imbalance_finding, _coverage_finding):
+        f = rule(a)
+        if f is not None:
+            found.append(f)
+    small = _small_reads_finding(access)
+    if small is not None:
+        found.append(small)
+    return verdict + sorted(found, key=lambda f: (SEVERITIES.index(f.severity), -f.impact_s))
+
+
+def next_step(found: list[Finding]) -> str:
+    """One line: what to try first."""
+    if not found:
+        return "nothing stands out; compare runs with `trace-merge compare` after changing one knob"
+    return found[0].action
+
+
+__all__ = ["Finding", "findings", "next_step", "SEVERITIES"]
