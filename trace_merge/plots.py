@@ -305,15 +305,35 @@ _STEP_BASIS = {"framework": "framework profiler steps", "app": f"app '{STEP_PHAS
 _STEP_REST_COLOUR = "#b0b0b0"
 
 
-def _draw_steps(ax: "Axes", steps: pd.DataFrame, x0: int, legend: bool) -> None:
+def _steady_top(rows: pd.DataFrame) -> Optional[float]:
+    """The y limit of a step figure: the steady-state steps' longest, with room above. Warm-up steps (which the
+    verdict excludes, often 100x longer) do not set the scale: they are drawn clipped, with their time written."""
+    warm = rows["warmup"].to_numpy(dtype=bool) if "warmup" in rows else np.zeros(len(rows), dtype=bool)
+    steady = rows["step_s"].to_numpy(dtype=float)[~warm]
+    return float(steady.max()) * 1.15 if len(steady) and steady.max() > 0 else None
+
+
+def _draw_steps(ax: "Axes", steps: pd.DataFrame, x0: int, legend: bool, top: Optional[float]) -> None:
     """One rank's steps as stacked stairs from ``x0``: input wait from 0, the rest of the step above it,
-    and a dashed line where an epoch begins."""
+    warm-up steps hatched (and, above ``top``, clipped with their time written), a dashed line where an epoch
+    begins."""
     edges = x0 + np.arange(len(steps) + 1)
     wait = steps["input_wait_s"].to_numpy(dtype=float)
+    step = steps["step_s"].to_numpy(dtype=float)
     ax.stairs(wait, edges, baseline=0, fill=True, color=COMPONENT_COLOURS["input_wait"],
               label=COMPONENT_LABELS["input_wait"] if legend else None)
-    ax.stairs(steps["step_s"].to_numpy(dtype=float), edges, baseline=wait, fill=True, color=_STEP_REST_COLOUR,
+    ax.stairs(step, edges, baseline=wait, fill=True, color=_STEP_REST_COLOUR,
               label="rest of the step" if legend else None)
+    warm = steps["warmup"].to_numpy(dtype=bool) if "warmup" in steps else np.zeros(len(steps), dtype=bool)
+    # a warm-up step's whole length: the part the verdict excluded (graph tracing, first fill) included
+    whole = step + (steps["excluded_s"].to_numpy(dtype=float) if "excluded_s" in steps else 0.0)
+    for i in np.flatnonzero(warm):
+        ax.bar(edges[i] + 0.5, whole[i] if top is None else min(whole[i], top), width=1.0, fill=False,
+               hatch="xx", edgecolor="#666", linewidth=0.5, label="warm-up (not counted)" if legend else None)
+        legend = False
+        if top is not None and whole[i] > top:
+            ax.annotate(f"warm-up {whole[i]:.3g} s ↑", (edges[i] + 0.5, top), xytext=(3, -14),
+                        textcoords="offset points", va="top", fontsize="x-small", color="#444")
     epoch = steps["epoch"].astype("float64").to_numpy()
     begins = np.flatnonzero(np.r_[True, ~((epoch[1:] == epoch[:-1]) | (np.isnan(epoch[1:]) & np.isnan(epoch[:-1])))])
     for i in begins:
@@ -345,24 +365,25 @@ def plot_step_series(df: pd.DataFrame, ax: "Optional[Axes]" = None) -> "Figure":
     per_rank = list(rows.groupby("rank", sort=True))
     bases = [_STEP_BASIS.get(b, str(b)) for b in sorted(as_text(rows["basis"]).unique())]
     title = f"Step time per rank, input wait at the bottom (steps: {', '.join(bases)})"
+    top = _steady_top(rows)
     if ax is None:
         fig = _new_figure((10, 1.2 + 1.5 * len(per_rank)))
         axes = fig.subplots(len(per_rank), 1, sharex=True, sharey=True, squeeze=False)[:, 0]
         for i, (a, (rank, steps)) in enumerate(zip(axes, per_rank)):
-            _draw_steps(a, steps, 0, legend=not i)
+            _draw_steps(a, steps, 0, legend=not i, top=top)
             a.set_ylabel(f"rank {rank}\nstep (s)")
         fig.suptitle(title)
-        axes[0].legend(loc="lower right", bbox_to_anchor=(1.0, 1.0), ncol=2, frameon=False, fontsize="small")
+        axes[0].legend(loc="lower right", bbox_to_anchor=(1.0, 1.0), ncol=3, frameon=False, fontsize="small")
         axes[-1].set_xlabel("step (position in time order)")
-        axes[0].set_ylim(bottom=0)
+        axes[0].set_ylim(0, top)
         return fig
     fig, x0 = ax.figure, 0
     for i, (rank, steps) in enumerate(per_rank):
-        _draw_steps(ax, steps, x0, legend=not i)
+        _draw_steps(ax, steps, x0, legend=not i, top=top)
         ax.annotate(f"rank {rank}", (x0, 0), xycoords=ax.get_xaxis_transform(), xytext=(2, -24),
                     textcoords="offset points", fontsize="small")
         x0 += len(steps) + max(1, len(rows) // 50)
-    ax.set_ylim(bottom=0)
+    ax.set_ylim(0, top)
     ax.set_ylabel("step (s)")
     ax.set_xlabel("step (position in time order, ranks one after another)")
     ax.set_title(title)
