@@ -60,6 +60,9 @@ def test_input_bound_pipeline_same_verdict_however_instrumented(tmp_path, instru
     # the evidence and its coverage are named: cycles counted of cycles seen
     assert v["cycles_total"] == 24 and v["cycles"] == (12 if profile and instrument == "keras" else 24)
     assert any(f"{v['cycles']} of {v['cycles_total']} cycles counted" in n for n in v["notes"]), v["notes"]
+    found = [f.key for f in run.findings()]
+    # the first finding of a run nobody here wrote: input-bound, and no file-system layer traced to say why
+    assert found[0] == "input_bound_no_fs_layer", found
     if profile:
         lay = run.layered_breakdown()
         assert (lay["not_observed_s"] > 0).any() and (lay["observed_calls"] < lay["calls"]).any()

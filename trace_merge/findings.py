@@ -85,8 +85,10 @@ def _verdict_findings(a: "Summary") -> list[Finding]:
     if label == "unknown":
         out.append(Finding(
             "no_input_wait_seen", "high", "No input wait can be seen, so whether the job is input-bound is unknown",
-            f"{cycles}; {v.get('other_pct', 0) or 0:.0f} % of the cycles unexplained" if v.get("cycles") else
-            "no step cycles", "app/framework",
+            (f"{v['cycles']} step cycles with no wait phase or profiled input wait inside them"
+             if v.get("input_pct") is None else
+             f"{cycles}; wait + compute explain {100 - (v.get('other_pct') or 0):.0f} % of the cycle time")
+            if v.get("cycles") else "no training steps found", "app/framework",
             "time the batch fetch: `for x in tl.iterate(dataset, 'Call to Next Batch')`, or profile a few steps "
             "with `timelogger run --tf-profile 20:25` (docs/metrics.md, step cycles)"))
         return out
@@ -109,7 +111,7 @@ def _verdict_findings(a: "Summary") -> list[Finding]:
             "input_bound_not_storage", severity, f"The job is {label}, but the wait is not the file system: decode, "
             "Python or inter-process hand-off", f"{wait:.1f} % waiting ({wait_s:.3g} s); the file system is "
             f"{100 * fs / seen:.0f} % of the input phases' time ({fs:.3g} of {seen:.3g} s)",
-            "posix + framework",
+            "posix + app",
             "parallelise the work after the read: `dataset.map(parse, num_parallel_calls=tf.data.AUTOTUNE)`, "
             "`.prefetch(tf.data.AUTOTUNE)`; for a Python reader more worker processes (threads hold the GIL)",
             wait_s))
@@ -117,7 +119,7 @@ def _verdict_findings(a: "Summary") -> list[Finding]:
         out.append(Finding(
             "input_bound_storage", severity, f"The job is {label} and the file system is most of the input time",
             f"{wait:.1f} % waiting ({wait_s:.3g} s); the file system is {100 * fs / seen:.0f} % of the input "
-            f"phases' observed time ({fs:.3g} of {seen:.3g} s)", "posix",
+            f"phases' time ({fs:.3g} of {seen:.3g} s)", "posix",
             "read less often or in larger pieces: `dataset.cache()` (or a node-local copy in /dev/shm or local "
             "SSD) when the data fit, larger reads (TFRecord shards, HDF5 chunk-sized reads), and on Lustre a "
             "stripe count matching the readers (`lfs setstripe -c`)", wait_s))
@@ -173,8 +175,8 @@ def _imbalance_finding(a: "Summary") -> Optional[Finding]:
     slow, fast = per.idxmax(), per.idxmin()
     wait = ib.set_index("rank")["input_pct"]
     return Finding(
-        "rank_imbalance", "medium", f"Rank {slow} is slower than rank {fast}: the others wait for it at every "
-        "all-reduce", f"counted step time {per[slow]:.3g} s vs {per[fast]:.3g} s ({per[slow] / per[fast]:.2f}x); "
+        "rank_imbalance", "medium", f"Rank {slow} is slower than rank {fast}: where ranks synchronise, the job "
+        "runs at the slowest one's pace", f"counted step time {per[slow]:.3g} s vs {per[fast]:.3g} s ({per[slow] / per[fast]:.2f}x); "
         f"input wait {wait.get(slow, np.nan):.1f} % vs {wait.get(fast, np.nan):.1f} %", "app/framework",
         "look at that rank's node (other jobs, its file system targets), and give each rank the same number "
         "and size of samples (`dataset.shard(hvd.size(), hvd.rank())` before shuffling)",

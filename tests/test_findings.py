@@ -1,0 +1,128 @@
+"""Every finding rule fires on a real run built to trigger it and stays silent on one built not to.
+
+The runs are ``tests/workloads/loader_knobs.py`` (the README's custom loop with input-pipeline knobs) under
+``timelogger run --posix`` (the DFTracer preload), one rank or ``mpiexec -n 2``; the framework-coverage rule is
+checked with the launcher's ``--tf-profile`` window."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from test_timelogger_util import REPO, clean_env
+from trace_merge.cli import main as trace_merge
+from trace_merge.run import Run
+
+WORKLOAD = Path(__file__).resolve().parent / "workloads" / "loader_knobs.py"
+BIN = Path(sys.executable).parent
+INPUT_KEYS = {"input_bound", "input_bound_storage", "input_bound_not_storage", "input_bound_no_fs_layer"}
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory) -> Path:
+    d = tmp_path_factory.mktemp("knobs") / "data"
+    d.mkdir()
+    for i in range(8):
+        (d / f"s{i}.bin").write_bytes(os.urandom(16 << 20))
+    return d
+
+
+def _run(data: Path, out: Path, *knobs: str, ranks: int = 1, posix: bool = True, timeline: bool = False,
+         tf_profile: str = "") -> Path:
+    if posix:
+        pytest.importorskip("dftracer")
+    env = clean_env(PYTHONPATH=str(REPO), PATH=f"{BIN}{os.pathsep}{os.environ['PATH']}", DFTRACER_INC_METADATA="1")
+    cmd = [str(BIN / "mpiexec"), "-n", str(ranks)] if ranks > 1 else []
+    cmd += [str(BIN / "timelogger"), "run", "-o", str(out)]
+    cmd += ["--posix", "--posix-filter", str(data)] if posix else []
+    cmd += ["--horovod-timeline"] if timeline else []
+    cmd += [f"--tf-profile={tf_profile}"] if tf_profile else []
+    cmd += ["--", sys.executable, str(WORKLOAD), str(data), *knobs]
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    return out
+
+
+def keys(run_dir: Path) -> list[str]:
+    return [f.key for f in Run.open(run_dir).findings()]
+
+
+@pytest.fixture(scope="module")
+def runs(data, tmp_path_factory) -> dict[str, Path]:
+    """One run per shape, made once for the module."""
+    root = tmp_path_factory.mktemp("knob-runs")
+    shapes = {
+        "storage": ("--step-ms", "5"),  # 16 MB samples read in 1 MiB calls, no decode: the reads are the wait
+        "decode": ("--step-ms", "5", "--decode-ms", "30"),  # the wait is the decode after a fast read
+        "compute": ("--step-ms", "80", "--decode-ms", "1"),
+        "small": ("--step-ms", "200", "--chunk", "4096"),
+        "first": ("--step-ms", "5", "--decode-ms", "1", "--epochs", "3", "--first-epoch-ms", "60"),
+    }
+    return {name: _run(data, root / name, *knobs) for name, knobs in shapes.items()}
+
+
+def test_storage_bound_input(runs):
+    assert keys(runs["storage"])[0] == "input_bound_storage"
+    assert "input_bound_storage" not in keys(runs["decode"])
+
+
+def test_decode_bound_input(runs):
+    assert keys(runs["decode"])[0] == "input_bound_not_storage"
+    assert "input_bound_not_storage" not in keys(runs["storage"])
+
+
+def test_compute_bound(runs):
+    found = keys(runs["compute"])
+    assert found[0] == "compute_bound" and not INPUT_KEYS & set(found)
+    assert "compute_bound" not in keys(runs["storage"])
+
+
+def test_small_reads(runs):
+    assert "small_reads" in keys(runs["small"])
+    assert "small_reads" not in keys(runs["storage"])  # the same files read in 1 MiB calls
+
+
+def test_first_epoch_effect(runs):
+    assert "first_epoch_slow" in keys(runs["first"])
+    assert "first_epoch_slow" not in keys(runs["storage"])
+
+
+def test_no_file_system_layer_and_no_visible_wait(data, tmp_path, runs):
+    assert keys(_run(data, tmp_path / "nofs", "--step-ms", "5", posix=False))[0] == "input_bound_no_fs_layer"
+    assert "input_bound_no_fs_layer" not in keys(runs["storage"])
+    untimed = _run(data, tmp_path / "untimed", "--untimed-input", "--decode-ms", "10", posix=False)
+    assert keys(untimed)[0] == "no_input_wait_seen"
+    assert "no_input_wait_seen" not in keys(runs["storage"])
+
+
+def test_low_profile_coverage(data, tmp_path, runs):
+    """A TF profile of steps 2-4 of 16 (the launcher's window on a custom loop): the split is a sample."""
+    pytest.importorskip("tensorflow")
+    sampled = _run(data, tmp_path / "sampled", "--step-ms", "5", "--decode-ms", "30", "--tf-step", posix=False,
+                   tf_profile="2:4")
+    assert "low_profile_coverage" in keys(sampled)
+    assert "low_profile_coverage" not in keys(runs["decode"])  # no framework layer: nothing sampled
+
+
+@pytest.mark.horovod
+def test_rank_imbalance_and_exposed_communication(data, tmp_path):
+    pytest.importorskip("horovod.tensorflow")
+    skew = _run(data, tmp_path / "skew", "--step-ms", "10", "--decode-ms", "1", "--skew-ms", "20", ranks=2)
+    even = _run(data, tmp_path / "even", "--step-ms", "10", "--decode-ms", "1", ranks=2)
+    assert "rank_imbalance" in keys(skew) and "rank_imbalance" not in keys(even)
+    comm = _run(data, tmp_path / "comm", "--step-ms", "5", "--allreduce-mb", "16", ranks=2, posix=False,
+                timeline=True)
+    assert "comm_exposed" in keys(comm) and "comm_exposed" not in keys(even)
+
+
+def test_findings_cli_and_summary_json(runs, capsys):
+    assert trace_merge(["findings", str(runs["decode"])]) == 0
+    out = capsys.readouterr().out
+    assert "1. [high] The job is highly input-bound, but the wait is not the file system" in out
+    assert "next step: parallelise the work after the read" in out
+    assert trace_merge(["summary", str(runs["decode"])]) == 0
+    text = capsys.readouterr().out
+    assert "next step: parallelise" in text and "findings (top" in text and "  AU: accelerator utilisation" in text
