@@ -285,6 +285,9 @@ def export_setup_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--perfetto", metavar="OUT", required=True,
                         help="Chrome-trace JSON for ui.perfetto.dev (.json or .json.gz)")
     parser.add_argument("--force", action="store_true", help="overwrite OUT if it exists")
+    parser.add_argument("--keep-polling", action="store_true",
+                        help="keep every process-control poll (waitpid/poll loops of a reader pool's parent) "
+                             "instead of folding each burst into one slice")
 
 
 def export_main(args: argparse.Namespace) -> int:
@@ -296,8 +299,12 @@ def export_main(args: argparse.Namespace) -> int:
         raise TraceInputError(out, "output must end in .json or .json.gz")
     refuse_existing(out, force=args.force)
     run = _open_run(src)
-    export_perfetto(run.frame, out, force=args.force, meta={"run": str(run.path), "warnings": run.warnings})
-    _out(f"wrote {out} ({len(run.frame):,} events)")
+    done = export_perfetto(run.frame, out, force=args.force, keep_polling=args.keep_polling,
+                           meta={"run": str(run.path), "warnings": run.warnings})
+    folded = done.polling_folded
+    note = (f"; {folded['calls']:,} polls ({', '.join(folded['by_name'])}) folded into {folded['slices']:,} "
+            "slices, --keep-polling keeps them" if folded["calls"] else "")
+    _out(f"wrote {out} ({done.events:,} events{note})")
     return 0
 
 
