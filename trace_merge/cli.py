@@ -242,12 +242,24 @@ def _summary_text(run, parts) -> str:
 
 
 def summary_main(args: argparse.Namespace) -> int:
+    from trace_merge import darshan_view
+
     run = _open_run(args.path, args)
+    view = darshan_view.darshan_view(run)
+    training = darshan_view.has_training(run)
+    if view is not None and not training and not args.json:  # a plain Darshan log: its own view, no training
+        _out(darshan_view.summary_text(run, view))
+        return 0
     parts = run.analyse(args.layers)
     if args.json:
-        _out(json.dumps(run.summary(parts), indent=1))
+        doc = run.summary(parts)
+        if view is not None:
+            doc["darshan"] = view.as_dict()
+        _out(json.dumps(doc, indent=1, default=str))
     else:
         _out(_summary_text(run, parts))
+        if view is not None:  # training and a Darshan log: the log's view as a drill-down
+            _out("\ndrill-down, the Darshan log:\n" + darshan_view.view_text(view, aligned=True))
     return 0
 
 
