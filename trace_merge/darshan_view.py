@@ -162,8 +162,9 @@ def _job_header(path: Path, files: set) -> dict[str, Any]:
     exe = meta.get("exe") or ""
     return {
         "log": path.name,
-        "job id": job.get("jobid"),
-        "uid": job.get("uid"),
+        # identifiers, not quantities: no thousands separators in the report
+        "job id": None if job.get("jobid") is None else str(job["jobid"]),
+        "uid": None if job.get("uid") is None else str(job["uid"]),
         "nprocs": job.get("nprocs"),
         "start (UTC)": _utc(start),
         "end (UTC)": _utc(end),
