@@ -286,12 +286,24 @@ def findings_main(args: argparse.Namespace) -> int:
 
 
 def summary_main(args: argparse.Namespace) -> int:
+    from trace_merge import darshan_view
+
     run = _open_run(args.path, args)
+    view = darshan_view.darshan_view(run)
+    training = darshan_view.has_training(run)
+    if view is not None and not training and not args.json:  # a plain Darshan log: its own view, no training
+        _out(darshan_view.summary_text(run, view))
+        return 0
     parts = run.analyse(args.layers)
     if args.json:
-        _out(json.dumps(run.summary(parts), indent=1))
+        doc = run.summary(parts)
+        if view is not None:
+            doc["darshan"] = view.as_dict()
+        _out(json.dumps(doc, indent=1, default=str))
     else:
         _out(_summary_text(run, parts))
+        if view is not None:  # training and a Darshan log: the log's view as a drill-down
+            _out("\ndrill-down, the Darshan log:\n" + darshan_view.view_text(view, aligned=True))
     return 0
 
 
@@ -329,6 +341,9 @@ def export_setup_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--perfetto", metavar="OUT", required=True,
                         help="Chrome-trace JSON for ui.perfetto.dev (.json or .json.gz)")
     parser.add_argument("--force", action="store_true", help="overwrite OUT if it exists")
+    parser.add_argument("--keep-polling", action="store_true",
+                        help="keep every process-control poll (waitpid/poll loops of a reader pool's parent) "
+                             "instead of folding each burst into one slice")
 
 
 def export_main(args: argparse.Namespace) -> int:
@@ -340,8 +355,12 @@ def export_main(args: argparse.Namespace) -> int:
         raise TraceInputError(out, "output must end in .json or .json.gz")
     refuse_existing(out, force=args.force)
     run = _open_run(src)
-    export_perfetto(run.frame, out, force=args.force, meta={"run": str(run.path), "warnings": run.warnings})
-    _out(f"wrote {out} ({len(run.frame):,} events)")
+    done = export_perfetto(run.frame, out, force=args.force, keep_polling=args.keep_polling,
+                           meta={"run": str(run.path), "warnings": run.warnings})
+    folded = done.polling_folded
+    note = (f"; {folded['calls']:,} polls ({', '.join(folded['by_name'])}) folded into {folded['slices']:,} "
+            "slices, --keep-polling keeps them" if folded["calls"] else "")
+    _out(f"wrote {out} ({done.events:,} events{note})")
     return 0
 
 

@@ -33,6 +33,9 @@ COMPONENT_COLOURS = {
     "fs": CAT_COLOURS["io"], "comm": CAT_COLOURS["comm"], "input_wait": CAT_COLOURS["wait"],
     "compute": CAT_COLOURS["compute"], "python": CAT_COLOURS["preprocess"], "not_observed": "#ffffff",
 }
+#: Bytes read and written (the Darshan view's heat map): reads are the input side (io); writes are mostly
+#: checkpoints in a training job
+READ_COLOUR, WRITE_COLOUR = CAT_COLOURS["io"], CAT_COLOURS["checkpoint"]
 #: Components drawn hatched: time no captured layer could split (it is not known to be anything)
 COMPONENT_HATCHES = {"not_observed": "///"}
 #: The bar that holds the phases beyond ``top`` in :func:`plot_layered_breakdown`.

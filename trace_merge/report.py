@@ -172,6 +172,11 @@ def render_report(run: "Run", parts: "Optional[analysis.Summary]" = None) -> str
     parts
         A result of ``run.analyse()`` to reuse.
     """
+    from trace_merge import darshan_view
+
+    view = darshan_view.darshan_view(run)
+    if view is not None and not darshan_view.has_training(run):  # a plain Darshan log: no training sections
+        return _page(run, darshan_view.report_sections(run, view))
     a = parts if parts is not None else run.analyse()
     frame = run.frame
     v = a.verdict
@@ -257,9 +262,15 @@ def render_report(run: "Run", parts: "Optional[analysis.Summary]" = None) -> str
                 else plots.plot_timeline(frame)) if len(frame) else "<p><i>no events</i></p>",
         "<h2>Events per layer, category and name (top 50 by total time)</h2>", _table(stats, 50),
     ]
+    if view is not None:
+        sections += darshan_view.html_sections(run, view, aligned=True)
     if run.manifest:
         sections.append("<h2>Manifest</h2><details><summary>manifest.json</summary><pre>"
                         + html.escape(json.dumps(run.manifest, indent=2, default=str)) + "</pre></details>")
+    return _page(run, sections)
+
+
+def _page(run: "Run", sections: list[str]) -> str:
     body = "\n".join(sections)
     return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
             f"<title>trace-merge report — {html.escape(run.label)}</title><style>{_CSS}</style></head>"

@@ -15,7 +15,6 @@ matmul to each step, so that the launcher's ``--tf-profile`` window has a framew
 from __future__ import annotations
 
 import argparse
-import os
 import time
 from pathlib import Path
 
