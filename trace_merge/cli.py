@@ -34,7 +34,9 @@ def _out(text: str = "") -> None:
 def _frame_text(df: pd.DataFrame) -> str:
     if not len(df):
         return "  (none)"
-    return df.to_string(index=False, float_format=lambda x: f"{x:.4g}", na_rep="-")
+    from trace_merge.formatting import formatted
+
+    return formatted(df).to_string(index=False)
 
 
 def _num(x: Optional[float]) -> str:

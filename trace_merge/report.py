@@ -11,7 +11,6 @@ import html
 import io
 import json
 import logging
-import math
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
@@ -20,6 +19,7 @@ import pandas as pd
 
 from trace_merge import __version__, analysis, plots
 from trace_merge.findings import findings, next_step
+from trace_merge.formatting import cell, sig3
 from trace_merge.outputs import atomic_output, refuse_existing
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
@@ -57,32 +57,6 @@ def _png(fig: "Figure") -> str:
     return base64.b64encode(buf.getvalue()).decode("ascii")
 
 
-def _sig3(x: float) -> str:
-    """3 significant digits without scientific notation; thousands separated."""
-    if x == 0 or not math.isfinite(x):
-        return "0" if x == 0 else str(x)
-    if abs(x) >= 100:
-        return f"{x:,.0f}"
-    decimals = min(6, 2 - math.floor(math.log10(abs(x))))
-    return f"{x:.{decimals}f}"
-
-
-def _fmt(x: Any, column: str = "") -> str:
-    """One cell, in its column's fixed unit: ``*_s`` seconds to 3 significant digits, ``*_pct`` % to 0.1,
-    ``*MB_per_s`` MB/s, bytes and counts as integers; a missing number is "–"."""
-    if x is None or x is pd.NA or (isinstance(x, float) and math.isnan(x)):
-        return "–"
-    if isinstance(x, bool) or not isinstance(x, (int, float)):
-        return str(x)
-    if column.endswith("_pct"):
-        return f"{x:.1f}"
-    if "bytes" in column or isinstance(x, int):
-        return f"{int(round(x)):,}"
-    if column.endswith("MB_per_s"):
-        return f"{x:,.0f}" if abs(x) >= 10 else _sig3(x)
-    return _sig3(x)
-
-
 def _table(df: pd.DataFrame, max_rows: int = 200) -> str:
     if not len(df):
         return "<p><i>no data</i></p>"
@@ -90,8 +64,8 @@ def _table(df: pd.DataFrame, max_rows: int = 200) -> str:
     head = "".join(f"<th>{html.escape(str(c))}</th>" for c in shown.columns)
     cols = [str(c) for c in shown.columns]
     body = "".join(
-        "<tr>" + "".join(f"<td>{html.escape(_fmt(v.item() if hasattr(v, 'item') else v, c))}</td>"
-                         for c, v in zip(cols, row)) + "</tr>" for row in shown.itertuples(index=False))
+        "<tr>" + "".join(f"<td>{html.escape(cell(v, c))}</td>" for c, v in zip(cols, row)) + "</tr>"
+        for row in shown.itertuples(index=False))
     more = f"<p><i>{len(df) - max_rows} more rows not shown</i></p>" if len(df) > max_rows else ""
     return f'<div class="scroll"><table><tr>{head}</tr>{body}</table></div>{more}'
 
@@ -99,7 +73,7 @@ def _table(df: pd.DataFrame, max_rows: int = 200) -> str:
 def _kv(d: dict[str, Any]) -> str:
     if not d:
         return "<p><i>none</i></p>"
-    rows = "".join(f"<tr><td>{html.escape(str(k))}</td><td>{html.escape(_fmt(v, str(k)) if not isinstance(v, (dict, list)) else json.dumps(v, default=str))}</td></tr>"
+    rows = "".join(f"<tr><td>{html.escape(str(k))}</td><td>{html.escape(cell(v, str(k)) if not isinstance(v, (dict, list)) else json.dumps(v, default=str))}</td></tr>"
                    for k, v in d.items())
     return f'<table class="kv">{rows}</table>'
 
@@ -208,7 +182,7 @@ def render_report(run: "Run", parts: "Optional[analysis.Summary]" = None) -> str
     sections = [
         f"<h1>trace-merge report — {html.escape(run.label)}</h1>",
         f'<p class="sub">{html.escape(str(run.path))} · {m["ranks"]} rank(s) · job wall time '
-        f'{_sig3(m["job_wall_s"] or 0)} s · {len(run.warnings)} warning(s) · generated '
+        f'{sig3(m["job_wall_s"] or 0)} s · {len(run.warnings)} warning(s) · generated '
         f"{_dt.datetime.now(_dt.timezone.utc):%Y-%m-%d %H:%M UTC} by trace_merge {__version__}</p>",
         _first_screen(run, a, found),
         "<h2>Run</h2>", _kv(facts),
