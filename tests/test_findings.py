@@ -57,8 +57,8 @@ def runs(data, tmp_path_factory) -> dict[str, Path]:
     shapes = {
         "storage": ("--step-ms", "5"),  # 16 MB samples read in 1 MiB calls, no decode: the reads are the wait
         "decode": ("--step-ms", "5", "--decode-ms", "30"),  # the wait is the decode after a fast read
-        "compute": ("--step-ms", "80", "--decode-ms", "1"),
-        "small": ("--step-ms", "200", "--chunk", "4096"),
+        "compute": ("--step-ms", "80", "--decode-ms", "1", "--read-bytes", "65536"),
+        "small": ("--step-ms", "50", "--chunk", "4096"),
         "first": ("--step-ms", "5", "--decode-ms", "1", "--epochs", "3", "--first-epoch-ms", "60"),
     }
     return {name: _run(data, root / name, *knobs) for name, knobs in shapes.items()}

@@ -292,8 +292,8 @@ def summary_main(args: argparse.Namespace) -> int:
 
     run = _open_run(args.path, args)
     view = darshan_view.darshan_view(run)
-    training = darshan_view.has_training(run)
-    if view is not None and not training and not args.json:  # a plain Darshan log: its own view, no training
+    # a plain Darshan log: its own view, no training sections
+    if view is not None and not args.json and not darshan_view.has_training(run):
         _out(darshan_view.summary_text(run, view))
         return 0
     parts = run.analyse(args.layers)

@@ -83,8 +83,10 @@ class DarshanView:
 
 
 def has_training(run: "Run") -> bool:
-    """True when the run has an app or framework layer (training phases), not only file-system traces."""
-    return bool(category_mask(run.frame["layer"], lambda s: s in ("app", "framework")).any())
+    """True when the run has an app or framework layer (training phases), not only file-system traces. From the
+    row counts, so that a partitioned run's frame is never loaded whole."""
+    per_layer = run.rows_per_layer()
+    return bool(per_layer.get("app", 0) or per_layer.get("framework", 0))
 
 
 def dxt_rows(frame: pd.DataFrame) -> np.ndarray:

@@ -2,7 +2,7 @@
 and one concrete recommendation in the user's terms (tf.data, Keras, Horovod, HDF5, Lustre). Rules and thresholds
 are documented in docs/findings.md; keep the two in step.
 
-A finding is computed from a :class:`trace_merge.analysis.Summary` (and the run's frame for the access pattern),
+A finding is computed from a :class:`trace_merge.analysis.Summary` alone (a partitioned merge has no whole frame),
 so the CLI, the report and ``--json`` show the same ones in the same order: severity, then the time at stake.
 """
 from __future__ import annotations
@@ -33,6 +33,8 @@ LOW_COVERAGE_SHARE = 0.50
 #: median read size below which reads are small, and the least number of reads to say so
 SMALL_READ_BYTES = 64 << 10
 SMALL_READ_MIN_COUNT = 1000
+#: ... and the share of the job's wall time the slowest rank spent reading data below which reads do not matter
+SMALL_READ_MIN_TIME_SHARE = 0.02
 
 
 @dataclass(frozen=True)
@@ -195,17 +197,21 @@ def _coverage_finding(a: "Summary") -> Optional[Finding]:
         "(`--tf-profile 20:40`) if later steps behave differently")
 
 
-def _small_reads_finding(access: pd.DataFrame) -> Optional[Finding]:
+def _small_reads_finding(a: "Summary") -> Optional[Finding]:
     """Reads whose mean size is small: the bytes themselves come in small pieces (many small metadata reads beside
-    a few large data reads do not count: their mean is large)."""
-    if access is None or not len(access):
+    a few large data reads do not count: their mean is large), and reading takes a share of the job worth it."""
+    bw = a.bandwidth
+    data = bw[bw["files"] == "data"] if len(bw) and "reads" in bw else bw.iloc[0:0]
+    if not len(data):
         return None
-    n, nbytes = int(access["reads"].sum()), float(access["read_bytes"].sum())
-    if n < SMALL_READ_MIN_COUNT or nbytes / n > SMALL_READ_BYTES:
+    n, nbytes = int(data["reads"].sum()), float(data["read_bytes"].sum())
+    read_s, wall_s = a.metrics.get("slowest_read_time_s") or 0.0, a.metrics.get("job_wall_s") or 0.0
+    if n < SMALL_READ_MIN_COUNT or nbytes / n > SMALL_READ_BYTES or read_s < SMALL_READ_MIN_TIME_SHARE * wall_s:
         return None
     return Finding(
         "small_reads", "medium", "The data are read in small pieces",
-        f"{n:,} data reads of {_size(nbytes / n)} on average ({_size(nbytes)} in all)", "posix",
+        f"{n:,} data reads of {_size(nbytes / n)} on average ({_size(nbytes)} in all); the slowest rank read for "
+        f"{read_s:.3g} s of {wall_s:.3g} s", "posix",
         "read in larger pieces: HDF5 reads of whole chunks or samples, TFRecord shards of 100+ MB, "
         "`tf.data.TFRecordDataset(..., buffer_size=8 << 20)`; on Lustre each small read pays a round trip",
         0.0)
@@ -218,17 +224,14 @@ def _size(n: float) -> str:
     return f"{n:.0f} B"
 
 
-def findings(a: "Summary", access: Optional[pd.DataFrame] = None) -> list[Finding]:
+def findings(a: "Summary") -> list[Finding]:
     """Every finding of a run: the verdict's first, then the others by severity and seconds at stake."""
     verdict = _verdict_findings(a)  # the answer to "is it input-bound": always first
     found = []
-    for rule in (_comm_finding, _first_epoch_finding, _imbalance_finding, _coverage_finding):
+    for rule in (_comm_finding, _first_epoch_finding, _imbalance_finding, _coverage_finding, _small_reads_finding):
         f = rule(a)
         if f is not None:
             found.append(f)
-    small = _small_reads_finding(access)
-    if small is not None:
-        found.append(small)
     return verdict + sorted(found, key=lambda f: (SEVERITIES.index(f.severity), -f.impact_s))
 
 

@@ -156,7 +156,7 @@ def render_report(run: "Run", parts: "Optional[analysis.Summary]" = None) -> str
     v = a.verdict
     m = a.metrics
     access = run.access_pattern()
-    found = findings(a, access)
+    found = findings(a)
     facts = {
         "path": str(run.path),
         "events": len(frame),

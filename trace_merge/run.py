@@ -332,7 +332,7 @@ class Run:
         """:func:`trace_merge.findings.findings` of this run: what to change, most important first."""
         from trace_merge import findings
 
-        return findings.findings(parts if parts is not None else self.analyse(), self.access_pattern())
+        return findings.findings(parts if parts is not None else self.analyse())
 
     def summary(self, parts: "Optional[analysis.Summary]" = None) -> dict:
         """Everything about the run as plain JSON-able data.

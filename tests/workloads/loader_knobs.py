@@ -1,10 +1,10 @@
 """A custom training loop (the README's pattern) whose input pipeline has knobs, for the findings' rules.
 
-``python loader_knobs.py DATA_DIR [--epochs 2] [--chunk BYTES] [--decode-ms 0] [--step-ms 5] [--skew-ms 0]
+``python loader_knobs.py DATA_DIR [--epochs 2] [--chunk BYTES] [--read-bytes N] [--decode-ms 0] [--step-ms 5] [--skew-ms 0]
 [--first-epoch-ms 0] [--untimed-input] [--allreduce-mb 0] [--tf-step]``
 
 Each step fetches one sample with ``tl.iterate(..., "Call to Next Batch", cat="wait")``: the sample is one file of
-DATA_DIR read with unbuffered ``read(chunk)`` calls (a "Read Sample" io phase), then decoded (a busy wait of
+DATA_DIR (its first ``read-bytes``) read with unbuffered ``read(chunk)`` calls (a "Read Sample" io phase), then decoded (a busy wait of
 ``decode-ms``, inside the io phase, as h5py/PIL decoding is). The step itself is a busy wait of ``step-ms``, plus
 ``skew-ms`` on rank 1 (a straggler) and ``first-epoch-ms`` in epoch 0 (a first-epoch effect). Run it under
 ``timelogger run --posix`` (and ``mpiexec -n 2`` for the rank rules). ``--untimed-input`` fetches the samples
@@ -32,6 +32,7 @@ def main() -> None:
     parser.add_argument("data", type=Path)
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--chunk", type=int, default=1 << 20)
+    parser.add_argument("--read-bytes", type=int, default=1 << 62)
     parser.add_argument("--decode-ms", type=float, default=0.0)
     parser.add_argument("--step-ms", type=float, default=5.0)
     parser.add_argument("--skew-ms", type=float, default=0.0)
@@ -62,11 +63,12 @@ def main() -> None:
     def read(path: Path) -> int:
         n = 0
         with open(path, "rb", buffering=0) as fh:
-            while True:
-                block = fh.read(args.chunk)
+            while n < args.read_bytes:
+                block = fh.read(min(args.chunk, args.read_bytes - n))
                 if not block:
-                    return n
+                    break
                 n += len(block)
+        return n
 
     def samples():
         for path in files:
