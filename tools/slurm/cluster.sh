@@ -30,8 +30,20 @@ fi
 BASE=$(mktemp -d "${TMPDIR:-/tmp}/test-slurm.XXXXXX") || die "cannot create a temporary directory"
 chmod 755 "$BASE"
 PIDS=()
+# slurmstepd processes of this cluster (their working directory is under $BASE)
+ours() {
+  local p
+  for p in $(pgrep -x slurmstepd 2>/dev/null); do
+    case "$(readlink "/proc/$p/cwd" 2>/dev/null)" in "$BASE"/*) echo "$p" ;; esac
+  done
+}
 cleanup() {
   local rc=$?
+  # Jobs first, while the daemons still run, so the step daemons (slurmstepd) finish their teardown themselves.
+  if [ -n "${SLURM_CONF:-}" ]; then
+    scancel --user=root 2>/dev/null
+    for _ in $(seq 50); do [ -z "$(ours)" ] && [ -z "$(squeue -h 2>/dev/null)" ] && break; sleep 0.2; done
+  fi
   for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null; done
   for pid in "${PIDS[@]}"; do
     for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
@@ -40,6 +52,8 @@ cleanup() {
   if [ "$rc" -ne 0 ] && [ -z "${KEEP_SLURM_LOGS:-}" ]; then
     for f in "$BASE"/log/*.log; do [ -s "$f" ] && { echo "--- $f (last lines)"; tail -n 15 "$f"; }; done
   fi
+  # A step daemon left over (slurmd gone before it reported) is ours when it runs in our directory: nothing else is.
+  for pid in $(ours); do kill -9 "$pid" 2>/dev/null; done
   rm -rf "$BASE"
   exit "$rc"
 }
