@@ -6,7 +6,7 @@ VENV_LATEST := .venv-latest
 HOROVOD_FLAGS := HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_MPI=1 HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_MXNET=1 HOROVOD_WITHOUT_GLOO=1
 PYTEST_ARGS ?=
 
-.PHONY: env env-latest test test-latest demo bench notebooks browser clean-env
+.PHONY: env env-latest test test-latest test-slurm demo bench notebooks browser clean-env
 
 env: $(VENV)/.stamp
 env-latest: $(VENV_LATEST)/.stamp
@@ -35,6 +35,12 @@ test: env
 
 test-latest: env-latest
 	PATH=$(CURDIR)/$(VENV_LATEST)/bin:$$PATH $(VENV_LATEST)/bin/python -m pytest -q -m "not horovod" $(PYTEST_ARGS)
+
+# The Slurm scripts for real (tests/test_slurm.py, docs/cluster.md): a one-node Slurm cluster on this machine for the
+# length of the tests (root + apt: Debian's slurm-wlm and munge, installed once), torn down after. Skips without them.
+test-slurm: env
+	PATH=$(CURDIR)/$(VENV)/bin:$$PATH tools/slurm/cluster.sh -- $(VENV)/bin/python -m pytest -q -m slurm \
+	  -p no:cacheprovider tests/test_slurm.py $(PYTEST_ARGS)
 
 demo: env
 	PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(VENV)/bin/python -m benchmarks.hepcnn demo --out runs/demo

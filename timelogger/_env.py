@@ -57,8 +57,41 @@ def detect_rank_world(env: Optional[Mapping[str, str]] = None) -> Tuple[int, int
             size = next((s for s in (_int_env(env, k) for k in _SIZE_FALLBACKS) if s is not None), None)
         if size is None or size <= rank:
             size = rank + 1
+        if launcher == "mpich-hydra" and _srun_started(env, rank, size):
+            launcher = "slurm-pmi"  # srun --mpi=pmi2/pmix gave this rank its PMI_RANK, not MPICH's mpiexec
         return rank, size, launcher
     return 0, 1, "none"
+
+
+def _srun_started(env: Mapping[str, str], rank: int, size: int) -> bool:
+    """Whether srun itself started this MPI rank (its task numbering is the MPI one), rather than an ``mpiexec``
+    whose per-node proxies srun started inside the allocation."""
+    return _int_env(env, "SLURM_PROCID") == rank and _int_env(env, "SLURM_STEP_NUM_TASKS") == size
+
+
+#: Slurm's job context, as the manifest and the launch records keep it (key there: variable).
+SLURM_VARS: Tuple[Tuple[str, str], ...] = (
+    ("job_id", "SLURM_JOB_ID"), ("job_name", "SLURM_JOB_NAME"), ("nodelist", "SLURM_JOB_NODELIST"),
+    ("num_nodes", "SLURM_JOB_NUM_NODES"), ("ntasks", "SLURM_NTASKS"), ("partition", "SLURM_JOB_PARTITION"),
+    ("account", "SLURM_JOB_ACCOUNT"), ("cluster", "SLURM_CLUSTER_NAME"), ("submit_dir", "SLURM_SUBMIT_DIR"),
+    ("array_job_id", "SLURM_ARRAY_JOB_ID"), ("array_task_id", "SLURM_ARRAY_TASK_ID"),
+    ("step_id", "SLURM_STEP_ID"), ("step_nodelist", "SLURM_STEP_NODELIST"), ("procid", "SLURM_PROCID"),
+    ("localid", "SLURM_LOCALID"), ("nodeid", "SLURM_NODEID"), ("cpus_per_task", "SLURM_CPUS_PER_TASK"),
+)
+
+#: the per-task part of :data:`SLURM_VARS`: in each launch record, not in the manifest's job context
+SLURM_TASK_KEYS = ("procid", "localid", "nodeid")
+
+
+def slurm_context(env: Optional[Mapping[str, str]] = None) -> dict:
+    """Slurm's job context from the environment: ``{"job_id": "123", "nodelist": "nid[001-004]", ...}``, only the
+    variables that are set; empty outside a Slurm job. ``SLURM_NODELIST`` (the older name) stands in for
+    ``SLURM_JOB_NODELIST``."""
+    env = os.environ if env is None else env
+    out = {key: env[var] for key, var in SLURM_VARS if env.get(var, "").strip()}
+    if "nodelist" not in out and env.get("SLURM_NODELIST", "").strip():
+        out["nodelist"] = env["SLURM_NODELIST"]
+    return out
 
 
 def hostname() -> str:

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
 from . import layout
-from ._env import detect_rank_world, hostname
+from ._env import SLURM_TASK_KEYS, detect_rank_world, hostname, slurm_context
 from .logger import ENV_DIR, VERSION
 from .tf import ENV_TF_PROFILE, parse_profile_spec
 
@@ -377,6 +377,9 @@ def prepare(args: argparse.Namespace, env: Dict[str, str]) -> Dict[str, Any]:
         "clock": {"wall_ns": wall, "perf_ns": (p0 + p1) // 2},
         "command": list(args.cmd), "cwd": os.getcwd(), "layers": layers,
     }
+    slurm = slurm_context(env)
+    if slurm:
+        record["slurm"] = slurm
     own = layout.launch_record(run_dir, rank)
     layout.write_json_atomic(own, record)
     if rank == 0:
@@ -396,6 +399,8 @@ def prepare(args: argparse.Namespace, env: Dict[str, str]) -> Dict[str, Any]:
             "env": {k: env[k] for k in (ENV_DIR, ENV_TF_PROFILE, "HOROVOD_TIMELINE", "DFTRACER_LOG_FILE",
                                         "DFTRACER_DATA_DIR", "DARSHAN_LOGPATH", "SLURM_JOB_ID") if k in env},
         }
+        if slurm:  # the job's context (job id, name, node list, ...); each rank's task ids stay in its launch record
+            manifest["slurm"] = {k: v for k, v in slurm.items() if k not in SLURM_TASK_KEYS}
         layout.write_json_atomic(run_dir / layout.MANIFEST, manifest)
     elif args.force:
         _wait_for_rank0(run_dir, record, _WAIT_FORCE_S + _WAIT_CLEAR_MARGIN_S)

@@ -20,6 +20,7 @@ import pandas as pd
 from trace_merge import __version__, analysis, plots
 from trace_merge.findings import findings, next_step
 from trace_merge.formatting import cell, sig3
+from trace_merge.jobinfo import slurm_line
 from trace_merge.outputs import atomic_output, refuse_existing
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
@@ -184,6 +185,7 @@ def render_report(run: "Run", parts: "Optional[analysis.Summary]" = None) -> str
         f'<p class="sub">{html.escape(str(run.path))} · {m["ranks"]} rank(s) · job wall time '
         f'{sig3(m["job_wall_s"] or 0)} s · {len(run.warnings)} warning(s) · generated '
         f"{_dt.datetime.now(_dt.timezone.utc):%Y-%m-%d %H:%M UTC} by trace_merge {__version__}</p>",
+        *([f'<p class="sub">{html.escape(job)}</p>'] if (job := slurm_line(run.manifest)) else []),
         _first_screen(run, a, found),
         "<h2>Run</h2>", _kv(facts),
         f"<h2>Warnings ({len(run.warnings)})</h2><ul class='warn'>{warnings}</ul>",
