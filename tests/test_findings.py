@@ -90,6 +90,12 @@ def test_first_epoch_effect(runs):
     assert "first_epoch_slow" not in keys(runs["storage"])
 
 
+def test_rereads_every_epoch(runs):
+    """The same 128 MiB read from the file system in both epochs: a cache candidate; 512 KB read twice is not."""
+    assert "rereads_every_epoch" in keys(runs["storage"])
+    assert "rereads_every_epoch" not in keys(runs["compute"])
+
+
 def test_no_file_system_layer_and_no_visible_wait(data, tmp_path, runs):
     assert keys(_run(data, tmp_path / "nofs", "--step-ms", "5", posix=False))[0] == "input_bound_no_fs_layer"
     assert "input_bound_no_fs_layer" not in keys(runs["storage"])

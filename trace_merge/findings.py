@@ -30,6 +30,10 @@ FIRST_EPOCH_RATIO = 1.5
 RANK_IMBALANCE_RATIO = 1.15
 #: share of the step phases' time no framework profile saw above which the python/compute split is a sample
 LOW_COVERAGE_SHARE = 0.50
+#: later epochs reading at least this share of epoch 0's bytes from the file system re-read the data set ...
+REREAD_SHARE = 0.5
+#: ... when that is at least this many bytes in all (less is not worth a cache)
+REREAD_MIN_BYTES = 32 << 20
 #: median read size below which reads are small, and the least number of reads to say so
 SMALL_READ_BYTES = 64 << 10
 SMALL_READ_MIN_COUNT = 1000
@@ -217,6 +221,31 @@ def _small_reads_finding(a: "Summary") -> Optional[Finding]:
         0.0)
 
 
+def _reread_finding(a: "Summary") -> Optional[Finding]:
+    """The same data read from the file system again every epoch: a cache candidate (tf.data cache, node-local
+    copy). With global shuffle each rank's files change every epoch, so this is also what that shuffle costs."""
+    per = a.epoch_bandwidth_totals
+    if len(per) < 2 or 0 not in set(per["epoch"].astype(int)):
+        return None
+    per = per.set_index(per["epoch"].astype(int))["read_bytes"].astype(float)
+    first, later = float(per.loc[0]), per.drop(index=0)
+    if first <= 0 or later.median() < REREAD_SHARE * first or later.sum() < REREAD_MIN_BYTES:
+        return None
+    ranks = int(a.epoch_bandwidth["rank"].nunique()) if len(a.epoch_bandwidth) else 1
+    return Finding(
+        "rereads_every_epoch", "medium" if verdict_is_input_bound(a) else "info",
+        "Every epoch reads the data set from the file system again",
+        f"epoch 0 read {_size(first)}, later epochs {_size(later.median())} each (median), {_size(later.sum())} "
+        f"re-read in all over {ranks} rank(s)", "posix",
+        f"cache it when {_size(first / max(ranks, 1))} per rank fits: `dataset.cache()` (memory) or "
+        "`dataset.cache('/local/ssd/cache')`, or copy the files to node-local storage at job start; with global "
+        "shuffle, shuffle file order within a node-local copy instead of moving files between ranks", 0.0)
+
+
+def verdict_is_input_bound(a: "Summary") -> bool:
+    return a.verdict.get("verdict") in ("moderately input-bound", "highly input-bound")
+
+
 def _size(n: float) -> str:
     for unit, scale in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
         if n >= scale:
@@ -228,7 +257,8 @@ def findings(a: "Summary") -> list[Finding]:
     """Every finding of a run: the verdict's first, then the others by severity and seconds at stake."""
     verdict = _verdict_findings(a)  # the answer to "is it input-bound": always first
     found = []
-    for rule in (_comm_finding, _first_epoch_finding, _imbalance_finding, _coverage_finding, _small_reads_finding):
+    for rule in (_comm_finding, _first_epoch_finding, _imbalance_finding, _coverage_finding, _small_reads_finding,
+                 _reread_finding):
         f = rule(a)
         if f is not None:
             found.append(f)
