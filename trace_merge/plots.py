@@ -33,6 +33,14 @@ COMPONENT_COLOURS = {
     "fs": CAT_COLOURS["io"], "comm": CAT_COLOURS["comm"], "input_wait": CAT_COLOURS["wait"],
     "compute": CAT_COLOURS["compute"], "python": CAT_COLOURS["preprocess"], "not_observed": "#ffffff",
 }
+#: Read and write (e.g. Darshan DXT segments, per-file bytes): reads in the io colour, writes apart from every cat.
+IO_COLOURS = {"read": CAT_COLOURS["io"], "write": "#e377c2"}
+#: The original study's phases (:data:`trace_merge.analysis.STUDY_COMPONENTS`) in the colour of their cat.
+STUDY_COLOURS = {"read": CAT_COLOURS["io"], "load": CAT_COLOURS["preprocess"], "training": CAT_COLOURS["compute"],
+                 "checkpoint": CAT_COLOURS["checkpoint"], "other": CAT_COLOURS["other"]}
+#: Local and global shuffle (the benchmarks' ``--shuffle``), in colours no cat or component uses.
+SHUFFLE_COLOURS = {"local": "#17becf", "global": "#bcbd22"}
+
 #: Components drawn hatched: time no captured layer could split (it is not known to be anything)
 COMPONENT_HATCHES = {"not_observed": "///"}
 #: The bar that holds the phases beyond ``top`` in :func:`plot_layered_breakdown`.
@@ -93,6 +101,7 @@ def plot_breakdown(df: pd.DataFrame, ax: "Optional[Axes]" = None, *, totals: boo
         left += width
     ax.set_yticks(y, labels)
     ax.invert_yaxis()
+    ax.set_ylabel("rank · epoch")
     ax.set_xlim(0, 100)
     ax.set_xlabel("share of wall time (%)")
     ax.set_title("Where the time went (exclusive, per rank × epoch)", pad=22)
@@ -153,8 +162,8 @@ def _excerpt(frame: pd.DataFrame, start_ns: Optional[int], end_ns: Optional[int]
 
 
 def plot_timeline(frame: pd.DataFrame, ax: "Optional[Axes]" = None, *, start_ns: Optional[int] = None,
-                  end_ns: Optional[int] = None, max_events: int = 3000) -> "Figure":
-    """Timeline excerpt: one lane per rank × layer, intervals coloured by cat.
+                  end_ns: Optional[int] = None, max_events: int = 3000, by: str = "cat") -> "Figure":
+    """Timeline of the run or an excerpt of it: one lane per rank × layer, intervals coloured by cat.
 
     Parameters
     ----------
@@ -163,6 +172,9 @@ def plot_timeline(frame: pd.DataFrame, ax: "Optional[Axes]" = None, *, start_ns:
     start_ns, end_ns
         Absolute epoch ns of the excerpt; by default the whole run, or a leading slice of it holding about
         ``max_events`` events when the run has more.
+    by
+        ``"cat"``: colour by cat (:data:`CAT_COLOURS`); ``"io"``: colour reads and writes apart by the event name
+        (:data:`IO_COLOURS`; other events in the ``other`` colour), for logs whose events are all ``io``.
     """
     fig, ax = _figure_and_axes(ax, (11, 1.5 + 0.4 * max(frame.groupby(["rank", "layer"], observed=True).ngroups, 1)
                                     if len(frame) else 2))
@@ -172,26 +184,43 @@ def plot_timeline(frame: pd.DataFrame, ax: "Optional[Axes]" = None, *, start_ns:
     lo, hi = _excerpt(frame, start_ns, end_ns, max_events)
     rows = frame[((frame["end_ns"] >= lo) & (frame["start_ns"] <= hi)).to_numpy()]
     lanes = rows.groupby(["rank", "layer"], observed=True, sort=True)
-    labels = []
+    if by == "io":
+        colours = {**IO_COLOURS, "other": CAT_COLOURS["other"]}
+        order = ["other", *IO_COLOURS]
+
+        def keys(lane: pd.DataFrame) -> np.ndarray:
+            name = as_text(lane["name"]).str.lower()
+            return np.where(name.str.contains("write"), "write", np.where(name.str.contains("read"), "read",
+                                                                          "other"))
+    else:
+        colours, order = CAT_COLOURS, list(PRIORITY[::-1])  # high-priority (usually inner) intervals drawn on top
+
+        def keys(lane: pd.DataFrame) -> np.ndarray:
+            return as_text(lane["cat"]).to_numpy()
+    labels, drawn = [], set()
     for i, ((rank, layer), lane) in enumerate(lanes):
         labels.append(f"rank {rank} · {layer}")
         s = (np.maximum(lane["start_ns"].to_numpy(), lo) - lo) / 1e9
         w = (np.minimum(lane["end_ns"].to_numpy(), hi) - lo) / 1e9 - s
-        cats = as_text(lane["cat"]).to_numpy()
-        for cat in PRIORITY[::-1]:  # high-priority (usually inner) intervals drawn on top
-            sel = cats == cat
+        kind = keys(lane)
+        for key in order:
+            sel = kind == key
             if sel.any():
-                ax.broken_barh(list(zip(s[sel], np.maximum(w[sel], 0))), (i - 0.4, 0.8),
-                               facecolors=CAT_COLOURS[cat])
+                ax.broken_barh(list(zip(s[sel], np.maximum(w[sel], 0))), (i - 0.4, 0.8), facecolors=colours[key])
+                drawn.add(key)
     ax.set_yticks(np.arange(len(labels)), labels)
     ax.invert_yaxis()
+    ax.set_ylabel("rank · layer")
     ax.set_xlim(0, (hi - lo) / 1e9)
-    ax.set_xlabel("seconds since excerpt start")
-    ax.set_title(f"Timeline excerpt ({(hi - lo) / 1e9:.3g} s)", pad=22)
+    whole = lo <= int(frame["start_ns"].min()) and hi >= int(frame["end_ns"].max())
+    ax.set_xlabel("seconds since the run's first event" if whole else "seconds since excerpt start")
+    ax.set_title(f"Timeline, whole run ({(hi - lo) / 1e9:.3g} s)" if whole else
+                 f"Timeline excerpt ({(hi - lo) / 1e9:.3g} s)", pad=22)
     from matplotlib.patches import Patch
 
-    ax.legend(handles=[Patch(color=CAT_COLOURS[c], label=c) for c in PRIORITY], loc="lower center",
-              bbox_to_anchor=(0.5, 1.0), ncol=len(PRIORITY), frameon=False, fontsize="small")
+    shown = [k for k in order[::-1] if k in drawn]  # only what is drawn gets a legend entry
+    ax.legend(handles=[Patch(color=colours[k], label=k) for k in shown], loc="lower center",
+              bbox_to_anchor=(0.5, 1.0), ncol=max(len(shown), 1), frameon=False, fontsize="small")
     return fig
 
 
@@ -292,6 +321,7 @@ def plot_layered_breakdown(df: pd.DataFrame, ax: "Optional[Axes]" = None, *, top
         labels.append(f"{name}{'' if rank is None else f' · rank {rank}'} · {t:.3g} s")
     ax.set_yticks(y, labels, fontsize="small")
     ax.invert_yaxis()
+    ax.set_ylabel("app phase [cat] · self time")
     ax.set_xlabel("self time (s)")
     ax.set_title("App phases split by the layer below that saw the time"
                  + (" (per rank, summed over epochs)" if by_rank else " (summed over ranks and epochs)"), pad=34)
