@@ -140,7 +140,7 @@ SWEEP = Path(os.environ.get("NOTEBOOK_SWEEP") or (_sweep if (_sweep / "compariso
 ''' + MAKE_RUNS_PARAM),
         ("code", SMALL_HEPCNN + '''
 from benchmarks.common.sweep import point_dirs
-from trace_merge.tables import readable
+from trace_merge.tables import number, readable
 
 if not (SWEEP / "comparison.json").is_file():
     if not MAKE_RUNS:
@@ -204,7 +204,7 @@ readable(per_epoch.assign(read_MB=per_epoch["read_bytes"] / 1e6),
          {"shuffle": "shuffle", "epoch": "epoch", "ranks": "ranks", "read_MB": ("read", "MB"),
           "slowest_read_time_s": ("slowest rank's read time", "s"),
           "aggregate_bw_MB_per_s": ("aggregate read bandwidth", "MB/s")})'''),
-        ("code", '''bw = per_epoch.pivot(index="epoch", columns="shuffle", values="aggregate_bw_MB_per_s")
+        ("code", '''bw = per_epoch.pivot(index="epoch", columns="shuffle", values="aggregate_bw_MB_per_s")[list(runs)]
 fig = Figure(figsize=(8, 3.2), layout="constrained")
 ax = fig.add_subplot()
 width = 0.8 / len(bw.columns)
@@ -241,9 +241,9 @@ def against_study(key: str, what: str, unit: str, study_higher: str) -> tuple[st
         return f"- {what}: not measured in this run", True
     higher = "global" if glo > loc else "local" if loc > glo else None
     if higher is None:
-        return f"- {what}: the same in both modes ({loc:.3g} {unit}) — the study has {study_higher} higher", False
+        return f"- {what}: the same in both modes ({number(loc)} {unit}) — the study has {study_higher} higher", False
     agrees = higher == study_higher
-    return (f"- {what}: **{higher} shuffle is higher** ({glo:.3g} {unit} global, {loc:.3g} {unit} local) — "
+    return (f"- {what}: **{higher} shuffle is higher** ({number(glo)} {unit} global, {number(loc)} {unit} local) — "
             + ("as in the study" if agrees else f"**not** the study's direction ({study_higher} higher there)")), agrees
 
 

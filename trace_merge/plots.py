@@ -186,7 +186,7 @@ def plot_timeline(frame: pd.DataFrame, ax: "Optional[Axes]" = None, *, start_ns:
     lanes = rows.groupby(["rank", "layer"], observed=True, sort=True)
     if by == "io":
         colours = {**IO_COLOURS, "other": CAT_COLOURS["other"]}
-        order = ["other", *IO_COLOURS]
+        order = ["other", *list(IO_COLOURS)[::-1]]  # the legend lists them the other way round: read first
 
         def keys(lane: pd.DataFrame) -> np.ndarray:
             name = as_text(lane["name"]).str.lower()
