@@ -487,6 +487,7 @@ def timeline_interactive(frame: pd.DataFrame, *, start_ns: Optional[int] = None,
         fig.add_trace(go.Bar(x=part["_w"], base=part["_s"], y=part["_lane"], orientation="h", name=cat,
                              marker_color=CAT_COLOURS[cat], hovertext=hover, hoverinfo="text"))
     fig.update_layout(barmode="overlay", title=f"Timeline ({(hi - lo) / 1e9:.3g} s from the excerpt start)",
-                      xaxis_title="seconds since excerpt start", height=200 + 28 * len(order),
+                      xaxis_title="seconds since excerpt start", yaxis_title="rank · layer",
+                      height=200 + 28 * len(order),
                       yaxis={"categoryorder": "array", "categoryarray": order[::-1]})
     return fig
