@@ -136,7 +136,8 @@ def _demo_layout(root: Path, sweep: Path, ablation: Path) -> None:
     climate.mkdir(parents=True)
     from benchmarks.common.ablate import find_modes
 
-    for mode, run_dir in find_modes(ablation).items():  # `ablate` names them by point (n2-local-no-io), the demo by mode
+    # `ablate` names the run directories by point (n2-local-no-io), the demo by mode
+    for mode, run_dir in find_modes(ablation).items():
         (climate / mode).symlink_to(run_dir, target_is_directory=True)
     for out in (stamp, climate):
         (out.parent / "latest").symlink_to(out.name)

@@ -23,7 +23,8 @@ pd.set_option("display.max_columns", 30)
 repo = Path.cwd().parent if Path.cwd().name == "notebooks" else Path.cwd()
 '''
 
-MAKE_RUNS_PARAM = '''# Set NOTEBOOK_MAKE_RUNS=1 to let this notebook make small real runs when it finds none (a few minutes; their
+MAKE_RUNS_PARAM = '''
+# Set NOTEBOOK_MAKE_RUNS=1 to let this notebook make small real runs when it finds none (a few minutes; their
 # output goes to log files beside them, one line here). Without it, missing runs are an error saying what to run.
 MAKE_RUNS = os.environ.get("NOTEBOOK_MAKE_RUNS", "") not in ("", "0")
 SCRATCH = Path(os.environ.get("NOTEBOOK_SCRATCH") or repo / "runs" / "notebooks")
@@ -494,7 +495,9 @@ else:
     display(readable(merged.layered_breakdown(),
                      {"rank": "rank", "phase": "app phase", "time_s": ("self time", "s"),
                       **''' + COMPONENT_COLUMNS + '''}))
-    display(plots.plot_timeline(merged.frame, by="io"))'''),
+    display(plots.plot_timeline(merged.frame, by="io"))
+else:
+    print("nothing merged (no DXT segments): no phases to split")'''),
     ],
 }
 

@@ -26,9 +26,9 @@ def bandwidth_vs_ranks(rows: Sequence[Mapping[str, Any]], ax: Any) -> None:
             mbs = have[key].to_numpy(dtype=float)
             ranks = have["ranks"].to_numpy(dtype=float)
             colour = SHUFFLE_COLOURS.get(mode, CAT_COLOURS["other"])
-            ax.plot(ranks, mbs, marker=marker, color=colour, label=f"{mode} shuffle, {label}")
+            ax.plot(ranks, mbs, marker=marker, color=colour, label=f"{mode}, {label}")
             ax.plot(ranks, mbs[0] * ranks / ranks[0], linestyle="--", color=colour, alpha=0.5,
-                    label=f"{mode} shuffle, {label}: ideal linear")
+                    label=f"{mode}, {label}: ideal linear")
     ax.set_xlabel("ranks")
     ax.set_ylabel("aggregate read bandwidth (MB/s)")
     ax.set_title("Read bandwidth vs ranks (Σ bytes ÷ slowest rank's read time, per epoch)")
