@@ -428,14 +428,20 @@ readable(per_file.reset_index().assign(read_MB=lambda d: d["POSIX_BYTES_READ"] /
 from matplotlib.figure import Figure
 
 shown = per_file.head(20)  # the 20 files that read the most
+series = {"read": ("POSIX_BYTES_READ", "read"), "write": ("POSIX_BYTES_WRITTEN", "written")}
+series = {k: v for k, v in series.items() if shown[v[0]].sum() > 0}  # no legend entry for what is not drawn
+biggest = float(shown[[col for col, _ in series.values()]].max().max()) if series else 0.0
+scale, unit = next((f, u) for f, u in ((1e12, "TB"), (1e9, "GB"), (1e6, "MB")) if biggest >= f or u == "MB")
 y = np.arange(len(shown))
+height = 0.8 / max(len(series), 1)
 fig = Figure(figsize=(9, 1.4 + 0.35 * max(len(shown), 1)), layout="constrained")
 ax = fig.add_subplot()
-ax.barh(y - 0.2, shown["POSIX_BYTES_READ"] / 1e6, 0.4, color=plots.IO_COLOURS["read"], label="read")
-ax.barh(y + 0.2, shown["POSIX_BYTES_WRITTEN"] / 1e6, 0.4, color=plots.IO_COLOURS["write"], label="written")
+for i, (kind, (col, label)) in enumerate(series.items()):
+    ax.barh(y + (i - (len(series) - 1) / 2) * height, shown[col] / scale, height, color=plots.IO_COLOURS[kind],
+            label=label)
 ax.set_yticks(y, [Path(str(f)).name for f in shown.index], fontsize="small")
 ax.invert_yaxis()
-ax.set_xlabel("data (MB)")
+ax.set_xlabel(f"data ({unit})")
 ax.set_ylabel("file")
 ax.set_title(f"Bytes read and written per file ({len(shown)} of {len(per_file)} files)")
 ax.legend(''' + LEGEND_OUTSIDE + ''')

@@ -219,7 +219,8 @@ def plot_timeline(frame: pd.DataFrame, ax: "Optional[Axes]" = None, *, start_ns:
     from matplotlib.patches import Patch
 
     shown = [k for k in order[::-1] if k in drawn]  # only what is drawn gets a legend entry
-    ax.legend(handles=[Patch(color=colours[k], label=k) for k in shown], loc="lower center",
+    names = {"other": "neither read nor write"} if by == "io" else {}
+    ax.legend(handles=[Patch(color=colours[k], label=names.get(k, k)) for k in shown], loc="lower center",
               bbox_to_anchor=(0.5, 1.0), ncol=max(len(shown), 1), frameon=False, fontsize="small")
     return fig
 
