@@ -323,10 +323,10 @@ def heatmap_df(frame: pd.DataFrame, bins: int = _HEATMAP_BINS) -> "tuple[pd.Data
 
 def plot_dxt_heatmap(frame: pd.DataFrame, bins: int = _HEATMAP_BINS) -> "Figure":
     """Heat maps of bytes read (top) and written (bottom) per time bin × rank from the DXT segments, each with
-    the total per bin above it; colours from :data:`trace_merge.plots.READ_COLOUR` / ``WRITE_COLOUR``."""
+    the total per bin above it; colours from :data:`trace_merge.plots.IO_COLOURS`."""
     from matplotlib.colors import LinearSegmentedColormap
 
-    from trace_merge.plots import READ_COLOUR, WRITE_COLOUR, _new_figure
+    from trace_merge.plots import IO_COLOURS, _new_figure
 
     df, module = heatmap_df(frame, bins)
     if not len(df):
@@ -335,7 +335,7 @@ def plot_dxt_heatmap(frame: pd.DataFrame, bins: int = _HEATMAP_BINS) -> "Figure"
     span = float(df["t1_s"].max())
     fig = _new_figure((9, 2.6 + 2 * min(0.18 * len(ranks), 3.0)))
     grid = fig.add_gridspec(4, 2, height_ratios=[1, 3, 1, 3], width_ratios=[40, 1])
-    for row, (op, colour) in enumerate((("read", READ_COLOUR), ("write", WRITE_COLOUR))):
+    for row, (op, colour) in enumerate(IO_COLOURS.items()):
         part = df[df["op"] == op]
         z = np.zeros((len(ranks), bins))
         z[np.searchsorted(ranks, part["rank"].to_numpy()), part["bin"].to_numpy()] = part["bytes"].to_numpy()

@@ -33,13 +33,54 @@ COMPONENT_COLOURS = {
     "fs": CAT_COLOURS["io"], "comm": CAT_COLOURS["comm"], "input_wait": CAT_COLOURS["wait"],
     "compute": CAT_COLOURS["compute"], "python": CAT_COLOURS["preprocess"], "not_observed": "#ffffff",
 }
-#: Bytes read and written (the Darshan view's heat map): reads are the input side (io); writes are mostly
-#: checkpoints in a training job
-READ_COLOUR, WRITE_COLOUR = CAT_COLOURS["io"], CAT_COLOURS["checkpoint"]
+#: Read and write (e.g. Darshan DXT segments, per-file bytes): reads in the io colour, writes apart from every cat.
+IO_COLOURS = {"read": CAT_COLOURS["io"], "write": "#e377c2"}
+#: The original study's phases (:data:`trace_merge.analysis.STUDY_COMPONENTS`) in the colour of their cat.
+STUDY_COLOURS = {"read": CAT_COLOURS["io"], "load": CAT_COLOURS["preprocess"], "training": CAT_COLOURS["compute"],
+                 "checkpoint": CAT_COLOURS["checkpoint"], "other": CAT_COLOURS["other"]}
+#: Local and global shuffle (the benchmarks' ``--shuffle``), in colours no cat or component uses.
+SHUFFLE_COLOURS = {"local": "#17becf", "global": "#bcbd22"}
+
 #: Components drawn hatched: time no captured layer could split (it is not known to be anything)
 COMPONENT_HATCHES = {"not_observed": "///"}
 #: The bar that holds the phases beyond ``top`` in :func:`plot_layered_breakdown`.
 OTHER_PHASES = "other phases"
+
+
+def plot_grouped_bars(table: pd.DataFrame, colours: dict, *, labels: Optional[dict] = None,
+                      ticks: Optional[list] = None, xlabel: str = "", ylabel: str = "", title: str = "") -> "Figure":
+    """One group of bars per row of ``table`` (x, labelled ``ticks``), one bar per column in ``colours[column]``
+    with legend label ``labels[column]`` (default: the column name); the legend outside the data, on the right."""
+    fig, ax = _figure_and_axes(None, (8, 3.2))
+    width = 0.8 / len(table.columns)
+    for i, col in enumerate(table.columns):
+        ax.bar(np.arange(len(table)) + (i - (len(table.columns) - 1) / 2) * width, table[col].to_numpy(dtype=float),
+               width, color=colours[col], label=(labels or {}).get(col, str(col)))
+    ax.set_xticks(np.arange(len(table)), ticks if ticks is not None else [str(x) for x in table.index])
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
+    return fig
+
+
+def plot_stacked_bars(parts: "list[tuple[str, Any, str, Optional[str]]]", ticks: list, *, xlabel: str = "",
+                      ylabel: str = "", title: str = "") -> "Figure":
+    """One stacked bar per tick: ``parts`` are ``(label, values, colour, hatch)`` from the bottom up (``values``
+    one per tick, missing as 0); the legend outside the data, on the right."""
+    fig, ax = _figure_and_axes(None, (8, 3.4))
+    x = np.arange(len(ticks))
+    bottom = np.zeros(len(x))
+    for label, values, colour, hatch in parts:
+        height = np.nan_to_num(np.asarray(values, dtype=float))
+        ax.bar(x, height, 0.6, bottom=bottom, color=colour, hatch=hatch, edgecolor="white", label=label)
+        bottom += height
+    ax.set_xticks(x, ticks)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
+    return fig
 
 
 def _new_figure(size: tuple[float, float]) -> "Figure":
@@ -61,7 +102,6 @@ def _no_data(ax: "Optional[Axes]", size: tuple[float, float], text: str) -> "Fig
     fig, ax = _figure_and_axes(ax, size)
     ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, color="#666")
     ax.set_axis_off()
-    return fig
     return fig
 
 
@@ -97,6 +137,7 @@ def plot_breakdown(df: pd.DataFrame, ax: "Optional[Axes]" = None, *, totals: boo
         left += width
     ax.set_yticks(y, labels)
     ax.invert_yaxis()
+    ax.set_ylabel("rank · epoch")
     ax.set_xlim(0, 100)
     ax.set_xlabel("share of wall time (%)")
     ax.set_title("Where the time went (exclusive, per rank × epoch)", pad=22)
@@ -157,8 +198,8 @@ def _excerpt(frame: pd.DataFrame, start_ns: Optional[int], end_ns: Optional[int]
 
 
 def plot_timeline(frame: pd.DataFrame, ax: "Optional[Axes]" = None, *, start_ns: Optional[int] = None,
-                  end_ns: Optional[int] = None, max_events: int = 3000) -> "Figure":
-    """Timeline excerpt: one lane per rank × layer, intervals coloured by cat.
+                  end_ns: Optional[int] = None, max_events: int = 3000, by: str = "cat") -> "Figure":
+    """Timeline of the run or an excerpt of it: one lane per rank × layer, intervals coloured by cat.
 
     Parameters
     ----------
@@ -167,6 +208,9 @@ def plot_timeline(frame: pd.DataFrame, ax: "Optional[Axes]" = None, *, start_ns:
     start_ns, end_ns
         Absolute epoch ns of the excerpt; by default the whole run, or a leading slice of it holding about
         ``max_events`` events when the run has more.
+    by
+        ``"cat"``: colour by cat (:data:`CAT_COLOURS`); ``"io"``: colour reads and writes apart by the event name
+        (:data:`IO_COLOURS`; other events in the ``other`` colour), for logs whose events are all ``io``.
     """
     fig, ax = _figure_and_axes(ax, (11, 1.5 + 0.4 * max(frame.groupby(["rank", "layer"], observed=True).ngroups, 1)
                                     if len(frame) else 2))
@@ -176,26 +220,44 @@ def plot_timeline(frame: pd.DataFrame, ax: "Optional[Axes]" = None, *, start_ns:
     lo, hi = _excerpt(frame, start_ns, end_ns, max_events)
     rows = frame[((frame["end_ns"] >= lo) & (frame["start_ns"] <= hi)).to_numpy()]
     lanes = rows.groupby(["rank", "layer"], observed=True, sort=True)
-    labels = []
+    if by == "io":
+        colours = {**IO_COLOURS, "other": CAT_COLOURS["other"]}
+        order = ["other", *list(IO_COLOURS)[::-1]]  # the legend lists them the other way round: read first
+
+        def keys(lane: pd.DataFrame) -> np.ndarray:
+            name = as_text(lane["name"]).str.lower()
+            return np.where(name.str.contains("write"), "write", np.where(name.str.contains("read"), "read",
+                                                                          "other"))
+    else:
+        colours, order = CAT_COLOURS, list(PRIORITY[::-1])  # high-priority (usually inner) intervals drawn on top
+
+        def keys(lane: pd.DataFrame) -> np.ndarray:
+            return as_text(lane["cat"]).to_numpy()
+    labels, drawn = [], set()
     for i, ((rank, layer), lane) in enumerate(lanes):
         labels.append(f"rank {rank} · {layer}")
         s = (np.maximum(lane["start_ns"].to_numpy(), lo) - lo) / 1e9
         w = (np.minimum(lane["end_ns"].to_numpy(), hi) - lo) / 1e9 - s
-        cats = as_text(lane["cat"]).to_numpy()
-        for cat in PRIORITY[::-1]:  # high-priority (usually inner) intervals drawn on top
-            sel = cats == cat
+        kind = keys(lane)
+        for key in order:
+            sel = kind == key
             if sel.any():
-                ax.broken_barh(list(zip(s[sel], np.maximum(w[sel], 0))), (i - 0.4, 0.8),
-                               facecolors=CAT_COLOURS[cat])
+                ax.broken_barh(list(zip(s[sel], np.maximum(w[sel], 0))), (i - 0.4, 0.8), facecolors=colours[key])
+                drawn.add(key)
     ax.set_yticks(np.arange(len(labels)), labels)
     ax.invert_yaxis()
+    ax.set_ylabel("rank · layer")
     ax.set_xlim(0, (hi - lo) / 1e9)
-    ax.set_xlabel("seconds since excerpt start")
-    ax.set_title(f"Timeline excerpt ({(hi - lo) / 1e9:.3g} s)", pad=22)
+    whole = lo <= int(frame["start_ns"].min()) and hi >= int(frame["end_ns"].max())
+    ax.set_xlabel("seconds since the run's first event" if whole else "seconds since excerpt start")
+    ax.set_title(f"Timeline, whole run ({(hi - lo) / 1e9:.3g} s)" if whole else
+                 f"Timeline excerpt ({(hi - lo) / 1e9:.3g} s)", pad=22)
     from matplotlib.patches import Patch
 
-    ax.legend(handles=[Patch(color=CAT_COLOURS[c], label=c) for c in PRIORITY], loc="lower center",
-              bbox_to_anchor=(0.5, 1.0), ncol=len(PRIORITY), frameon=False, fontsize="small")
+    shown = [k for k in order[::-1] if k in drawn]  # only what is drawn gets a legend entry
+    names = {"other": "neither read nor write"} if by == "io" else {}
+    ax.legend(handles=[Patch(color=colours[k], label=names.get(k, k)) for k in shown], loc="lower center",
+              bbox_to_anchor=(0.5, 1.0), ncol=max(len(shown), 1), frameon=False, fontsize="small")
     return fig
 
 
@@ -296,6 +358,7 @@ def plot_layered_breakdown(df: pd.DataFrame, ax: "Optional[Axes]" = None, *, top
         labels.append(f"{name}{'' if rank is None else f' · rank {rank}'} · {t:.3g} s")
     ax.set_yticks(y, labels, fontsize="small")
     ax.invert_yaxis()
+    ax.set_ylabel("app phase [cat] · self time")
     ax.set_xlabel("self time (s)")
     ax.set_title("App phases split by the layer below that saw the time"
                  + (" (per rank, summed over epochs)" if by_rank else " (summed over ranks and epochs)"), pad=34)
@@ -482,6 +545,7 @@ def timeline_interactive(frame: pd.DataFrame, *, start_ns: Optional[int] = None,
         fig.add_trace(go.Bar(x=part["_w"], base=part["_s"], y=part["_lane"], orientation="h", name=cat,
                              marker_color=CAT_COLOURS[cat], hovertext=hover, hoverinfo="text"))
     fig.update_layout(barmode="overlay", title=f"Timeline ({(hi - lo) / 1e9:.3g} s from the excerpt start)",
-                      xaxis_title="seconds since excerpt start", height=200 + 28 * len(order),
+                      xaxis_title="seconds since excerpt start", yaxis_title="rank · layer",
+                      height=200 + 28 * len(order),
                       yaxis={"categoryorder": "array", "categoryarray": order[::-1]})
     return fig

@@ -6,6 +6,8 @@ from typing import Any, Mapping, Sequence
 
 import pandas as pd
 
+from trace_merge.plots import CAT_COLOURS, SHUFFLE_COLOURS
+
 
 #: what the bandwidth panel draws per shuffle mode: the first epoch (a cold node cache) and the later ones apart
 _SERIES = (("epoch0_read_bw_MB_per_s", "epoch 0", "o"), ("later_read_bw_MB_per_s", "later epochs", "s"))
@@ -23,15 +25,16 @@ def bandwidth_vs_ranks(rows: Sequence[Mapping[str, Any]], ax: Any) -> None:
                 continue
             mbs = have[key].to_numpy(dtype=float)
             ranks = have["ranks"].to_numpy(dtype=float)
-            line = ax.plot(ranks, mbs, marker=marker, label=f"{mode}, {label}")[0]
-            ax.plot(ranks, mbs[0] * ranks / ranks[0], linestyle="--", color=line.get_color(), alpha=0.5,
+            colour = SHUFFLE_COLOURS.get(mode, CAT_COLOURS["other"])
+            ax.plot(ranks, mbs, marker=marker, color=colour, label=f"{mode}, {label}")
+            ax.plot(ranks, mbs[0] * ranks / ranks[0], linestyle="--", color=colour, alpha=0.5,
                     label=f"{mode}, {label}: ideal linear")
     ax.set_xlabel("ranks")
     ax.set_ylabel("aggregate read bandwidth (MB/s)")
     ax.set_title("Read bandwidth vs ranks (Σ bytes ÷ slowest rank's read time, per epoch)")
     if len(df):
         ax.set_xticks(sorted(df["ranks"].unique()))
-        ax.legend(fontsize="small", frameon=False)
+        ax.legend(fontsize="small", frameon=False, loc="upper left", bbox_to_anchor=(1.0, 1.0))
 
 
 def read_share_vs_ranks(rows: Sequence[Mapping[str, Any]], ax: Any) -> None:
@@ -41,13 +44,14 @@ def read_share_vs_ranks(rows: Sequence[Mapping[str, Any]], ax: Any) -> None:
     df = df.dropna(subset=[key]) if key in df else df.iloc[:0]
     for mode, part in df.groupby("shuffle", sort=True):
         part = part.sort_values("ranks")
-        ax.plot(part["ranks"], part[key], marker="o", label=f"{mode} shuffle")
+        ax.plot(part["ranks"], part[key], marker="o", color=SHUFFLE_COLOURS.get(mode, CAT_COLOURS["other"]),
+                label=f"{mode} shuffle")
     ax.set_xlabel("ranks")
     ax.set_ylabel("read % of the training loop" if key == "study_read_pct" else "io % of wall time")
     ax.set_title("Read share vs ranks")
     if len(df):
         ax.set_xticks(sorted(df["ranks"].unique()))
-        ax.legend(fontsize="small", frameon=False)
+        ax.legend(fontsize="small", frameon=False, loc="upper left", bbox_to_anchor=(1.0, 1.0))
 
 
 def sweep_figure(rows: Sequence[Mapping[str, Any]], breakdowns: Mapping[str, pd.DataFrame]) -> Any:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,18 +42,36 @@ def layers_for(data: Path, posix: bool, horovod_timeline: bool) -> Layers:
 
 
 def run_point(point: Point, data: Path, run_dir: Path, train_args: Sequence[str], layers: Layers,
-              dist: str = "auto", benchmark: str = "hepcnn") -> dict[str, Any]:
-    """Run one point of ``benchmarks.<benchmark>`` as its own MPI job, streaming the ranks' progress, then merge it;
-    returns the analysis (:func:`~benchmarks.common.runs.finalize_run`) and the job's wall time ``job_s``."""
+              dist: str = "auto", benchmark: str = "hepcnn", quiet: bool = False) -> dict[str, Any]:
+    """Run one point of ``benchmarks.<benchmark>`` as its own MPI job, streaming the ranks' progress (only into
+    ``<run_dir>.log`` when ``quiet``), then merge it; returns the analysis
+    (:func:`~benchmarks.common.runs.finalize_run`) and the job's wall time ``job_s``."""
     program = [sys.executable, "-m", f"benchmarks.{benchmark}", "train", "--data", str(data.absolute()),
                "--shuffle", point.shuffle, "--mode", point.mode, "--dist", dist, "--no-merge", *train_args]
     run_dir.parent.mkdir(parents=True, exist_ok=True)
     log = run_dir.parent / f"{run_dir.name}.log"
-    print(f"== {point.name}: {' '.join(run_command(point.ranks, run_dir, program, layers))}", flush=True)
-    seconds = stream(run_command(point.ranks, run_dir, program, layers), prefix=f"  {point.name} ", log=log)
+    if quiet:
+        with open(os.devnull, "w") as devnull:
+            seconds = stream(run_command(point.ranks, run_dir, program, layers), log=log, echo=devnull)
+    else:
+        print(f"== {point.name}: {' '.join(run_command(point.ranks, run_dir, program, layers))}", flush=True)
+        seconds = stream(run_command(point.ranks, run_dir, program, layers), prefix=f"  {point.name} ", log=log)
     parts = finalize_run(run_dir)
     parts["job_s"] = seconds
     return parts
+
+
+def point_dirs(directory: "str | Path", rows: Sequence[dict[str, Any]]) -> dict[str, Path]:
+    """``{point name: run dir}`` for the rows of ``directory/comparison.json``: a sweep keeps each point in
+    ``<point name>/`` (``n2-local``), ``make demo`` in ``<shuffle>/`` (``local``, ``global``)."""
+    directory = Path(directory)
+    found = {}
+    for row in rows:
+        for name in (row["point"], row["shuffle"]):
+            if (directory / name / "merged.parquet").is_file():
+                found[row["point"]] = directory / name
+                break
+    return found
 
 
 def parse_list(text: str, kind: type) -> list:
