@@ -22,6 +22,7 @@ from benchmarks.hepcnn.data import generate
 from benchmarks.common.sweep import Point, comparison_rows, format_comparison, layers_for, run_point
 from timelogger import layout
 from trace_merge.analysis import verdict_text
+from trace_merge.findings import findings, next_step
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -53,6 +54,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"verdict: {verdict_text(v)}")
         for line in v["notes"] + results[pt]["analysis"].explanations:
             print(f"  - {line}")
+        found = findings(results[pt]["analysis"])
+        print(f"next step: {next_step(found)}")
+        print("".join(f"  finding {i}: {f.text()}\n" for i, f in enumerate(found[:3], 1)), end="")
     print("\n== drill-down, app layer alone: exclusive share of each rank's epoch wall time (%)")
     print(side_by_side([format_breakdown(results[pt], title=f"{pt.shuffle} shuffle ({pt.ranks} ranks)")
                         for pt in points]))
