@@ -12,7 +12,8 @@ KIND and the unit of LEVEL:
 =========  ======  ===================================================================================
 
 Each generator first measures what it can reach flat out for a short moment (the calibration: cores it may use,
-GB/s, MB/s), then throttles itself to LEVEL in 100 ms slices and records, once a second, the load it achieved as an
+GB/s, MB/s), then throttles itself to LEVEL in 100 ms slices and records, once a second, the load it achieved (cpu: also its ``demand``, time on a core or
+waiting in a run queue for one, which tells a shared machine's contention from a generator that did not try) as an
 interval of the ``noise`` layer in the TimeLogger wire format (``RUN_DIR/noise/<kind>-rank-<r>-pid-<p>.pfw``,
 ``docs/wire-format.md``; its header carries ``"layer": "noise"`` and the calibration). It dies with the process
 that started it: ``PR_SET_PDEATHSIG`` (SIGTERM; its own helper processes get SIGKILL when it goes), and a watchdog
@@ -411,6 +412,19 @@ class _Cpu(_Load):
                 continue
         return total
 
+    def demand_s(self) -> float:
+        """Seconds the workers ran or waited on a run queue (``/proc/<pid>/schedstat``): the load they asked for,
+        which exceeds :meth:`cpu_s` when other processes hold the cores."""
+        total = 0.0
+        for pid in self.children:
+            try:
+                with open(f"/proc/{pid}/schedstat") as fh:
+                    run_ns, wait_ns = fh.read().split()[:2]
+                total += (int(run_ns) + int(wait_ns)) / 1e9
+            except (OSError, ValueError):
+                continue
+        return total
+
     def close(self) -> None:
         for pid in self.children:
             try:
@@ -481,7 +495,7 @@ def generate(kind: str, level: float, run_dir: Path, rank: int, world: int, pare
     try:
         while not stop.stopped() and (end is None or time.perf_counter() < end):
             p0 = time.perf_counter_ns()
-            c0 = load.cpu_s() if isinstance(load, _Cpu) else 0.0
+            c0, d0 = (load.cpu_s(), load.demand_s()) if isinstance(load, _Cpu) else (0.0, 0.0)
             done = 0.0
             period_end = time.perf_counter() + PERIOD_S
             while time.perf_counter() < period_end and not stop.stopped():
@@ -493,9 +507,13 @@ def generate(kind: str, level: float, run_dir: Path, rank: int, world: int, pare
                     time.sleep(rest)
             p1 = time.perf_counter_ns()
             secs = (p1 - p0) / 1e9
-            achieved = (load.cpu_s() - c0) / secs if isinstance(load, _Cpu) else done / load.unit_scale / secs
-            writer.interval(f"noise {kind}", p0, p1, {"rank": rank, "kind": kind, "unit": unit, "target": level,
-                                                      "achieved": round(achieved, 4)})
+            args = {"rank": rank, "kind": kind, "unit": unit, "target": level}
+            if isinstance(load, _Cpu):
+                args["achieved"] = round((load.cpu_s() - c0) / secs, 4)
+                args["demand"] = round((load.demand_s() - d0) / secs, 4)  # on a core or waiting for one
+            else:
+                args["achieved"] = round(done / load.unit_scale / secs, 4)
+            writer.interval(f"noise {kind}", p0, p1, args)
     finally:
         load.close()
         writer.close(stop.why)
