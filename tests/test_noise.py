@@ -108,6 +108,7 @@ def test_kill_9_of_the_job_leaves_no_generator(tmp_path: Path) -> None:
     while _alive(pids) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not _alive(pids), f"left running: {_alive(pids)}"
+    assert noise.wait_stopped(run_dir, 1.0) == []
     for f in (run_dir / "noise").glob("*.pfw"):  # stopped by PR_SET_PDEATHSIG's SIGTERM: closed cleanly
         assert '"timelogger_close"' in f.read_text().splitlines()[-1]
 

@@ -208,6 +208,39 @@ def _die_with_parent_term() -> None:
     _prctl_pdeathsig(signal.SIGTERM)
 
 
+def wait_stopped(run_dir: Path, timeout: float = 5.0) -> List[int]:
+    """After the job: wait until the generators its launch records list have exited (they write their last
+    interval and close record within a slice of the rank's end; a merge started before that would miss them).
+    Returns the pids still running at ``timeout``."""
+    pids = []
+    for f in sorted((Path(run_dir) / "launch").glob("rank-*.json")):
+        try:
+            pids += [int(s["pid"]) for s in json.loads(f.read_text(encoding="utf-8")).get("noise_started") or []]
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+    deadline = time.monotonic() + timeout
+    while True:
+        alive = [p for p in pids if _running(p)]
+        if not alive or time.monotonic() > deadline:
+            return alive
+        time.sleep(0.05)
+
+
+def _running(pid: int) -> bool:
+    """Whether ``pid`` exists and is not a zombie (``/proc``; elsewhere: whether it can be signalled)."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+    except (OSError, IndexError):
+        try:
+            os.kill(pid, 0)
+        except OSError:
+            return False
+        return True
+
+
 # ------------------------------------------------------------------------------------------- the generator side
 
 class _Stop:

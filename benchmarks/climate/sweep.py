@@ -31,4 +31,4 @@ def ablate(argv: Sequence[str] | None = None) -> int:
 def noise(argv: Sequence[str] | None = None) -> int:
     from benchmarks.common.noise import noise_main
 
-    return noise_main(argv, "climate", _check)
+    return noise_main(argv, "climate", _check, [row.phase for row in ABLATION_ROWS])

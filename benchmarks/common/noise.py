@@ -6,7 +6,8 @@ Rounds of one quiet run followed by one run per noise setting, ``--repeats`` rou
 profile of every step (so the layered breakdown can tell framework compute, input wait and Python apart), merged
 after it exits. Interleaving the settings pairs each noisy run with the quiet run of its round, so a slow drift of
 a shared machine's load falls on both. Writes ``noise.txt`` (:func:`trace_merge.noise.format_noise`),
-``noise.json`` (every cell) and ``noise.png`` (slowdown per phase x component, one panel per setting).
+``noise.json`` (every cell) and ``noise.png`` (slowdown per phase x component, one panel per setting) over all
+epochs, and the same as ``noise-steady.*`` over the epochs after the first.
 """
 from __future__ import annotations
 
@@ -33,7 +34,10 @@ def setting_name(spec: str) -> str:
     return spec.replace(":", "-").replace(",", "+")
 
 
-def noise_main(argv: Sequence[str] | None, benchmark: str, check: Callable[[Path, int], Any]) -> int:
+def noise_main(argv: Sequence[str] | None, benchmark: str, check: Callable[[Path, int], Any],
+               phases: Sequence[str] = ()) -> int:
+    """``python -m benchmarks.<benchmark> noise``; ``phases``: the benchmark's phases the table shows first (its
+    read, wait and training phases), before the longest others."""
     p = argparse.ArgumentParser(prog=f"python -m benchmarks.{benchmark} noise",
                                 description="Quiet runs against runs with noise generators beside the ranks, "
                                             "repeated; other flags go to `train` (default: --smoke).")
@@ -45,8 +49,12 @@ def noise_main(argv: Sequence[str] | None, benchmark: str, check: Callable[[Path
                    help="where io noise writes (default: OUT/noise-scratch, the data's file system when beside it)")
     p.add_argument("--noise-cpus", default=None, help="pin the generators (e.g. 1)")
     p.add_argument("--noise-io-mode", default="evict", choices=("evict", "direct", "cached"))
-    p.add_argument("--from-epoch", type=int, default=None, help="table: only epochs >= E (default: all)")
+    p.add_argument("--from-epoch", type=int, default=1,
+                   help="the second table (noise-steady.txt): only epochs >= E, from 0 (default 1: without the "
+                        "first epoch's graph building and cold reads)")
     p.add_argument("--dist", default="horovod")
+    p.add_argument("--tables-only", action="store_true",
+                   help="run nothing: make the tables and figures again from the runs already in OUT")
     p.add_argument("--force", action="store_true", help="replace the runs already in OUT")
     p.add_argument("--debug", action="store_true")
     args, train_args = p.parse_known_args(argv)
@@ -67,6 +75,15 @@ def noise_main(argv: Sequence[str] | None, benchmark: str, check: Callable[[Path
         train_args += ["--tf-profile-steps", "0:100000"]
     names = [QUIET, *map(setting_name, settings)]
     dirs = {(k, n): args.out / f"{n}-r{k}" for k in range(args.repeats) for n in names}
+    if args.tables_only:
+        missing = [d for d in dirs.values() if not (d / "manifest.json").is_file()]
+        if missing:
+            raise TraceInputError(missing[0], "no run here (--tables-only uses the runs of an earlier `noise`)")
+        quiet = [dirs[(k, QUIET)] for k in range(args.repeats)]
+        noisy = [dirs[(k, n)] for n in names[1:] for k in range(args.repeats)]
+        write_noise_table(quiet, noisy, args.out, benchmark, phases)
+        write_noise_table(quiet, noisy, args.out, benchmark, phases, args.from_epoch)
+        return 0
     refuse_existing(*dirs.values(), force=args.force)
     scratch = args.noise_dir or args.out / "noise-scratch"
     scratch.mkdir(parents=True, exist_ok=True)
@@ -84,24 +101,34 @@ def noise_main(argv: Sequence[str] | None, benchmark: str, check: Callable[[Path
             cmd = run_command(args.ranks, run_dir, program, layers)
             print(f"== round {k + 1}/{args.repeats} {name}: {' '.join(cmd)}", flush=True)
             stream(cmd, prefix=f"  {name}-r{k} ", log=run_dir.parent / f"{run_dir.name}.log")
+            left = tn.wait_stopped(run_dir)
+            if left:
+                print(f"  {name}-r{k}: noise generator(s) {left} still running 5 s after the job", flush=True)
             finalize_run(run_dir)
             done[name].append(run_dir)
-    return write_noise_table(done[QUIET], [d for n in names[1:] for d in done[n]], args.out, benchmark,
-                             args.from_epoch)
+    quiet, noisy = done[QUIET], [d for n in names[1:] for d in done[n]]
+    write_noise_table(quiet, noisy, args.out, benchmark, phases)
+    write_noise_table(quiet, noisy, args.out, benchmark, phases, args.from_epoch)
+    return 0
 
 
 def write_noise_table(quiet: Sequence[Path], noisy: Sequence[Path], out: Path, benchmark: str,
-                      from_epoch: int | None = None) -> int:
-    """The table and figure of finished runs into ``out`` (noise.txt, noise.json, noise.png)."""
+                      phases: Sequence[str] = (), from_epoch: int | None = None) -> None:
+    """The table and figure of finished runs into ``out``: ``noise.{txt,json,png}`` over all epochs, or
+    ``noise-steady.*`` over epochs ``>= from_epoch``. Shown: ``phases`` that ran, then the longest others (8 in
+    all)."""
     from trace_merge import noise
 
     table = noise.noise_table(noise.open_runs(quiet, from_epoch), noise.open_runs(noisy, from_epoch))
-    phases = noise.top_phases(table, 8)
-    text = noise.format_noise(table, phases)
-    title = f"{benchmark}: slowdown under noise, {len(quiet)} quiet repeats"
-    (out / "noise.txt").write_text(f"== {title}\n{text}\n")
-    (out / "noise.json").write_text(json.dumps(json_ready(table.to_dict(orient="records")), indent=1) + "\n")
-    noise.plot_noise(table, phases, title=title).savefig(out / "noise.png", dpi=110)
-    print(text)
-    print(f"wrote {out / 'noise.txt'}, {out / 'noise.json'}, {out / 'noise.png'}")
-    return 0
+    ran = set(table["phase"])
+    shown = [p for p in phases if p in ran]
+    shown += [p for p in noise.top_phases(table, len(ran)) if p not in shown][:max(0, 8 - len(shown))]
+    text = noise.format_noise(table, shown)
+    stem = "noise" if from_epoch is None else "noise-steady"
+    what = "all epochs" if from_epoch is None else f"epochs >= {from_epoch} (from 0)"
+    title = f"{benchmark}: slowdown under noise, {what}, {len(quiet)} quiet repeats"
+    (out / f"{stem}.txt").write_text(f"== {title}\n{text}\n")
+    (out / f"{stem}.json").write_text(json.dumps(json_ready(table.to_dict(orient="records")), indent=1) + "\n")
+    noise.plot_noise(table, shown, title=title).savefig(out / f"{stem}.png", dpi=110)
+    print(f"== {title}\n{text}")
+    print(f"wrote {out / (stem + '.txt')}, {out / (stem + '.json')}, {out / (stem + '.png')}")

@@ -33,7 +33,7 @@ def noise(argv: Sequence[str] | None = None) -> int:
     from benchmarks.common.noise import noise_main
     from benchmarks.hepcnn.data import check_dataset
 
-    return noise_main(argv, "hepcnn", check_dataset)
+    return noise_main(argv, "hepcnn", check_dataset, [row.phase for row in ABLATION_ROWS])
 
 
 def ablate(argv: Sequence[str] | None = None) -> int:
