@@ -184,8 +184,9 @@ def top_phases(table: pd.DataFrame, top: int = 6) -> list[str]:
 
 
 def plot_noise(table: pd.DataFrame, phases: Optional[Sequence[str]] = None, title: str = "") -> "Figure":
-    """Slowdown per phase × component, one panel per noise group: bars = median ratio − 1 (%), whiskers = the
-    range over repeats, grey band per bar = the quiet repeats' range; ``*`` = called slower/faster."""
+    """Slowdown per phase × component, one panel per noise group: bars = median ratio − 1 (%, symmetric-log axis
+    beyond ±100 %), whiskers = the range over repeats, grey band per bar = the quiet repeats' range; ``*`` =
+    called slower/faster, ``?`` = only the median beyond the quiet range."""
     from matplotlib.figure import Figure
 
     from trace_merge.plots import COMPONENT_COLOURS
@@ -228,9 +229,11 @@ def plot_noise(table: pd.DataFrame, phases: Optional[Sequence[str]] = None, titl
         ax.set_xticks(range(len(phases)))
         ax.set_xticklabels([p[:18] for p in phases], fontsize=8)
         ax.set_ylabel("slowdown vs quiet (%)", fontsize=8)
+        # a few cells of milliseconds slow down by 10x; linear up to +-100 % keeps the rest readable
+        ax.set_yscale("symlog", linthresh=100)
     handles, labels = axes[0].get_legend_handles_labels()
     if handles:
-        fig.legend(handles, labels, loc="outside upper center", ncol=len(CELLS), fontsize=7)
+        fig.legend(handles, labels, loc="outside lower center", ncol=len(CELLS), fontsize=7)
     if title:
         fig.suptitle(title, fontsize=10)
     return fig
