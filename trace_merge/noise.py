@@ -10,7 +10,8 @@ Noisy runs are grouped by their manifest's noise settings (``cpu:1``, ``io:50``,
   median -- given as the median and the range over repeats;
 * ``quiet_lo``/``quiet_hi``: the quiet repeats' own range as a ratio to their median (the baseline's noise);
 * ``call``: ``slower``/``faster`` when every noisy repeat lies beyond the quiet range (above its max, below its
-  min), ``slower?``/``faster?`` when only the noisy median does, empty when within it; ``n/a`` with one quiet
+  min), ``slower?``/``faster?`` when only the median slowdown lies beyond ``quiet_lo``-``quiet_hi``, empty when
+  within it; ``n/a`` with one quiet
   run (no spread to compare with); ``tiny`` when the cell is under ``min_s`` seconds in both (a ratio of nothing).
 """
 from __future__ import annotations
@@ -93,17 +94,21 @@ def open_runs(paths: Sequence["str | Path"], from_epoch: Optional[int] = None) -
     return [run_cells(Run.open(p), from_epoch) for p in paths]
 
 
-def _call(q: np.ndarray, n: np.ndarray) -> str:
+def _call(q: np.ndarray, n: np.ndarray, slowdown: float = np.nan) -> str:
+    """``slower``/``faster``: every noisy repeat beyond the quiet min-max (seconds); ``slower?``/``faster?``: only
+    the median slowdown beyond the quiet range as a ratio to the quiet median (the bar beyond its grey band)."""
     if len(q) < 2:
         return "n/a"  # one quiet run has no spread to be beyond
-    qlo, qhi, nmed = float(np.min(q)), float(np.max(q)), float(np.median(n))
+    qlo, qhi = float(np.min(q)), float(np.max(q))
     if float(np.min(n)) > qhi:
         return "slower"
     if float(np.max(n)) < qlo:
         return "faster"
-    if nmed > qhi:
+    qmed = float(np.median(q))
+    ratio = slowdown if slowdown == slowdown else float(np.median(n)) / qmed if qmed > 0 else np.nan
+    if qmed > 0 and ratio > qhi / qmed:
         return "slower?"
-    if nmed < qlo:
+    if qmed > 0 and ratio < qlo / qmed:
         return "faster?"
     return ""
 
@@ -140,8 +145,8 @@ def noise_table(quiet: Sequence[RunCells], noisy: Sequence[RunCells], min_s: flo
                 base = np.where(qv > 0, qv, qmed) if paired else np.full(len(nv), qmed)
                 ratios = nv / base
                 row.update(slowdown=float(np.median(ratios)), lo=float(np.min(ratios)), hi=float(np.max(ratios)),
-                           quiet_lo=float(np.min(qv) / qmed), quiet_hi=float(np.max(qv) / qmed),
-                           call=_call(qv, nv))
+                           quiet_lo=float(np.min(qv) / qmed), quiet_hi=float(np.max(qv) / qmed))
+                row["call"] = _call(qv, nv, row["slowdown"])
             elif max(qmed, nmed) >= min_s:  # appears only under noise
                 row.update(call=_call(qv, nv))
             rows.append(row)
@@ -172,7 +177,7 @@ def format_noise(table: pd.DataFrame, phases: Optional[Sequence[str]] = None, sh
                          f"{sd:>22} {qr:>13}  {row.call}")
     lines.append("slowdown = noisy ÷ quiet seconds per rank (summed over epochs), median [min-max] over repeats; "
                  "quiet range = the baseline repeats' min-max ÷ their median; call: slower/faster = every noisy "
-                 "repeat beyond the quiet range, '?' = only the median; cells under "
+                 "repeat beyond the quiet range, '?' = only the median slowdown beyond it; cells under "
                  f"{MIN_S * 1e3:g} ms left out (docs/noise.md)")
     return "\n".join(lines)
 
