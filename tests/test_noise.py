@@ -113,6 +113,36 @@ def test_kill_9_of_the_job_leaves_no_generator(tmp_path: Path) -> None:
         assert '"timelogger_close"' in f.read_text().splitlines()[-1]
 
 
+def test_kill_9_of_mpiexec_leaves_no_generator_and_one_rank_per_node_starts_them(tmp_path: Path) -> None:
+    mpiexec = Path(sys.executable).parent / "mpiexec"
+    if not mpiexec.exists():
+        pytest.skip("no mpiexec beside the interpreter")
+    run_dir = tmp_path / "run"
+    job = subprocess.Popen([str(mpiexec), "-n", "2", sys.executable, "-m", "timelogger", "run", "-o", str(run_dir),
+                            "--noise", "cpu:1,net:20", "--", "sleep", "60"], env=ENV,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 30
+    records: dict = {}
+    while time.monotonic() < deadline and not any(r.get("noise_started") for r in records.values()):
+        time.sleep(0.2)
+        for f in (run_dir / "launch").glob("rank-*.json") if (run_dir / "launch").is_dir() else []:
+            try:
+                records[f.name] = json.loads(f.read_text())
+            except ValueError:
+                continue
+    starters = [r for r in records.values() if r.get("noise_started")]
+    assert len(starters) == 1 and starters[0]["rank"] == 0  # the lowest local rank, once for the node
+    time.sleep(1.0)
+    pids = set().union(*(_tree(s["pid"]) for s in starters[0]["noise_started"]))
+    assert len(pids) >= 4
+    job.kill()
+    job.wait(timeout=10)
+    deadline = time.monotonic() + 8
+    while _alive(pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _alive(pids), f"left running: {_alive(pids)}"
+
+
 @pytest.mark.parametrize("opts, cause", [
     (["--noise", "disk:5"], "unknown kind 'disk'"),
     (["--noise", "cpu:99"], "more cores than the noise may use"),
