@@ -28,7 +28,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
-from . import layout
+from . import layout, noise
 from ._env import SLURM_TASK_KEYS, detect_rank_world, hostname, slurm_context
 from .logger import ENV_DIR, VERSION
 from .tf import ENV_TF_PROFILE, parse_profile_spec
@@ -79,6 +79,17 @@ def setup_parser(sub: Optional[Any] = None) -> argparse.ArgumentParser:
     parser.add_argument("--force", action="store_true",
                         help="replace a previous run in RUN_DIR: rank 0 deletes its files in every layer "
                              "directory, its manifest, launch records and merge outputs before any rank starts CMD")
+    parser.add_argument("--noise", metavar="KIND:LEVEL[,KIND:LEVEL]", default=None,
+                        help="start noise generators beside the ranks, once per node by its lowest local rank "
+                             "(docs/noise.md): cpu:CORES, memory:GB/s, io:MB/s (needs --noise-dir), net:MB/s; "
+                             "each records its achieved load in RUN_DIR/noise/ and stops with the rank")
+    parser.add_argument("--noise-dir", metavar="DIR", default=None,
+                        help="directory the io noise writes and reads its file in (unlinked at once)")
+    parser.add_argument("--noise-io-mode", choices=noise.IO_MODES, default="evict",
+                        help="io noise: evict (buffered, fdatasync + posix_fadvise DONTNEED: reads reach the "
+                             "device; default), direct (O_DIRECT), cached (page cache only)")
+    parser.add_argument("--noise-cpus", metavar="LIST", default=None,
+                        help="pin the noise generators to these CPUs (e.g. 1, 0,1, 0-1; sched_setaffinity)")
     parser.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD ...", help="the program to run")
     return parser
 
@@ -305,6 +316,7 @@ def prepare(args: argparse.Namespace, env: Dict[str, str]) -> Dict[str, Any]:
         raise LaunchError("no command given: timelogger run -o RUN_DIR -- CMD ...")
     run_dir = Path(args.output).expanduser().resolve()
     rank, world, launcher = detect_rank_world(env)
+    specs, noise_cpus = _noise_settings(args)
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
         (run_dir / layout.LAUNCH_DIR).mkdir(exist_ok=True)
@@ -362,6 +374,12 @@ def prepare(args: argparse.Namespace, env: Dict[str, str]) -> Dict[str, Any]:
         # TimeLoggerCallback acts on it (profile into RUN_DIR/tf/rank-<r>); a custom loop uses tl.tf_profile()
         env[ENV_TF_PROFILE] = args.tf_profile
     layers["tf_profile"] = env.get(ENV_TF_PROFILE) or False  # also when the user exported it
+    if specs:
+        layer_dirs.append(run_dir / noise.NOISE_DIR)
+        layers["noise"] = {"specs": [x.as_dict() for x in specs], "dir": args.noise_dir,
+                           "io_mode": args.noise_io_mode if any(x.kind == "io" for x in specs) else None,
+                           "cpus": noise_cpus, "started_by": "the lowest local rank of each host",
+                           "files": noise.NOISE_DIR}
     if rank == 0 and not layers["darshan"]:
         print(_DARSHAN_HINT.format(darshan_dir=run_dir / layout.DARSHAN_DIR), file=sys.stderr)
 
@@ -409,7 +427,47 @@ def prepare(args: argparse.Namespace, env: Dict[str, str]) -> Dict[str, Any]:
             d.mkdir(exist_ok=True)
         except OSError as exc:
             raise LaunchError(f"{d}: cannot create ({exc.strerror or exc})") from exc
+    if specs and _starts_noise(run_dir, record, env):
+        try:
+            record["noise_started"] = noise.start(run_dir, specs, rank, world, noise_cpus, args.noise_dir,
+                                                  args.noise_io_mode, os.environ)
+        except OSError as exc:
+            raise LaunchError(f"--noise: cannot start a generator ({exc.strerror or exc})") from exc
+        layout.write_json_atomic(own, record)
     return record
+
+
+def _noise_settings(args: argparse.Namespace) -> "tuple[List[noise.NoiseSpec], Optional[List[int]]]":
+    """The parsed and checked ``--noise*`` options (a LaunchError names the first bad one; nothing is started)."""
+    given = [o for o, v in (("--noise-dir", args.noise_dir), ("--noise-cpus", args.noise_cpus)) if v]
+    if args.noise is None:
+        if given:
+            raise LaunchError(f"{given[0]} needs --noise KIND:LEVEL")
+        return [], None
+    try:
+        specs = noise.parse_spec(args.noise)
+        cpus = noise.parse_cpus(args.noise_cpus) if args.noise_cpus else None
+        noise.validate(specs, cpus, args.noise_dir)
+    except noise.NoiseError as exc:
+        raise LaunchError(str(exc)) from None
+    return specs, cpus
+
+
+def _starts_noise(run_dir: Path, record: Dict[str, Any], env: Dict[str, str]) -> bool:
+    """Whether this launcher starts the node's noise (it is the lowest local rank), after waiting for the node's
+    other launchers to check in (their launch records), so that the ranks are up first."""
+    local = noise.local_rank(env)
+    size = noise.local_size(env)
+    deadline = time.monotonic() + _WAIT_RANKS_S
+    while True:
+        here = [r for r in _checked_in(run_dir, record["world_size"], 0.0) if r["hostname"] == record["hostname"]]
+        enough = len(here) >= (size or record["world_size"])
+        if enough or time.monotonic() > deadline:
+            break
+        time.sleep(_POLL_S)
+    if local is not None:
+        return local == 0
+    return record["rank"] == min([r["rank"] for r in here] + [record["rank"]])
 
 
 def run(args: argparse.Namespace) -> int:

@@ -10,6 +10,7 @@
       horovod/timeline.json     Horovod timeline (Horovod's rank 0 writes it)
       posix/trace-*.pfw[.gz]    DFTracer POSIX preload
       darshan/*.darshan         Darshan logs
+      noise/<kind>-rank-<r>-pid-<p>.pfw   noise generators' achieved load (``timelogger run --noise``)
       merged.parquet, counters.parquet, merge_info.json   ``trace-merge merge`` outputs (derived data)
       .merge.lock               held while ``trace-merge merge`` runs
       report.html               ``trace-merge report`` (default output)
@@ -36,8 +37,10 @@ TF_DIR = "tf"
 HOROVOD_DIR = "horovod"
 POSIX_DIR = "posix"
 DARSHAN_DIR = "darshan"
+#: ``timelogger run --noise`` generators' records of their achieved load (the ``noise`` layer, docs/noise.md)
+NOISE_DIR = "noise"
 #: the per-layer subdirectories; a directory with any of them (or a manifest) is a run directory
-LAYER_DIRS: Tuple[str, ...] = (APP_DIR, TF_DIR, HOROVOD_DIR, POSIX_DIR, DARSHAN_DIR)
+LAYER_DIRS: Tuple[str, ...] = (APP_DIR, TF_DIR, HOROVOD_DIR, POSIX_DIR, DARSHAN_DIR, NOISE_DIR)
 
 #: ``trace-merge merge`` outputs
 MERGED = "merged.parquet"

@@ -393,6 +393,45 @@ def compare_main(args: argparse.Namespace) -> int:
     return 0
 
 
+# -- noise ---------------------------------------------------------------------------------------------
+
+
+def noise_setup_parser(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("runs", metavar="QUIET", nargs="+",
+                        help="quiet (baseline) runs, then `--` (or --noisy), then runs with `timelogger run --noise`; "
+                             "noisy runs are grouped by their manifest's noise settings (docs/noise.md)")
+    parser.add_argument("--noisy", metavar="NOISY", nargs="+", default=[], help=argparse.SUPPRESS)
+    parser.add_argument("--from-epoch", type=int, default=None, metavar="E",
+                        help="only epochs >= E (leave out a warm-up epoch's graph building); default: all")
+    parser.add_argument("--all-phases", action="store_true", help="every phase, not the 8 longest")
+    parser.add_argument("--plot", metavar="PNG", default=None, help="write the slowdown figure here")
+    parser.add_argument("--json", action="store_true", help="print the table as JSON records")
+    parser.add_argument("--force", action="store_true", help="replace an existing --plot file")
+
+
+def noise_main(args: argparse.Namespace) -> int:
+    from trace_merge import noise
+
+    quiet, noisy = args.runs, args.noisy
+    if not noisy:
+        raise TraceInputError("noise", "expected QUIET... -- NOISY... (no noisy runs after `--`)")
+    if args.plot:
+        refuse_existing(Path(args.plot), force=args.force)
+    table = noise.noise_table(noise.open_runs(quiet, args.from_epoch), noise.open_runs(noisy, args.from_epoch))
+    phases = None if args.all_phases else noise.top_phases(table, 8)
+    if args.json:
+        from trace_merge.run import _plain
+
+        _out(json.dumps(_plain(table.to_dict(orient="records")), indent=1))
+    else:
+        _out(noise.format_noise(table, phases))
+    if args.plot:
+        noise.plot_noise(table, phases).savefig(args.plot, dpi=110)
+        if not args.json:
+            _out(f"wrote {args.plot}")
+    return 0
+
+
 # -- registry and entry point -------------------------------------------------------------------------
 
 
@@ -412,6 +451,8 @@ SUBCOMMANDS: tuple[Subcommand, ...] = (
     Subcommand("report", "write a self-contained HTML report", report_setup_parser, report_main),
     Subcommand("export", "export to Chrome-trace JSON for Perfetto", export_setup_parser, export_main),
     Subcommand("compare", "runs side by side", compare_setup_parser, compare_main),
+    Subcommand("noise", "slowdown per phase and component: quiet runs against runs with noise generators",
+               noise_setup_parser, noise_main),
 )
 
 
@@ -457,6 +498,10 @@ def _on_sigterm(signum: int, frame: object) -> None:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Run the CLI; returns the exit status (0 ok, 2 error, 143 terminated by SIGTERM)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "noise" in argv and "--" in argv[argv.index("noise"):]:  # QUIET... -- NOISY...: argparse drops a bare --
+        at = argv.index("--", argv.index("noise"))
+        argv[at] = "--noisy"
     args = build_parser().parse_args(argv)
     handler = _configure_logging(args.debug)
     # SIGTERM (``kill``, Slurm at the time limit) would end the process before any ``finally``, leaving

@@ -295,6 +295,8 @@ def _listing(path: Path) -> "tuple[list[tuple[Path, str]], dict[str, Any] | None
         files += found(layout.HOROVOD_DIR, ("*.json", "*.json.gz"), "horovod")
         files += found(layout.POSIX_DIR, ("*.pfw", "*.pfw.gz"), "")
         files += found(layout.DARSHAN_DIR, ("*.darshan",), "darshan")
+        # TimeLogger files whose header says layer "noise" (the reader puts their rows in that layer)
+        files += found(layout.NOISE_DIR, ("*.pfw", "*.pfw.gz"), "timelogger")
         return files, manifest, warnings
     refuse_runs_below(path)
     files = []

@@ -12,7 +12,8 @@ from typing import Any, Mapping
 import numpy as np
 import pandas as pd
 
-LAYERS = ("app", "framework", "comm", "posix", "stdio", "mpiio", "hdf5")
+#: ``noise``: what ``timelogger run --noise`` generators achieved beside the job (docs/noise.md); no component
+LAYERS = ("app", "framework", "comm", "posix", "stdio", "mpiio", "hdf5", "noise")
 CATS = ("io", "preprocess", "compute", "comm", "checkpoint", "wait", "other")
 #: the app phase that is one training step (TimeLogger's Keras callback and the benchmarks use it)
 STEP_PHASE = "Training Iteration"

@@ -1,4 +1,4 @@
-"""``python -m benchmarks.climate {generate,train,sweep,ablate,demo} ...``"""
+"""``python -m benchmarks.climate {generate,train,sweep,ablate,noise,demo} ...``"""
 from __future__ import annotations
 
 import argparse
@@ -39,6 +39,7 @@ COMMANDS = {
     "train": "benchmarks.climate.train:main",
     "sweep": "benchmarks.climate.sweep:sweep",
     "ablate": "benchmarks.climate.sweep:ablate",
+    "noise": "benchmarks.climate.sweep:noise",
     "demo": "benchmarks.climate.demo:main",
 }
 

@@ -26,3 +26,9 @@ def sweep(argv: Sequence[str] | None = None) -> int:
 
 def ablate(argv: Sequence[str] | None = None) -> int:
     return ablate_main(argv, "climate", _check, ABLATION_ROWS)
+
+
+def noise(argv: Sequence[str] | None = None) -> int:
+    from benchmarks.common.noise import noise_main
+
+    return noise_main(argv, "climate", _check, [row.phase for row in ABLATION_ROWS])

@@ -21,7 +21,7 @@ from benchmarks.common.errors import TraceInputError
 from benchmarks.common.modes import RUN_MODES
 from benchmarks.common.runs import json_ready
 from benchmarks.common.shuffle import MODES
-from benchmarks.common.sweep import Point, layers_for, parse_list, run_points
+from benchmarks.common.sweep import Point, add_job_flags, layers_for, parse_list, run_points
 
 
 @dataclass(frozen=True)
@@ -134,9 +134,7 @@ def ablate_main(argv: Sequence[str] | None, benchmark: str, check: Callable[[Pat
     p = argparse.ArgumentParser(prog=f"python -m benchmarks.{benchmark} ablate",
                                 description="Run the ablation modes as real jobs and put them side by side; other "
                                             "flags go to `train` (e.g. --smoke, --epochs 3).")
-    p.add_argument("--data", required=True, type=Path, help="dataset directory (see `generate`)")
-    p.add_argument("--out", required=True, type=Path, help="directory for one run directory per mode")
-    p.add_argument("--ranks", type=int, default=2)
+    add_job_flags(p, "directory for one run directory per mode")
     p.add_argument("--shuffle", choices=MODES, default="local")
     p.add_argument("--modes", type=lambda t: parse_list(t, str), default=list(RUN_MODES),
                    help=f"comma-separated, of {','.join(RUN_MODES)}")

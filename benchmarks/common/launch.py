@@ -35,6 +35,11 @@ class Layers:
     posix: bool = False
     posix_filter: str | None = None
     horovod_timeline: bool = False
+    #: ``--noise KIND:LEVEL[,...]`` and its settings (``docs/noise.md``) when set
+    noise: str | None = None
+    noise_dir: str | None = None
+    noise_cpus: str | None = None
+    noise_io_mode: str | None = None
 
 
 def run_command(ranks: int, run_dir: Path, program: Sequence[str], layers: Layers) -> list[str]:
@@ -51,6 +56,14 @@ def launcher_command(run_dir: Path, program: Sequence[str], layers: Layers) -> l
             cmd += ["--posix-filter", layers.posix_filter]
     if layers.horovod_timeline:
         cmd.append("--horovod-timeline")
+    if layers.noise:
+        cmd += ["--noise", layers.noise]
+        if layers.noise_dir and "io:" in layers.noise:
+            cmd += ["--noise-dir", layers.noise_dir]
+        if layers.noise_cpus:
+            cmd += ["--noise-cpus", layers.noise_cpus]
+        if layers.noise_io_mode:
+            cmd += ["--noise-io-mode", layers.noise_io_mode]
     return cmd + ["--", *program]
 
 

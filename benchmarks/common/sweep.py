@@ -124,6 +124,13 @@ def format_comparison(rows: Sequence[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def add_job_flags(p: argparse.ArgumentParser, out_help: str) -> None:
+    """``--data``, ``--out`` and ``--ranks N`` (default 2): what ``ablate`` and ``noise`` start their jobs with."""
+    p.add_argument("--data", required=True, type=Path, help="dataset directory (see `generate`)")
+    p.add_argument("--out", required=True, type=Path, help=out_help)
+    p.add_argument("--ranks", type=int, default=2)
+
+
 def setup_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data", required=True, type=Path, help="dataset directory (see `generate`)")
     p.add_argument("--ranks", type=lambda t: parse_list(t, int), default=[1, 2], help="e.g. 1,2")

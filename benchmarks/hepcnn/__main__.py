@@ -1,4 +1,4 @@
-"""``python -m benchmarks.hepcnn {generate,train,sweep,ablate,demo} ...``"""
+"""``python -m benchmarks.hepcnn {generate,train,sweep,ablate,noise,demo} ...``"""
 from __future__ import annotations
 
 import argparse
@@ -34,6 +34,7 @@ COMMANDS = {
     "train": "benchmarks.hepcnn.train:main",
     "sweep": "benchmarks.hepcnn.sweep:main",
     "ablate": "benchmarks.hepcnn.sweep:ablate",
+    "noise": "benchmarks.hepcnn.sweep:noise",
     "demo": "benchmarks.hepcnn.demo:main",
 }
 

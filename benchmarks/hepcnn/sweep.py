@@ -29,6 +29,13 @@ ABLATION_ROWS = (PhaseRow("Call to Next Batch", note="wait"), PhaseRow("Load Fil
                  PhaseRow("HDF5 File Read", split=True), PhaseRow("Train Step"), PhaseRow("Compute Gradients"))
 
 
+def noise(argv: Sequence[str] | None = None) -> int:
+    from benchmarks.common.noise import noise_main
+    from benchmarks.hepcnn.data import check_dataset
+
+    return noise_main(argv, "hepcnn", check_dataset, [row.phase for row in ABLATION_ROWS])
+
+
 def ablate(argv: Sequence[str] | None = None) -> int:
     from benchmarks.hepcnn.data import check_dataset
 

@@ -1209,6 +1209,8 @@ def _result(path: str, state: _State, cols: _Cols, kind: str, warnings: list[str
     # rows of DFTracer's own bookkeeping never reach here (both parsers route them to meta)
     classes = [_classify(str(c), timelogger) for c in cols.cat.categories]
     layer = _recode(cols.cat, lambda c: _classify(str(c), timelogger)[0])
+    if timelogger and header.get("layer") == "noise":  # a `timelogger run --noise` generator (docs/noise.md)
+        layer = _constant("noise", n)
     cat = _recode(cols.cat, lambda c: _classify(str(c), timelogger)[1])
 
     # rank
