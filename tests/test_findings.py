@@ -132,3 +132,10 @@ def test_findings_cli_and_summary_json(runs, capsys):
     assert trace_merge(["summary", str(runs["decode"])]) == 0
     text = capsys.readouterr().out
     assert "next step: parallelise" in text and "findings (top" in text and "  AU: accelerator utilisation" in text
+
+
+def test_a_log_without_training_steps_says_so_and_nothing_about_ranks(darshan_logs):
+    """A plain Darshan log (IOR over HDF5, 4 ranks): no training steps, so no input-wait advice and no straggler
+    call from its per-rank I/O times."""
+    found = keys(darshan_logs / "ior_hdf5_example.darshan")
+    assert found == ["no_training_steps"]

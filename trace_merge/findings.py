@@ -88,13 +88,21 @@ def _verdict_findings(a: "Summary") -> list[Finding]:
     # the file-system layer sees every call (no sampling window), so its share is of the input phases' whole time
     fs, seen = _sum(inputs, "fs_s"), _sum(inputs, "time_s")
     out: list[Finding] = []
+    if label == "unknown" and not v.get("cycles_total"):
+        out.append(Finding(
+            "no_training_steps", "info", "This run has no training steps: file-system (or other) layers only",
+            "no app or framework phases mark training steps", "app/framework",
+            "to see the training side, run the job under `timelogger run -o RUN [--posix] -- python train.py` "
+            "with the loop wrapped as in the README; the I/O of this run is in the summary's Darshan/POSIX view"))
+        return out
     if label == "unknown":
         out.append(Finding(
             "no_input_wait_seen", "high", "No input wait can be seen, so whether the job is input-bound is unknown",
             (f"{v['cycles']} step cycles with no wait phase or profiled input wait inside them"
              if v.get("input_pct") is None else
              f"{cycles}; wait + compute explain {100 - (v.get('other_pct') or 0):.0f} % of the cycle time")
-            if v.get("cycles") else "no training steps found", "app/framework",
+            if v.get("cycles") else f"none of the {v.get('cycles_total')} step cycles could be counted",
+            "app/framework",
             "time the batch fetch: `for x in tl.iterate(dataset, 'Call to Next Batch')`, or profile a few steps "
             "with `timelogger run --tf-profile 20:25` (docs/metrics.md, step cycles)"))
         return out
@@ -174,6 +182,7 @@ def _imbalance_finding(a: "Summary") -> Optional[Finding]:
     ib = a.input_bound
     if len(ib) < 2 or "step_s" not in ib:
         return None
+    ib = ib[ib["steps"] > 0]  # ranks with counted training steps (a whole-run row of a log without steps is none)
     per = ib.set_index("rank")["step_s"].astype(float)
     per = per[per > 0]
     if len(per) < 2 or per.max() / per.min() < RANK_IMBALANCE_RATIO:
