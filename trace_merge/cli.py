@@ -216,7 +216,7 @@ def _summary_text(run, parts) -> str:
                      f"writer in {len(run.dropped)} file(s) (it could not keep up, or a write failed); app-layer "
                      "times below undercount")
     # first: every number below is partial
-    lines += [w for w in run.warnings if w.startswith("rank ") and (" ended early: " in w or " lost intervals: " in w)]
+    lines += run.ended_early()
     lines.append(f"verdict: {verdict_text(v)}")
     lines += [f"  - {note}" for note in v.get("notes", [])]
     lines += [f"  - why: {line}" for line in parts.explanations]

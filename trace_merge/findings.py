@@ -77,7 +77,8 @@ def _has_layer(layered: pd.DataFrame, layer: str) -> bool:
     return bool(len(layered)) and layered["layers"].astype(object).map(lambda s: layer in str(s).split(",")).any()
 
 
-def _verdict_findings(a: "Summary") -> list[Finding]:
+def _verdict_finding(a: "Summary") -> Finding:
+    """The answer to "is it input-bound?" as one finding, with the cause the layers point to."""
     v = a.verdict
     label = v.get("verdict", "unknown")
     wait, au = v.get("input_pct"), v.get("au_pct")
@@ -87,16 +88,14 @@ def _verdict_findings(a: "Summary") -> list[Finding]:
     inputs = _input_phases(a.layered)
     # the file-system layer sees every call (no sampling window), so its share is of the input phases' whole time
     fs, seen = _sum(inputs, "fs_s"), _sum(inputs, "time_s")
-    out: list[Finding] = []
     if label == "unknown" and not v.get("cycles_total"):
-        out.append(Finding(
+        return Finding(
             "no_training_steps", "info", "This run has no training steps: file-system (or other) layers only",
             "no app or framework phases mark training steps", "app/framework",
             "to see the training side, run the job under `timelogger run -o RUN [--posix] -- python train.py` "
-            "with the loop wrapped as in the README; the I/O of this run is in the summary's Darshan/POSIX view"))
-        return out
+            "with the loop wrapped as in the README; the I/O of this run is in the summary's Darshan/POSIX view")
     if label == "unknown":
-        out.append(Finding(
+        return Finding(
             "no_input_wait_seen", "high", "No input wait can be seen, so whether the job is input-bound is unknown",
             (f"{v['cycles']} step cycles with no wait phase or profiled input wait inside them"
              if v.get("input_pct") is None else
@@ -104,46 +103,42 @@ def _verdict_findings(a: "Summary") -> list[Finding]:
             if v.get("cycles") else f"none of the {v.get('cycles_total')} step cycles could be counted",
             "app/framework",
             "time the batch fetch: `for x in tl.iterate(dataset, 'Call to Next Batch')`, or profile a few steps "
-            "with `timelogger run --tf-profile 20:25` (docs/metrics.md, step cycles)"))
-        return out
+            "with `timelogger run --tf-profile 20:25` (docs/metrics.md, step cycles)")
     if label == "not input-bound":
-        out.append(Finding(
+        return Finding(
             "compute_bound", "info", "The input pipeline keeps up: the steps wait little for data",
             f"{wait:.1f} % of step-cycle time waiting for input, AU {au:.0f} %; {cycles}", v.get("basis", ""),
             "loader knobs will not speed this job up; look at compute: a larger batch per rank, mixed precision "
-            "(`tf.keras.mixed_precision.set_global_policy('mixed_float16')`), XLA (`jit_compile=True`)"))
-        return out
+            "(`tf.keras.mixed_precision.set_global_policy('mixed_float16')`), XLA (`jit_compile=True`)")
     severity = "high" if label == "highly input-bound" else "medium"
     if not _has_layer(a.layered, "posix") and not _has_layer(a.layered, "mpiio"):
-        out.append(Finding(
+        return Finding(
             "input_bound_no_fs_layer", severity, f"The job is {label}, and no file-system layer was traced to tell "
             "storage from decode", f"{wait:.1f} % waiting; {cycles}", v.get("basis", ""),
             "run again with `timelogger run --posix` (DFTracer) or Darshan to see the file system's share",
-            wait_s))
-    elif seen > 0 and fs / seen < FS_SMALL_SHARE:
-        out.append(Finding(
+            wait_s)
+    if seen > 0 and fs / seen < FS_SMALL_SHARE:
+        return Finding(
             "input_bound_not_storage", severity, f"The job is {label}, but the wait is not the file system: decode, "
             "Python or inter-process hand-off", f"{wait:.1f} % waiting ({wait_s:.3g} s); the file system is "
             f"{100 * fs / seen:.0f} % of the input phases' time ({fs:.3g} of {seen:.3g} s)",
             "posix + app",
             "parallelise the work after the read: `dataset.map(parse, num_parallel_calls=tf.data.AUTOTUNE)`, "
             "`.prefetch(tf.data.AUTOTUNE)`; for a Python reader more worker processes (threads hold the GIL)",
-            wait_s))
-    elif seen > 0 and fs / seen >= FS_DOMINANT_SHARE:
-        out.append(Finding(
+            wait_s)
+    if seen > 0 and fs / seen >= FS_DOMINANT_SHARE:
+        return Finding(
             "input_bound_storage", severity, f"The job is {label} and the file system is most of the input time",
             f"{wait:.1f} % waiting ({wait_s:.3g} s); the file system is {100 * fs / seen:.0f} % of the input "
             f"phases' time ({fs:.3g} of {seen:.3g} s)", "posix",
             "read less often or in larger pieces: `dataset.cache()` (or a node-local copy in /dev/shm or local "
             "SSD) when the data fit, larger reads (TFRecord shards, HDF5 chunk-sized reads), and on Lustre a "
-            "stripe count matching the readers (`lfs setstripe -c`)", wait_s))
-    else:
-        out.append(Finding(
-            "input_bound", severity, f"The job is {label}", f"{wait:.1f} % of step-cycle time waiting "
-            f"({wait_s:.3g} s); {cycles}", v.get("basis", ""),
-            "more parallel input work (`num_parallel_calls=tf.data.AUTOTUNE`, interleave over files) and a "
-            "deeper `prefetch`", wait_s))
-    return out
+            "stripe count matching the readers (`lfs setstripe -c`)", wait_s)
+    return Finding(
+        "input_bound", severity, f"The job is {label}", f"{wait:.1f} % of step-cycle time waiting "
+        f"({wait_s:.3g} s); {cycles}", v.get("basis", ""),
+        "more parallel input work (`num_parallel_calls=tf.data.AUTOTUNE`, interleave over files) and a "
+        "deeper `prefetch`", wait_s)
 
 
 def _comm_finding(a: "Summary") -> Optional[Finding]:
@@ -242,7 +237,7 @@ def _reread_finding(a: "Summary") -> Optional[Finding]:
         return None
     ranks = int(a.epoch_bandwidth["rank"].nunique()) if len(a.epoch_bandwidth) else 1
     return Finding(
-        "rereads_every_epoch", "medium" if verdict_is_input_bound(a) else "info",
+        "rereads_every_epoch", "medium" if _is_input_bound(a) else "info",
         "Every epoch reads the data set from the file system again",
         f"epoch 0 read {_size(first)}, later epochs {_size(later.median())} each (median), {_size(later.sum())} "
         f"re-read in all over {ranks} rank(s)", "posix",
@@ -251,7 +246,7 @@ def _reread_finding(a: "Summary") -> Optional[Finding]:
         "shuffle, shuffle file order within a node-local copy instead of moving files between ranks", 0.0)
 
 
-def verdict_is_input_bound(a: "Summary") -> bool:
+def _is_input_bound(a: "Summary") -> bool:
     return a.verdict.get("verdict") in ("moderately input-bound", "highly input-bound")
 
 
@@ -264,20 +259,14 @@ def _size(n: float) -> str:
 
 def findings(a: "Summary") -> list[Finding]:
     """Every finding of a run: the verdict's first, then the others by severity and seconds at stake."""
-    verdict = _verdict_findings(a)  # the answer to "is it input-bound": always first
-    found = []
-    for rule in (_comm_finding, _first_epoch_finding, _imbalance_finding, _coverage_finding, _small_reads_finding,
-                 _reread_finding):
-        f = rule(a)
-        if f is not None:
-            found.append(f)
-    return verdict + sorted(found, key=lambda f: (SEVERITIES.index(f.severity), -f.impact_s))
+    rules = (_comm_finding, _first_epoch_finding, _imbalance_finding, _coverage_finding, _small_reads_finding,
+             _reread_finding)
+    found = [f for f in (rule(a) for rule in rules) if f is not None]
+    return [_verdict_finding(a)] + sorted(found, key=lambda f: (SEVERITIES.index(f.severity), -f.impact_s))
 
 
 def next_step(found: list[Finding]) -> str:
-    """One line: what to try first."""
-    if not found:
-        return "nothing stands out; compare runs with `trace-merge compare` after changing one knob"
+    """One line: what to try first, the first finding's action (:func:`findings` always has the verdict's)."""
     return found[0].action
 
 

@@ -116,8 +116,7 @@ def _first_screen(run: "Run", a: "analysis.Summary", found: "list[Finding]") -> 
     css_class = "v-" + (v["verdict"].split()[0] if v["verdict"] != "unknown" else "unknown")
     reasons = [*v.get("notes", []), *a.explanations][:4]
     reason_html = "".join(f"<li>{html.escape(r)}</li>" for r in reasons)
-    early = [w for w in run.warnings if w.startswith("rank ") and (" ended early: " in w or " lost intervals: " in w)]
-    early_html = "".join(f'<p class="warn"><b>{html.escape(w)}</b></p>' for w in early)
+    early_html = "".join(f'<p class="warn"><b>{html.escape(w)}</b></p>' for w in run.ended_early())
     items = "".join(
         f'<li><span class="sev sev-{f.severity}">{f.severity}</span><b>{html.escape(f.title)}</b><br>'
         f'<span class="ev">{html.escape(f.evidence)} · layer {html.escape(f.layer)}</span><br>'

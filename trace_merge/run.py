@@ -232,6 +232,11 @@ class Run:
         weakref.finalize(run, pm.cleanup)  # the partitions live as long as the run
         return run
 
+    def ended_early(self) -> list[str]:
+        """The warnings that say a rank ended early or lost intervals: every number of the run is partial."""
+        return [w for w in self.warnings
+                if w.startswith("rank ") and (" ended early: " in w or " lost intervals: " in w)]
+
     def rows_per_layer(self) -> dict[str, int]:
         """Rows per layer, most first (from the merge's facts when the frame is not loaded)."""
         if self._partitioned is not None and "frame" not in self.__dict__:

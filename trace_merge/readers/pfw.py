@@ -170,12 +170,12 @@ MIN_TEXT_LIMIT = 256 << 20
 _INFLATE_CHUNK = 16 << 20
 
 
-def _text_limit(path: str, compressed_bytes: int) -> int:
+def _text_limit(compressed_bytes: int) -> int:
     return max(MIN_TEXT_LIMIT, MAX_TEXT_RATIO * compressed_bytes)
 
 
 def _bomb(path: str, compressed_bytes: int) -> TraceInputError:
-    return TraceInputError(path, f"decompresses to more than {_text_limit(path, compressed_bytes) >> 20} MiB "
+    return TraceInputError(path, f"decompresses to more than {_text_limit(compressed_bytes) >> 20} MiB "
                                  f"({MAX_TEXT_RATIO}x its {compressed_bytes:,} bytes): not a trace (a gzip bomb?); "
                                  "skipped")
 
@@ -314,7 +314,7 @@ def _text_blocks(path: str, gz: bool, block_bytes: int, warnings: list[str]) -> 
     pending = bytearray()
     member = b"\x1f\x8b\x08"
     size = os.path.getsize(path)
-    limit = _text_limit(path, size)
+    limit = _text_limit(size)
     produced = 0  # text bytes decompressed so far
     lines = 0  # newlines in the blocks already yielded
     skipping = False  # inside a line longer than a block: its text is dropped up to its newline
@@ -428,7 +428,7 @@ def _gunzip(path: str, raw: bytes, warnings: list[str]) -> bytearray:
     # one growing buffer: a list of parts joined at the end would hold the text twice
     out = bytearray()
     pos = 0
-    limit = _text_limit(path, len(raw))
+    limit = _text_limit(len(raw))
     view = memoryview(raw)
     while pos < len(raw):
         dec = _gzip_decompressor()
