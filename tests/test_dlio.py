@@ -97,6 +97,7 @@ def test_dlio_own_traces_give_dlio_au_and_the_verdict(dlio_site, dlio_data, kind
     assert abs(v["au_pct"] - dlio) <= 10, (v, dlio)
     assert v["verdict"] == verdict, v
     assert v["cycles_total"] == 32  # 8 steps x 2 epochs x 2 ranks: DLIO's compute events mark the steps
+    assert "producers_idle" not in [f.key for f in run.findings()]  # DLIO's tf.data reader prefetches
     steps = run.step_series()
     assert steps["step_s"].sum() <= 2 * run.analyse().metrics["job_wall_s"]  # cycles of two ranks, not of a pool
 

@@ -60,6 +60,9 @@ def runs(data, tmp_path_factory) -> dict[str, Path]:
         "compute": ("--step-ms", "80", "--decode-ms", "1", "--read-bytes", "65536"),
         "small": ("--step-ms", "50", "--chunk", "4096"),
         "first": ("--step-ms", "5", "--decode-ms", "1", "--epochs", "3", "--first-epoch-ms", "60"),
+        "prefetch": ("--step-ms", "5", "--prefetch", "2"),  # "storage" with a producer thread two samples ahead
+        # 256 KiB of each file in 4 KiB pieces, each opened, sought and closed: a loader opening a file per sample
+        "meta": ("--step-ms", "1", "--chunk", "4096", "--read-bytes", "262144", "--open-per-chunk"),
     }
     return {name: _run(data, root / name, *knobs) for name, knobs in shapes.items()}
 
@@ -94,6 +97,20 @@ def test_rereads_every_epoch(runs):
     """The same 128 MiB read from the file system in both epochs: a cache candidate; 512 KB read twice is not."""
     assert "rereads_every_epoch" in keys(runs["storage"])
     assert "rereads_every_epoch" not in keys(runs["compute"])
+
+
+def test_producers_idle_without_prefetch(runs):
+    """The storage run reads only when the step asks; with a producer thread two samples ahead (still
+    input-bound: the reads are slower than the step) the reads run during the steps."""
+    assert "producers_idle" in keys(runs["storage"])
+    ahead = keys(runs["prefetch"])
+    assert ahead[0] in INPUT_KEYS and "producers_idle" not in ahead
+
+
+def test_metadata_heavy(runs):
+    assert "metadata_heavy" in keys(runs["meta"])
+    assert "metadata_heavy" not in keys(runs["small"])  # as many small reads, one open per file
+    assert "metadata_heavy" not in keys(runs["storage"])
 
 
 def test_no_file_system_layer_and_no_visible_wait(data, tmp_path, runs):

@@ -39,6 +39,21 @@ SMALL_READ_BYTES = 64 << 10
 SMALL_READ_MIN_COUNT = 1000
 #: ... and the share of the job's wall time the slowest rank spent reading data below which reads do not matter
 SMALL_READ_MIN_TIME_SHARE = 0.02
+#: metadata calls' share of the traced file-system call time above which metadata is called heavy ...
+METADATA_SHARE = 0.30
+#: ... when there are at least this many and they take at least this share of the ranks' wall time
+METADATA_MIN_CALLS = 1000
+METADATA_MIN_TIME_SHARE = 0.02
+#: producers' activity while the steps compute, relative to while they wait, below which the producers idle
+PRODUCERS_ACTIVE_RATIO = 0.10
+#: POSIX calls that move no data: names, handles, positions and directories (DFTracer's and Darshan's names)
+METADATA_CALLS = frozenset({
+    "open", "open64", "openat", "openat64", "creat", "creat64", "close", "stat", "stat64", "lstat", "lstat64",
+    "fstat", "fstat64", "fstatat", "fstatat64", "newfstatat", "statx", "__xstat", "__xstat64", "__lxstat",
+    "__lxstat64", "__fxstat", "__fxstat64", "__fxstatat", "__fxstatat64", "access", "faccessat", "lseek",
+    "lseek64", "fcntl", "dup", "dup2", "dup3", "opendir", "readdir", "closedir", "mkdir", "rmdir", "unlink",
+    "unlinkat", "rename", "link", "symlink", "readlink", "chmod", "fchmod", "chown", "fchown", "chdir", "fchdir",
+    "statfs", "fstatfs", "truncate", "ftruncate", "utime", "umask", "remove", "getcwd"})
 
 
 @dataclass(frozen=True)
@@ -246,6 +261,73 @@ def _reread_finding(a: "Summary") -> Optional[Finding]:
         "shuffle, shuffle file order within a node-local copy instead of moving files between ranks", 0.0)
 
 
+def _metadata_finding(a: "Summary") -> Optional[Finding]:
+    """Opens, stats, seeks and closes taking a large share of the traced file-system time: a loader that opens a
+    file per sample, or checks files before reading them. On Lustre each is a round trip to a metadata server that
+    the whole machine shares, so what costs microseconds here costs milliseconds there."""
+    es = a.event_stats
+    posix = es[es["layer"] == "posix"] if len(es) else es
+    if not len(posix):
+        return None
+    is_meta = posix["name"].astype(str).isin(METADATA_CALLS).to_numpy()
+    meta, total = posix[is_meta], float(posix["sum_us"].sum()) / 1e6
+    n, meta_s = int(meta["count"].sum()), float(meta["sum_us"].sum()) / 1e6
+    ranks = max(1, int(a.input_bound["rank"].nunique()) if len(a.input_bound) else 1)
+    wall_s = (a.metrics.get("job_wall_s") or 0.0) * ranks
+    if (total <= 0 or n < METADATA_MIN_CALLS or meta_s / total < METADATA_SHARE
+            or meta_s < METADATA_MIN_TIME_SHARE * wall_s):
+        return None
+    top = meta.sort_values("count", ascending=False).head(3)
+    calls = ", ".join(f"{int(c):,} {name}" for name, c in zip(top["name"].astype(str), top["count"]))
+    steps = a.steps[a.steps["counted"]] if len(a.steps) else a.steps
+    per_step = f"; {n / len(steps):.3g} per step" if len(steps) else ""
+    return Finding(
+        "metadata_heavy", "medium" if _is_input_bound(a) else "info",
+        "Opening, checking and seeking files takes a large share of the file-system time",
+        f"{n:,} metadata calls ({calls}{per_step}) took {meta_s:.3g} s, {100 * meta_s / total:.0f} % of the "
+        f"traced file-system call time ({total:.3g} s)", "posix",
+        "open each file once and keep it open (one `h5py.File` per reader, not per sample; "
+        "`tf.data.Dataset.interleave` over open files), drop per-sample `os.path.exists`/`os.stat`, and pack "
+        "small files into larger shards (TFRecord, HDF5); on Lustre every open and stat is a metadata-server "
+        "round trip", meta_s)
+
+
+def _producers_idle_finding(a: "Summary") -> Optional[Finding]:
+    """An input-bound job whose input pipeline works only while the step waits for it: nothing reads or decodes
+    ahead while the step computes (no prefetch, or a synchronous loader). The producers have to be seen for that:
+    app input phases on other threads (their overlap with the compute phases), or file-system calls, whose rate
+    while the steps compute is compared with their rate while the steps wait (busy producers read at about the
+    same rate in both; idle ones not at all)."""
+    if not _is_input_bound(a) or not len(a.exposed_io):
+        return None
+    inputs, steps = _input_phases(a.layered), _step_phases(a.layered)
+    has_io_phase = bool(len(inputs)) and inputs["cat"].isin(["io", "preprocess"]).any()
+    has_fs = _has_layer(a.layered, "posix") or _has_layer(a.layered, "mpiio")
+    if not (has_io_phase or has_fs):
+        return None  # the producers cannot be seen (a tf.data pipeline timed only at the batch fetch)
+    whole = a.exposed_io[a.exposed_io["epoch"].isna()]
+    compute_s = _sum(whole, "compute_s")
+    busy = [_sum(whole, "overlap_s") / compute_s] if compute_s > 0 else []  # app input work during compute
+    fs_in, fs_step = _sum(inputs, "fs_s"), _sum(steps, "fs_s")
+    if has_fs and fs_in > 0 and _sum(steps, "time_s") > 0:
+        busy.append((fs_step / _sum(steps, "time_s")) / (fs_in / _sum(inputs, "time_s")))
+    if not busy or max(busy) >= PRODUCERS_ACTIVE_RATIO:
+        return None
+    counted = a.steps[a.steps["counted"] & ~a.steps["warmup"]] if len(a.steps) else a.steps
+    wait_s = _sum(counted, "input_wait_s")
+    seen = (f"app input phases ran during {100 * busy[0]:.1f} % of the compute time" if compute_s > 0 else "")
+    if has_fs and fs_in > 0:
+        seen += ("; " if seen else "") + (f"file-system calls took {fs_step:.3g} s inside the steps against "
+                                          f"{fs_in:.3g} s inside the input phases")
+    return Finding(
+        "producers_idle", "high" if a.verdict.get("verdict") == "highly input-bound" else "medium",
+        "The input pipeline works only while the step waits for it: nothing is read ahead during the step",
+        f"{seen}; {wait_s:.3g} s of waiting", "app" + (" + posix" if has_fs else ""),
+        "prefetch: end the pipeline with `.prefetch(tf.data.AUTOTUNE)`; a Keras `Sequence` with "
+        "`fit(..., workers=N, use_multiprocessing=True)`; a PyTorch `DataLoader(num_workers>0, prefetch_factor=2)`; "
+        "a hand-written loader reads on a producer thread or process into a bounded queue", wait_s)
+
+
 def _is_input_bound(a: "Summary") -> bool:
     return a.verdict.get("verdict") in ("moderately input-bound", "highly input-bound")
 
@@ -260,7 +342,7 @@ def _size(n: float) -> str:
 def findings(a: "Summary") -> list[Finding]:
     """Every finding of a run: the verdict's first, then the others by severity and seconds at stake."""
     rules = (_comm_finding, _first_epoch_finding, _imbalance_finding, _coverage_finding, _small_reads_finding,
-             _reread_finding)
+             _reread_finding, _metadata_finding, _producers_idle_finding)
     found = [f for f in (rule(a) for rule in rules) if f is not None]
     return [_verdict_finding(a)] + sorted(found, key=lambda f: (SEVERITIES.index(f.severity), -f.impact_s))
 

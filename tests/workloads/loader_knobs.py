@@ -1,11 +1,14 @@
 """A custom training loop (the README's pattern) whose input pipeline has knobs, for the findings' rules.
 
-``python loader_knobs.py DATA_DIR [--epochs 2] [--chunk BYTES] [--read-bytes N] [--decode-ms 0] [--step-ms 5] [--skew-ms 0]
-[--first-epoch-ms 0] [--untimed-input] [--allreduce-mb 0] [--tf-step]``
+``python loader_knobs.py DATA_DIR [--epochs 2] [--chunk BYTES] [--read-bytes N] [--open-per-chunk] [--decode-ms 0]
+[--prefetch 0] [--step-ms 5] [--skew-ms 0] [--first-epoch-ms 0] [--untimed-input] [--allreduce-mb 0] [--tf-step]``
 
 Each step fetches one sample with ``tl.iterate(..., "Call to Next Batch", cat="wait")``: the sample is one file of
 DATA_DIR (its first ``read-bytes``) read with unbuffered ``read(chunk)`` calls (a "Read Sample" io phase), then decoded (a busy wait of
-``decode-ms``, inside the io phase, as h5py/PIL decoding is). The step itself is a busy wait of ``step-ms``, plus
+``decode-ms``, inside the io phase, as h5py/PIL decoding is). ``--open-per-chunk`` opens the file again for every
+chunk (``os.stat``, ``open``, ``seek``, ``read``, ``close``: a loader that opens a file per sample of a multi-sample
+file). ``--prefetch N`` reads the samples on a producer thread into a queue of ``N`` (``tf.data``'s
+``prefetch(N)``), so reads overlap the steps; by default the step asks for a sample and waits while it is read. The step itself is a busy wait of ``step-ms``, plus
 ``skew-ms`` on rank 1 (a straggler) and ``first-epoch-ms`` in epoch 0 (a first-epoch effect). Run it under
 ``timelogger run --posix`` (and ``mpiexec -n 2`` for the rank rules). ``--untimed-input`` fetches the samples
 with no phase around them (no input wait can be seen); ``--allreduce-mb N`` all-reduces N MB with Horovod inside
@@ -15,6 +18,9 @@ matmul to each step, so that the launcher's ``--tf-profile`` window has a framew
 from __future__ import annotations
 
 import argparse
+import os
+import queue
+import threading
 import time
 from pathlib import Path
 
@@ -33,7 +39,9 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--chunk", type=int, default=1 << 20)
     parser.add_argument("--read-bytes", type=int, default=1 << 62)
+    parser.add_argument("--open-per-chunk", action="store_true")
     parser.add_argument("--decode-ms", type=float, default=0.0)
+    parser.add_argument("--prefetch", type=int, default=0)
     parser.add_argument("--step-ms", type=float, default=5.0)
     parser.add_argument("--skew-ms", type=float, default=0.0)
     parser.add_argument("--first-epoch-ms", type=float, default=0.0)
@@ -62,6 +70,12 @@ def main() -> None:
 
     def read(path: Path) -> int:
         n = 0
+        if args.open_per_chunk:
+            while n < args.read_bytes and n < os.stat(path).st_size:
+                with open(path, "rb", buffering=0) as fh:
+                    fh.seek(n)
+                    n += len(fh.read(min(args.chunk, args.read_bytes - n)))
+            return n
         with open(path, "rb", buffering=0) as fh:
             while n < args.read_bytes:
                 block = fh.read(min(args.chunk, args.read_bytes - n))
@@ -82,9 +96,18 @@ def main() -> None:
                     p.update(bytes=n, file=str(path))
             yield n
 
+    def prefetched(source):
+        """``source`` run on a producer thread, at most ``args.prefetch`` samples ahead."""
+        ahead: queue.Queue = queue.Queue(maxsize=args.prefetch)
+        done = object()
+        threading.Thread(target=lambda: [*map(ahead.put, source), ahead.put(done)], daemon=True).start()
+        while (item := ahead.get()) is not done:
+            yield item
+
     for epoch in range(args.epochs):
         tl.set_epoch(epoch)
-        fetch = samples() if args.untimed_input else tl.iterate(samples(), "Call to Next Batch", cat="wait")
+        source = prefetched(samples()) if args.prefetch else samples()
+        fetch = source if args.untimed_input else tl.iterate(source, "Call to Next Batch", cat="wait")
         for step, _ in enumerate(fetch):
             tl.set_step(step)
             with tl.phase("Training Iteration", cat="compute"):
