@@ -17,7 +17,9 @@ import pandas as pd
 import pytest
 
 from conftest import BIN, make_dftracer_set
+from timelogger.layout import MERGE_INFO, MERGED
 from trace_merge import engines, merge, partitioned
+from trace_merge.schema import FRAME_DTYPES
 from trace_merge.run import Run
 
 TABLES = ("breakdown", "exposed_io", "input_bound", "steps", "layered", "bandwidth", "epoch_bandwidth",
@@ -106,15 +108,15 @@ def test_stored_merge_is_rank_row_groups_and_a_resummary_reads_them(generated: P
         merge.write_merged(pm, run)
     finally:
         pm.cleanup()
-    info = json.loads((run / merge.MERGE_INFO).read_text())
+    info = json.loads((run / MERGE_INFO).read_text())
     layout = info["partitions"]
     assert [p["rank"] for p in layout] == [0, 1, 2, 3] and sum(p["rows"] for p in layout) == info["rows"]
     import pyarrow.parquet as pq
 
-    meta = pq.ParquetFile(run / merge.MERGED).metadata
+    meta = pq.ParquetFile(run / MERGED).metadata
     for part in layout:  # each rank's rows are its row groups, and only its
         for g in part["row_groups"]:
-            stats = meta.row_group(g).column(list(merge.FRAME_DTYPES).index("rank")).statistics
+            stats = meta.row_group(g).column(list(FRAME_DTYPES).index("rank")).statistics
             assert stats.min == stats.max == part["rank"]
     stored = Run.open(run, partitioned=True)
     assert stored.cached and "frame" not in stored.__dict__

@@ -21,6 +21,7 @@ import pandas as pd
 from timelogger.layout import REPORT
 from trace_merge import __version__
 from trace_merge.errors import TraceInputError
+from trace_merge.formatting import frame_text
 from trace_merge.outputs import refuse_existing
 
 logger = logging.getLogger(__name__)
@@ -29,14 +30,6 @@ PROG = "trace-merge"
 
 def _out(text: str = "") -> None:
     sys.stdout.write(text + "\n")
-
-
-def _frame_text(df: pd.DataFrame) -> str:
-    if not len(df):
-        return "  (none)"
-    from trace_merge.formatting import formatted
-
-    return formatted(df).to_string(index=False)
 
 
 def _num(x: Optional[float]) -> str:
@@ -86,7 +79,7 @@ def _size_arg(text: str) -> int:
 
 def _input(path: str) -> Path:
     """The input path; a directory holding several runs is refused here, before any output is looked at."""
-    from trace_merge.merge import refuse_runs_below
+    from trace_merge.sources import refuse_runs_below
 
     p = Path(path)
     refuse_runs_below(p)
@@ -103,18 +96,18 @@ def merge_setup_parser(parser: argparse.ArgumentParser) -> None:
 
 
 def merge_main(args: argparse.Namespace) -> int:
-    from trace_merge import merge
+    from trace_merge import merge, store
 
     run_dir = _input(args.run_dir)
     if not run_dir.is_dir():
         raise TraceInputError(run_dir, "not a directory (merge writes merged.parquet into the run directory)")
     # the lock before the existence check: of two merges started together the second is refused here
-    with merge.lock(run_dir):
-        merge.refuse_stored(run_dir, force=args.force)  # before the (slow) merge
+    with store.lock(run_dir):
+        store.refuse_stored(run_dir, force=args.force)  # before the (slow) merge
         res = _merge(run_dir, args)
         try:
             # checked above under the same lock, so nothing can have appeared since
-            written = merge.write_merged(res, run_dir, force=True)
+            written = store.write_merged(res, run_dir, force=True)
         finally:
             if not isinstance(res, merge.MergeResult):
                 res.cleanup()
@@ -182,7 +175,7 @@ def _layered_text(layered: pd.DataFrame, top: int = 30) -> str:
                                               *comp, "layers"]]
     table = table[table["time_s"] > 0].sort_values(["rank", "time_s"], ascending=[True, False], kind="stable")
     shown = table.groupby("rank", sort=True).head(top)
-    text = _frame_text(shown)
+    text = frame_text(shown)
     if len(shown) < len(table):
         text += f"\n  ({len(table) - len(shown)} shorter rows not shown: --json or the report has all)"
     return text
@@ -242,11 +235,11 @@ def _summary_text(run, parts) -> str:
     bd = parts.breakdown
     shown = [*(f"{c}_pct" for c in PRIORITY), "outside_epochs_pct"]
     lines += ["", "drill-down, breakdown by phase category (% of wall time, exclusive; epoch 'all' = whole run):",
-              _frame_text(epochs_as_text(bd[["rank", "epoch", "wall_s", *shown]], "all") if len(bd) else bd)]
+              frame_text(epochs_as_text(bd[["rank", "epoch", "wall_s", *shown]], "all") if len(bd) else bd)]
     lines += ["", "exposed I/O (app layer; epoch 'all' = whole run):",
-              _frame_text(epochs_as_text(parts.exposed_io, "all"))]
-    lines += ["", "input wait per rank (steps counted, warm-up step excluded):", _frame_text(parts.input_bound)]
-    lines += ["", "read bandwidth per rank:", _frame_text(parts.bandwidth)]
+              frame_text(epochs_as_text(parts.exposed_io, "all"))]
+    lines += ["", "input wait per rank (steps counted, warm-up step excluded):", frame_text(parts.input_bound)]
+    lines += ["", "read bandwidth per rank:", frame_text(parts.bandwidth)]
     t = parts.bandwidth_totals
     if t["read_bytes"]:
         lines.append(f"aggregate: {t['read_bytes']:,} bytes ÷ slowest rank's read time "
@@ -254,14 +247,14 @@ def _summary_text(run, parts) -> str:
                      f"÷ job wall time = {_num(t['bw_over_job_wall_MB_per_s'])} MB/s")
     if len(parts.epoch_bandwidth):
         lines += ["", "read bandwidth per epoch (data files; aggregate = Σ bytes ÷ slowest rank's union read time):",
-                  _frame_text(parts.epoch_bandwidth_totals), "per rank:", _frame_text(parts.epoch_bandwidth)]
+                  frame_text(parts.epoch_bandwidth_totals), "per rank:", frame_text(parts.epoch_bandwidth)]
     if len(parts.study_view):
         lines += ["", "the original study's view (Read = HDF5 File Read, Load = Load File − Read, Training, "
-                      "Checkpoint; % of Train Loop):", _frame_text(parts.study_view)]
+                      "Checkpoint; % of Train Loop):", frame_text(parts.study_view)]
     stats = parts.event_stats
     if len(stats):
         stats = stats.sort_values("sum_us", ascending=False).head(25)
-    lines += ["", "events by total time (top 25):", _frame_text(stats)]
+    lines += ["", "events by total time (top 25):", frame_text(stats)]
     return "\n".join(lines)
 
 

@@ -387,10 +387,10 @@ def _shown(df: pd.DataFrame) -> pd.DataFrame:
 
 def view_text(view: DarshanView, *, aligned: bool = False) -> str:
     """The view as text tables (``trace-merge summary``)."""
-    from trace_merge.cli import _frame_text as _cli_table
+    from trace_merge.formatting import frame_text
 
     def _frame_text(df: pd.DataFrame) -> str:
-        return _cli_table(_shown(df))
+        return frame_text(_shown(df))
 
     lines = ["job context:", *_job_lines(view)]
     lines += [f"note: {n}" for n in view.notes]
@@ -411,7 +411,7 @@ def view_text(view: DarshanView, *, aligned: bool = False) -> str:
 
 def html_sections(run: "Run", view: DarshanView, *, aligned: bool = False) -> list[str]:
     """The view as HTML sections of the report (:mod:`trace_merge.report`)."""
-    from trace_merge.report import _figure, _kv, _table
+    from trace_merge.html_parts import figure as _figure, key_values as _kv, table as _table
 
     level = "h3" if aligned else "h2"
     out = [] if not aligned else ["<h2>Drill-down: the Darshan log</h2>"]

@@ -85,3 +85,10 @@ def readable(df: pd.DataFrame, columns: Mapping[str, "tuple[str, str] | str"], i
 
 
 __all__ = ["MISSING", "sig3", "cell", "formatted", "UNITS", "number", "readable"]
+
+
+def frame_text(df: pd.DataFrame) -> str:
+    """A table as text for the terminal (:func:`formatted` cells, no index); ``(none)`` when empty."""
+    if not len(df):
+        return "  (none)"
+    return formatted(df).to_string(index=False)

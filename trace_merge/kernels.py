@@ -26,6 +26,7 @@ import pandas as pd
 
 from trace_merge import attribution as att_
 from trace_merge import bandwidth as bw_
+from trace_merge.attribution import PRIORITY, component_view_df, verdict_label
 from trace_merge.schema import LAYERS, as_text
 
 _I8 = np.int64
@@ -155,10 +156,166 @@ class RankParts:
     data_files: frozenset = field(default_factory=frozenset)
 
 
+# -- the summary: what it holds, its scalars and its sentences ------------------------------------------------------
+
+
+def overall_breakdown(breakdown: pd.DataFrame) -> dict:
+    """Whole-job exclusive shares from the per-rank total rows of :func:`breakdown_df`: Σ time ÷ Σ wall."""
+    keys = [*(f"{c}_pct" for c in PRIORITY), "outside_epochs_pct"]
+    tot = breakdown[breakdown["epoch"].isna()] if breakdown["epoch"].isna().any() else breakdown
+    wall = float(tot["wall_s"].sum())
+    if wall <= 0:
+        return {k: None for k in keys}
+    return {k: float((tot[k] * tot["wall_s"]).sum() / wall) for k in keys}
+
+
+#: The original study's table for its HEP-CNN phase taxonomy: components in order, each minus the ones before it
+#: (Load = Load File − HDF5 File Read), as shares of ``Train Loop``.
+STUDY_COMPONENTS = (("read", ("HDF5 File Read",)), ("load", ("Load File",)),
+                    ("training", ("Train Step", "Compute Gradients", "Allreduce Gradients", "Apply Gradients")),
+                    ("checkpoint", ("Checkpoint",)))
+STUDY_TOTAL = "Train Loop"
+
+
+def study_view_df(frame: pd.DataFrame, per_epoch: bool = False) -> pd.DataFrame:
+    """The original study's view of a run with its phase taxonomy (:data:`STUDY_COMPONENTS` of
+    :data:`STUDY_TOTAL`): per rank (and epoch) seconds and % of Read, Load − Read, Training, Checkpoint and other.
+    Ranks without a ``Train Loop`` phase have no rows. See :func:`~trace_merge.attribution.component_view_df`."""
+    app = frame[(frame["layer"] == "app").to_numpy()] if len(frame) else frame
+    with_total = app["rank"][(app["name"] == STUDY_TOTAL).to_numpy()].unique() if len(app) else []
+    return component_view_df(app[app["rank"].isin(with_total).to_numpy()] if len(app) else app, STUDY_COMPONENTS,
+                             STUDY_TOTAL, per_epoch)
+
+
+def _epoch_metrics(per_epoch: pd.DataFrame) -> dict:
+    """Epoch 0 against the later epochs: aggregate read bandwidth and the slowest rank's read time per epoch."""
+    out = {"epoch0_read_bw_MB_per_s": None, "later_read_bw_MB_per_s": None, "epoch0_read_time_s": None,
+           "later_read_time_s_per_epoch": None}
+    if not len(per_epoch):
+        return out
+    first, later = per_epoch[per_epoch["epoch"] == 0], per_epoch[per_epoch["epoch"] > 0]
+    if len(first):
+        out["epoch0_read_time_s"] = float(first["slowest_read_time_s"].iloc[0])
+        out["epoch0_read_bw_MB_per_s"] = _none_if_nan(first["aggregate_bw_MB_per_s"].iloc[0])
+    if len(later):
+        t = float(later["slowest_read_time_s"].sum())
+        out["later_read_time_s_per_epoch"] = t / len(later)
+        out["later_read_bw_MB_per_s"] = float(later["read_bytes"].sum()) / 1e6 / t if t > 0 else None
+    return out
+
+
+def _none_if_nan(value: float) -> "float | None":
+    return None if value is None or not np.isfinite(value) else float(value)
+
+
+def _metrics(ranks: int, events: int, bd: pd.DataFrame, exp: pd.DataFrame, totals: dict, v: dict,
+             per_epoch: pd.DataFrame, study: pd.DataFrame) -> dict:
+    exp_tot = exp[exp["epoch"].isna()]
+    wall = float(exp_tot["wall_s"].sum())
+    out = {"ranks": int(ranks), "events": int(events),
+           "job_wall_s": totals["job_wall_s"]}
+    out.update(overall_breakdown(bd) if len(bd) else {**{f"{c}_pct": None for c in PRIORITY},
+                                                     "outside_epochs_pct": None})
+    out["exposed_io_pct"] = 100.0 * float(exp_tot["exposed_s"].sum()) / wall if wall > 0 else None
+    out.update({k: totals[k] for k in ("read_bytes", "slowest_read_time_s", "aggregate_bw_MB_per_s",
+                                       "bw_over_job_wall_MB_per_s")})
+    out.update(_epoch_metrics(per_epoch))
+    out["study_read_pct"] = float(study["read_pct"].mean()) if len(study) else None
+    out.update({"input_pct": v["input_pct"], "au_pct": v["au_pct"], "verdict": v["verdict"],
+                "verdict_basis": v["basis"]})
+    return out
+
+
+@dataclass
+class Summary:
+    """Everything a summary, report or benchmark shows about one run (see :func:`summarise`).
+
+    Attributes
+    ----------
+    metrics
+        Scalars of :func:`run_metrics` (shares in %, bytes, MB/s, seconds).
+    verdict
+        :func:`~trace_merge.attribution.verdict` (``input_pct``, ``verdict``, ``au_pct``, ``basis``, ``notes``).
+    layered
+        :func:`~trace_merge.attribution.layered_breakdown_df`: app phases split by what the lower layers did.
+    breakdown
+        :func:`~trace_merge.attribution.breakdown_df` of the chosen layers (app by default): drill-down.
+    exposed_io, input_bound, steps
+        :func:`exposed_io_df`, :func:`input_bound_df`, :func:`step_series_df`.
+    bandwidth, bandwidth_totals
+        :func:`bandwidth_df` and :func:`bandwidth_totals`.
+    epoch_bandwidth, epoch_bandwidth_totals
+        :func:`epoch_bandwidth_df` (per rank and epoch) and :func:`epoch_bandwidth_totals` (the job per epoch).
+    study_view
+        :func:`study_view_df` per rank (empty without the study's phase taxonomy).
+    event_stats
+        :func:`event_stats_df`.
+    explanations
+        One sentence for each place where the headline numbers seem to disagree, saying why.
+    """
+
+    metrics: dict
+    verdict: dict
+    layered: pd.DataFrame
+    breakdown: pd.DataFrame
+    exposed_io: pd.DataFrame
+    input_bound: pd.DataFrame
+    steps: pd.DataFrame
+    bandwidth: pd.DataFrame
+    bandwidth_totals: dict
+    epoch_bandwidth: pd.DataFrame
+    epoch_bandwidth_totals: pd.DataFrame
+    study_view: pd.DataFrame
+    event_stats: pd.DataFrame
+    explanations: list[str] = field(default_factory=list)
+
+
+def coverage_notes(layered: pd.DataFrame) -> list[str]:
+    """Where the framework layer sampled only part of a phase's calls: the sample behind its python/compute
+    split, e.g. "framework profile: 8 of 192 calls of 'Train Step' (rank 0)" -- one sentence per phase."""
+    if not len(layered) or not (layered["not_observed_s"] > 0).any():
+        return []
+    g = layered.groupby("phase", sort=False)[["calls", "observed_calls", "time_s", "not_observed_s"]].sum()
+    # a sample: some calls inside a window, some not (a container such as Train Loop is no sample of anything)
+    g = g[(g["not_observed_s"] > 0) & (g["observed_calls"] > 0) & (g["observed_calls"] < g["calls"])]
+    g = g.sort_values("time_s", ascending=False)
+    return [f"framework profile: {int(row['observed_calls'])} of {int(row['calls'])} calls of '{phase}' "
+            f"(all ranks); its python/compute split is from those, {100 * row['not_observed_s'] / row['time_s']:.0f}"
+            f" % of its time was not observed" for phase, row in g.head(2).iterrows()]
+
+
+def explain(metrics: dict, verdict: dict, layered: pd.DataFrame) -> list[str]:
+    """Sentences for where io %, exposed %, the layered split and the verdict seem to disagree."""
+    out: list[str] = []
+    io, exposed, wait = metrics.get("io_pct"), metrics.get("exposed_io_pct"), verdict.get("input_pct")
+    if verdict.get("basis") == "framework" and wait is not None and exposed is not None \
+            and verdict_label(wait) != verdict_label(exposed):
+        out.append(f"the verdict uses the framework's input wait inside the profiled steps ({wait:.1f} % of step "
+                   f"time), not the app layer's exposed I/O ({exposed:.1f} % of all wall time, start-up included), "
+                   "which also cannot see a wait inside a step phase that contains it (a Keras batch)")
+    if io is not None and exposed is not None and io >= 1.0 and io >= 2 * exposed:
+        out.append(f"io phases take {io:.1f} % of wall time but only {exposed:.1f} % is exposed: the rest ran "
+                   "while another thread computed (prefetching hid it)")
+    if exposed is not None and wait is not None and verdict.get("basis") == "app" and abs(exposed - wait) >= 5:
+        out.append(f"exposed I/O ({exposed:.1f} %) is a share of all wall time, start-up and epochs' edges "
+                   f"included; the input wait of the verdict ({wait:.1f} %) is a share of step time only")
+    if len(layered):
+        io_phases = layered[layered["cat"] == "io"].groupby("phase")[["time_s", "fs_s", "python_s",
+                                                                       "not_observed_s"]].sum()
+        for phase, row in io_phases.iterrows():
+            rest = row["python_s"] + row["not_observed_s"]
+            if row["time_s"] > 0 and rest >= 0.5 * row["time_s"] and "posix" in ",".join(
+                    layered.loc[layered["phase"] == phase, "layers"]):
+                out.append(f"'{phase}' is an io phase, but only {100 * row['fs_s'] / row['time_s']:.0f} % of its "
+                           f"{row['time_s']:.3g} s is file-system time; the rest is Python / decode / IPC "
+                           f"({100 * row['python_s'] / row['time_s']:.0f} % seen inside a TF profile) or not "
+                           f"observed ({100 * row['not_observed_s'] / row['time_s']:.0f} %)")
+        out.extend(coverage_notes(layered))
+    return out
+
+
 def rank_parts(frame: pd.DataFrame, job: JobFacts, layers: "str | Sequence[str] | None" = None) -> RankParts:
     """The kernel: one rank's rows (``frame``) in, its share of every summary table out."""
-    from trace_merge.analysis import study_view_df  # the study's taxonomy lives with the summary
-
     use, base_layers = job.use(layers), job.base(layers)
     att = att_._attribution(frame, use)
     base = att if base_layers == use else att_._attribution(frame, base_layers)
@@ -231,9 +388,7 @@ def _concat(tables: Sequence[pd.DataFrame], sort: Sequence[str] = ("rank",)) -> 
 
 
 def combine(parts: Sequence[RankParts], job: JobFacts, counters: Optional[pd.DataFrame] = None):
-    """The reduction: every rank's :class:`RankParts` into one :class:`~trace_merge.analysis.Summary`."""
-    from trace_merge import analysis
-
+    """The reduction: every rank's :class:`RankParts` into one :class:`Summary`."""
     parts = list(parts)
     bd = _concat([p.breakdown for p in parts])
     exp = _concat([p.exposed_io for p in parts])
@@ -248,12 +403,12 @@ def combine(parts: Sequence[RankParts], job: JobFacts, counters: Optional[pd.Dat
     totals = bw_.totals_of(bw, job.wall_ns, data_files, counters, job.app_files)
     epoch_totals = bw_.epoch_bandwidth_totals(per_epoch)
     v = att_._verdict(per)
-    metrics = analysis._metrics(len(job.ranks), job.events, bd, exp, totals, v, epoch_totals, study)
+    metrics = _metrics(len(job.ranks), job.events, bd, exp, totals, v, epoch_totals, study)
     steps = series.drop(columns=[c for c in ("_r", "_ws", "_we") if c in series.columns])
-    return analysis.Summary(metrics=metrics, verdict=v, layered=layered, breakdown=bd, exposed_io=exp,
+    return Summary(metrics=metrics, verdict=v, layered=layered, breakdown=bd, exposed_io=exp,
                             input_bound=per, steps=steps, bandwidth=bw, bandwidth_totals=totals,
-                            epoch_bandwidth=per_epoch, epoch_bandwidth_totals=epoch_totals, study_view=study,
-                            event_stats=stats, explanations=analysis.explain(metrics, v, layered))
+                   epoch_bandwidth=per_epoch, epoch_bandwidth_totals=epoch_totals, study_view=study,
+                            event_stats=stats, explanations=explain(metrics, v, layered))
 
 
 def by_rank(frame: pd.DataFrame) -> "list[tuple[int, pd.DataFrame]]":

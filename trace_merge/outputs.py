@@ -104,7 +104,7 @@ def atomic_outputs(paths: Sequence["str | os.PathLike[str]"], force: bool = Fals
     exception raised by a signal handler) leaves the old files, or none, in place and no temporary behind. Stale
     temporaries of dead processes (:func:`remove_stale_temps`) are removed first. A crash between the renames
     (kill -9) can still leave a mix of old and new files: readers of a set check that its members belong together
-    (:func:`trace_merge.merge.stored_outputs`).
+    (:func:`trace_merge.store.stored_outputs`).
 
     Raises
     ------

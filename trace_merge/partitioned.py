@@ -37,10 +37,12 @@ import pandas as pd
 
 from trace_merge import align as A
 from trace_merge import kernels as K
+from trace_merge import sources
 from trace_merge.dxt_clock import place_source
 from trace_merge.errors import TraceInputError
 from trace_merge.outputs import pid_alive
 from trace_merge.readers import detect, rank_from_name, read_any
+from trace_merge.sources import resolve_names
 from trace_merge.schema import (COUNTER_DTYPES, FRAME_COLUMNS, FRAME_DTYPES, SourceData, concat_frames,
                                 empty_counters, empty_frame)
 
@@ -240,7 +242,6 @@ class RankResult:
 
 def merge_rank(task: RankTask) -> RankResult:
     """One rank: its pieces merged, ordered and tagged, written as its partition, and summarised (wave 4)."""
-    from trace_merge.merge import resolve_names
 
     pieces: list[tuple[Piece, pd.DataFrame]] = []
     for piece in task.pieces:
@@ -436,15 +437,15 @@ def merge_partitioned(path: "str | os.PathLike[str]", engine: Any = None, spill_
     summary_only
         Keep only the columns a summary needs (``args`` and ``host`` are left out of the partitions).
     """
-    from trace_merge import engines, merge
+    from trace_merge import engines
 
     path = Path(path)
-    files, manifest, warnings, inputs = merge._discover(path)
+    files, manifest, warnings, inputs = sources.find_sources(path)
     if not files:
         why = f" ({'; '.join(warnings)})" if warnings else ""
-        raise TraceInputError(path, f"no trace files found (looked for {merge._LOOKED_FOR}){why}")
+        raise TraceInputError(path, f"no trace files found (looked for {sources.LOOKED_FOR}){why}")
     if engine is None:
-        engine = engines.local(merge.bytes_on_disk(p for p, _ in files))
+        engine = engines.local(sources.bytes_on_disk(p for p, _ in files))
     spill = new_spill_dir(spill_dir)
     columns = SUMMARY_COLUMNS if summary_only else FRAME_COLUMNS
     try:
@@ -456,8 +457,6 @@ def merge_partitioned(path: "str | os.PathLike[str]", engine: Any = None, spill_
 
 def _run(path: Path, files: list, manifest: Optional[dict], warnings: list, inputs: dict, engine: Any,
          spill: Path, columns: tuple, layers: Any) -> PartitionedMerge:
-    from trace_merge import merge
-
     kinds = []
     for p, kind in files:
         try:
@@ -476,11 +475,11 @@ def _run(path: Path, files: list, manifest: Optional[dict], warnings: list, inpu
     launch = launch if isinstance(launch, int) and not isinstance(launch, bool) else None
     clock_warnings, dropped = A.check_app_clocks(app_sources, launch, windows)
     kept_app = [s for s in app_sources if s.path not in dropped]
-    procs = A.launched_processes(merge.launch_records(path), A.processes(kept_app))
+    procs = A.launched_processes(sources.launch_records(path), A.processes(kept_app))
     offsets = A.rank_offsets(procs)
     starts = [r.starts for r in app_results if r.error is None and r.path not in dropped and r.starts is not None]
     app_median = float(np.median(np.concatenate(starts))) if starts else None
-    anchors = merge._anchors(kept_app)
+    anchors = sources.anchors_by_rank(kept_app)
     all_anchors = [a for lst in anchors.values() for a in lst]
     for r in app_results:  # app rows were spilled before the offsets were known: shift them now, per piece
         if r.path in dropped:
@@ -508,9 +507,9 @@ def _run(path: Path, files: list, manifest: Optional[dict], warnings: list, inpu
     if not usable:
         why = "; ".join(warnings) if warnings else "all empty"
         raise TraceInputError(path, f"no usable trace data ({why})")
-    warnings.extend(merge.ended_early(app_sources))
-    if merge.is_run_dir(path):
-        warnings.extend(merge._missing_ranks(path, manifest, app_sources))
+    warnings.extend(sources.ended_early(app_sources))
+    if sources.is_run_dir(path):
+        warnings.extend(sources.missing_ranks(path, manifest, app_sources))
     warnings.extend(clock_warnings)
     names: dict[str, str] = {}
     for r in results:

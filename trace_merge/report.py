@@ -5,10 +5,8 @@ inline, so it can be mailed or attached to a ticket as is.
 """
 from __future__ import annotations
 
-import base64
 import datetime as _dt
 import html
-import io
 import json
 import logging
 import os
@@ -19,7 +17,8 @@ import pandas as pd
 
 from trace_merge import __version__, analysis, plots
 from trace_merge.findings import findings, next_step
-from trace_merge.formatting import cell, sig3
+from trace_merge.formatting import sig3
+from trace_merge.html_parts import figure, key_values, table
 from trace_merge.jobinfo import slurm_line
 from trace_merge.outputs import atomic_output, refuse_existing
 
@@ -50,42 +49,6 @@ ol.findings{padding-left:20px;margin:4px 0;font-size:13px} ol.findings li{margin
 .sev-high{background:#fdecea;color:#a12} .sev-medium{background:#fff4e5;color:#8a4b00} .sev-info{background:#eee}
 .ev{color:#555} .try{color:#135}
 """
-
-
-def _png(fig: "Figure") -> str:
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=90)
-    return base64.b64encode(buf.getvalue()).decode("ascii")
-
-
-def _table(df: pd.DataFrame, max_rows: int = 200) -> str:
-    if not len(df):
-        return "<p><i>no data</i></p>"
-    shown = df.head(max_rows)
-    head = "".join(f"<th>{html.escape(str(c))}</th>" for c in shown.columns)
-    cols = [str(c) for c in shown.columns]
-    body = "".join(
-        "<tr>" + "".join(f"<td>{html.escape(cell(v, c))}</td>" for c, v in zip(cols, row)) + "</tr>"
-        for row in shown.itertuples(index=False))
-    more = f"<p><i>{len(df) - max_rows} more rows not shown</i></p>" if len(df) > max_rows else ""
-    return f'<div class="scroll"><table><tr>{head}</tr>{body}</table></div>{more}'
-
-
-def _kv(d: dict[str, Any]) -> str:
-    if not d:
-        return "<p><i>none</i></p>"
-    rows = "".join(f"<tr><td>{html.escape(str(k))}</td><td>{html.escape(cell(v, str(k)) if not isinstance(v, (dict, list)) else json.dumps(v, default=str))}</td></tr>"
-                   for k, v in d.items())
-    return f'<table class="kv">{rows}</table>'
-
-
-def _figure(title: str, make) -> str:
-    try:
-        fig = make()
-    except Exception as exc:  # a figure that cannot be drawn must not cost the user the whole report
-        logger.warning("report: figure %r not drawn: %s", title, exc)
-        return f'<p class="warn">{html.escape(title)}: not drawn ({html.escape(str(exc))})</p>'
-    return f'<img alt="{html.escape(title)}" src="data:image/png;base64,{_png(fig)}">'
 
 
 def _per_layer_totals(frame: pd.DataFrame) -> pd.DataFrame:
@@ -125,7 +88,7 @@ def _first_screen(run: "Run", a: "analysis.Summary", found: "list[Finding]") -> 
     total = float(a.layered["time_s"].sum()) if len(a.layered) else 0.0
     coverage = (f"Hatched: {100 * unseen / total:.0f} % of the app phases' time was not observed by any lower "
                 "layer (outside every TF profile window)." if total and unseen else "")
-    picture = (_figure("where the time goes", lambda: _top_phases_figure(a.layered)) + f'<p class="sub">{coverage}'
+    picture = (figure("where the time goes", lambda: _top_phases_figure(a.layered)) + f'<p class="sub">{coverage}'
                " Full table under “Layered breakdown”.</p>") if len(a.layered) else "<p><i>no app phases</i></p>"
     return (
         f'<div class="answer">{early_html}<div class="verdict {css_class}"><b>Is it input-bound?</b> '
@@ -186,14 +149,14 @@ def render_report(run: "Run", parts: "Optional[analysis.Summary]" = None) -> str
         f"{_dt.datetime.now(_dt.timezone.utc):%Y-%m-%d %H:%M UTC} by trace_merge {__version__}</p>",
         *([f'<p class="sub">{html.escape(job)}</p>'] if (job := slurm_line(run.manifest)) else []),
         _first_screen(run, a, found),
-        "<h2>Run</h2>", _kv(facts),
+        "<h2>Run</h2>", key_values(facts),
         f"<h2>Warnings ({len(run.warnings)})</h2><ul class='warn'>{warnings}</ul>",
         "<h2>Alignment residual</h2>",
         "<details><summary>Framework events of a training step must fall inside the app interval of that step "
         f"after alignment: {run.residual.get('outside', 0)} of {run.residual.get('checked', 0)} checked fall "
-        "outside (times in ms)</summary>", _kv(_residual_ms(run.residual)), "</details>",
+        "outside (times in ms)</summary>", key_values(_residual_ms(run.residual)), "</details>",
         *(["<h3>Darshan DXT placement per rank</h3>", "<p>Offset added to the job-header placement, found from "
-           "the segments' content (docs/frame.md, clocks).</p>", _table(pd.DataFrame(run.dxt_clock))]
+           "the segments' content (docs/frame.md, clocks).</p>", table(pd.DataFrame(run.dxt_clock))]
           if run.dxt_clock else []),
         "<h2>Layered breakdown: what the lower layers did inside each app phase</h2>",
         "<p>Each app phase's self time (innermost phase per thread), split by what the lower layers of the same "
@@ -201,41 +164,41 @@ def render_report(run: "Run", parts: "Optional[analysis.Summary]" = None) -> str
         f"{' &gt; '.join(html.escape(analysis.COMPONENT_LABELS[c]) for c in analysis.COMPONENTS)} wins, so "
         "each row sums to the phase's time. Epoch “none”: the phase ran outside every epoch. Definitions: "
         "docs/metrics.md in the toolkit's repository.</p>",
-        _figure("layered breakdown", lambda: plots.plot_layered_breakdown(a.layered)) if len(a.layered) else "",
-        _table(analysis.epochs_as_text(a.layered, "none")),
+        figure("layered breakdown", lambda: plots.plot_layered_breakdown(a.layered)) if len(a.layered) else "",
+        table(analysis.epochs_as_text(a.layered, "none")),
         "<h2>Steps: input wait per step</h2>",
         "<p>" + "<br>".join(html.escape(n) for n in [*v.get("notes", []), *a.explanations]) + "</p>",
-        _figure("step series", lambda: plots.plot_step_series(a.steps)) if len(a.steps) else "",
+        figure("step series", lambda: plots.plot_step_series(a.steps)) if len(a.steps) else "",
         "<h2>Drill-down: breakdown by phase category, app layer</h2>",
         "<p>Exclusive share of each epoch's wall time: the innermost phase on each thread, then priority "
         f"{' &gt; '.join(analysis.PRIORITY)} across threads; time outside every epoch has its own column; rows "
         "sum to 100 %. Epoch “all”: the rank's whole traced time. An app phase's category is a hint only "
         "(a Keras batch contains the wait for its batch): the layered breakdown above says what happened.</p>",
-        _figure("breakdown", lambda: plots.plot_breakdown(breakdown)) if len(breakdown) else "",
-        _table(analysis.epochs_as_text(breakdown[pct_cols], "all")) if len(breakdown) else _table(breakdown),
+        figure("breakdown", lambda: plots.plot_breakdown(breakdown)) if len(breakdown) else "",
+        table(analysis.epochs_as_text(breakdown[pct_cols], "all")) if len(breakdown) else table(breakdown),
         "<details><summary>Union time per category (seconds, overlapping phases counted in each)</summary>",
-        _table(analysis.epochs_as_text(breakdown[union_cols], "all")) if len(breakdown) else "", "</details>",
+        table(analysis.epochs_as_text(breakdown[union_cols], "all")) if len(breakdown) else "", "</details>",
         "<details><summary>Whole-run breakdown of each layer on its own (drill-down)</summary>",
-        _table(_per_layer_totals(frame)), "</details>",
+        table(_per_layer_totals(frame)), "</details>",
         "<h2>Exposed I/O and overlap</h2>", "<p>Epoch “all”: the rank's whole traced time.</p>",
-        _table(analysis.epochs_as_text(a.exposed_io, "all")),
-        "<h2>Steps: input wait and accelerator utilisation</h2>", _table(a.input_bound),
+        table(analysis.epochs_as_text(a.exposed_io, "all")),
+        "<h2>Steps: input wait and accelerator utilisation</h2>", table(a.input_bound),
         "<h2>Read bandwidth</h2>",
-        _figure("bandwidth", lambda: plots.plot_bandwidth(a.bandwidth)) if len(a.bandwidth) else "",
-        _table(a.bandwidth), _kv(a.bandwidth_totals),
-        "<h2>Read bandwidth per epoch (data files)</h2>", _table(a.epoch_bandwidth_totals),
-        _table(a.epoch_bandwidth),
+        figure("bandwidth", lambda: plots.plot_bandwidth(a.bandwidth)) if len(a.bandwidth) else "",
+        table(a.bandwidth), key_values(a.bandwidth_totals),
+        "<h2>Read bandwidth per epoch (data files)</h2>", table(a.epoch_bandwidth_totals),
+        table(a.epoch_bandwidth),
         *(["<h2>The original study's view: Read, Load − Read, Training, Checkpoint (% of Train Loop)</h2>",
-           _table(a.study_view)] if len(a.study_view) else []),
+           table(a.study_view)] if len(a.study_view) else []),
         "<h2>Access pattern</h2>",
-        _figure("access pattern", lambda: plots.plot_access_pattern(access)) if len(access) else "",
+        figure("access pattern", lambda: plots.plot_access_pattern(access)) if len(access) else "",
         "<p>Epoch “none”: reads outside every epoch.</p>" if len(access) and access["epoch"].isna().any() else "",
-        _table(analysis.epochs_as_text(access.drop(columns=empty_bins), "none")),
+        table(analysis.epochs_as_text(access.drop(columns=empty_bins), "none")),
         "<h2>Timeline excerpt</h2>",
         f"<p>{html.escape(excerpt_text)}</p>",
-        _figure("timeline", lambda: plots.plot_timeline(frame, start_ns=window[0], end_ns=window[1]) if window
+        figure("timeline", lambda: plots.plot_timeline(frame, start_ns=window[0], end_ns=window[1]) if window
                 else plots.plot_timeline(frame)) if len(frame) else "<p><i>no events</i></p>",
-        "<h2>Events per layer, category and name (top 50 by total time)</h2>", _table(stats, 50),
+        "<h2>Events per layer, category and name (top 50 by total time)</h2>", table(stats, 50),
     ]
     if view is not None:
         sections += darshan_view.html_sections(run, view, aligned=True)

@@ -18,8 +18,10 @@ from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 import pandas as pd
 
-from trace_merge import analysis, identity
+from timelogger.layout import COUNTERS, MERGE_INFO, MERGED
+from trace_merge import analysis, identity, sources, store
 from trace_merge.errors import TraceInputError
+from trace_merge.schema import COUNTER_DTYPES
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from trace_merge.findings import Finding
@@ -30,18 +32,16 @@ logger = logging.getLogger(__name__)
 def _stored(run_dir: Path, notes: list[str]) -> "tuple[pd.DataFrame, pd.DataFrame, dict[str, Any]] | None":
     """The stored merge of ``run_dir`` when it can be trusted, else None with the reason appended to ``notes``.
 
-    Trusted: a complete output set (:func:`trace_merge.merge.stored_outputs`) whose recorded ``inputs`` are the
+    Trusted: a complete output set (:func:`trace_merge.store.stored_outputs`) whose recorded ``inputs`` are the
     sources found now — none added, removed or changed (modification times do not count: ``cp -p`` keeps an old
     one on a new file) — and whose files read back with the frame schema. Anything else is derived data to
     make again, never an error.
     """
-    from trace_merge import merge
-
-    def remerge(why: str, store: str = "trace-merge merge --force") -> None:
-        notes.append(f"{why}; merged again from the sources ({store} stores the new merge)")
+    def remerge(why: str, command: str = "trace-merge merge --force") -> None:
+        notes.append(f"{why}; merged again from the sources ({command} stores the new merge)")
         logger.warning("%s", notes[-1])
 
-    info, why = merge.stored_outputs(run_dir)
+    info, why = store.stored_outputs(run_dir)
     if why:  # an incomplete set is no output: merge replaces it without --force
         remerge(f"{run_dir}: {why}", "trace-merge merge")
         return None
@@ -49,14 +49,14 @@ def _stored(run_dir: Path, notes: list[str]) -> "tuple[pd.DataFrame, pd.DataFram
         return None
     recorded = info.get("inputs")
     if not isinstance(recorded, dict):
-        remerge(f"{run_dir / merge.MERGE_INFO}: no source identity recorded (made by an older trace-merge)")
+        remerge(f"{run_dir / MERGE_INFO}: no source identity recorded (made by an older trace-merge)")
         return None
-    changed = identity.differences(recorded, merge.source_identity(run_dir))
+    changed = identity.differences(recorded, sources.source_identity(run_dir))
     if changed:
-        remerge(f"{run_dir / merge.MERGED}: out of date, sources changed since it was made ({'; '.join(changed)})")
+        remerge(f"{run_dir / MERGED}: out of date, sources changed since it was made ({'; '.join(changed)})")
         return None
     try:
-        return merge.read_merged(run_dir)
+        return store.read_merged(run_dir)
     except TraceInputError as exc:
         remerge(str(exc))
         return None
@@ -156,7 +156,7 @@ class Run:
         ------
         TraceInputError
             Nothing usable at ``path`` (the message names the file and the cause), or ``path`` is a directory
-            holding runs rather than a run (:func:`trace_merge.merge.refuse_runs_below`; runs are never pooled).
+            holding runs rather than a run (:func:`trace_merge.sources.refuse_runs_below`; runs are never pooled).
         """
         from trace_merge import merge
 
@@ -173,9 +173,9 @@ class Run:
         stored = _stored(p, notes) if p.is_dir() else None
         if stored is not None:
             frame, counters, info = stored
-            logger.info("%s: using %s", p, merge.MERGED)
+            logger.info("%s: using %s", p, MERGED)
             return cls(path=p, frame=frame, counters=counters, warnings=list(info.get("warnings", [])),
-                           residual=dict(info.get("residual") or {}), manifest=merge.load_manifest(p)[0],
+                           residual=dict(info.get("residual") or {}), manifest=sources.load_manifest(p)[0],
                        sources=list(info.get("sources", [])), cached=True,
                        dropped=_dropped(info.get("dropped_intervals")),
                        dxt_clock=list(info.get("dxt_clock") or []))
@@ -191,21 +191,21 @@ class Run:
     def _open_stored(cls, p: Path, layout: list, notes: list[str], scheduler: Any, workers: Optional[int],
                      memory_bytes: Optional[int]) -> "Optional[Run]":
         """A trusted stored merge with a partition layout, summarised rank by rank (its frame loaded on demand)."""
-        from trace_merge import engines, merge, partitioned
+        from trace_merge import engines, partitioned
 
-        info, why = merge.stored_outputs(p)
-        if info is None or why or identity.differences(info.get("inputs") or {}, merge.source_identity(p)):
+        info, why = store.stored_outputs(p)
+        if info is None or why or identity.differences(info.get("inputs") or {}, sources.source_identity(p)):
             return None  # out of date or incomplete: the usual path says why and merges again
         try:
-            counters = pd.read_parquet(p / merge.COUNTERS).astype(merge.COUNTER_DTYPES)
+            counters = pd.read_parquet(p / COUNTERS).astype(COUNTER_DTYPES)
         except (OSError, ValueError):
             return None
         engine = engines.engine_for(scheduler, sum(int(x["rows"]) for x in layout) * 100, workers, memory_bytes)
         try:
-            pm = partitioned.open_stored(p / merge.MERGED, layout, counters, engine, info)
+            pm = partitioned.open_stored(p / MERGED, layout, counters, engine, info)
         finally:
             engine.close()
-        return cls._of_partitions(p, pm, list(pm.warnings), merge.load_manifest(p)[0], cached=True,
+        return cls._of_partitions(p, pm, list(pm.warnings), sources.load_manifest(p)[0], cached=True,
                                   dropped=_dropped(info.get("dropped_intervals")))
 
     @classmethod
@@ -404,10 +404,8 @@ PARTITION_ABOVE_ROWS = 1_000_000
 
 def _stored_layout(p: Path) -> "Optional[list]":
     """``merge_info.json``'s partition layout of a stored merge, if it has one."""
-    from trace_merge import merge
-
     try:
-        info = json.loads((p / merge.MERGE_INFO).read_text())
+        info = json.loads((p / MERGE_INFO).read_text())
     except (OSError, ValueError):
         return None
     layout = info.get("partitions") if isinstance(info, dict) else None
@@ -419,11 +417,9 @@ def _stored_layout(p: Path) -> "Optional[list]":
 def partitioned_input(p: Path, scheduler: Any = None, partitioned: Optional[bool] = None) -> Optional[int]:
     """The bytes of ``p``'s sources when they are to be merged partition by partition, else None: forced by
     ``partitioned``, or a ``scheduler`` given, or at least :data:`PARTITION_ABOVE_BYTES` (``Run.open``, ``merge``)."""
-    from trace_merge import merge
-
     if partitioned is False:
         return None
-    size = merge.source_bytes(p)
+    size = sources.source_bytes(p)
     return size if scheduler is not None or partitioned or size >= PARTITION_ABOVE_BYTES else None
 
 

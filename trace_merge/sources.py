@@ -1,0 +1,322 @@
+"""Where a run's traces are: run directories and loose inputs, the files of each layer, the manifest, the launcher's
+records, the identity of every source, and the facts about sources that a merge needs before it aligns them
+(tf_profile anchors, file-name tables, ranks that ended early or are missing).
+
+A run directory (``manifest.json``, ``app/``, ``tf/rank-<r>/``, ``horovod/``, ``posix/``, ``darshan/``;
+:mod:`timelogger.layout`, ``docs/frame.md``) or loose inputs: a bare directory of ``.pfw``/``.pfw.gz``/
+``.darshan``/``.xplane.pb`` files (searched recursively, e.g. a TF logdir) or a single file. A directory that
+is not a run but holds runs below it is refused (:func:`refuse_runs_below`), never pooled into one.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shlex
+from fnmatch import fnmatchcase
+from pathlib import Path
+from typing import Any, Iterable
+
+import pandas as pd
+
+from timelogger import layout
+from timelogger.layout import MANIFEST
+
+from .align import meta_value
+from .errors import TraceInputError
+from .identity import Identity, by_name, duplicates, identity_of
+from .readers import detect
+from .schema import MAX_RANKS, SourceData, checked_int
+
+LOOKED_FOR = "app/*.pfw[.gz], tf/**/*.xplane.pb, horovod/*.json, posix/*.pfw[.gz], darshan/*.darshan"
+_LOOSE_PATTERNS = ("*.pfw", "*.pfw.gz", "*.darshan", "*.xplane.pb", "*.json", "*.json.gz")
+
+
+def is_run_dir(path: Path) -> bool:
+    """A run directory has a manifest or at least one of the per-layer subdirectories."""
+    return path.is_dir() and (
+        (path / MANIFEST).is_file() or any((path / d).is_dir() for d in layout.LAYER_DIRS)
+    )
+
+
+def runs_below(path: Path) -> list[Path]:
+    """The run directories below ``path`` (``path`` itself excluded; a run's own subdirectories are not
+    searched), sorted."""
+    found = []
+    for root, dirs, _ in os.walk(path):
+        here = Path(root)
+        if here != path and is_run_dir(here):
+            found.append(here)
+            dirs.clear()
+    return sorted(found)
+
+
+def refuse_runs_below(path: Path) -> None:
+    """Refuse a directory that is not a run itself but holds runs below it, before anything is read or written.
+
+    Reading it as loose inputs would pool the runs into one (two rank-0 runs become one rank spanning both
+    jobs). Exactly one run below is refused as well: read loosely it would lose its layout (no manifest, no
+    rank check) and ``merge`` would write beside it instead of into it, so the user is pointed at the run.
+
+    Raises
+    ------
+    TraceInputError
+        ``"<path>: holds 2 runs (<path>/a, <path>/b); give one of them, or compare them with: trace-merge
+        compare <path>/a <path>/b"``, or for one run ``"<path>: holds 1 run (<path>/a); give that run
+        directory itself"``.
+    """
+    if not path.is_dir() or is_run_dir(path):
+        return
+    runs = runs_below(path)
+    names = ", ".join(map(str, runs))
+    if len(runs) == 1:
+        raise TraceInputError(path, f"holds 1 run ({names}); give that run directory itself")
+    if runs:
+        raise TraceInputError(path, f"holds {len(runs)} runs ({names}); give one of them, or compare them with: "
+                                    f"trace-merge compare {' '.join(shlex.quote(str(r)) for r in runs)}")
+
+
+def _files(root: Path, patterns: Iterable[str], recursive: bool, warnings: list[str]) -> list[Path]:
+    """Files below ``root`` whose name matches one of ``patterns`` (in ``root`` only unless ``recursive``), sorted.
+
+    What would silently drop data is a warning instead: a directory that cannot be listed (its files are
+    missing from the merge) and a match that is not a regular file (a directory named ``x.pfw.gz``, a broken
+    link). A missing ``root`` is a layer that was not captured and says nothing.
+    """
+    if not os.path.lexists(root):
+        return []
+    found: list[Path] = []
+
+    def unlistable(exc: OSError) -> None:
+        warnings.append(f"{exc.filename}: cannot list ({exc.strerror or exc}); the traces in it are left out")
+
+    for here, dirs, names in os.walk(root, onerror=unlistable):
+        for name in sorted(dirs + names):
+            if not any(fnmatchcase(name, pat) for pat in patterns):
+                continue
+            p = Path(here) / name
+            if p.is_file():
+                found.append(p)
+            elif p.is_dir():
+                warnings.append(f"{p}: a directory named like a trace file; skipped")
+            else:
+                warnings.append(f"{p}: not a regular file (a broken link?); skipped")
+        if not recursive:
+            break
+    return sorted(found)
+
+
+def launch_records(path: Path) -> "list[dict[str, Any]]":
+    """The launcher's per-rank records (``launch/rank-<r>.json``) of a run directory; unreadable ones are skipped
+    (the traces do not need them: they only place rows of processes no app file names)."""
+    out = []
+    for p in sorted((Path(path) / layout.LAUNCH_DIR).glob(layout.LAUNCH_GLOB)) if Path(path).is_dir() else []:
+        try:
+            record = json.loads(p.read_text())
+        except (OSError, ValueError, UnicodeDecodeError):
+            continue
+        if isinstance(record, dict):
+            out.append(record)
+    return out
+
+
+def load_manifest(run_dir: Path) -> "tuple[dict[str, Any] | None, str | None]":
+    """``manifest.json`` of a run directory and a warning when it exists but cannot be read.
+
+    The traces do not need the manifest, so a bad one is a warning, not an error.
+    """
+    p = run_dir / MANIFEST
+    if not p.is_file():
+        return None, None
+    try:
+        manifest = json.loads(p.read_text())
+    except (OSError, ValueError) as exc:
+        return None, f"{p}: unreadable manifest, ignored ({exc})"
+    if not isinstance(manifest, dict):
+        return None, f"{p}: manifest is not a JSON object, ignored"
+    return manifest, None
+
+
+def discover(path: Path) -> "tuple[list[tuple[Path, str]], dict[str, Any] | None]":
+    """The trace files of a run directory or loose input, each with its kind (not yet read).
+
+    Returns
+    -------
+    (files, manifest)
+        ``files``: ``(path, kind)`` with app files first (their metadata anchors the others); a file
+        whose kind cannot be told is listed with kind ``""`` so the reader's error becomes a warning; a file
+        with the same content as an earlier one is left out. ``manifest`` is None for loose inputs and for an
+        unreadable ``manifest.json``.
+    """
+    files, manifest, _, _ = find_sources(path)
+    return files, manifest
+
+
+def _root(path: Path) -> Path:
+    """The directory source names are relative to (and outputs are written into)."""
+    return path if path.is_dir() else path.parent
+
+
+def source_identity(path: Path) -> dict[str, Identity]:
+    """Identity of every file :func:`merge_path` would look at under ``path`` (``manifest.json`` included),
+    keyed by name relative to ``path``: what ``merge_info.json`` records as ``inputs``."""
+    files, _, _ = _listing(path)
+    return _identities([p for p, _ in files], path)[1]
+
+
+def source_bytes(path: Path) -> int:
+    """Bytes on disk of the trace files :func:`discover` finds under ``path`` (0 when it finds none)."""
+    try:
+        files, _, _ = _listing(path)
+    except TraceInputError:
+        return 0
+    return bytes_on_disk(p for p, _ in files)
+
+
+def bytes_on_disk(paths: Iterable[Path]) -> int:
+    """Σ of the sizes of ``paths`` (a file gone since it was listed counts 0)."""
+    total = 0
+    for p in paths:
+        try:
+            total += p.stat().st_size
+        except OSError:
+            pass
+    return total
+
+
+def _identities(paths: list[Path], path: Path) -> "tuple[dict[Path, Identity], dict[str, Identity]]":
+    """Identity of ``paths`` (by path) and of them plus ``manifest.json`` (by name relative to ``path``)."""
+    ids = {p: identity_of(p) for p in paths}
+    named = dict(ids)
+    if path.is_dir() and (path / MANIFEST).is_file():
+        named[path / MANIFEST] = identity_of(path / MANIFEST)
+    return ids, by_name(named, _root(path))
+
+
+def find_sources(
+    path: Path,
+) -> "tuple[list[tuple[Path, str]], dict[str, Any] | None, list[str], dict[str, Identity]]":
+    """:func:`discover` plus warnings (unreadable manifest, unlistable directories, copies left out) and the
+    identity of what was found (:attr:`trace_merge.merge.MergeResult.inputs`).
+
+    The same content under two names (a rank file copied beside itself, a trace set synced twice) would count
+    every event twice: the later copy is left out with ``"<copy>: same content as <first>; skipped"``.
+    """
+    files, manifest, warnings = _listing(path)
+    ids, inputs = _identities([p for p, _ in files], path)
+    copies = duplicates(ids)
+    warnings += [f"{copy}: same content as {first}; skipped" for copy, first in copies.items()]
+    return [f for f in files if f[0] not in copies], manifest, warnings, inputs
+
+
+def _listing(path: Path) -> "tuple[list[tuple[Path, str]], dict[str, Any] | None, list[str]]":
+    """The files of :func:`discover` before copies are left out, the manifest, and warnings."""
+    if path.is_file():
+        return [(path, "")], None, []
+    if not path.is_dir():
+        raise TraceInputError(path, "no such file or directory")
+    warnings: list[str] = []
+    if is_run_dir(path):
+        manifest, bad_manifest = load_manifest(path)
+        if bad_manifest:
+            warnings.append(bad_manifest)
+
+        def found(sub: str, patterns: tuple[str, ...], kind: str, recursive: bool = False) -> list[tuple[Path, str]]:
+            return [(p, kind) for p in _files(path / sub, patterns, recursive, warnings)]
+
+        files = found(layout.APP_DIR, ("*.pfw", "*.pfw.gz"), "timelogger")
+        files += found(layout.TF_DIR, ("*.xplane.pb",), "xplane", recursive=True)
+        files += found(layout.HOROVOD_DIR, ("*.json", "*.json.gz"), "horovod")
+        files += found(layout.POSIX_DIR, ("*.pfw", "*.pfw.gz"), "")
+        files += found(layout.DARSHAN_DIR, ("*.darshan",), "darshan")
+        # TimeLogger files whose header says layer "noise" (the reader puts their rows in that layer)
+        files += found(layout.NOISE_DIR, ("*.pfw", "*.pfw.gz"), "timelogger")
+        return files, manifest, warnings
+    refuse_runs_below(path)
+    files = []
+    for p in _files(path, _LOOSE_PATTERNS, True, warnings):
+        if p.name.endswith((".json", ".json.gz")):
+            try:
+                kind = detect(p)
+            except TraceInputError:
+                continue  # unrelated JSON beside the traces (configs, summaries)
+            files.append((p, kind))
+        else:
+            files.append((p, ""))
+    app = [f for f in files if f[0].name.endswith((".pfw", ".pfw.gz"))]
+    rest = [f for f in files if f not in app]
+    return app + rest, None, warnings
+
+
+def anchors_by_rank(app: list[SourceData]) -> dict[int, list[dict[str, Any]]]:
+    """rank -> ``tf_profile`` metadata dicts of that rank's app files (with the writer's pid)."""
+    out: dict[int, list[dict[str, Any]]] = {}
+    for src in app:
+        rank = meta_value(src.meta, "rank")
+        found = meta_value(src.meta, "tf_anchors", "tf_profile", "tf_profiles", default=[])
+        if isinstance(found, dict):
+            found = [found]
+        for anchor in found or []:
+            a = dict(anchor)
+            a.setdefault("pid", meta_value(src.meta, "pid"))
+            out.setdefault(int(rank or 0), []).append(a)
+    return out
+
+
+def resolve_names(frame: pd.DataFrame, names: dict[str, str]) -> pd.DataFrame:
+    """``frame`` with the DFTracer file hashes in ``file`` that ``names`` (hash -> path) knows replaced."""
+    if not len(frame) or not names:
+        return frame
+    col = frame["file"]
+    if not any(c in names for c in col.cat.categories):
+        return frame
+    frame = frame.copy(deep=False)
+    frame["file"] = col.astype(object).map(lambda v: names.get(v, v)).astype("category")
+    return frame
+
+
+def ended_early(app: list[SourceData]) -> list[str]:
+    """One warning per rank process whose TimeLogger file says it ended early (an uncaught exception, SIGINT, a
+    signal, no close record). Worker processes of a rank (their parent wrote an app file of that rank too) are
+    left out: a reader pool's workers are stopped by signals as a matter of course."""
+    pids = {(meta_value(s.meta, "rank"), meta_value(s.meta, "host"), meta_value(s.meta, "pid")) for s in app}
+    out = []
+    for s in app:
+        why = meta_value(s.meta, "ended_early")
+        rank, host = meta_value(s.meta, "rank"), meta_value(s.meta, "host")
+        if not why or (rank, host, meta_value(s.meta, "ppid")) in pids:
+            continue
+        out.append(f"rank {rank} {why} (pid {meta_value(s.meta, 'pid')} on {host}, {s.path}); the app layer "
+                   "is incomplete")
+    return sorted(out)
+
+
+def missing_ranks(path: Path, manifest: "dict[str, Any] | None", app: list[SourceData]) -> list[str]:
+    """Warnings about the world size (a bad value in the manifest) and the ranks it names that have no app file.
+
+    Work and output are bounded by the ranks present, not by the world size a file claims: missing ranks are
+    the gaps between present ranks and the tail up to the world size, given as ranges.
+    """
+    warnings: list[str] = []
+    world = checked_int(manifest or {}, "world_size", 1, MAX_RANKS, str(path / MANIFEST), warnings)
+    for src in app:  # the reader checked app headers' values
+        world = world or meta_value(src.meta, "world_size")
+    if not world:
+        return warnings
+    present = sorted({r for s in app if isinstance(r := meta_value(s.meta, "rank"), int)})
+    gaps: list[tuple[int, int]] = []  # [first, last] of each run of missing ranks
+    expected = 0
+    for r in present + [world]:
+        if r > expected:
+            gaps.append((expected, min(r, world) - 1))
+        expected = max(expected, r + 1)
+        if expected >= world:
+            break
+    if not gaps:
+        return warnings
+    n_missing = sum(b - a + 1 for a, b in gaps)
+    names = ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in gaps)
+    note = "; their layers are unaligned"
+    if n_missing > 2 * len(present) + 16:
+        note += f" ({n_missing} missing, only {len(present)} present: is world_size right?)"
+    warnings.append(f"{path}: no app (TimeLogger) files for rank(s) {names} of world_size {world}" + note)
+    return warnings

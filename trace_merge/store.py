@@ -1,0 +1,193 @@
+"""A merge stored in its run directory: ``merged.parquet``, ``counters.parquet`` and ``merge_info.json``, written all
+or none under the run's lock, and read back with the schema's dtypes."""
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pandas as pd
+
+from timelogger.layout import COUNTERS, MERGE_INFO, MERGE_LOCK, MERGED
+
+from . import __version__
+from .errors import OutputExistsError, TraceInputError
+from .identity import by_name, differences, identity_of
+from .outputs import atomic_outputs, exclusive
+from .partitioned import PartitionedMerge, write_parquet
+from .schema import COUNTER_DTYPES, FRAME_DTYPES
+
+if TYPE_CHECKING:
+    from .merge import MergeResult
+
+log = logging.getLogger(__name__)
+
+
+def _to_parquet(df: pd.DataFrame, path: Path) -> None:
+    """Write ``df`` so that every dtype comes back from ``pd.read_parquet``.
+
+    An all-null category column becomes ``dictionary<null>`` in Arrow, which reads back as ``object``;
+    such columns are stored as ``dictionary<string>`` instead.
+    """
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pa.Table.from_pandas(df, preserve_index=False)
+    for i, fld in enumerate(table.schema):
+        if pa.types.is_dictionary(fld.type) and pa.types.is_null(fld.type.value_type):
+            table = table.set_column(i, fld.name, table.column(i).cast(pa.dictionary(pa.int32(), pa.string())))
+    pq.write_table(table, path)
+
+
+def output_paths(run_dir: Path) -> list[Path]:
+    """The outputs of a merge, in the order they are renamed into place (``merge_info.json`` last)."""
+    return [run_dir / MERGED, run_dir / COUNTERS, run_dir / MERGE_INFO]
+
+
+def lock(run_dir: "str | os.PathLike[str]"):
+    """Context manager: hold the run's merge lock (:func:`trace_merge.outputs.exclusive`) for the block.
+
+    Take it before looking at the outputs, so that of two merges of one run started together the second is
+    refused (:class:`~trace_merge.errors.OutputBusyError`) instead of both writing. Re-entrant.
+    """
+    return exclusive(Path(run_dir) / MERGE_LOCK, "a merge of this run")
+
+
+def stored_outputs(run_dir: Path) -> "tuple[dict[str, Any] | None, str | None]":
+    """Whether ``run_dir`` holds a complete set of merge outputs.
+
+    Returns
+    -------
+    (info, why)
+        ``(merge_info, None)`` for a complete set; ``(None, None)`` when none of the outputs exists;
+        ``(None, why)`` for a set that cannot be trusted: an output missing, ``merge_info.json`` unreadable or
+        not a JSON object, or parquet files that are not the ones ``merge_info.json`` was written with (a
+        merge killed between its renames, a file replaced by hand). A set from a version that recorded no
+        output identity counts as complete; its sources are checked by the caller.
+    """
+    paths = output_paths(run_dir)
+    missing = [p.name for p in paths if not p.exists()]
+    if len(missing) == len(paths):
+        return None, None
+    if missing:
+        return None, f"incomplete merge outputs ({', '.join(missing)} missing: an interrupted merge)"
+    try:
+        info = json.loads(paths[2].read_text())
+    except (OSError, ValueError) as exc:
+        return None, f"{MERGE_INFO} cannot be read ({exc})"
+    if not isinstance(info, dict):
+        return None, f"{MERGE_INFO} is not a JSON object"
+    recorded = info.get("outputs")
+    if recorded is None:
+        return info, None
+    current = by_name({p: identity_of(p) for p in paths[:2]}, run_dir)
+    changed = differences(recorded if isinstance(recorded, dict) else {}, current)
+    if changed:
+        return None, (f"merge outputs do not belong together ({'; '.join(changed)} since {MERGE_INFO} was "
+                      "written: an interrupted merge or a replaced file)")
+    return info, None
+
+
+def refuse_stored(run_dir: Path, force: bool = False) -> None:
+    """Refuse a complete set of outputs in ``run_dir`` unless ``force``; an incomplete one is no output (a warning).
+
+    Raises
+    ------
+    OutputExistsError
+        A complete set (:func:`stored_outputs`) exists and ``force`` is False.
+    """
+    if force:
+        return
+    info, why = stored_outputs(run_dir)
+    if why:
+        log.warning("%s: %s; written anew", run_dir, why)
+    elif info is not None:
+        raise OutputExistsError(run_dir / MERGED)
+
+
+def write_merged(res: "MergeResult | PartitionedMerge", run_dir: "str | os.PathLike[str]", force: bool = False) -> dict[str, Path]:
+    """Write ``merged.parquet``, ``counters.parquet`` and ``merge_info.json`` into ``run_dir``: all or none.
+
+    Under the run's :func:`lock`, all three are written to temporary names and only then renamed into place,
+    ``merge_info.json`` last; it records the identity of the two parquet files beside it
+    (:func:`stored_outputs` tells a mixed set) and of the sources (``inputs``, see :mod:`trace_merge.run`).
+    Category, nullable-integer and string dtypes survive the round trip (:func:`read_merged`). A partitioned merge
+    (:class:`trace_merge.partitioned.PartitionedMerge`) is written rank by rank, each rank in row groups of its own,
+    listed in ``merge_info.json`` as ``partitions``.
+
+    Raises
+    ------
+    OutputExistsError
+        A complete set of outputs exists and ``force`` is False (nothing is written then). An incomplete set
+        (a merge killed or out of disk space) is replaced with a warning.
+    OutputBusyError
+        Another process is merging this run.
+    OutputWriteError
+        An output could not be written (disk full); no new output is left in place.
+    """
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    targets = output_paths(run_dir)
+    with lock(run_dir):
+        refuse_stored(run_dir, force)
+        with atomic_outputs(targets, force=True) as (merged_tmp, counters_tmp, info_tmp):
+            partitions = None
+            if isinstance(res, PartitionedMerge):  # rank by rank, one in memory at a time
+                partitions = write_parquet(res, merged_tmp)
+            else:
+                _to_parquet(res.frame, merged_tmp)
+            _to_parquet(res.counters, counters_tmp)
+            info = {
+                "trace_merge_version": __version__,
+                "sources": res.sources,
+                "inputs": res.inputs,
+                "outputs": {MERGED: identity_of(merged_tmp), COUNTERS: identity_of(counters_tmp)},
+                "warnings": res.warnings,
+                "residual": res.residual,
+                "clock_offsets_ns": {str(r): int(o) for r, o in res.clock_offsets_ns.items()},
+                "dxt_clock": res.dxt_clock,
+                "dropped_intervals": res.dropped,
+                "rows_per_layer": res.rows_per_layer(),
+                "rows": int(len(res.frame)) if partitions is None else int(sum(res.rows.values())),
+                "counter_rows": int(len(res.counters)),
+            }
+            if partitions is not None:
+                info["partitions"] = partitions  # rank -> row groups: a re-summary reads rank by rank
+            info_tmp.write_text(json.dumps(info, indent=2, default=str) + "\n")
+    return dict(zip(("merged", "counters", "info"), targets))
+
+
+def read_merged(run_dir: "str | os.PathLike[str]") -> "tuple[pd.DataFrame, pd.DataFrame, dict[str, Any]]":
+    """Load what :func:`write_merged` stored: ``(frame, counters, merge_info)`` with schema dtypes.
+
+    Raises
+    ------
+    TraceInputError
+        A file cannot be read, its columns are not the schema's (another version's merge), or
+        ``merge_info.json`` is not a JSON object.
+    """
+    run_dir = Path(run_dir)
+    tables = []
+    for name, dtypes in ((MERGED, FRAME_DTYPES), (COUNTERS, COUNTER_DTYPES)):
+        try:
+            df = pd.read_parquet(run_dir / name, engine="pyarrow")
+        except (OSError, ValueError) as exc:
+            raise TraceInputError(run_dir / name, f"cannot be read ({exc})") from None
+        lacking = [c for c in dtypes if c not in df.columns]
+        extra = [str(c) for c in df.columns if c not in dtypes]
+        if lacking or extra:
+            raise TraceInputError(run_dir / name, f"columns are not the schema's (missing: {', '.join(lacking) or '-'}"
+                                                  f"; unexpected: {', '.join(extra) or '-'})")
+        try:
+            tables.append(df[list(dtypes)].astype(dtypes))
+        except (TypeError, ValueError) as exc:
+            raise TraceInputError(run_dir / name, f"column types are not the frame schema's ({exc})") from None
+    try:
+        info = json.loads((run_dir / MERGE_INFO).read_text())
+    except (OSError, ValueError) as exc:
+        raise TraceInputError(run_dir / MERGE_INFO, f"cannot be read ({exc})") from None
+    if not isinstance(info, dict):
+        raise TraceInputError(run_dir / MERGE_INFO, "is not a JSON object")
+    return tables[0], tables[1], info
