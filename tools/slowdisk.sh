@@ -6,10 +6,11 @@
 #
 #   tools/slowdisk.sh up DIR MBPS          mount it (or re-cap one already up); image DIR.slowdisk.img, SLOWDISK_SIZE (2G)
 #   tools/slowdisk.sh run DIR -- CMD ...   run CMD (and all its children) in the capped group
-#   tools/slowdisk.sh down DIR             unmount, detach the loop device, remove the group and the image
+#   tools/slowdisk.sh down DIR             unmount, detach the loop device, remove the group, the image and DIR if empty
 #
 # Only I/O that reaches the device is capped: page-cache hits are not, and buffered writes left to the kernel's
-# flusher threads are not (cgroup v1 charges them to no group); fsync'ed and O_DIRECT writes are. docs/noise.md.
+# flusher threads are not (cgroup v1 does not charge writeback to the writer's group); fsync'ed and O_DIRECT writes
+# are. Method, checks and limits: docs/noise.md, "Emulating a shared storage target".
 set -uo pipefail
 die() { echo "slowdisk: $*" >&2; exit 1; }
 usage="usage: tools/slowdisk.sh up DIR MBPS | down DIR | run DIR -- CMD ..."
