@@ -5,9 +5,9 @@ KIND and the unit of LEVEL:
 =========  ======  ===================================================================================
 ``cpu``    cores   busy loops in ``ceil(LEVEL)`` processes, each busy ``LEVEL/ceil(LEVEL)`` of every 100 ms
 ``memory`` GB/s    streaming copies between two 64 MiB buffers (bytes read + bytes written)
-``io``     MB/s    1 MiB writes then reads of a file in ``--noise-dir`` (``--noise-io-mode``: ``evict`` =
-                   buffered with fdatasync + posix_fadvise(DONTNEED) so reads reach the device, ``direct`` =
-                   O_DIRECT, ``cached`` = page cache only)
+``io``     MB/s    8 MiB of 1 MiB writes, then reads of them, over a 64 MiB file in ``--noise-dir``
+                   (``--noise-io-mode``: ``evict`` = buffered with fdatasync + posix_fadvise(DONTNEED) so reads
+                   reach the device, ``direct`` = O_DIRECT, ``cached`` = page cache only)
 ``net``    MB/s    TCP traffic over 127.0.0.1 from this process to a forked receiver
 =========  ======  ===================================================================================
 
@@ -49,6 +49,9 @@ PERIOD_S = 1.0
 CALIBRATE_S = 0.3
 _BLOCK = 1 << 20
 _IO_FILE_BYTES = 64 << 20
+#: io writes this much, reads it back, then moves on: reads and writes alternate every ~0.3 s at 50 MB/s, so a
+#: device with separate read and write limits (blk-throttle) sees both all the time, not in long halves
+_IO_SEGMENT = 8 << 20
 _MEM_BUFFER = 64 << 20
 _PR_SET_PDEATHSIG = 1
 #: environment variables that say which rank of its node a process is (MPICH Hydra, Open MPI, Slurm, MVAPICH)
@@ -357,19 +360,19 @@ class _Io(_Load):
         while done < budget and time.perf_counter() < deadline:
             if self.writing:
                 n = os.pwritev(self.fd, [self.buf], self.at)
-                if self.mode == "evict" and (self.at + n) % (8 * _BLOCK) == 0:
-                    os.fdatasync(self.fd)
-                    os.posix_fadvise(self.fd, self.at + n - 8 * _BLOCK, 8 * _BLOCK, os.POSIX_FADV_DONTNEED)
             else:
                 n = os.preadv(self.fd, [self.buf], self.at)
             done += n
             self.at += _BLOCK
-            if self.at >= _IO_FILE_BYTES:
-                self.at = 0
+            if self.at % _IO_SEGMENT == 0:  # a segment written: read it back; read: on to the next one
+                if self.writing:
+                    self.at -= _IO_SEGMENT
+                    if self.mode == "evict":  # so that reading it back reaches the device
+                        os.fdatasync(self.fd)
+                        os.posix_fadvise(self.fd, self.at, _IO_SEGMENT, os.POSIX_FADV_DONTNEED)
+                else:
+                    self.at %= _IO_FILE_BYTES
                 self.writing = not self.writing
-                if self.mode == "evict":
-                    os.fdatasync(self.fd)
-                    os.posix_fadvise(self.fd, 0, 0, os.POSIX_FADV_DONTNEED)
         return done
 
     def close(self) -> None:

@@ -85,6 +85,7 @@ def noise_main(argv: Sequence[str] | None, benchmark: str, check: Callable[[Path
         write_noise_table(quiet, noisy, args.out, benchmark, phases, args.from_epoch)
         return 0
     refuse_existing(*dirs.values(), force=args.force)
+    args.out.mkdir(parents=True, exist_ok=True)  # the run logs go beside the runs, also when --noise-dir is elsewhere
     scratch = args.noise_dir or args.out / "noise-scratch"
     scratch.mkdir(parents=True, exist_ok=True)
     base = layers_for(args.data, True, True)
