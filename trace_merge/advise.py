@@ -5,7 +5,8 @@ Every measured point is a real run of the user's command, its placeholders (``{r
 ``{batch}``, ``{run_dir}``) filled in; its run directory is opened with :class:`~trace_merge.run.Run` and read
 through the one :class:`~trace_merge.analysis.Summary` (step cycles, event stats, layered breakdown).
 
-The model, per job of ``n`` ranks (all times per rank, from the step cycles and the input phase):
+The model, per job of ``n`` ranks (all times per rank, from the step cycles and the input phase; ``n`` is a knob
+too, ``{ranks}``, for a sweep over ranks x batch size and its scaling efficiency):
 
 - input cost per sample with ``r`` readers: ``c(r) = c1 * (1 + alpha * (r - 1))`` (``alpha``: contention), so the
   input pipeline's capacity is ``X_in(r) = n * r / c(r)`` samples/s;
@@ -31,8 +32,10 @@ import numpy as np
 from trace_merge.errors import TraceInputError
 from trace_merge.run import _plain
 
-#: the knobs the model knows: parallel input slots, prefetch depth, samples per rank and step
-KNOBS = ("readers", "prefetch", "batch")
+#: the knobs the model knows: parallel input slots, prefetch depth, samples per rank and step, ranks
+KNOBS = ("readers", "prefetch", "batch", "ranks")
+#: the accelerator utilisation (AU, % of step-cycle time computing) a batch size should keep, by default
+TARGET_AU_PCT = 80.0
 RUN_DIR = "run_dir"
 #: the sharpest overlap the fit considers (at 12 the smooth maximum is within 6 % of max(I, C) where I = C)
 K_MAX = 12.0
@@ -98,6 +101,7 @@ class Measurement:
     input_phase: str
     input_s_per_sample: float  # input-phase seconds per sample consumed (one slot's cost, c)
     fs_s_per_sample: float  # the file system's part of the input phases per sample (posix layer; 0 without it)
+    au_pct: float = float("nan")  # the verdict's accelerator utilisation (compute ÷ step-cycle time)
 
     @property
     def wait_pct(self) -> float:
@@ -134,7 +138,8 @@ def measure(run_dir: "str | Path", setting: dict, samples_per_step: int,
         setting=dict(setting), run_dir=str(run_dir), ranks=int(steps["rank"].nunique()), samples_per_s=throughput,
         step_s=float(steady["step_s"].mean()), input_wait_s=float(steady["input_wait_s"].mean()),
         compute_s=float((steady["compute_s"] + steady["other_s"]).mean()), input_phase=str(input_phase),
-        input_s_per_sample=float(chosen["sum_us"].sum()) / 1e6 / samples, fs_s_per_sample=fs / samples)
+        input_s_per_sample=float(chosen["sum_us"].sum()) / 1e6 / samples, fs_s_per_sample=fs / samples,
+        au_pct=float(a.verdict.get("au_pct") or float("nan")))
 
 
 @dataclass(frozen=True)
@@ -181,17 +186,18 @@ class Model:
 
     def input_capacity(self, setting: dict) -> float:
         r = value(setting, "readers", 1)
-        return self.ranks * r / self.input_cost(r)
+        return value(setting, "ranks", self.ranks) * r / self.input_cost(r)
 
     def compute_capacity(self, setting: dict) -> float:
         b = value(setting, "batch", self.samples_per_step)
-        return self.ranks * b / (self.c0 + self.cb * b)
+        return value(setting, "ranks", self.ranks) * b / (self.c0 + self.cb * b)
 
     def predict(self, setting: dict) -> float:
         """Predicted job throughput, samples/s."""
         r, b = value(setting, "readers", 1), value(setting, "batch", self.samples_per_step)
         i, c = b * self.input_cost(r) / r, self.c0 + self.cb * b
-        return self.ranks * b / step_time(i, c, self.overlap if value(setting, "prefetch", 1) >= 1 else 1.0)
+        n = value(setting, "ranks", self.ranks)
+        return n * b / step_time(i, c, self.overlap if value(setting, "prefetch", 1) >= 1 else 1.0)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -355,6 +361,13 @@ class Advice:
     def sweep_best(self) -> Optional[Point]:
         return max(self.sweep, key=lambda p: p.throughput) if self.sweep else None
 
+    def measured(self) -> list[Point]:
+        """Every measured setting once, with the runs of the design, the verification and the sweep together."""
+        runs: dict[str, list[Measurement]] = {}
+        for p in (*self.design, self.verified, *self.sweep):
+            runs.setdefault(name(p.setting), []).extend(p.runs)
+        return [Point(r[0].setting, tuple(r)) for r in runs.values()]
+
     def as_dict(self) -> dict:
         def point(p: Point) -> dict:
             return {"setting": p.setting, "median_samples_per_s": p.throughput, "min": p.low, "max": p.high,
@@ -368,7 +381,43 @@ class Advice:
                 "error_pct": self.error_pct, "gain_over_default_pct": self.gain_pct,
                 "sweep": [point(p) for p in self.sweep],
                 "sweep_best": top.setting if top else None,
-                "steps_from_sweep_best": distance(self.knobs, self.recommended, top.setting) if top else None}
+                "steps_from_sweep_best": distance(self.knobs, self.recommended, top.setting) if top else None,
+                "scaling": [asdict(x) for x in scaling(self.measured())] if "ranks" in self.knobs else []}
+
+
+@dataclass(frozen=True)
+class Scaling:
+    """One measured setting of a sweep over ranks: its throughput against ideal scaling, and its AU."""
+
+    setting: dict
+    samples_per_s: float  # median
+    efficiency_pct: Optional[float]  # ÷ (ranks ÷ fewest ranks × the fewest ranks' throughput, other knobs equal)
+    au_pct: float  # median accelerator utilisation: 100 - AU is the share of step cycles the compute side waited
+    wait_pct: float  # ... of which waiting for input (the rest: between steps, the cycles' other time)
+
+
+def scaling(points: Sequence[Point]) -> list[Scaling]:
+    """Scaling efficiency and AU of every measured setting (settings without ranks are one rank count)."""
+    by = {name(p.setting): p for p in points}
+    lowest = min(value(p.setting, "ranks", 1) for p in points) if points else 1
+    out = []
+    for p in sorted(points, key=lambda p: tuple(sorted(p.setting.items()))):
+        n = value(p.setting, "ranks", 1)
+        base = by.get(name({**p.setting, "ranks": lowest})) if "ranks" in p.setting else None
+        eff = 100 * p.throughput / (base.throughput * n / lowest) if base is not None else None
+        out.append(Scaling(p.setting, p.throughput, eff, p.median("au_pct"), p.median("wait_pct")))
+    return out
+
+
+def batch_for_au(rows: Sequence[Scaling], target_pct: float) -> dict[int, Optional[int]]:
+    """Per rank count, the smallest measured batch whose median AU reaches ``target_pct`` (None: none did)."""
+    out: dict[int, Optional[int]] = {}
+    for row in sorted(rows, key=lambda x: value(x.setting, "batch", 0)):
+        n = value(row.setting, "ranks", 1)
+        out.setdefault(n, None)
+        if out[n] is None and row.au_pct >= target_pct:
+            out[n] = value(row.setting, "batch", 0)
+    return out
 
 
 def advise(runner: Runner, knobs: dict[str, list[int]], default: dict, out: Path, repeats: int = 2,
@@ -391,7 +440,23 @@ def _range(p: Point) -> str:
     return f"{p.throughput:8.1f} [{p.low:.1f}-{p.high:.1f}]"
 
 
-def format_advice(a: Advice, title: str = "") -> str:
+def format_scaling(rows: Sequence[Scaling], target_pct: float = TARGET_AU_PCT) -> str:
+    """The scaling table and, per rank count, the batch that keeps AU above ``target_pct``."""
+    width = max(len(label(r.setting)) for r in rows)
+    lines = [f"  {'setting':<{width}} {'samples/s':>9} {'efficiency %':>12} {'AU %':>6} {'idle %':>6} "
+             f"{'of it input wait %':>18}"]
+    for r in rows:
+        eff = f"{r.efficiency_pct:12.1f}" if r.efficiency_pct is not None else f"{'-':>12}"
+        lines.append(f"  {label(r.setting):<{width}} {r.samples_per_s:9.1f} {eff} {r.au_pct:6.1f} "
+                     f"{100 - r.au_pct:6.1f} {r.wait_pct:18.1f}")
+    if any("batch" in r.setting for r in rows):
+        need = batch_for_au(rows, target_pct)
+        lines.append(f"  batch per rank to keep AU >= {target_pct:g} %: " + "; ".join(
+            f"{n} rank(s): {b if b is not None else 'none of those measured'}" for n, b in sorted(need.items())))
+    return "\n".join(lines)
+
+
+def format_advice(a: Advice, title: str = "", target_au: float = TARGET_AU_PCT) -> str:
     m = a.model
     width = max(len(label(p.setting)) for p in (*a.design, a.verified, *a.sweep))
     head = f"  {'setting':<{width}} {'measured samples/s':>24} {'predicted':>9} {'err %':>6} {'wait %':>6} " \
@@ -427,17 +492,21 @@ def format_advice(a: Advice, title: str = "") -> str:
         errors = [abs(m.predict(p.setting) / p.throughput - 1) for p in a.sweep]
         lines.append(f"model over the sweep: median |error| {100 * float(np.median(errors)):.1f} %, "
                      f"max {100 * max(errors):.1f} %")
+    if "ranks" in a.knobs:
+        lines += ["scaling over ranks (every measured setting; efficiency against the fewest ranks' throughput "
+                  "times the rank ratio):", format_scaling(scaling(a.measured()), target_au)]
     return "\n".join(lines)
 
 
-def write_advice(a: Advice, out: Path, title: str = "") -> str:
+def write_advice(a: Advice, out: Path, title: str = "", target_au: float = TARGET_AU_PCT) -> str:
     """``advise.txt`` and ``advise.json`` into ``out``; returns the text."""
-    text = format_advice(a, title)
+    text = format_advice(a, title, target_au)
     out.mkdir(parents=True, exist_ok=True)
     (out / "advise.txt").write_text(text + "\n")
     (out / "advise.json").write_text(json.dumps(_plain(a.as_dict()), indent=1) + "\n")
     return text
 
 
-__all__ = ["KNOBS", "Measurement", "Point", "Model", "Runner", "Advice", "parse_knob", "check_command",
-           "substitute", "measure", "fit", "design", "grid", "best", "advise", "format_advice", "write_advice"]
+__all__ = ["KNOBS", "Measurement", "Point", "Model", "Runner", "Advice", "Scaling", "parse_knob", "check_command",
+           "substitute", "measure", "fit", "design", "grid", "best", "advise", "scaling", "batch_for_au",
+           "format_advice", "write_advice"]

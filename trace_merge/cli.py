@@ -439,13 +439,15 @@ def advise_setup_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", required=True, type=Path, metavar="DIR",
                         help="directory for the runs (design/, verify/, sweep/) and advise.txt, advise.json")
     parser.add_argument("--knob", action="append", default=[], metavar="NAME=V1,V2,...",
-                        help="a knob and its values (repeatable): readers, prefetch, batch; the command uses it as "
-                             "{NAME}")
+                        help="a knob and its values (repeatable): readers, prefetch, batch, ranks; the command uses "
+                             "it as {NAME}")
     parser.add_argument("--default", action="append", default=[], metavar="NAME=V",
                         help="the setting run today (repeatable; default: each knob's lowest value)")
     parser.add_argument("--repeats", type=_positive_int, default=2, help="runs per measured setting (2)")
     parser.add_argument("--full-sweep", type=int, default=0, metavar="N",
                         help="also run every setting of the grid N times and compare (default 0: no)")
+    parser.add_argument("--target-au", type=float, default=None, metavar="PCT",
+                        help="with a ranks knob: the accelerator utilisation a batch size should keep (80)")
     parser.add_argument("--samples-per-step", type=_positive_int, default=1, metavar="N",
                         help="samples per rank and step when batch is no knob (1: throughput in steps/s)")
     parser.add_argument("--input-phase", default=None, metavar="NAME",
@@ -458,6 +460,8 @@ def advise_main(args: argparse.Namespace) -> int:
     from trace_merge import advise
 
     knobs = dict(advise.parse_knob(k) for k in args.knob)
+    if args.full_sweep < 0:
+        raise TraceInputError("--full-sweep", f"must be 0 (no sweep) or more, got {args.full_sweep}")
     if not knobs:
         raise TraceInputError("--knob", "give at least one knob, e.g. --knob readers=1,2,4")
     advise.check_command(args.cmd, knobs)
@@ -469,7 +473,8 @@ def advise_main(args: argparse.Namespace) -> int:
         default[name] = values[0]
     runner = advise.Runner(tuple(args.cmd), args.samples_per_step, args.input_phase, echo=_out)
     found = advise.advise(runner, knobs, default, args.out, args.repeats, args.full_sweep)
-    _out(advise.write_advice(found, args.out, f"{PROG} advise: {' '.join(args.cmd)}"))
+    _out(advise.write_advice(found, args.out, f"{PROG} advise: {' '.join(args.cmd)}",
+                                 advise.TARGET_AU_PCT if args.target_au is None else args.target_au))
     _out(f"wrote {args.out / 'advise.txt'}, {args.out / 'advise.json'}")
     return 0
 
