@@ -138,3 +138,22 @@ def test_failing_command_one_line(tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1
     assert "readers1-k0.log: the command exited with status 3 for readers=1: no data here" in err
+
+
+def _point(ranks: int, batch: int, throughput: float, au: float) -> advise.Point:
+    m = advise.Measurement(setting={"ranks": ranks, "batch": batch}, run_dir="", ranks=ranks,
+                           samples_per_s=throughput, step_s=0.01, input_wait_s=0.001, compute_s=0.009,
+                           input_phase="Read", input_s_per_sample=0.001, fs_s_per_sample=0.0, au_pct=au)
+    return advise.Point(m.setting, (m,))
+
+
+def test_scaling_efficiency_and_batch_for_au():
+    points = [_point(1, 8, 100.0, 85.0), _point(2, 8, 150.0, 60.0), _point(1, 32, 200.0, 90.0),
+              _point(2, 32, 380.0, 82.0), _point(2, 16, 250.0, 75.0)]
+    rows = {advise.name(r.setting): r for r in advise.scaling(points)}
+    assert rows["ranks2-batch8"].efficiency_pct == pytest.approx(75.0)  # 150 of an ideal 2 x 100
+    assert rows["ranks2-batch32"].efficiency_pct == pytest.approx(95.0)
+    assert rows["ranks1-batch8"].efficiency_pct == pytest.approx(100.0)
+    assert rows["ranks2-batch16"].efficiency_pct is None  # no one-rank run of batch 16 to scale from
+    assert advise.batch_for_au(list(rows.values()), 80.0) == {1: 8, 2: 32}
+    assert advise.batch_for_au(list(rows.values()), 95.0) == {1: None, 2: None}
