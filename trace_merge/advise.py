@@ -393,7 +393,7 @@ class Scaling:
     samples_per_s: float  # median
     efficiency_pct: Optional[float]  # ÷ (ranks ÷ fewest ranks × the fewest ranks' throughput, other knobs equal)
     au_pct: float  # median accelerator utilisation: 100 - AU is the share of step cycles the compute side waited
-    wait_pct: float  # ... of which waiting for input (the rest: between steps, the cycles' other time)
+    wait_pct: float  # input wait, % of step-cycle time (idle beyond it: the cycles' other time between steps)
 
 
 def scaling(points: Sequence[Point]) -> list[Scaling]:
@@ -444,11 +444,11 @@ def format_scaling(rows: Sequence[Scaling], target_pct: float = TARGET_AU_PCT) -
     """The scaling table and, per rank count, the batch that keeps AU above ``target_pct``."""
     width = max(len(label(r.setting)) for r in rows)
     lines = [f"  {'setting':<{width}} {'samples/s':>9} {'efficiency %':>12} {'AU %':>6} {'idle %':>6} "
-             f"{'of it input wait %':>18}"]
+             f"{'input wait %':>12}"]
     for r in rows:
         eff = f"{r.efficiency_pct:12.1f}" if r.efficiency_pct is not None else f"{'-':>12}"
         lines.append(f"  {label(r.setting):<{width}} {r.samples_per_s:9.1f} {eff} {r.au_pct:6.1f} "
-                     f"{100 - r.au_pct:6.1f} {r.wait_pct:18.1f}")
+                     f"{100 - r.au_pct:6.1f} {r.wait_pct:12.1f}")
     if any("batch" in r.setting for r in rows):
         need = batch_for_au(rows, target_pct)
         lines.append(f"  batch per rank to keep AU >= {target_pct:g} %: " + "; ".join(
