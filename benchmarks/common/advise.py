@@ -35,11 +35,14 @@ class Knobs:
 
 
 def _batch(train_args: Sequence[str], fallback: int) -> int:
+    """The ``--batch`` among the train flags (the samples per rank and step of every point), else ``fallback``."""
     for i, a in enumerate(train_args):
-        if a == "--batch" and i + 1 < len(train_args):
-            return int(train_args[i + 1])
-        if a.startswith("--batch="):
-            return int(a.split("=", 1)[1])
+        text = train_args[i + 1] if a == "--batch" and i + 1 < len(train_args) else \
+            a.split("=", 1)[1] if a.startswith("--batch=") else None
+        if text is not None:
+            if not text.isdigit() or int(text) < 1:
+                raise TraceInputError("--batch", f"expected a positive whole number, got {text!r}")
+            return int(text)
     return fallback
 
 
