@@ -157,3 +157,23 @@ def test_scaling_efficiency_and_batch_for_au():
     assert rows["ranks2-batch16"].efficiency_pct is None  # no one-rank run of batch 16 to scale from
     assert advise.batch_for_au(list(rows.values()), 80.0) == {1: 8, 2: 32}
     assert advise.batch_for_au(list(rows.values()), 95.0) == {1: None, 2: None}
+
+
+def test_batch_knob_fits_compute_per_sample(advised, tmp_path):
+    """Steps of 3 ms + 2 ms a sample, four reader threads (a one-value knob: the input cost is per slot): the
+    compute fit finds both parts, and the larger batch, which shares the fixed 3 ms among four samples, is advised."""
+    data, _, _ = advised
+    cmd = [str(BIN / "timelogger"), "run", "-o", "{run_dir}", "--", sys.executable, str(WORKLOAD), str(data),
+           "--epochs", "1", "--io-ms", "8", "--step-ms", "3", "--sample-ms", "2", "--readers", "{readers}",
+           "--prefetch", "4", "--batch", "{batch}"]
+    p = subprocess.run([str(BIN / "trace-merge"), "advise", "--out", str(tmp_path / "b"), "--knob", "readers=4",
+                        "--knob", "batch=1,4", "--repeats", "1", "--", *cmd], env=clean_env(PYTHONPATH=str(REPO)),
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr[-3000:]
+    doc = json.loads((tmp_path / "b" / "advise.json").read_text())
+    model = doc["model"]
+    assert 1.5e-3 < model["cb"] < 3e-3 and 1.5e-3 < model["c0"] < 5e-3
+    assert model["c1"] >= 8e-3  # the sleep is inside each sample's read
+    assert doc["recommended"] == {"readers": 4, "batch": 4}
+    one, four = (d["median_samples_per_s"] for d in doc["design"])
+    assert four > 1.15 * one

@@ -440,7 +440,7 @@ def advise_setup_parser(parser: argparse.ArgumentParser) -> None:
                         help="directory for the runs (design/, verify/, sweep/) and advise.txt, advise.json")
     parser.add_argument("--knob", action="append", default=[], metavar="NAME=V1,V2,...",
                         help="a knob and its values (repeatable): readers, prefetch, batch, ranks; the command uses "
-                             "it as {NAME}")
+                             "it as {NAME}; one value = a fixed setting the model uses (readers=4)")
     parser.add_argument("--default", action="append", default=[], metavar="NAME=V",
                         help="the setting run today (repeatable; default: each knob's lowest value)")
     parser.add_argument("--repeats", type=_positive_int, default=2, help="runs per measured setting (2)")
