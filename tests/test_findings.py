@@ -60,7 +60,7 @@ def runs(data, tmp_path_factory) -> dict[str, Path]:
         "compute": ("--step-ms", "80", "--decode-ms", "1", "--read-bytes", "65536"),
         "small": ("--step-ms", "50", "--chunk", "4096"),
         "first": ("--step-ms", "5", "--decode-ms", "1", "--epochs", "3", "--first-epoch-ms", "60"),
-        "prefetch": ("--step-ms", "5", "--prefetch", "2"),  # "storage" with a producer thread two samples ahead
+        "prefetch": ("--step-ms", "5", "--readers", "1", "--prefetch", "1"),  # "storage" read two samples ahead
         # 256 KiB of each file in 4 KiB pieces, each opened, sought and closed: a loader opening a file per sample
         "meta": ("--step-ms", "1", "--chunk", "4096", "--read-bytes", "262144", "--open-per-chunk"),
     }
@@ -100,7 +100,7 @@ def test_rereads_every_epoch(runs):
 
 
 def test_producers_idle_without_prefetch(runs):
-    """The storage run reads only when the step asks; with a producer thread two samples ahead (still
+    """The storage run reads only when the step asks; with a reader thread two samples ahead (still
     input-bound: the reads are slower than the step) the reads run during the steps."""
     assert "producers_idle" in keys(runs["storage"])
     ahead = keys(runs["prefetch"])

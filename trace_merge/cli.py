@@ -425,6 +425,53 @@ def noise_main(args: argparse.Namespace) -> int:
     return 0
 
 
+# -- advise --------------------------------------------------------------------------------------------
+
+
+def advise_setup_parser(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--out", required=True, type=Path, metavar="DIR",
+                        help="directory for the runs (design/, verify/, sweep/) and advise.txt, advise.json")
+    parser.add_argument("--knob", action="append", default=[], metavar="NAME=V1,V2,...",
+                        help="a knob and its values (repeatable): readers, prefetch, batch, ranks; the command uses "
+                             "it as {NAME}; one value = a fixed setting the model uses (readers=4)")
+    parser.add_argument("--default", action="append", default=[], metavar="NAME=V",
+                        help="the setting run today (repeatable; default: each knob's lowest value)")
+    parser.add_argument("--repeats", type=_positive_int, default=2, help="runs per measured setting (2)")
+    parser.add_argument("--full-sweep", type=int, default=0, metavar="N",
+                        help="also run every setting of the grid N times and compare (default 0: no)")
+    parser.add_argument("--target-au", type=float, default=None, metavar="PCT",
+                        help="with a ranks knob: the accelerator utilisation a batch size should keep (80)")
+    parser.add_argument("--samples-per-step", type=_positive_int, default=1, metavar="N",
+                        help="samples per rank and step when batch is no knob (1: throughput in steps/s)")
+    parser.add_argument("--input-phase", default=None, metavar="NAME",
+                        help="the app phase that reads one sample or file (default: the io/preprocess phase with "
+                             "the most time)")
+    parser.set_defaults(cmd=[])  # the words after `--` (main)
+
+
+def advise_main(args: argparse.Namespace) -> int:
+    from trace_merge import advise
+
+    knobs = dict(advise.parse_knob(k) for k in args.knob)
+    if args.full_sweep < 0:
+        raise TraceInputError("--full-sweep", f"must be 0 (no sweep) or more, got {args.full_sweep}")
+    if not knobs:
+        raise TraceInputError("--knob", "give at least one knob, e.g. --knob readers=1,2,4")
+    advise.check_command(args.cmd, knobs)
+    default = {k: v[0] for k, v in knobs.items()}
+    for text in args.default:
+        name, values = advise.parse_knob(text)
+        if len(values) != 1 or name not in knobs or values[0] not in knobs[name]:
+            raise TraceInputError("--default", f"{text!r}: one value of a --knob's list")
+        default[name] = values[0]
+    runner = advise.Runner(tuple(args.cmd), args.samples_per_step, args.input_phase, echo=_out)
+    found = advise.advise(runner, knobs, default, args.out, args.repeats, args.full_sweep)
+    _out(advise.write_advice(found, args.out, f"{PROG} advise: {' '.join(args.cmd)}",
+                                 advise.TARGET_AU_PCT if args.target_au is None else args.target_au))
+    _out(f"wrote {args.out / 'advise.txt'}, {args.out / 'advise.json'}")
+    return 0
+
+
 # -- registry and entry point -------------------------------------------------------------------------
 
 
@@ -444,6 +491,8 @@ SUBCOMMANDS: tuple[Subcommand, ...] = (
     Subcommand("report", "write a self-contained HTML report", report_setup_parser, report_main),
     Subcommand("export", "export to Chrome-trace JSON for Perfetto", export_setup_parser, export_main),
     Subcommand("compare", "runs side by side", compare_setup_parser, compare_main),
+    Subcommand("advise", "loader-knob advisor: measure a few settings of a command, fit a throughput model, predict "
+               "and verify the best (docs/advise.md)", advise_setup_parser, advise_main),
     Subcommand("noise", "slowdown per phase and component: quiet runs against runs with noise generators",
                noise_setup_parser, noise_main),
 )
@@ -495,7 +544,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if "noise" in argv and "--" in argv[argv.index("noise"):]:  # QUIET... -- NOISY...: argparse drops a bare --
         at = argv.index("--", argv.index("noise"))
         argv[at] = "--noisy"
+    command: list[str] = []
+    if "advise" in argv and "--" in argv[argv.index("advise"):]:  # advise [options] -- CMD ...: CMD is kept whole
+        at = argv.index("--", argv.index("advise"))
+        argv, command = argv[:at], argv[at + 1:]
     args = build_parser().parse_args(argv)
+    if args.command == "advise":
+        args.cmd = command
     handler = _configure_logging(args.debug)
     # SIGTERM (``kill``, Slurm at the time limit) would end the process before any ``finally``, leaving
     # ``.<name>.tmp-<pid>`` files and the merge lock behind; only the main thread may install a handler

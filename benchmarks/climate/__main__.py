@@ -1,4 +1,4 @@
-"""``python -m benchmarks.climate {generate,train,sweep,ablate,noise,demo} ...``"""
+"""``python -m benchmarks.climate {generate,train,sweep,ablate,noise,advise,demo} ...``"""
 from __future__ import annotations
 
 import argparse
@@ -40,6 +40,7 @@ COMMANDS = {
     "sweep": "benchmarks.climate.sweep:sweep",
     "ablate": "benchmarks.climate.sweep:ablate",
     "noise": "benchmarks.climate.sweep:noise",
+    "advise": "benchmarks.climate.sweep:advise",
     "demo": "benchmarks.climate.demo:main",
 }
 

@@ -32,3 +32,16 @@ def noise(argv: Sequence[str] | None = None) -> int:
     from benchmarks.common.noise import noise_main
 
     return noise_main(argv, "climate", _check, [row.phase for row in ABLATION_ROWS])
+
+
+def advise(argv: Sequence[str] | None = None) -> int:
+    from benchmarks.common.advise import Knobs, advise_main
+
+    # readers 1-4, prefetch 1-4, processes or threads; the preset's Tiramisu is small enough that reading 16-channel
+    # 96x144 images (`generate --files 128 --height 96 --width 144`) is a visible share of a step of batch 4 on 2 cores
+    knobs = Knobs(flags={"readers": "--readers", "prefetch": "--prefetch"},
+                  grid={"readers": [1, 2, 3, 4], "prefetch": [1, 2, 4]}, default={"readers": 2, "prefetch": 2},
+                  preset=("--smoke", "--blocks", "1,1", "--growth", "2", "--base-filters", "4", "--batch", "4",
+                          "--channels", ",".join(map(str, range(16))), "--epochs", "2"),
+                  variant_flag="--read-in", variants=("processes", "threads"), default_variant="processes", batch=4)
+    return advise_main(argv, "climate", _check, knobs)

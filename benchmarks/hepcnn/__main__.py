@@ -1,4 +1,4 @@
-"""``python -m benchmarks.hepcnn {generate,train,sweep,ablate,noise,demo} ...``"""
+"""``python -m benchmarks.hepcnn {generate,train,sweep,ablate,noise,advise,demo} ...``"""
 from __future__ import annotations
 
 import argparse
@@ -35,6 +35,7 @@ COMMANDS = {
     "sweep": "benchmarks.hepcnn.sweep:main",
     "ablate": "benchmarks.hepcnn.sweep:ablate",
     "noise": "benchmarks.hepcnn.sweep:noise",
+    "advise": "benchmarks.hepcnn.sweep:advise",
     "demo": "benchmarks.hepcnn.demo:main",
 }
 

@@ -21,6 +21,7 @@ class TrainConfig(RunConfig):
     dropout: float = 0.5
     image_size: int | None = None
     loader: str = "whole-file"
+    loader_threads: int = 2
     read_method: str = "h5py"
 
 
@@ -42,6 +43,8 @@ def add_train_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dropout", type=float)
     p.add_argument("--image-size", type=int, help="expected image size; files that differ are an error")
     p.add_argument("--loader", choices=LOADERS)
+    p.add_argument("--loader-threads", type=int,
+                   help="files the tfdata loader reads at once (interleave cycle length and parallel calls; 2)")
     p.add_argument("--read-method", choices=READ_METHODS,
                    help="h5py: read 'data' through HDF5 (original); direct: HDF5 for metadata, one plain read "
                         "of the contiguous bytes")

@@ -170,13 +170,14 @@ class TFDataLoader:
     """tf.data: interleave over files with parallel reads through ``tf.numpy_function``, batch, prefetch (AUTOTUNE).
 
     Reads run on tf.data's threads; their intervals carry those threads' ids, so overlap with compute is visible.
+    ``threads`` files are read at once (interleave's cycle length and parallel calls: the loader-threads knob).
     """
 
-    def __init__(self, reader: FileReader, batch: int, image_size: int, cycle_length: int = 2) -> None:
+    def __init__(self, reader: FileReader, batch: int, image_size: int, threads: int = 2) -> None:
         self.reader = reader
         self.batch = batch
         self.image_size = image_size
-        self.cycle_length = cycle_length
+        self.threads = threads
 
     def epoch(self, files: Sequence[str], epoch: int, steps: int) -> Any:
         """A ``tf.data.Dataset`` of exactly ``steps`` batches ``(x, label, weight)``."""
@@ -197,14 +198,15 @@ class TFDataLoader:
             return tf.data.Dataset.from_tensor_slices((x, y, w))
 
         names = tf.data.Dataset.from_tensor_slices((list(files), np.arange(len(files), dtype=np.int64)))
-        ds = names.interleave(one_file, cycle_length=self.cycle_length, block_length=self.batch,
-                              num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+        ds = names.interleave(one_file, cycle_length=self.threads, block_length=self.batch,
+                              num_parallel_calls=self.threads, deterministic=True)
         return ds.batch(self.batch, drop_remainder=True).take(steps).prefetch(tf.data.AUTOTUNE)
 
 
-def make_loader(kind: str, reader: FileReader, batch: int, image_size: int) -> WholeFileLoader | TFDataLoader:
+def make_loader(kind: str, reader: FileReader, batch: int, image_size: int,
+                threads: int = 2) -> WholeFileLoader | TFDataLoader:
     if kind == "whole-file":
         return WholeFileLoader(reader, batch)
     if kind == "tfdata":
-        return TFDataLoader(reader, batch, image_size)
+        return TFDataLoader(reader, batch, image_size, threads)
     raise ValueError(f"unknown --loader {kind!r}; expected one of {LOADERS}")

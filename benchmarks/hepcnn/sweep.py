@@ -40,3 +40,15 @@ def ablate(argv: Sequence[str] | None = None) -> int:
     from benchmarks.hepcnn.data import check_dataset
 
     return ablate_main(argv, "hepcnn", check_dataset, ABLATION_ROWS)
+
+
+def advise(argv: Sequence[str] | None = None) -> int:
+    from benchmarks.common.advise import Knobs, advise_main
+    from benchmarks.hepcnn.data import check_dataset
+
+    # the tf.data loader's threads (files read at once) and the batch per rank, on 64x64 images
+    # (`generate --files 32 --samples-per-file 32 --image-size 64`) and the smoke model
+    knobs = Knobs(flags={"readers": "--loader-threads", "batch": "--batch"},
+                  grid={"readers": [1, 2, 4], "batch": [8, 16, 32]}, default={"readers": 2, "batch": 8},
+                  preset=("--smoke", "--loader", "tfdata", "--epochs", "2", "--checkpoint-every", "0"))
+    return advise_main(argv, "hepcnn", check_dataset, knobs)

@@ -42,6 +42,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         with tl.phase("Parse Arguments", cat="other"):
             cfg = config_from_args(args)
+            if cfg.loader_threads < 1:
+                raise TraceInputError("--loader-threads", f"must be at least 1, got {cfg.loader_threads}")
             # no-io touches no data file: the shapes come from generator.json when there is one
             info = (dataset_without_reading(args.data, env_world_size()) if not opens_files(cfg.mode) else None) \
                 or check_dataset(args.data, env_world_size(), cfg.image_size)
@@ -88,7 +90,7 @@ def train(cfg: TrainConfig, info: DatasetInfo, run_dir: Path, tl: Any, t0: float
 
     with tl.phase("Setup Iterators", cat="other"):
         reader = FileReader(tl, cfg.seed, rank, cfg.read_method, info.by_path, cfg.mode)
-        loader = make_loader(cfg.loader, reader, cfg.batch, info.image_size)
+        loader = make_loader(cfg.loader, reader, cfg.batch, info.image_size, cfg.loader_threads)
         files = info.train_files
         counts = info.samples_per_file
         steps = [steps_per_epoch(counts, files, size, cfg.batch, cfg.shuffle, e, cfg.seed) for e in range(cfg.epochs)]
