@@ -151,6 +151,24 @@ def test_findings_cli_and_summary_json(runs, capsys):
     assert "next step: parallelise" in text and "findings (top" in text and "  AU: accelerator utilisation" in text
 
 
+def test_accelerator_idle_and_its_causes(runs, capsys):
+    """100 - AU, split into input wait and other time, and what the input phases were made of: the storage run's
+    reads are the file system's, the decode run's are not."""
+    import json
+
+    for name, top in (("storage", "file system"), ("decode", "not observed")):
+        assert trace_merge(["summary", str(runs[name]), "--json"]) == 0
+        s = json.loads(capsys.readouterr().out)
+        idle, au = s["idle"], s["verdict"]["au_pct"]
+        assert abs(idle["idle_pct"] - (100 - au)) < 1e-9
+        assert abs(idle["input_wait_pct"] + idle["other_pct"] - idle["idle_pct"]) < 0.5
+        assert max(idle["input_phases_pct"], key=idle["input_phases_pct"].get) == \
+            {"file system": "fs", "not observed": "not_observed"}[top]
+        assert trace_merge(["summary", str(runs[name])]) == 0
+        line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("accelerator idle: "))
+        assert line.split("the input phases' time: ")[1].startswith(top), line
+
+
 def test_a_log_without_training_steps_says_so_and_nothing_about_ranks(darshan_logs):
     """A plain Darshan log (IOR over HDF5, 4 ranks): no training steps, so no input-wait advice and no straggler
     call from its per-rank I/O times."""

@@ -196,7 +196,7 @@ GLOSSARY = (
 
 def _summary_text(run, parts) -> str:
     from trace_merge.analysis import COMPONENT_LABELS, PRIORITY, epochs_as_text, verdict_text
-    from trace_merge.findings import next_step
+    from trace_merge.findings import idle_text, next_step
     from trace_merge.jobinfo import slurm_line
 
     m, v = parts.metrics, parts.verdict
@@ -213,6 +213,7 @@ def _summary_text(run, parts) -> str:
     lines.append(f"verdict: {verdict_text(v)}")
     lines += [f"  - {note}" for note in v.get("notes", [])]
     lines += [f"  - why: {line}" for line in parts.explanations]
+    lines += [x for x in [idle_text(parts)] if x]
     found = run.findings(parts)
     lines.append(f"next step: {next_step(found)}")
     if found:

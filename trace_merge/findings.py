@@ -347,9 +347,43 @@ def findings(a: "Summary") -> list[Finding]:
     return [_verdict_finding(a)] + sorted(found, key=lambda f: (SEVERITIES.index(f.severity), -f.impact_s))
 
 
+def idle(a: "Summary") -> dict:
+    """The share of step-cycle time the compute side waited (100 - AU) and its causes from the layers: the input
+    wait and the cycles' other time, and what the input phases' time was made of (file system, framework input
+    wait, Python / decode, not observed, ...: % of those phases' time). Empty when AU is unknown."""
+    from trace_merge.attribution import COMPONENTS
+
+    v = a.verdict
+    au = v.get("au_pct")
+    if au is None or not np.isfinite(au):
+        return {}
+    inputs = _input_phases(a.layered)
+    total = _sum(inputs, "time_s")
+    causes = {c: 100 * _sum(inputs, f"{c}_s") / total for c in COMPONENTS} if total > 0 else {}
+    return {"idle_pct": 100.0 - au, "input_wait_pct": v.get("input_pct"), "other_pct": v.get("other_pct"),
+            "input_phases_pct": {c: p for c, p in causes.items() if p >= 0.05}}
+
+
+def idle_text(a: "Summary") -> Optional[str]:
+    """:func:`idle` as one line for the summary."""
+    from trace_merge.attribution import COMPONENT_LABELS
+
+    d = idle(a)
+    if not d:
+        return None
+    parts = [f"input wait {d['input_wait_pct']:.1f} %" if d.get("input_wait_pct") is not None else "",
+             f"other {d['other_pct']:.1f} %" if d.get("other_pct") is not None else ""]
+    line = f"accelerator idle: {d['idle_pct']:.1f} % of step-cycle time ({', '.join(p for p in parts if p)})"
+    made = sorted(d["input_phases_pct"].items(), key=lambda kv: -kv[1])
+    if made:
+        names = {c: COMPONENT_LABELS[c].split(" (")[0] for c in d["input_phases_pct"]} | {"input_wait": "tf.data wait"}
+        line += "; the input phases' time: " + ", ".join(f"{names[c]} {p:.0f} %" for c, p in made)
+    return line
+
+
 def next_step(found: list[Finding]) -> str:
     """One line: what to try first, the first finding's action (:func:`findings` always has the verdict's)."""
     return found[0].action
 
 
-__all__ = ["Finding", "findings", "next_step", "SEVERITIES"]
+__all__ = ["Finding", "findings", "next_step", "idle", "idle_text", "SEVERITIES"]

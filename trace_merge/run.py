@@ -356,9 +356,10 @@ class Run:
             ``bandwidth`` (``per_rank``, ``totals``, ``per_epoch``, ``per_rank_epoch``), ``study_view`` (the
             original study's components per rank, empty without its phases), ``event_stats`` (records), ``warnings``,
             ``alignment_residual``, ``dropped_app_intervals`` (intervals the TimeLogger writers dropped, total),
-            ``dxt_clock``, ``findings`` (:meth:`findings`, as dicts) and ``next_step``.
+            ``dxt_clock``, ``findings`` (:meth:`findings`, as dicts), ``next_step`` and ``idle`` (the share of
+            step-cycle time the compute side waited, with its causes: :func:`trace_merge.findings.idle`).
         """
-        from trace_merge.findings import next_step
+        from trace_merge.findings import idle, next_step
 
         a = parts if parts is not None else self.analyse()
         found = self.findings(a)
@@ -393,6 +394,7 @@ class Run:
             "dxt_clock": _plain(self.dxt_clock),
             "findings": [_plain(f.as_dict()) for f in found],
             "next_step": next_step(found),
+            "idle": _plain(idle(a)),
         }
 
 
