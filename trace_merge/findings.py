@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Optional
 import numpy as np
 import pandas as pd
 
+from trace_merge.attribution import COMPONENT_LABELS, COMPONENTS
+
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from trace_merge.analysis import Summary
 
@@ -351,8 +353,6 @@ def idle(a: "Summary") -> dict:
     """The share of step-cycle time the compute side waited (100 - AU) and its causes from the layers: the input
     wait and the cycles' other time, and what the input phases' time was made of (file system, framework input
     wait, Python / decode, not observed, ...: % of those phases' time). Empty when AU is unknown."""
-    from trace_merge.attribution import COMPONENTS
-
     v = a.verdict
     au = v.get("au_pct")
     if au is None or not np.isfinite(au):
@@ -366,8 +366,6 @@ def idle(a: "Summary") -> dict:
 
 def idle_text(a: "Summary") -> Optional[str]:
     """:func:`idle` as one line for the summary."""
-    from trace_merge.attribution import COMPONENT_LABELS
-
     d = idle(a)
     if not d:
         return None
