@@ -282,29 +282,29 @@ def read_blocks(path: "str | os.PathLike[str]", block_bytes: int = STREAM_BLOCK_
         return
     warnings: list[str] = []
     blocks = _text_blocks(path, gz, block_bytes, warnings)
-    first = next(blocks, b"")
+    line_offset, first = next(blocks, (0, b""))
     span = _body_span(first)
     if span is None or _looks_timelogger(first, span[0]):
         yield read(path)  # TimeLogger files keep free-form args: the line parser, whole
         return
     known: dict = {"HH": {}, "FH": {}, "SH": {}}
     time_metric = "US"
-    line_offset = 0
     block: "bytes | None" = first
     while block is not None:
         state = _State(path, known, time_metric)
         cols, parser = _parse_body(block, state, warnings, line_offset)
-        line_offset += block.count(b"\n")
         known, time_metric = state.maps, state.time_metric
-        block = next(blocks, None)  # the next block's gzip warnings belong to this one's output, which comes last
+        # the next block's gzip warnings belong to this one's output, which comes last
+        line_offset, block = next(blocks, (0, None))
         if cols is not None or warnings:
             yield _result(path, state, cols if cols is not None else _Cols.empty(), "dftracer", warnings,
                           parser if cols is not None else "none")
         warnings = []
 
 
-def _text_blocks(path: str, gz: bool, block_bytes: int, warnings: list[str]) -> Iterator[bytes]:
-    """The file's text in blocks of whole lines of about ``block_bytes``, gzip members decompressed in turn.
+def _text_blocks(path: str, gz: bool, block_bytes: int, warnings: list[str]) -> Iterator[tuple[int, bytes]]:
+    """The file's text in blocks of whole lines of about ``block_bytes``, gzip members decompressed in turn, each
+    with the number of lines before it (lines are counted once, here, for the warnings that name one).
 
     Damage is handled as :func:`_gunzip` does: a corrupt member is left out with a warning and decompression
     resumes at the next member; a truncated stream keeps what was complete, with a warning. Memory stays bounded
@@ -331,7 +331,7 @@ def _text_blocks(path: str, gz: bool, block_bytes: int, warnings: list[str]) -> 
             text, skipping = text[nl:], False
         pending.extend(text)
 
-    def whole_lines() -> Iterator[bytes]:
+    def whole_lines() -> Iterator[tuple[int, bytes]]:
         nonlocal skipping, lines
         while len(pending) >= block_bytes:
             cut = pending.rfind(b"\n") + 1
@@ -343,8 +343,8 @@ def _text_blocks(path: str, gz: bool, block_bytes: int, warnings: list[str]) -> 
                 return
             block = bytes(pending[:cut])
             del pending[:cut]
-            lines += block.count(b"\n")
-            yield block
+            before, lines = lines, lines + block.count(b"\n")
+            yield before, block
 
     with open(path, "rb") as fh:
         dec = _gzip_decompressor() if gz else None
@@ -400,7 +400,7 @@ def _text_blocks(path: str, gz: bool, block_bytes: int, warnings: list[str]) -> 
         if dec is not None and inside and not resync:
             warnings.append(f"{path}: gzip stream truncated (unexpected end of file); read what was complete")
     if pending:
-        yield bytes(pending)
+        yield lines, bytes(pending)
 
 
 # ----------------------------------------------------------------------------------------------
