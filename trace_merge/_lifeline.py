@@ -13,9 +13,13 @@ import signal
 _PR_SET_PDEATHSIG = 1
 
 
-def die_with_parent() -> None:
-    """Ask the kernel to SIGKILL this process when its parent exits; exit at once if it already has."""
-    parent = os.getppid()
+def die_with_parent(parent: "int | None" = None) -> None:
+    """Ask the kernel to SIGKILL this process when its parent exits; exit at once if it already has.
+
+    ``parent``: the pid the parent must have (a worker passes its forkserver's, :data:`SERVER`). Without it, a worker
+    whose forkserver died between the fork and this call would ask to die with its new parent (init) and live on.
+    """
+    parent = os.getppid() if parent is None else parent
     try:
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
     except (OSError, AttributeError):  # not Linux
@@ -25,3 +29,5 @@ def die_with_parent() -> None:
 
 
 die_with_parent()
+#: the forkserver's pid, inherited by the workers it forks (they check they are still its children)
+SERVER = os.getpid()

@@ -173,9 +173,11 @@ def _one_thread_each() -> None:
     every core; measured on a DFTracer trace, threads cost 18 % more CPU for the same parse)."""
     import pyarrow as pa
 
-    from trace_merge._lifeline import die_with_parent
+    from trace_merge import _lifeline
 
-    die_with_parent()  # the forkserver: when it dies with the driver, no worker is left behind
+    # the forkserver (it preloaded _lifeline: SERVER is its pid; had it not, this worker imported it just now): when
+    # it dies with the driver, no worker is left behind
+    _lifeline.die_with_parent(_lifeline.SERVER if _lifeline.SERVER != os.getpid() else None)
     pa.set_cpu_count(1)
 
 
