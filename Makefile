@@ -47,6 +47,7 @@ demo: env
 	PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(VENV)/bin/python -m benchmarks.climate demo --out runs/demo-climate
 
 bench: env
+	$(VENV)/bin/python -c "import duckdb" 2>/dev/null || $(VENV)/bin/pip install -q duckdb==1.4.4  # merge_scale's reference
 	PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(VENV)/bin/python benchmarks/perf/overhead.py
 	PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(VENV)/bin/python benchmarks/perf/merge_scale.py
 	PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(VENV)/bin/python benchmarks/perf/reader_efficiency.py
