@@ -56,10 +56,16 @@ def parse_knob(text: str) -> tuple[str, list[int]]:
             out.append(int(v))
         except ValueError:
             raise TraceInputError("--knob", f"{name}: value {v.strip()!r} is not a whole number") from None
+    return name, checked_values(name, out, "--knob")
+
+
+def checked_values(name: str, values: Sequence[int], where: str) -> list[int]:
+    """A knob's values, sorted and unique; a one-line :class:`TraceInputError` naming ``where`` when there are none
+    or one is below the knob's least (prefetch 0 = none; every other knob at least 1)."""
     low = 0 if name == "prefetch" else 1
-    if any(v < low for v in out):
-        raise TraceInputError("--knob", f"{name}: values must be at least {low}, got {values}")
-    return name, sorted(set(out))
+    if not values or min(values) < low:
+        raise TraceInputError(where, f"{name}: values must be at least {low}, got {','.join(map(str, values))}")
+    return sorted(set(values))
 
 
 def check_command(cmd: Sequence[str], knobs: dict[str, list[int]]) -> None:
@@ -507,6 +513,7 @@ def write_advice(a: Advice, out: Path, title: str = "", target_au: float = TARGE
     return text
 
 
-__all__ = ["KNOBS", "Measurement", "Point", "Model", "Runner", "Advice", "Scaling", "parse_knob", "check_command",
+__all__ = ["KNOBS", "Measurement", "Point", "Model", "Runner", "Advice", "Scaling", "parse_knob", "checked_values",
+           "check_command",
            "substitute", "measure", "fit", "design", "grid", "best", "advise", "scaling", "batch_for_au",
            "format_advice", "write_advice"]

@@ -542,12 +542,12 @@ def _on_sigterm(signum: int, frame: object) -> None:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Run the CLI; returns the exit status (0 ok, 2 error, 143 terminated by SIGTERM)."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    if "noise" in argv and "--" in argv[argv.index("noise"):]:  # QUIET... -- NOISY...: argparse drops a bare --
-        at = argv.index("--", argv.index("noise"))
-        argv[at] = "--noisy"
+    name = next((a for a in argv if not a.startswith("-")), None)  # the subcommand (global options are flags)
+    at = argv.index("--") if "--" in argv else -1
     command: list[str] = []
-    if "advise" in argv and "--" in argv[argv.index("advise"):]:  # advise [options] -- CMD ...: CMD is kept whole
-        at = argv.index("--", argv.index("advise"))
+    if name == "noise" and at >= 0:  # QUIET... -- NOISY...: argparse drops a bare --
+        argv[at] = "--noisy"
+    elif name == "advise" and at >= 0:  # advise [options] -- CMD ...: CMD is kept whole
         argv, command = argv[:at], argv[at + 1:]
     args = build_parser().parse_args(argv)
     if args.command == "advise":

@@ -16,7 +16,7 @@ from typing import Any, Callable, Sequence
 
 from benchmarks.common.errors import TraceInputError
 from benchmarks.common.launch import run_command
-from benchmarks.common.sweep import layers_for, parse_list
+from benchmarks.common.sweep import add_job_flags, layers_for, parse_list
 from trace_merge import advise as tm
 
 
@@ -51,9 +51,7 @@ def advise_main(argv: Sequence[str] | None, benchmark: str, check: Callable[[Pat
                                 description="Measure a few loader settings, fit the throughput model, predict the "
                                             "best setting and verify it (docs/advise.md); other flags go to `train` "
                                             f"(default: {' '.join(knobs.preset)}).")
-    p.add_argument("--data", required=True, type=Path, help="dataset directory (see `generate`)")
-    p.add_argument("--out", required=True, type=Path, help="directory for the runs and advise.txt")
-    p.add_argument("--ranks", type=int, default=2)
+    add_job_flags(p, "directory for the runs and advise.txt")
     p.add_argument("--repeats", type=int, default=2, help="runs per measured setting (2)")
     p.add_argument("--full-sweep", type=int, default=0, metavar="N",
                    help="also run every setting of the grid N times and compare the advice with its best")
@@ -69,10 +67,7 @@ def advise_main(argv: Sequence[str] | None, benchmark: str, check: Callable[[Pat
     args, train_args = p.parse_known_args(argv)
     if args.ranks < 1 or args.repeats < 1:
         raise TraceInputError("--ranks/--repeats", "need at least 1")
-    grid = {k: sorted(set(getattr(args, k))) for k in knobs.flags}
-    for k, values in grid.items():
-        if not values or min(values) < (0 if k == "prefetch" else 1):
-            raise TraceInputError(f"--{k}", f"values must be at least {0 if k == 'prefetch' else 1}")
+    grid = {k: tm.checked_values(k, getattr(args, k), f"--{k}") for k in knobs.flags}
     variants = getattr(args, "variant", [""])
     unknown = [v for v in variants if v not in knobs.variants]
     if unknown:
