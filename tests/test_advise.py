@@ -121,6 +121,9 @@ def test_design_and_choice():
      "error: advise: unknown placeholder {batch} in the command"),
     (["--knob", "readers=1,2", "--default", "readers=3", "--", "echo", "{run_dir}", "{readers}"],
      "error: --default: 'readers=3': one value of a --knob's list"),
+    (["--knob", "readers=1,2", "--full-sweep", "-1"], "error: --full-sweep: must be 0 (no sweep) or more, got -1"),
+    (["--knob", "prefetch=-1,1", "--", "echo", "{run_dir}", "{prefetch}"],
+     "error: --knob: prefetch: values must be at least 0, got -1,1"),
 ])
 def test_bad_input_one_line(tmp_path, capsys, options, message):
     argv = ["advise", "--out", str(tmp_path / "o"), *options]

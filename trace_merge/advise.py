@@ -432,6 +432,8 @@ def advise(runner: Runner, knobs: dict[str, list[int]], default: dict, out: Path
     more runs); with ``full_sweep`` > 0 also measure every setting of the grid that many times."""
     if set(default) != set(knobs) or any(default[k] not in knobs[k] for k in knobs):
         raise TraceInputError("--default", f"{label(default)}: needs one value of each knob's list")
+    if full_sweep < 0:
+        raise TraceInputError("--full-sweep", f"must be 0 (no sweep) or more, got {full_sweep}")
     points = tuple(runner.point(s, out / "design", repeats) for s in design(knobs, default))
     model = fit(points, runner.samples_per_step)
     settings = grid(knobs)

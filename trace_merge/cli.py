@@ -454,8 +454,6 @@ def advise_main(args: argparse.Namespace) -> int:
     from trace_merge import advise
 
     knobs = dict(advise.parse_knob(k) for k in args.knob)
-    if args.full_sweep < 0:
-        raise TraceInputError("--full-sweep", f"must be 0 (no sweep) or more, got {args.full_sweep}")
     if not knobs:
         raise TraceInputError("--knob", "give at least one knob, e.g. --knob readers=1,2,4")
     advise.check_command(args.cmd, knobs)
