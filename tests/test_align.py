@@ -18,6 +18,7 @@ import pandas as pd
 import pytest
 
 from trace_merge import align as al
+from trace_merge.merge import merge_sources
 from trace_merge import intervals as I
 from trace_merge.readers import read_any
 from trace_merge.schema import concat_frames
@@ -114,7 +115,7 @@ def test_posix_rows_get_rank_epoch_step_from_app(run: Path) -> None:
     assert len(app) == 2, "main process and forked child each write an app file"
     posix = [s for s in srcs if s.kind == "dftracer"]
     assert posix and all((s.frame["rank"] == -1).all() for s in posix)  # DFTracer knows no rank
-    res = al.align(srcs)
+    res = merge_sources(srcs)
     f = res.frame
     px = f[f["layer"] == "posix"]
     assert len(px) and (px["rank"] == 0).all(), "rank mapped through (host, pid) of the app files"
@@ -155,8 +156,8 @@ def test_clock_offset_subtracted_per_rank(run: Path) -> None:
     for s in srcs:
         if s.kind == "timelogger":
             s.meta["clock_offset_ns"] = 2_500_000  # this rank's clock runs 2.5 ms ahead of rank 0's
-    res = al.align(srcs)
-    assert res.offsets == {0: 2_500_000}
+    res = merge_sources(srcs)
+    assert res.clock_offsets_ns == {0: 2_500_000}
     merged_starts = np.sort(res.frame["start_ns"].to_numpy())
     raw_starts = np.sort(pd.concat([f["start_ns"] for f in raw.values()]).to_numpy())
     np.testing.assert_array_equal(merged_starts, raw_starts - 2_500_000)
@@ -167,8 +168,8 @@ def test_different_day_source_left_out(run: Path, tmp_path: Path) -> None:
     src = max((run / "posix").glob("*.pfw.gz"), key=lambda p: p.stat().st_size)  # the main process
     shifted = shift_dftracer_trace(src, tmp_path / src.name, hours=30)
     app = [read_any(p) for p in sorted((run / "app").glob("*.pfw"))]
-    res = al.align(app + [read_any(shifted)])
-    assert res.dropped == [str(shifted)]
+    res = merge_sources(app + [read_any(shifted)])
+    assert str(shifted) not in res.sources
     assert len(res.warnings) == 1 and res.warnings[0].startswith(f"{shifted}: timestamps are +30.0 h")
     assert set(res.frame["layer"].astype(str)) == {"app"}
 

@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 
 from trace_merge import align as al
+from trace_merge.merge import merge_sources
 from trace_merge import attribution as AT
 from trace_merge.schema import to_frame
 
@@ -93,7 +94,7 @@ def test_propagate_steps_exact_epoch_and_step_of_every_row(order):
 
 
 def test_propagate_steps_through_align_on_one_rank():
-    """The same rows through :func:`align` (rank mapping by pid, time order, then propagation)."""
+    """The same rows through :func:`~trace_merge.merge.merge_sources` (rank mapping by pid, time order, then propagation)."""
     from trace_merge.schema import SourceData
 
     app_rows = [r for r in PROPAGATION_ROWS if r[0] == "app"]
@@ -109,7 +110,7 @@ def test_propagate_steps_through_align_on_one_rank():
     app = SourceData(path="app/rank-0.pfw", kind="timelogger", frame=frame_of(app_rows, "app"),
                      meta={"rank": 0, "pid": 4242, "hostname": "nodeA"})
     px = SourceData(path="posix/trace.pfw.gz", kind="dftracer", frame=frame_of(px_rows, "posix"), meta={})
-    f = al.align([app, px]).frame
+    f = merge_sources([app, px]).frame
     posix = f[f["layer"] == "posix"].sort_values(["start_ns", "end_ns"], kind="stable")
     want = sorted((r[3] + 10**18, r[4] + 10**18, r[7], r[8]) for r in px_rows)
     got = list(zip(posix["start_ns"], posix["end_ns"], tags(posix["epoch"]), tags(posix["step"])))
@@ -308,7 +309,7 @@ def test_assign_ranks_uses_host_and_pid():
 
 
 def test_align_two_hosts_same_pid():
-    """Through :func:`align`: app files of rank 0 on nodeA and rank 1 on nodeB, both pid 1234; each host's
+    """Through :func:`~trace_merge.merge.merge_sources`: app files of rank 0 on nodeA and rank 1 on nodeB, both pid 1234; each host's
     DFTracer rows land on their host's rank (and get that rank's clock offset)."""
     from trace_merge.schema import SourceData
 
@@ -325,7 +326,7 @@ def test_align_two_hosts_same_pid():
         src("posix", "dftracer", "nodeB", -1, "posix/b.pfw.gz", {}),
         src("posix", "dftracer", "nodeA", -1, "posix/a.pfw.gz", {}),
     ]
-    f = al.align(sources).frame
+    f = merge_sources(sources).frame
     px = f[f["layer"] == "posix"]
     got = sorted(zip(px["host"].astype(str), px["rank"], px["start_ns"] - 10**18))
     assert got == [("nodeA", 0, 0), ("nodeA", 0, 100), ("nodeB", 1, -7), ("nodeB", 1, 93)]

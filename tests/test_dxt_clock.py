@@ -20,7 +20,7 @@ import timelogger.logger as tl_logger
 from timelogger import TimeLogger
 from timelogger.layout import APP_DIR, DARSHAN_DIR
 from trace_merge import dxt_clock
-from trace_merge.align import align
+from trace_merge.merge import merge_sources
 from trace_merge.merge import merge_path, write_merged
 from trace_merge.readers import darshan as reader
 from trace_merge.readers import pfw
@@ -155,8 +155,8 @@ def test_periodic_phases_are_ambiguous(ior_run) -> None:
     for p in (twin / APP_DIR).iterdir():  # second logger of the same ranks: its phases are one period later
         p.rename(run / APP_DIR / p.name.replace("rank-", "rank-") .replace(".pfw", "-twin.pfw"))
     sources = [reader.read(run / DARSHAN_DIR / IOR)] + [pfw.read(p) for p in sorted((run / APP_DIR).iterdir())]
-    res = align(sources)
-    assert all(c.basis == "header" for c in res.dxt_clock), res.dxt_clock
+    res = merge_sources(sources)
+    assert all(c["basis"] == "header" for c in res.dxt_clock), res.dxt_clock
     assert any("ambiguous" in w for w in res.warnings)
 
 
@@ -174,10 +174,10 @@ def test_posix_rows_beat_app_phases(darshan_logs: Path) -> None:
             "rank": 0, "pid": 4242, "host": "node", "start_ns": dxt["start_ns"].to_numpy() + injected + jitter,
             "dur_ns": dxt["dur_ns"].to_numpy(), "bytes": dxt["bytes"].array, "offset": dxt["offset"].array,
             "file": dxt["file"].astype(str).to_numpy()}))
-    res = align([darshan_src, posix])
+    res = merge_sources([darshan_src, posix])
     (c,) = res.dxt_clock
-    assert c.basis == "posix" and abs(c.offset_ns - injected) <= 100_000, c
-    assert c.matched >= 0.9 * len(dxt) and c.confidence > 0.9
+    assert c["basis"] == "posix" and abs(c["offset_ns"] - injected) <= 100_000, c
+    assert c["matched"] >= 0.9 * len(dxt) and c["confidence"] > 0.9
 
 
 def test_module_dropped_by_pydarshan_is_named(tmp_path: Path, darshan_logs: Path) -> None:

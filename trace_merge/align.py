@@ -1,6 +1,6 @@
 """The one clock-alignment module: every source's rows onto absolute epoch ns on rank 0's clock.
 
-Steps (:func:`align`):
+Steps (the pipeline of :mod:`trace_merge.partitioned` runs them, source by source and rank by rank):
 
 1. **Ranks for POSIX rows.** DFTracer does not know MPI ranks; its rows carry ``(host, pid)``. The app
    (TimeLogger) files do: one file per process, forked children included, each with ``rank``, ``pid``
@@ -28,17 +28,16 @@ from __future__ import annotations
 import logging
 import os
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 
-from .dxt_clock import DxtClock, place_source
 from .intervals import (Axis, combined_codes, drop_from_forest, innermost, nesting_parents, spans_several,
                         start_order)
 from .readers import rank_from_name
-from .schema import DIFFERENT_DAY_NS, STEP_PHASE, SourceData, concat_frames
+from .schema import DIFFERENT_DAY_NS, STEP_PHASE, SourceData
 
 log = logging.getLogger(__name__)
 
@@ -55,18 +54,6 @@ class Process:
     pid: int
     host: "str | None"
     clock_offset_ns: int = 0
-
-
-@dataclass
-class AlignResult:
-    """What :func:`align` returns: the aligned frame and what was found on the way."""
-
-    frame: pd.DataFrame
-    residual: dict[str, Any]
-    warnings: list[str] = field(default_factory=list)
-    dropped: list[str] = field(default_factory=list)
-    offsets: dict[int, int] = field(default_factory=dict)
-    dxt_clock: list[DxtClock] = field(default_factory=list)
 
 
 def meta_value(meta: Mapping[str, Any], *keys: str, default: Any = None) -> Any:
@@ -419,10 +406,6 @@ def time_order(frame: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(dict(zip(columns, arrays)), columns=columns, copy=False)
 
 
-def _median_ns(frame: pd.DataFrame) -> "float | None":
-    return float(np.median(frame["start_ns"].to_numpy())) if len(frame) else None
-
-
 #: a rank's app layer further than this from the other ranks' (start and end alike), or from its own lower
 #: layers, is flagged: measured clock offsets are µs to ms, and ranks of one job start and stop together
 SHIFT_WARN_NS = 10 * 10**9
@@ -516,81 +499,3 @@ def check_layer_overlap(frame: pd.DataFrame) -> list[str]:
                             f"layer's time span (median {gap / 1e9:+.1f} s apart): a shifted app file or a wrong "
                             "clock; times of this rank are suspect")
     return warnings
-
-
-def align(sources: Sequence[SourceData], launch_ns: "int | None" = None,
-          launched: Sequence[Mapping[str, Any]] = ()) -> AlignResult:
-    """Align all sources of one run (see the module docstring for the steps).
-
-    Parameters
-    ----------
-    sources
-        What the readers returned; app sources are those of kind ``timelogger``.
-    launch_ns
-        When the run was launched (epoch ns, ``manifest.json``'s ``created_wall_ns``), if known: app files far
-        from it are not this run's (:func:`check_app_clocks`).
-    launched
-        The launcher's records of the ranks (``launch/rank-<r>.json``), placing rows of processes no app file
-        describes (:func:`launched_processes`).
-
-    Returns
-    -------
-    AlignResult
-        ``frame``: all rows, rank-0 clock, epoch/step propagated. ``residual``: see
-        :func:`alignment_residual`. ``warnings``/``dropped``: sources left out (different day), DXT
-        segments left at the header placement. ``dxt_clock``: per Darshan log and rank, where its DXT
-        segments were placed (:class:`trace_merge.dxt_clock.DxtClock`).
-    """
-    warnings, dropped = check_app_clocks([s for s in sources if s.kind in APP_KINDS], launch_ns)
-    sources = [s for s in sources if s.path not in dropped]
-    app_sources = [s for s in sources if s.kind in APP_KINDS]
-    procs = launched_processes(launched, processes(app_sources))
-    offsets = rank_offsets(procs)
-
-    app_starts = [s.frame["start_ns"].to_numpy() for s in app_sources if len(s.frame)]
-    app_median = float(np.median(np.concatenate(app_starts))) if app_starts else None
-    frames = []
-    kinds: list[str] = []  # source kind of each entry of frames
-    darshan: list[tuple[int, str]] = []  # (index in frames, path) of Darshan sources with DXT rows
-    for src in sources:
-        frame = src.frame
-        if src.kind not in APP_KINDS:
-            frame = assign_ranks(frame, procs, src.path, warnings)
-            med = _median_ns(frame)
-            if app_median is not None and med is not None and abs(med - app_median) > DIFFERENT_DAY_NS:
-                hours = (med - app_median) / 3.6e12
-                warnings.append(
-                    f"{src.path}: timestamps are {hours:+.1f} h from the app layer's (a different run or a "
-                    "wrong clock); left out of the merge"
-                )
-                dropped.append(src.path)
-                continue
-        if src.kind == "darshan" and len(frame):
-            darshan.append((len(frames), src.path))
-        frames.append(apply_offsets(frame, offsets))
-        kinds.append(src.kind)
-    dxt_clock = _place_dxt(frames, darshan, kinds, warnings)
-    frame = time_order(concat_frames(frames))  # first: propagate_steps then finds each rank's app rows in order
-    warnings.extend(check_layer_overlap(frame))
-    log.debug("clock offsets subtracted (ns, per rank): %s", offsets)
-    residual = alignment_residual(frame)
-    frame = propagate_steps(frame)
-    return AlignResult(frame=frame, residual=residual, warnings=warnings, dropped=dropped, offsets=offsets,
-                       dxt_clock=dxt_clock)
-
-
-def _place_dxt(frames: list[pd.DataFrame], darshan: "list[tuple[int, str]]", kinds: list[str],
-               warnings: list[str]) -> list[DxtClock]:
-    """Replace each Darshan source's frame in ``frames`` by its content-placed one; the per-rank results."""
-    if not darshan:
-        return []
-    app = concat_frames([f for f, k in zip(frames, kinds) if k in APP_KINDS])
-    posix = concat_frames([f[(f["layer"] == "posix").to_numpy()] for f, k in zip(frames, kinds) if k == "dftracer"])
-    # Darshan logs alone have no other clock to be wrong against: the header placement is reported, not warned
-    alone = all(not len(f) for f, k in zip(frames, kinds) if k != "darshan")
-    clocks: list[DxtClock] = []
-    for at, path in darshan:
-        frames[at], found, notes = place_source(path, frames[at], app, posix)
-        clocks += found
-        warnings += [] if alone else notes
-    return clocks

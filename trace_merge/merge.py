@@ -6,26 +6,17 @@ is usable :class:`~trace_merge.errors.TraceInputError` names the path and what w
 """
 from __future__ import annotations
 
-import logging
 import os
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from .align import APP_KINDS, align, meta_value
-from .errors import TraceInputError
 from .identity import Identity
-from .readers import detect, rank_from_name, read_any
-from .schema import COUNTER_DTYPES, SourceData, empty_counters
-from .sources import (LOOKED_FOR, find_sources, anchors_by_rank, ended_early, is_run_dir, launch_records,
-                      missing_ranks, resolve_names)
+from .partitioned import PartitionedMerge, merge_in_memory, merge_read
+from .schema import SourceData
 # the merge's outputs, for callers of merge_path: ``from trace_merge.merge import merge_path, write_merged``
 from .store import read_merged, write_merged
-
-log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -77,95 +68,9 @@ class MergeResult:
         return {str(k): int(v) for k, v in counts.items() if v}
 
 
-#: kinds whose reader (:mod:`trace_merge.readers.pfw`) is thread-safe and releases the GIL while it
-#: decompresses and parses, so several files are read at once (one gunzips while another parses)
-_THREADED_KINDS = ("timelogger", "dftracer")
-#: files read at once: one per core (pyarrow parses each with all cores; more files in flight only add
-#: memory, each holds its decompressed text), at most 4
-_READ_THREADS = max(1, min(4, os.cpu_count() or 1))
-
-
-def _read_all(
-    files: list[tuple[Path, str]], warnings: list[str]
-) -> list[SourceData]:
-    """Read app files first, then the others with the app files' anchors; failures become warnings.
-
-    Sources and warnings come out in file order however many files are read at once.
-    """
-
-    def attempt(p: Path, kind: str, kw: dict[str, Any]) -> "SourceData | str":
-        try:
-            return read_any(p, kind=kind, **kw)
-        except TraceInputError as exc:
-            return str(exc)
-        except ImportError as exc:
-            return f"{p}: {exc}"
-
-    def read_batch(batch: list, pool: ThreadPoolExecutor) -> None:
-        """``batch``: (path, kind, kwargs) or a warning string, in order; sources/warnings in that order."""
-        pending = [pool.submit(attempt, *job) if not isinstance(job, str) and job[1] in _THREADED_KINDS
-                   else job for job in batch]
-        for item in pending:
-            if isinstance(item, str):
-                out = item
-            elif isinstance(item, tuple):  # a reader not known to be thread-safe: here, in order
-                out = attempt(*item)
-            else:
-                out = item.result()
-            if isinstance(out, str):
-                warnings.append(out)
-            else:
-                sources.append(out)
-
-    sources: list[SourceData] = []
-    first: list = []
-    later: list[tuple[Path, str]] = []
-    for p, kind in files:
-        try:
-            kind = kind or detect(p)
-        except TraceInputError as exc:
-            first.append(str(exc))
-            continue
-        if kind not in APP_KINDS:
-            later.append((p, kind))
-        else:
-            first.append((p, kind, {}))
-    with ThreadPoolExecutor(max_workers=_READ_THREADS, thread_name_prefix="trace-read") as pool:
-        read_batch(first, pool)
-        anchors = anchors_by_rank(sources)
-        all_anchors = [a for lst in anchors.values() for a in lst]
-        second = []
-        for p, kind in later:
-            kw: dict[str, Any] = {}
-            if kind == "xplane":
-                rank = rank_from_name(str(p))
-                kw = {"rank": rank, "anchors": anchors.get(rank, []) if rank is not None else all_anchors}
-            second.append((p, kind, kw))
-        read_batch(second, pool)
-    for src in sources:
-        warnings.extend(src.warnings)
-    return sources
-
-
-def resolve_shared_names(sources: list[SourceData]) -> None:
-    """Resolve file hashes a DFTracer trace uses but another trace of the run defines.
-
-    DFTracer writes a name's ``FH`` (hash -> path) record once per process tree: a forked child (a
-    ``multiprocessing.Pool`` reader, ``trace-<id>-fork.pfw.gz``) inherits its parent's table and writes only the
-    hashes, so its reads would carry no file name. The reader resolves each file's own table; this takes the
-    union of the run's tables for what is left.
-    """
-    names: dict[str, str] = {}
-    for src in sources:
-        if src.kind == "dftracer":
-            names.update(src.meta.get("files") or {})
-    for src in sources:
-        if src.kind == "dftracer":
-            src.frame = resolve_names(src.frame, names)
-
-
 def merge_path(path: "str | os.PathLike[str]") -> MergeResult:
-    """Read, align and merge every trace under ``path``.
+    """Read, align and merge every trace under ``path``: the pipeline of :mod:`trace_merge.partitioned` in this
+    process, with its pieces in memory (:func:`trace_merge.partitioned.merge_in_memory`).
 
     Parameters
     ----------
@@ -181,43 +86,21 @@ def merge_path(path: "str | os.PathLike[str]") -> MergeResult:
     TraceInputError
         Nothing usable was found (the message lists what was looked for, and why files failed).
     """
-    path = Path(path)
-    files, manifest, warnings, inputs = find_sources(path)
-    if not files:
-        why = f" ({'; '.join(warnings)})" if warnings else ""
-        raise TraceInputError(path, f"no trace files found (looked for {LOOKED_FOR}){why}")
-    sources = _read_all(files, warnings)
-    resolve_shared_names(sources)
-    usable = [s for s in sources if len(s.frame) or len(s.counters)]
-    if not usable:
-        why = "; ".join(warnings) if warnings else "all empty"
-        raise TraceInputError(path, f"no usable trace data ({why})")
-    app = [s for s in sources if s.kind in APP_KINDS]
-    warnings.extend(ended_early(app))
-    if is_run_dir(path):
-        warnings.extend(missing_ranks(path, manifest, app))
-    launch = (manifest or {}).get("created_wall_ns")
-    aligned = align(sources, launch_ns=launch if isinstance(launch, int) and not isinstance(launch, bool) else None,
-                    launched=launch_records(path))
-    warnings.extend(aligned.warnings)
-    counters = [s.counters for s in sources if len(s.counters) and s.path not in aligned.dropped]
-    counters_df = pd.concat(counters, ignore_index=True) if counters else empty_counters()
-    counters_df = counters_df.astype(COUNTER_DTYPES)
-    for w in warnings:
-        log.warning("%s", w)
-    return MergeResult(
-        frame=aligned.frame,
-        counters=counters_df,
-        warnings=warnings,
-        residual=aligned.residual,
-        manifest=manifest,
-        sources=[s.path for s in sources if s.path not in aligned.dropped],
-        clock_offsets_ns=aligned.offsets,
-        dxt_clock=[c.as_dict() for c in aligned.dxt_clock],
-        inputs=inputs,
-        dropped={s.path: int(meta_value(s.meta, "dropped")) for s in app
-                 if meta_value(s.meta, "dropped") and s.path not in aligned.dropped},
-    )
+    return _result(merge_in_memory(path))
 
 
-__all__ = ["MergeResult", "merge_path", "resolve_shared_names", "read_merged", "write_merged"]
+def merge_sources(read: "list[SourceData]", launch_ns: "int | None" = None,
+                  launched: "list[dict[str, Any]] | tuple" = ()) -> MergeResult:
+    """:func:`merge_path` of sources already read (by :func:`trace_merge.readers.read_any`); ``launch_ns``: when
+    the run was launched (``manifest.json``'s ``created_wall_ns``), ``launched``: the launcher's records of the
+    ranks (``launch/rank-<r>.json``)."""
+    return _result(merge_read(read, launch_ns, launched))
+
+
+def _result(pm: PartitionedMerge) -> MergeResult:
+    return MergeResult(frame=pm.frame(), counters=pm.counters, warnings=pm.warnings, residual=pm.residual,
+                       manifest=pm.manifest, sources=pm.sources, clock_offsets_ns=pm.clock_offsets_ns,
+                       dxt_clock=pm.dxt_clock, inputs=pm.inputs, dropped=pm.dropped)
+
+
+__all__ = ["MergeResult", "merge_path", "merge_sources", "read_merged", "write_merged"]

@@ -1,4 +1,4 @@
-"""The partitioned merge: bounded memory, one task per source file and one per rank, on any engine.
+"""The merge pipeline: one task per source file and one per rank, on any engine; the only orchestration of a merge.
 
 No step holds every row of a job at once. The work runs in waves of independent tasks (:mod:`trace_merge.engines`
 runs them: in this process, a local process pool, or a Dask cluster); what passes between waves is small.
@@ -17,8 +17,9 @@ runs them: in this process, a local process pool, or a Dask cluster); what passe
 5. The driver **reduces** them exactly (:func:`trace_merge.kernels.combine`, :func:`trace_merge.align.residual_of`).
 
 Peak memory is one task's: the largest source block or the largest rank partition, times the tasks run at once.
-:func:`trace_merge.merge.merge_path` is the in-memory merge of the same steps (a run that fits in memory, and the
-frame notebooks use); tests hold the two to the same numbers.
+Spilling is the engine's choice, not another code path: on the inline engine a run that fits in memory keeps its
+pieces and partitions in memory (:func:`merge_in_memory`, behind :func:`trace_merge.merge.merge_path` and the frame
+notebooks use); tests hold every engine to the same numbers.
 """
 from __future__ import annotations
 
@@ -79,27 +80,46 @@ def read_arrow(path: "str | os.PathLike[str]", columns: Optional[Sequence[str]] 
 
 @dataclass
 class Piece:
-    """Rows of one rank from one source, spilled."""
+    """Rows of one rank from one source: spilled to ``path``, or kept in memory (``frame``, the inline engine)."""
 
-    path: str
+    path: Optional[str]
     source: str
     kind: str
     rank: int
     rows: int
     residual_flags: dict  # :func:`trace_merge.align.residual_flags` of the rows
+    frame: Optional[pd.DataFrame] = None
+
+    def load(self) -> pd.DataFrame:
+        return self.frame if self.path is None else read_arrow(self.path)
+
+    def store(self, frame: pd.DataFrame) -> None:
+        """Replace the piece's rows."""
+        if self.path is None:
+            self.frame = frame
+        else:
+            _write_arrow(frame, Path(self.path))
+
+    def discard(self) -> None:
+        self.frame = None
+        if self.path is not None:
+            Path(self.path).unlink(missing_ok=True)
 
 
-def _spill(frame: pd.DataFrame, source: str, kind: str, tag: str, spill: Path, columns: Sequence[str]
+def _spill(frame: pd.DataFrame, source: str, kind: str, tag: str, spill: Optional[Path], columns: Sequence[str]
            ) -> "tuple[list[Piece], list[K.RankFacts]]":
-    """Write ``frame``'s rows rank by rank under ``spill``; the pieces and each rank's facts."""
+    """``frame``'s rows rank by rank, written under ``spill`` (None: kept in memory); the pieces and each rank's
+    facts."""
     pieces, facts = [], []
     for rank, rows in K.by_rank(frame):
         rows = rows[list(columns)]
-        where = spill / f"rank-{rank}"
-        where.mkdir(parents=True, exist_ok=True)
-        path = where / f"{tag}.arrow"
-        _write_arrow(rows, path)
-        pieces.append(Piece(str(path), source, kind, rank, len(rows), A.residual_flags(rows)))
+        piece = Piece(None, source, kind, rank, len(rows), A.residual_flags(rows))
+        if spill is not None:
+            where = spill / f"rank-{rank}"
+            where.mkdir(parents=True, exist_ok=True)
+            piece.path = str(where / f"{tag}.arrow")
+        piece.store(rows)
+        pieces.append(piece)
         facts.append(K.rank_facts(rows, rank))
     return pieces, facts
 
@@ -112,8 +132,9 @@ class SourceTask:
     index: int
     path: str
     kind: str
-    spill: str
+    spill: Optional[str]  # None: pieces kept in memory (the inline engine only)
     columns: tuple
+    data: Optional[SourceData] = None  # the source already read (:func:`merge_sources`; inline only)
     #: wave 3 only: the shared tables
     procs: list = field(default_factory=list)
     offsets: dict = field(default_factory=dict)
@@ -139,7 +160,7 @@ class SourceResult:
 def ingest(task: SourceTask) -> SourceResult:
     """Read one source, give its rows ranks and rank 0's clock, spill them by rank (waves 1 and 3)."""
     out = SourceResult(task.path, task.kind)
-    spill = Path(task.spill)
+    spill = Path(task.spill) if task.spill is not None else None
     try:
         blocks = _blocks(task)
         meta: dict = {}
@@ -182,7 +203,7 @@ def ingest(task: SourceTask) -> SourceResult:
                                 "or a wrong clock); left out of the merge")
             out.dropped = True
             for p in out.pieces:
-                Path(p.path).unlink(missing_ok=True)
+                p.discard()
             out.pieces, out.facts, out.counters = [], [], None
     return out
 
@@ -201,6 +222,8 @@ def _weighted_median(medians: "list[tuple[float, int]]") -> float:
 
 def _blocks(task: SourceTask):
     """The source's :class:`SourceData`, block by block for DFTracer traces."""
+    if task.data is not None:
+        return [task.data]
     if task.kind == "dftracer":
         from trace_merge.readers import pfw
 
@@ -218,26 +241,27 @@ def _blocks(task: SourceTask):
 class RankTask:
     rank: int
     pieces: list
-    out: str  # the partition file to write
+    out: Optional[str]  # the partition file to write (None: the partition is returned in memory)
     names: dict  # DFTracer file hash -> path, of the whole run
     darshan_alone: bool
     residual_basis: A.ResidualBasis
     job: K.JobFacts
     layers: Any = None
     columns: tuple = FRAME_COLUMNS
+    summarise: bool = True  # run the summary kernels on the partition
 
 
 @dataclass
 class RankResult:
     rank: int
     rows: int
-    path: str
+    partition: "str | pd.DataFrame"  # the partition file, or its rows
     start_ns: int
     end_ns: int
     residual: dict
     dxt_clock: list
     warnings: list
-    parts: K.RankParts
+    parts: Optional[K.RankParts]
 
 
 def merge_rank(task: RankTask) -> RankResult:
@@ -245,7 +269,7 @@ def merge_rank(task: RankTask) -> RankResult:
 
     pieces: list[tuple[Piece, pd.DataFrame]] = []
     for piece in task.pieces:
-        frame = read_arrow(piece.path)
+        frame = piece.load()
         if piece.kind == "dftracer":
             frame = resolve_names(frame, task.names)
         pieces.append((piece, frame))
@@ -269,15 +293,20 @@ def merge_rank(task: RankTask) -> RankResult:
     residual = A.residual_parts(frame, task.residual_basis)
     frame = A.propagate_steps(frame)
     frame = frame[[c for c in FRAME_COLUMNS if c in task.columns]].reset_index(drop=True)
-    _write_arrow(frame, Path(task.out))
-    parts = K.rank_parts(frame, task.job, task.layers)
-    return RankResult(task.rank, len(frame), task.out, int(frame["start_ns"].min()) if len(frame) else 0,
+    partition: "str | pd.DataFrame" = frame
+    if task.out is not None:
+        _write_arrow(frame, Path(task.out))
+        partition = task.out
+    parts = K.rank_parts(frame, task.job, task.layers) if task.summarise else None
+    return RankResult(task.rank, len(frame), partition, int(frame["start_ns"].min()) if len(frame) else 0,
                       int(frame["end_ns"].max()) if len(frame) else 0, residual, clocks, warnings, parts)
 
 
-def read_partition(where: "str | tuple", columns: Optional[Sequence[str]] = None) -> pd.DataFrame:
-    """One rank's partition: an Arrow file of this merge, or ``(merged.parquet, [row groups])`` of a stored merge;
-    only ``columns`` when given."""
+def read_partition(where: "str | tuple | pd.DataFrame", columns: Optional[Sequence[str]] = None) -> pd.DataFrame:
+    """One rank's partition: its rows (a merge in memory), an Arrow file of this merge, or ``(merged.parquet,
+    [row groups])`` of a stored merge; only ``columns`` when given."""
+    if isinstance(where, pd.DataFrame):
+        return where if columns is None else where[[c for c in columns if c in where.columns]]
     if isinstance(where, str):
         return read_arrow(where, columns)
     import pyarrow.parquet as pq
@@ -440,30 +469,72 @@ def merge_partitioned(path: "str | os.PathLike[str]", engine: Any = None, spill_
     from trace_merge import engines
 
     path = Path(path)
-    files, manifest, warnings, inputs = sources.find_sources(path)
-    if not files:
-        why = f" ({'; '.join(warnings)})" if warnings else ""
-        raise TraceInputError(path, f"no trace files found (looked for {sources.LOOKED_FOR}){why}")
+    files, manifest, warnings, inputs = _found(path)
     if engine is None:
         engine = engines.local(sources.bytes_on_disk(p for p, _ in files))
     spill = new_spill_dir(spill_dir)
     columns = SUMMARY_COLUMNS if summary_only else FRAME_COLUMNS
     try:
-        return _run(path, files, manifest, warnings, inputs, engine, spill, columns, layers)
+        tasks = _tasks(files, warnings, str(spill), columns)
+        return _run(path, tasks, manifest, warnings, inputs, engine, spill, columns, layers, _launch(manifest),
+                    sources.launch_records(path))
     except BaseException:
         shutil.rmtree(spill, ignore_errors=True)
         raise
 
 
-def _run(path: Path, files: list, manifest: Optional[dict], warnings: list, inputs: dict, engine: Any,
-         spill: Path, columns: tuple, layers: Any) -> PartitionedMerge:
-    kinds = []
-    for p, kind in files:
+def merge_in_memory(path: "str | os.PathLike[str]") -> PartitionedMerge:
+    """The same pipeline in this process, every piece and partition kept in memory and every column kept, without
+    the summary (:func:`trace_merge.merge.merge_path`: a run that fits in memory)."""
+    from trace_merge.engines import Inline
+
+    path = Path(path)
+    files, manifest, warnings, inputs = _found(path)
+    tasks = _tasks(files, warnings, None, FRAME_COLUMNS)
+    return _run(path, tasks, manifest, warnings, inputs, Inline(), None, FRAME_COLUMNS, None, _launch(manifest),
+                sources.launch_records(path), summarise=False)
+
+
+def merge_read(read: Sequence[SourceData], launch_ns: Optional[int] = None,
+               launched: Sequence[dict] = ()) -> PartitionedMerge:
+    """:func:`merge_in_memory` of sources already read (``launch_ns``: when the run was launched, if known;
+    ``launched``: the launcher's records of the ranks, ``launch/rank-<r>.json``)."""
+    from trace_merge.engines import Inline
+
+    tasks = [SourceTask(i, s.path, s.kind, None, FRAME_COLUMNS, data=s) for i, s in enumerate(read)]
+    return _run(None, tasks, None, [], {}, Inline(), None, FRAME_COLUMNS, None, launch_ns, launched,
+                summarise=False)
+
+
+def _found(path: Path) -> tuple:
+    """:func:`trace_merge.sources.find_sources`, refusing a path with no trace files."""
+    files, manifest, warnings, inputs = sources.find_sources(path)
+    if not files:
+        why = f" ({'; '.join(warnings)})" if warnings else ""
+        raise TraceInputError(path, f"no trace files found (looked for {sources.LOOKED_FOR}){why}")
+    return files, manifest, warnings, inputs
+
+
+def _launch(manifest: Optional[dict]) -> Optional[int]:
+    launch = (manifest or {}).get("created_wall_ns")
+    return launch if isinstance(launch, int) and not isinstance(launch, bool) else None
+
+
+def _tasks(files: list, warnings: list, spill: Optional[str], columns: tuple) -> "list[SourceTask]":
+    """A task per file whose kind is known (the others become warnings)."""
+    tasks = []
+    for i, (p, kind) in enumerate(files):
         try:
-            kinds.append((p, kind or detect(p)))
+            tasks.append(SourceTask(i, str(p), kind or detect(p), spill, columns))
         except TraceInputError as exc:
             warnings.append(str(exc))
-    app_tasks = [SourceTask(i, str(p), k, str(spill), columns) for i, (p, k) in enumerate(kinds) if k in A.APP_KINDS]
+    return tasks
+
+
+def _run(path: Optional[Path], tasks: "list[SourceTask]", manifest: Optional[dict], warnings: list, inputs: dict,
+         engine: Any, spill: Optional[Path], columns: tuple, layers: Any, launch: Optional[int],
+         launched: Sequence[dict], summarise: bool = True) -> PartitionedMerge:
+    app_tasks = [t for t in tasks if t.kind in A.APP_KINDS]
     clock = _Clock(engine)
     app_results = engine.map(ingest, app_tasks)
     clock("app files", len(app_tasks))
@@ -471,11 +542,9 @@ def _run(path: Path, files: list, manifest: Optional[dict], warnings: list, inpu
     app_sources = [SourceData(r.path, r.kind, empty_frame(), meta=r.meta) for r in app_results if r.error is None]
     windows = {r.path: (r.window[0], r.window[1], A.meta_value(r.meta, "rank")) for r in app_results
                if r.error is None and r.window is not None}
-    launch = (manifest or {}).get("created_wall_ns")
-    launch = launch if isinstance(launch, int) and not isinstance(launch, bool) else None
     clock_warnings, dropped = A.check_app_clocks(app_sources, launch, windows)
     kept_app = [s for s in app_sources if s.path not in dropped]
-    procs = A.launched_processes(sources.launch_records(path), A.processes(kept_app))
+    procs = A.launched_processes(launched, A.processes(kept_app))
     offsets = A.rank_offsets(procs)
     starts = [r.starts for r in app_results if r.error is None and r.path not in dropped and r.starts is not None]
     app_median = float(np.median(np.concatenate(starts))) if starts else None
@@ -484,16 +553,14 @@ def _run(path: Path, files: list, manifest: Optional[dict], warnings: list, inpu
     for r in app_results:  # app rows were spilled before the offsets were known: shift them now, per piece
         if r.path in dropped:
             for p in r.pieces:
-                Path(p.path).unlink(missing_ok=True)
+                p.discard()
             r.pieces, r.facts = [], []
     _shift_app_pieces([p for r in app_results if r.path not in dropped for p in r.pieces], offsets)
-    other = []
-    for i, (p, k) in enumerate(kinds):
-        if k in A.APP_KINDS:
-            continue
-        rank = rank_from_name(str(p)) if k == "xplane" else None
-        other.append(SourceTask(i, str(p), k, str(spill), columns, procs, offsets,
-                                anchors.get(rank, []) if rank is not None else all_anchors, app_median))
+    other = [t for t in tasks if t.kind not in A.APP_KINDS]
+    for t in other:
+        rank = rank_from_name(t.path) if t.kind == "xplane" else None
+        t.procs, t.offsets, t.app_median = procs, offsets, app_median
+        t.anchors = anchors.get(rank, []) if rank is not None else all_anchors
     results += engine.map(ingest, other)
     clock("other sources", len(other))
     for r in results:
@@ -506,9 +573,10 @@ def _run(path: Path, files: list, manifest: Optional[dict], warnings: list, inpu
               (r.pieces or (r.counters is not None and len(r.counters)))]
     if not usable:
         why = "; ".join(warnings) if warnings else "all empty"
-        raise TraceInputError(path, f"no usable trace data ({why})")
+        raise TraceInputError(path if path is not None else ", ".join(t.path for t in tasks) or "no sources",
+                              f"no usable trace data ({why})")
     warnings.extend(sources.ended_early(app_sources))
-    if sources.is_run_dir(path):
+    if path is not None and sources.is_run_dir(path):
         warnings.extend(sources.missing_ranks(path, manifest, app_sources))
     warnings.extend(clock_warnings)
     names: dict[str, str] = {}
@@ -524,24 +592,27 @@ def _run(path: Path, files: list, manifest: Optional[dict], warnings: list, inpu
     job = K.JobFacts.of(facts)
     darshan_alone = all(r.kind == "darshan" for r in kept if r.pieces)
     basis = A.ResidualBasis.of([_residual_flags(r) for r in kept])
-    rank_tasks = [RankTask(rank, pieces_of[rank], str(spill / f"partition-rank-{rank}.arrow"), names, darshan_alone,
-                           basis, job, layers, columns) for rank in sorted(pieces_of)]
+    rank_tasks = [RankTask(rank, pieces_of[rank], str(spill / f"partition-rank-{rank}.arrow") if spill else None,
+                           names, darshan_alone, basis, job, layers, columns, summarise)
+                  for rank in sorted(pieces_of)]
     done = engine.map(merge_rank, rank_tasks, sizes=[sum(p.rows for p in t.pieces) for t in rank_tasks])
     clock("ranks", len(rank_tasks))
     for t in rank_tasks:  # the pieces are in the partitions now
         for p in t.pieces:
-            Path(p.path).unlink(missing_ok=True)
+            p.discard()
     job.start_ns = min((d.start_ns for d in done if d.rows), default=0)  # DXT placement moved rows: exact span
     job.end_ns = max((d.end_ns for d in done if d.rows), default=0)
     for d in done:
         warnings.extend(d.warnings)
     counters = [r.counters for r in kept if r.counters is not None and len(r.counters)]
     counters_df = (pd.concat(counters, ignore_index=True) if counters else empty_counters()).astype(COUNTER_DTYPES)
-    summary = K.combine([d.parts for d in done] or [K.rank_parts(empty_frame(), job, layers)], job, counters_df)
+    summary = None
+    if summarise:
+        summary = K.combine([d.parts for d in done] or [K.rank_parts(empty_frame(), job, layers)], job, counters_df)
     for w in warnings:
         log.warning("%s", w)
     return PartitionedMerge(
-        partitions={d.rank: d.path for d in done}, rows={d.rank: d.rows for d in done}, counters=counters_df,
+        partitions={d.rank: d.partition for d in done}, rows={d.rank: d.rows for d in done}, counters=counters_df,
         summary=summary, job=job, warnings=warnings, residual=A.residual_of([d.residual for d in done], basis),
         manifest=manifest, sources=[r.path for r in kept], clock_offsets_ns=offsets,
         dxt_clock=[c for d in done for c in d.dxt_clock], inputs=inputs,
@@ -572,7 +643,7 @@ def _shift_app_pieces(pieces: Sequence[Piece], offsets: dict) -> None:
         return
     for p in pieces:
         if offsets.get(p.rank):
-            _write_arrow(A.apply_offsets(read_arrow(p.path), offsets), Path(p.path))
+            p.store(A.apply_offsets(p.load(), offsets))
 
 
 def _resolved(facts: K.RankFacts, names: dict) -> K.RankFacts:

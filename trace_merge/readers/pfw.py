@@ -264,7 +264,7 @@ def read_blocks(path: "str | os.PathLike[str]", block_bytes: int = STREAM_BLOCK_
 
     Yields one :class:`SourceData` per block of whole lines. Hash tables (``HH``/``FH``/``SH``) accumulate over
     the blocks, so a block's ``host``/``file`` are resolved with every record seen so far; one defined only later
-    stays a hash, which :func:`trace_merge.merge.resolve_shared_names` resolves with the whole run's tables. The
+    stays a hash, which the merge resolves with the whole run's tables (:func:`trace_merge.partitioned.merge_rank`). The
     last block's ``meta`` holds the file's tables. Corrupt-timestamp outliers are judged per block. A TimeLogger
     file, a file small enough for one block, or damaged gzip data is read whole by :func:`read` (one block), so
     its warnings are exactly :func:`read`'s.
