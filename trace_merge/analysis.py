@@ -11,12 +11,12 @@ from __future__ import annotations
 import logging
 import os
 from concurrent.futures import ThreadPoolExecutor
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import numpy as np
 import pandas as pd
 
-from trace_merge import kernels
+from trace_merge import kernels, partitioned
 # the summary lives beside the kernels that build it; re-exported here, where users look for it
 from trace_merge.kernels import (STUDY_COMPONENTS, STUDY_TOTAL, Summary, coverage_notes, explain,
                                  overall_breakdown, study_view_df)
@@ -29,7 +29,7 @@ from trace_merge.bandwidth import (READ_LAYER_ORDER, SIZE_BINS, access_pattern_d
                                    job_wall_ns, read_rows)
 from trace_merge.intervals import (covered_ns, grouped_union_ns, intersect_intervals, merge_intervals,
                                    subtract_intervals, union_ns)
-from trace_merge.schema import as_text
+from trace_merge.schema import as_text, by_rank, empty_frame
 
 logger = logging.getLogger(__name__)
 
@@ -139,12 +139,58 @@ def summarise(frame: pd.DataFrame, counters: Optional[pd.DataFrame] = None,
               layers: "str | Sequence[str] | None" = None) -> Summary:
     """Everything a summary or report shows: :func:`trace_merge.kernels.rank_parts` of each rank's rows, reduced
     by :func:`trace_merge.kernels.combine` (the same kernels a partitioned merge runs per partition)."""
-    ranks = kernels.by_rank(frame) or [(0, frame)]  # no rows: the kernels' empty tables, with their columns
+    ranks = by_rank(frame) or [(0, frame)]  # no rows: the kernels' empty tables, with their columns
     job = kernels.JobFacts.of([kernels.rank_facts(rows, r) for r, rows in ranks])
     # ranks in parallel: pandas' group-by kernels, numpy's sorts and merges release the GIL
     with ThreadPoolExecutor(max_workers=max(1, min(len(ranks), os.cpu_count() or 1))) as pool:
         parts = list(pool.map(lambda item: kernels.rank_parts(item[1], job, layers), ranks))
     return kernels.combine(parts, job, counters)
+
+
+# -- a partitioned merge, partition by partition (:mod:`trace_merge.partitioned`) -------------------------------
+
+
+def _partition_facts(item: "tuple[Any]") -> kernels.RankFacts:
+    """:class:`~trace_merge.kernels.RankFacts` of a stored partition ``(where,)`` (the first pass of a re-summary)."""
+    frame = partitioned.read_partition(item[0], ("layer", "cat", "name", "rank", "start_ns", "end_ns", "file",
+                                                 "bytes"))
+    return kernels.rank_facts(frame, int(frame["rank"].iloc[0]) if len(frame) else 0)
+
+
+def _summarise_partition(item: "tuple[Any, kernels.JobFacts, Any]") -> kernels.RankParts:
+    """The summary kernels on one rank partition ``(where, job, layers)``, reading only the columns they need."""
+    where, job, layers = item
+    return kernels.rank_parts(partitioned.read_partition(where, kernels.KERNEL_COLUMNS), job, layers)
+
+
+def _access_pattern_of(item: "tuple[Any, frozenset]") -> pd.DataFrame:
+    where, names = item
+    return access_pattern_df(partitioned.read_partition(where, ("layer", "name", "cat", "rank", "start_ns", "bytes",
+                                                                "offset", "file", "epoch")), names)
+
+
+def summarise_stored(pm: "partitioned.PartitionedMerge", engine: Any = None) -> None:
+    """Fill a stored merge's facts and summary (:func:`trace_merge.partitioned.open_stored`): a pass over a few
+    columns for the job's facts, then the summary kernels partition by partition."""
+    with partitioned.engine_for_rows(engine, pm.rows) as eng:
+        pm.job = kernels.JobFacts.of(partitioned.over_ranks(eng, _partition_facts, pm.partitions, pm.rows))
+        parts = partitioned.over_ranks(eng, _summarise_partition, pm.partitions, pm.rows, pm.job, None)
+    pm.summary = kernels.SummaryHook().combine(parts, pm.job, pm.counters)
+    pm.layer_rows = dict(pm.job.rows_per_layer)
+
+
+def summarise_again(pm: "partitioned.PartitionedMerge", layers: Any = None, engine: Any = None) -> Summary:
+    """:func:`summarise` of a partitioned merge with other ``layers``, partition by partition."""
+    with partitioned.engine_for_rows(engine, pm.rows) as eng:
+        parts = partitioned.over_ranks(eng, _summarise_partition, pm.partitions, pm.rows, pm.job, layers)
+    return kernels.SummaryHook(layers).combine(parts, pm.job, pm.counters)
+
+
+def access_pattern(pm: "partitioned.PartitionedMerge", engine: Any = None) -> pd.DataFrame:
+    """:func:`access_pattern_df` of a partitioned merge, partition by partition (rows are per rank and epoch)."""
+    with partitioned.engine_for_rows(engine, pm.rows) as eng:
+        parts = partitioned.over_ranks(eng, _access_pattern_of, pm.partitions, pm.rows, pm.job.app_files)
+    return kernels._concat(parts) if parts else access_pattern_df(empty_frame())
 
 
 def epochs_as_text(df: pd.DataFrame, missing: str) -> pd.DataFrame:
@@ -165,6 +211,7 @@ __all__ = [
     "verdict_label", "verdict_text", "accelerator_utilisation", "bandwidth_df", "bandwidth_totals", "job_wall_ns",
     "epoch_bandwidth_df", "epoch_bandwidth_totals", "component_view_df", "study_view_df",
     "access_pattern_df", "event_stats_df", "overall_breakdown", "run_metrics", "compare_df", "summarise",
+    "summarise_stored", "summarise_again", "access_pattern",
     "STUDY_COMPONENTS", "STUDY_TOTAL",
 ]
 

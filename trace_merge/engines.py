@@ -73,7 +73,7 @@ class LocalPool:
         if self._pool is None:
             ctx = multiprocessing.get_context("forkserver")
             # the server dies with this process (kill -9 included), its workers with it (_one_thread_each)
-            ctx.set_forkserver_preload(["trace_merge._lifeline", "trace_merge.partitioned"])
+            ctx.set_forkserver_preload(["trace_merge._lifeline", "trace_merge.partitioned", "trace_merge.analysis"])
             self._pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=ctx, initializer=_one_thread_each)
         return self._pool
 

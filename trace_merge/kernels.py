@@ -18,6 +18,7 @@ wherever the partitions are (a process pool, Dask workers).
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
@@ -27,7 +28,7 @@ import pandas as pd
 from trace_merge import attribution as att_
 from trace_merge import bandwidth as bw_
 from trace_merge.attribution import PRIORITY, component_view_df, verdict_label
-from trace_merge.schema import LAYERS, as_text
+from trace_merge.schema import LAYERS, as_text, empty_frame
 
 _I8 = np.int64
 #: the columns :func:`rank_parts` reads (a re-summary loads only these)
@@ -154,6 +155,7 @@ class RankParts:
     study_view: pd.DataFrame
     event_stats: pd.DataFrame  # exact partial sums (:func:`event_stat_parts`)
     data_files: frozenset = field(default_factory=frozenset)
+    span: Optional[tuple] = None  # (first start, last end) of the rank's rows, None when it has none
 
 
 # -- the summary: what it holds, its scalars and its sentences ------------------------------------------------------
@@ -333,6 +335,7 @@ def rank_parts(frame: pd.DataFrame, job: JobFacts, layers: "str | Sequence[str] 
         study_view=study_view_df(frame),
         event_stats=event_stat_parts(frame),
         data_files=bw_.data_file_names(reads),
+        span=(int(frame["start_ns"].min()), int(frame["end_ns"].max())) if len(frame) else None,
     )
 
 
@@ -388,8 +391,12 @@ def _concat(tables: Sequence[pd.DataFrame], sort: Sequence[str] = ("rank",)) -> 
 
 
 def combine(parts: Sequence[RankParts], job: JobFacts, counters: Optional[pd.DataFrame] = None):
-    """The reduction: every rank's :class:`RankParts` into one :class:`Summary`."""
+    """The reduction: every rank's :class:`RankParts` into one :class:`Summary` (the job's span is the ranks' rows':
+    placing DXT segments moves rows after the facts were taken)."""
     parts = list(parts)
+    spans = [p.span for p in parts if p.span is not None]
+    if spans:
+        job = dataclasses.replace(job, start_ns=min(s for s, _ in spans), end_ns=max(e for _, e in spans))
     bd = _concat([p.breakdown for p in parts])
     exp = _concat([p.exposed_io for p in parts])
     series = _concat([p.steps for p in parts])
@@ -411,13 +418,28 @@ def combine(parts: Sequence[RankParts], job: JobFacts, counters: Optional[pd.Dat
                             event_stats=stats, explanations=explain(metrics, v, layered))
 
 
-def by_rank(frame: pd.DataFrame) -> "list[tuple[int, pd.DataFrame]]":
-    """An in-memory frame's rows per rank (ascending), each in the frame's order."""
-    if not len(frame):
-        return []
-    ranks = frame["rank"].to_numpy()
-    uniq = np.unique(ranks)
-    if len(uniq) == 1:
-        return [(int(uniq[0]), frame)]
-    groups = pd.Series(np.arange(len(frame))).groupby(ranks, sort=True).indices
-    return [(int(r), frame.take(rows)) for r, rows in groups.items()]
+class SummaryHook:
+    """The summary as the merge pipeline's analysis hook (:class:`trace_merge.partitioned.Analysis`): the merge
+    takes each piece's :func:`rank_facts`, reduces them to the :class:`JobFacts` every rank's kernel needs, runs
+    :func:`rank_parts` on each rank's partition and :func:`combine` on their parts. Picklable: engines send it to
+    their workers."""
+
+    def __init__(self, layers: "str | Sequence[str] | None" = None) -> None:
+        self.layers = layers
+
+    def facts(self, frame: pd.DataFrame, rank: int) -> RankFacts:
+        return rank_facts(frame, rank)
+
+    def job(self, facts: Sequence[RankFacts], names: dict) -> JobFacts:
+        """The job's facts; ``names`` (DFTracer file hash -> path, the run's tables) resolves app file names a
+        trace wrote as hashes."""
+        if names:
+            facts = [dataclasses.replace(f, app_files=frozenset(names.get(n, n) for n in f.app_files))
+                     if f.app_files else f for f in facts]
+        return JobFacts.of(facts)
+
+    def rank(self, frame: pd.DataFrame, job: JobFacts) -> RankParts:
+        return rank_parts(frame, job, self.layers)
+
+    def combine(self, parts: Sequence[RankParts], job: JobFacts, counters: pd.DataFrame):
+        return combine(list(parts) or [rank_parts(empty_frame(), job, self.layers)], job, counters)

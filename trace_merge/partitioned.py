@@ -9,12 +9,13 @@ runs them: in this process, a local process pool, or a Dask cluster); what passe
    median time, app files from another day (:func:`trace_merge.align.check_app_clocks`).
 3. **Other sources**, one task each (DFTracer traces block by block, :func:`trace_merge.readers.pfw.read_blocks`):
    read, give rows their ranks (:func:`~trace_merge.align.assign_ranks`), subtract clock offsets, spill by rank,
-   return small facts: rows per rank and layer (:class:`~trace_merge.kernels.RankFacts`), hash tables, counters.
+   return small facts: rows per rank, the analysis hook's facts of each piece (:class:`Analysis`), hash tables,
+   counters.
 4. **Ranks**, one task each: load the rank's spilled rows, resolve file hashes with the run's tables, place Darshan
    DXT segments by content (:func:`trace_merge.dxt_clock.place_source`), order by time, propagate epoch/step, write
-   the rank's partition (Arrow IPC, sorted by start time), and run the summary kernels on it
-   (:func:`trace_merge.kernels.rank_parts`); return the small tables.
-5. The driver **reduces** them exactly (:func:`trace_merge.kernels.combine`, :func:`trace_merge.align.residual_of`).
+   the rank's partition (Arrow IPC, sorted by start time), and run the analysis hook on it (the summary kernels,
+   :func:`trace_merge.kernels.rank_parts`); return the small tables.
+5. The driver **reduces** them exactly (the hook's reduction, :func:`trace_merge.align.residual_of`).
 
 Peak memory is one task's: the largest source block or the largest rank partition, times the tasks run at once.
 Spilling is the engine's choice, not another code path: on the inline engine a run that fits in memory keeps its
@@ -31,26 +32,42 @@ import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any, Optional, Protocol, Sequence
 
 import numpy as np
 import pandas as pd
 
 from trace_merge import align as A
-from trace_merge import kernels as K
 from trace_merge import sources
 from trace_merge.dxt_clock import place_source
 from trace_merge.errors import TraceInputError
 from trace_merge.outputs import pid_alive
 from trace_merge.readers import detect, rank_from_name, read_any
 from trace_merge.sources import resolve_names
-from trace_merge.schema import (COUNTER_DTYPES, FRAME_COLUMNS, FRAME_DTYPES, SourceData, concat_frames,
+from trace_merge.schema import (COUNTER_DTYPES, FRAME_COLUMNS, FRAME_DTYPES, SourceData, by_rank, concat_frames,
                                 empty_counters, empty_frame)
 
 log = logging.getLogger(__name__)
 
 #: columns a summary needs (the kernels, DXT placement, step propagation); ``merge`` keeps every column
 SUMMARY_COLUMNS = tuple(c for c in FRAME_COLUMNS if c not in ("args", "host"))
+
+
+class Analysis(Protocol):
+    """What the pipeline runs as it merges, so that a merge needs no second pass over the rows (the summary's:
+    :class:`trace_merge.kernels.SummaryHook`). The merge itself imports no analysis module."""
+
+    def facts(self, frame: pd.DataFrame, rank: int) -> Any:
+        """Small facts of one piece (rows of one rank from one source)."""
+
+    def job(self, facts: Sequence[Any], names: dict) -> Any:
+        """The pieces' facts reduced, given to every rank (``names``: DFTracer file hash -> path of the run)."""
+
+    def rank(self, frame: pd.DataFrame, job: Any) -> Any:
+        """One rank's partition in, its small tables out."""
+
+    def combine(self, parts: Sequence[Any], job: Any, counters: pd.DataFrame) -> Any:
+        """The ranks' tables reduced (the summary)."""
 
 
 # -- spilled pieces -----------------------------------------------------------------------------------------
@@ -106,12 +123,12 @@ class Piece:
             Path(self.path).unlink(missing_ok=True)
 
 
-def _spill(frame: pd.DataFrame, source: str, kind: str, tag: str, spill: Optional[Path], columns: Sequence[str]
-           ) -> "tuple[list[Piece], list[K.RankFacts]]":
-    """``frame``'s rows rank by rank, written under ``spill`` (None: kept in memory); the pieces and each rank's
-    facts."""
+def _spill(frame: pd.DataFrame, source: str, kind: str, tag: str, spill: Optional[Path], columns: Sequence[str],
+           analysis: Optional[Analysis]) -> "tuple[list[Piece], list]":
+    """``frame``'s rows rank by rank, written under ``spill`` (None: kept in memory); the pieces and, with an
+    ``analysis``, each piece's facts."""
     pieces, facts = [], []
-    for rank, rows in K.by_rank(frame):
+    for rank, rows in by_rank(frame):
         rows = rows[list(columns)]
         piece = Piece(None, source, kind, rank, len(rows), A.residual_flags(rows))
         if spill is not None:
@@ -120,7 +137,8 @@ def _spill(frame: pd.DataFrame, source: str, kind: str, tag: str, spill: Optiona
             piece.path = str(where / f"{tag}.arrow")
         piece.store(rows)
         pieces.append(piece)
-        facts.append(K.rank_facts(rows, rank))
+        if analysis is not None:
+            facts.append(analysis.facts(rows, rank))
     return pieces, facts
 
 
@@ -134,7 +152,8 @@ class SourceTask:
     kind: str
     spill: Optional[str]  # None: pieces kept in memory (the inline engine only)
     columns: tuple
-    data: Optional[SourceData] = None  # the source already read (:func:`merge_sources`; inline only)
+    data: Optional[SourceData] = None  # the source already read (:func:`merge_read`; inline only)
+    analysis: Optional[Analysis] = None
     #: wave 3 only: the shared tables
     procs: list = field(default_factory=list)
     offsets: dict = field(default_factory=dict)
@@ -183,7 +202,8 @@ def ingest(task: SourceTask) -> SourceResult:
             out.window = (start, end) if out.window is None else (min(out.window[0], start), max(out.window[1], end))
             medians.append((float(np.median(frame["start_ns"].to_numpy())), len(frame)))
             frame = A.apply_offsets(frame, task.offsets)
-            pieces, facts = _spill(frame, task.path, task.kind, f"{task.index:06d}-{b:05d}", spill, task.columns)
+            pieces, facts = _spill(frame, task.path, task.kind, f"{task.index:06d}-{b:05d}", spill, task.columns,
+                                   task.analysis)
             out.pieces += pieces
             out.facts += facts
         if pids:
@@ -245,10 +265,9 @@ class RankTask:
     names: dict  # DFTracer file hash -> path, of the whole run
     darshan_alone: bool
     residual_basis: A.ResidualBasis
-    job: K.JobFacts
-    layers: Any = None
     columns: tuple = FRAME_COLUMNS
-    summarise: bool = True  # run the summary kernels on the partition
+    analysis: Optional[Analysis] = None
+    job: Any = None  # the analysis' job facts
 
 
 @dataclass
@@ -261,7 +280,8 @@ class RankResult:
     residual: dict
     dxt_clock: list
     warnings: list
-    parts: Optional[K.RankParts]
+    layer_rows: dict  # layer -> rows
+    parts: Any  # the analysis' tables of the rank (None without one)
 
 
 def merge_rank(task: RankTask) -> RankResult:
@@ -297,9 +317,10 @@ def merge_rank(task: RankTask) -> RankResult:
     if task.out is not None:
         _write_arrow(frame, Path(task.out))
         partition = task.out
-    parts = K.rank_parts(frame, task.job, task.layers) if task.summarise else None
+    parts = task.analysis.rank(frame, task.job) if task.analysis is not None else None
+    layer_rows = {str(k): int(v) for k, v in frame["layer"].value_counts(sort=False).items() if v}
     return RankResult(task.rank, len(frame), partition, int(frame["start_ns"].min()) if len(frame) else 0,
-                      int(frame["end_ns"].max()) if len(frame) else 0, residual, clocks, warnings, parts)
+                      int(frame["end_ns"].max()) if len(frame) else 0, residual, clocks, warnings, layer_rows, parts)
 
 
 def read_partition(where: "str | tuple | pd.DataFrame", columns: Optional[Sequence[str]] = None) -> pd.DataFrame:
@@ -317,27 +338,6 @@ def read_partition(where: "str | tuple | pd.DataFrame", columns: Optional[Sequen
     return frame.astype({c: FRAME_DTYPES[c] for c in frame.columns if str(frame[c].dtype) != FRAME_DTYPES[c]})
 
 
-def partition_facts(item: "tuple[Any]") -> K.RankFacts:
-    """:class:`~trace_merge.kernels.RankFacts` of a stored partition ``(where,)`` (the first pass of a re-summary)."""
-    frame = read_partition(item[0], ("layer", "cat", "name", "rank", "start_ns", "end_ns", "file", "bytes"))
-    return K.rank_facts(frame, int(frame["rank"].iloc[0]) if len(frame) else 0)
-
-
-def summarise_partition(item: "tuple[Any, K.JobFacts, Any]") -> K.RankParts:
-    """The summary kernels on one stored rank partition ``(where, job, layers)``, reading only the columns they
-    need."""
-    where, job, layers = item
-    return K.rank_parts(read_partition(where, K.KERNEL_COLUMNS), job, layers)
-
-
-def _access_pattern_of(item: "tuple[Any, frozenset]") -> pd.DataFrame:
-    from trace_merge.bandwidth import access_pattern_df
-
-    where, names = item
-    return access_pattern_df(read_partition(where, ("layer", "name", "cat", "rank", "start_ns", "bytes", "offset",
-                                                    "file", "epoch")), names)
-
-
 def over_ranks(engine: Any, fn: Any, partitions: dict, rows: dict, *extra: Any) -> list:
     """``fn((partition, *extra))`` for every rank's partition, in rank order, on ``engine``."""
     ranks = sorted(partitions)
@@ -345,7 +345,7 @@ def over_ranks(engine: Any, fn: Any, partitions: dict, rows: dict, *extra: Any) 
 
 
 @contextlib.contextmanager
-def _engine(engine: Any, rows: dict):
+def engine_for_rows(engine: Any, rows: dict):
     """``engine``, or a local one sized to ``rows`` that is closed afterwards."""
     from trace_merge import engines
 
@@ -358,24 +358,6 @@ def _engine(engine: Any, rows: dict):
             engine.close()
 
 
-def access_pattern(pm: "PartitionedMerge", engine: Any = None) -> pd.DataFrame:
-    """:func:`trace_merge.bandwidth.access_pattern_df` partition by partition (rows are per rank and epoch)."""
-    with _engine(engine, pm.rows) as eng:
-        parts = over_ranks(eng, _access_pattern_of, pm.partitions, pm.rows, pm.job.app_files)
-    if not parts:
-        from trace_merge.bandwidth import access_pattern_df
-
-        return access_pattern_df(empty_frame())
-    return K._concat(parts)
-
-
-def summarise_again(pm: "PartitionedMerge", layers: Any = None, engine: Any = None):
-    """:func:`trace_merge.analysis.summarise` of a partitioned merge with other ``layers``, partition by partition."""
-    with _engine(engine, pm.rows) as eng:
-        parts = over_ranks(eng, summarise_partition, pm.partitions, pm.rows, pm.job, layers)
-    return K.combine(parts or [K.rank_parts(empty_frame(), pm.job, layers)], pm.job, pm.counters)
-
-
 # -- the driver ---------------------------------------------------------------------------------------------
 
 
@@ -384,11 +366,11 @@ class PartitionedMerge:
     """What :func:`merge_partitioned` returns (the fields of :class:`trace_merge.merge.MergeResult` but the
     frame, plus the partitions and the summary)."""
 
-    partitions: dict  # rank -> partition file
+    partitions: dict  # rank -> partition: its rows (in memory), its Arrow file, or (merged.parquet, row groups)
     rows: dict  # rank -> rows
     counters: pd.DataFrame
-    summary: Any
-    job: K.JobFacts
+    summary: Any  # the analysis hook's reduction (None without a hook)
+    job: Any  # the analysis hook's job facts (None without a hook)
     warnings: list
     residual: dict
     manifest: Optional[dict]
@@ -397,7 +379,8 @@ class PartitionedMerge:
     dxt_clock: list
     inputs: dict
     dropped: dict
-    spill: Optional[Path]  # the spill directory this merge owns (None: a stored merge's partitions)
+    spill: Optional[Path]  # the spill directory this merge owns (None: in memory, or a stored merge's partitions)
+    layer_rows: dict = field(default_factory=dict)  # layer -> rows
 
     def frame(self, columns: Optional[Sequence[str]] = None, ranks: Optional[Sequence[int]] = None) -> pd.DataFrame:
         """The merged rows (only ``columns`` / ``ranks`` when given), loaded now."""
@@ -414,7 +397,7 @@ class PartitionedMerge:
         return frame[list(FRAME_COLUMNS)]
 
     def rows_per_layer(self) -> dict[str, int]:
-        return dict(self.job.rows_per_layer)
+        return dict(self.layer_rows)
 
     def cleanup(self) -> None:
         if self.spill is not None:
@@ -449,7 +432,7 @@ def new_spill_dir(parent: "str | os.PathLike[str] | None" = None) -> Path:
 
 
 def merge_partitioned(path: "str | os.PathLike[str]", engine: Any = None, spill_dir: "str | os.PathLike[str] | None" = None,
-                      layers: Any = None, summary_only: bool = True) -> PartitionedMerge:
+                      analysis: Optional[Analysis] = None, summary_only: bool = True) -> PartitionedMerge:
     """Merge and summarise the traces under ``path`` partition by partition (see the module docstring).
 
     Parameters
@@ -461,8 +444,9 @@ def merge_partitioned(path: "str | os.PathLike[str]", engine: Any = None, spill_
     spill_dir
         Where the pieces and rank partitions are written (a fresh directory below it; default: the system's
         temporary directory). Dask workers must see it (a shared file system).
-    layers
-        As :func:`trace_merge.analysis.summarise`.
+    analysis
+        What to run on each rank as it is merged (:class:`Analysis`; the summary:
+        :class:`trace_merge.kernels.SummaryHook`); its reduction is :attr:`PartitionedMerge.summary`.
     summary_only
         Keep only the columns a summary needs (``args`` and ``host`` are left out of the partitions).
     """
@@ -475,8 +459,8 @@ def merge_partitioned(path: "str | os.PathLike[str]", engine: Any = None, spill_
     spill = new_spill_dir(spill_dir)
     columns = SUMMARY_COLUMNS if summary_only else FRAME_COLUMNS
     try:
-        tasks = _tasks(files, warnings, str(spill), columns)
-        return _run(path, tasks, manifest, warnings, inputs, engine, spill, columns, layers, _launch(manifest),
+        tasks = _tasks(files, warnings, str(spill), columns, analysis)
+        return _run(path, tasks, manifest, warnings, inputs, engine, spill, columns, analysis, _launch(manifest),
                     sources.launch_records(path))
     except BaseException:
         shutil.rmtree(spill, ignore_errors=True)
@@ -490,9 +474,9 @@ def merge_in_memory(path: "str | os.PathLike[str]") -> PartitionedMerge:
 
     path = Path(path)
     files, manifest, warnings, inputs = _found(path)
-    tasks = _tasks(files, warnings, None, FRAME_COLUMNS)
+    tasks = _tasks(files, warnings, None, FRAME_COLUMNS, None)
     return _run(path, tasks, manifest, warnings, inputs, Inline(), None, FRAME_COLUMNS, None, _launch(manifest),
-                sources.launch_records(path), summarise=False)
+                sources.launch_records(path))
 
 
 def merge_read(read: Sequence[SourceData], launch_ns: Optional[int] = None,
@@ -502,8 +486,7 @@ def merge_read(read: Sequence[SourceData], launch_ns: Optional[int] = None,
     from trace_merge.engines import Inline
 
     tasks = [SourceTask(i, s.path, s.kind, None, FRAME_COLUMNS, data=s) for i, s in enumerate(read)]
-    return _run(None, tasks, None, [], {}, Inline(), None, FRAME_COLUMNS, None, launch_ns, launched,
-                summarise=False)
+    return _run(None, tasks, None, [], {}, Inline(), None, FRAME_COLUMNS, None, launch_ns, launched)
 
 
 def _found(path: Path) -> tuple:
@@ -520,20 +503,21 @@ def _launch(manifest: Optional[dict]) -> Optional[int]:
     return launch if isinstance(launch, int) and not isinstance(launch, bool) else None
 
 
-def _tasks(files: list, warnings: list, spill: Optional[str], columns: tuple) -> "list[SourceTask]":
+def _tasks(files: list, warnings: list, spill: Optional[str], columns: tuple, analysis: Optional[Analysis]
+           ) -> "list[SourceTask]":
     """A task per file whose kind is known (the others become warnings)."""
     tasks = []
     for i, (p, kind) in enumerate(files):
         try:
-            tasks.append(SourceTask(i, str(p), kind or detect(p), spill, columns))
+            tasks.append(SourceTask(i, str(p), kind or detect(p), spill, columns, analysis=analysis))
         except TraceInputError as exc:
             warnings.append(str(exc))
     return tasks
 
 
 def _run(path: Optional[Path], tasks: "list[SourceTask]", manifest: Optional[dict], warnings: list, inputs: dict,
-         engine: Any, spill: Optional[Path], columns: tuple, layers: Any, launch: Optional[int],
-         launched: Sequence[dict], summarise: bool = True) -> PartitionedMerge:
+         engine: Any, spill: Optional[Path], columns: tuple, analysis: Optional[Analysis], launch: Optional[int],
+         launched: Sequence[dict]) -> PartitionedMerge:
     app_tasks = [t for t in tasks if t.kind in A.APP_KINDS]
     clock = _Clock(engine)
     app_results = engine.map(ingest, app_tasks)
@@ -588,27 +572,26 @@ def _run(path: Optional[Path], tasks: "list[SourceTask]", manifest: Optional[dic
     for r in kept:
         for p in r.pieces:
             pieces_of.setdefault(p.rank, []).append(p)
-    facts = [_resolved(f, names) for r in kept for f in r.facts]
-    job = K.JobFacts.of(facts)
+    job = analysis.job([f for r in kept for f in r.facts], names) if analysis is not None else None
     darshan_alone = all(r.kind == "darshan" for r in kept if r.pieces)
     basis = A.ResidualBasis.of([_residual_flags(r) for r in kept])
     rank_tasks = [RankTask(rank, pieces_of[rank], str(spill / f"partition-rank-{rank}.arrow") if spill else None,
-                           names, darshan_alone, basis, job, layers, columns, summarise)
+                           names, darshan_alone, basis, columns, analysis, job)
                   for rank in sorted(pieces_of)]
     done = engine.map(merge_rank, rank_tasks, sizes=[sum(p.rows for p in t.pieces) for t in rank_tasks])
     clock("ranks", len(rank_tasks))
     for t in rank_tasks:  # the pieces are in the partitions now
         for p in t.pieces:
             p.discard()
-    job.start_ns = min((d.start_ns for d in done if d.rows), default=0)  # DXT placement moved rows: exact span
-    job.end_ns = max((d.end_ns for d in done if d.rows), default=0)
     for d in done:
         warnings.extend(d.warnings)
     counters = [r.counters for r in kept if r.counters is not None and len(r.counters)]
     counters_df = (pd.concat(counters, ignore_index=True) if counters else empty_counters()).astype(COUNTER_DTYPES)
-    summary = None
-    if summarise:
-        summary = K.combine([d.parts for d in done] or [K.rank_parts(empty_frame(), job, layers)], job, counters_df)
+    summary = analysis.combine([d.parts for d in done], job, counters_df) if analysis is not None else None
+    layer_rows: dict = {}
+    for d in done:
+        for layer, n in d.layer_rows.items():
+            layer_rows[layer] = layer_rows.get(layer, 0) + n
     for w in warnings:
         log.warning("%s", w)
     return PartitionedMerge(
@@ -618,7 +601,7 @@ def _run(path: Optional[Path], tasks: "list[SourceTask]", manifest: Optional[dic
         dxt_clock=[c for d in done for c in d.dxt_clock], inputs=inputs,
         dropped={r.path: int(A.meta_value(r.meta, "dropped")) for r in kept
                  if r.kind in A.APP_KINDS and A.meta_value(r.meta, "dropped")},
-        spill=spill)
+        spill=spill, layer_rows=layer_rows)
 
 
 class _Clock:
@@ -644,13 +627,6 @@ def _shift_app_pieces(pieces: Sequence[Piece], offsets: dict) -> None:
     for p in pieces:
         if offsets.get(p.rank):
             p.store(A.apply_offsets(p.load(), offsets))
-
-
-def _resolved(facts: K.RankFacts, names: dict) -> K.RankFacts:
-    """Facts whose app file names may still be DFTracer hashes, resolved with the run's tables."""
-    if names and facts.app_files:
-        facts.app_files = frozenset(names.get(n, n) for n in facts.app_files)
-    return facts
 
 
 def _residual_flags(r: SourceResult) -> dict:
@@ -693,18 +669,14 @@ def write_parquet(pm: PartitionedMerge, path: Path, row_group_rows: int = 1 << 2
     return layout
 
 
-def open_stored(merged: Path, layout: Sequence[dict], counters: pd.DataFrame, engine: Any = None,
-                info: Optional[dict] = None) -> PartitionedMerge:
-    """A stored merge as a :class:`PartitionedMerge` whose partitions are ``merged.parquet``'s row groups: its
-    facts are read first (a pass over a few columns), then the summary kernels run partition by partition."""
+def open_stored(merged: Path, layout: Sequence[dict], counters: pd.DataFrame, info: Optional[dict] = None
+                ) -> PartitionedMerge:
+    """A stored merge as a :class:`PartitionedMerge` whose partitions are ``merged.parquet``'s row groups (no
+    summary yet: :func:`trace_merge.analysis.summarise_stored` computes it partition by partition)."""
     where = {int(p["rank"]): (str(merged), tuple(int(g) for g in p["row_groups"])) for p in layout}
     rows = {int(p["rank"]): int(p["rows"]) for p in layout}
-    with _engine(engine, rows) as eng:
-        job = K.JobFacts.of(over_ranks(eng, partition_facts, where, rows))
-        parts = over_ranks(eng, summarise_partition, where, rows, job, None)
     info = info or {}
-    summary = K.combine(parts or [K.rank_parts(empty_frame(), job, None)], job, counters)
-    return PartitionedMerge(partitions=where, rows=rows, counters=counters, summary=summary, job=job,
+    return PartitionedMerge(partitions=where, rows=rows, counters=counters, summary=None, job=None,
                             warnings=list(info.get("warnings", [])), residual=dict(info.get("residual") or {}),
                             manifest=None, sources=list(info.get("sources", [])),
                             clock_offsets_ns=dict(info.get("clock_offsets_ns") or {}),

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Optional, Sequence
 import pandas as pd
 
 from timelogger.layout import COUNTERS, MERGE_INFO, MERGED
-from trace_merge import analysis, identity, sources, store
+from trace_merge import analysis, identity, kernels, sources, store
 from trace_merge.errors import TraceInputError
 from trace_merge.schema import COUNTER_DTYPES
 
@@ -202,7 +202,8 @@ class Run:
             return None
         engine = engines.engine_for(scheduler, sum(int(x["rows"]) for x in layout) * 100, workers, memory_bytes)
         try:
-            pm = partitioned.open_stored(p / MERGED, layout, counters, engine, info)
+            pm = partitioned.open_stored(p / MERGED, layout, counters, info)
+            analysis.summarise_stored(pm, engine)
         finally:
             engine.close()
         return cls._of_partitions(p, pm, list(pm.warnings), sources.load_manifest(p)[0], cached=True,
@@ -215,7 +216,7 @@ class Run:
 
         engine = engines.engine_for(scheduler, size, workers, memory_bytes)
         try:
-            pm = partitioned.merge_partitioned(p, engine=engine)
+            pm = partitioned.merge_partitioned(p, engine=engine, analysis=kernels.SummaryHook())
         finally:
             engine.close()
         return cls._of_partitions(p, pm, notes + list(pm.warnings), pm.manifest, cached=False, dropped=dict(pm.dropped))
@@ -240,7 +241,7 @@ class Run:
     def rows_per_layer(self) -> dict[str, int]:
         """Rows per layer, most first (from the merge's facts when the frame is not loaded)."""
         if self._partitioned is not None and "frame" not in self.__dict__:
-            counts = pd.Series(self._partitioned.job.rows_per_layer, dtype="int64").sort_values(ascending=False)
+            counts = pd.Series(self._partitioned.rows_per_layer(), dtype="int64").sort_values(ascending=False)
         else:
             counts = self.frame["layer"].value_counts()
         return {str(k): int(v) for k, v in counts.items() if v}
@@ -273,9 +274,7 @@ class Run:
     def access_pattern(self) -> pd.DataFrame:
         """:func:`trace_merge.analysis.access_pattern_df` of this run (partition by partition when partitioned)."""
         if self._partitioned is not None and "frame" not in self.__dict__:
-            from trace_merge import partitioned
-
-            return partitioned.access_pattern(self._partitioned)
+            return analysis.access_pattern(self._partitioned)
         return analysis.access_pattern_df(self.frame)
 
     def load(self, columns: Optional[Sequence[str]] = None, ranks: Optional[Sequence[int]] = None,
@@ -326,9 +325,7 @@ class Run:
         """
         if _key(layers) not in self._summaries:
             if self._partitioned is not None:
-                from trace_merge import partitioned
-
-                self._summaries[_key(layers)] = partitioned.summarise_again(self._partitioned, layers)
+                self._summaries[_key(layers)] = analysis.summarise_again(self._partitioned, layers)
             else:
                 return analysis.summarise(self.frame, self.counters, layers)
         return self._summaries[_key(layers)]

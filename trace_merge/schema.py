@@ -218,3 +218,15 @@ class SourceData:
     counters: pd.DataFrame = field(default_factory=empty_counters)
     meta: dict = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+
+
+def by_rank(frame: pd.DataFrame) -> "list[tuple[int, pd.DataFrame]]":
+    """A frame's rows per rank (ascending), each in the frame's order."""
+    if not len(frame):
+        return []
+    ranks = frame["rank"].to_numpy()
+    uniq = np.unique(ranks)
+    if len(uniq) == 1:
+        return [(int(uniq[0]), frame)]
+    groups = pd.Series(np.arange(len(frame))).groupby(ranks, sort=True).indices
+    return [(int(r), frame.take(rows)) for r, rows in groups.items()]
