@@ -231,3 +231,52 @@ def test_compare_a_run_with_itself(real_run, capsys):
     assert doc["run"]["read_bytes"] == doc["run #2"]["read_bytes"] == 16_000_000
     assert doc["delta run #2"]["read_bytes"] == 0 and doc["ratio run #2"]["read_bytes"] == 1
     assert f"{real_run[0]}: given 2 times, compared with itself" in cap.err
+
+
+# -- 5. one read, one identity pass ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("partitioned", [False, True])
+def test_opening_a_stored_merge_reads_merge_info_once_and_fingerprints_sources_once(merged_copy, monkeypatch,
+                                                                                       partitioned):
+    """Whether a stored merge is used is decided once per open, whichever path then reads it (whole frame, or
+    partition by partition)."""
+    from trace_merge import sources, store
+
+    if partitioned:  # store it again with a partition layout
+        from trace_merge import engines, partitioned as pt
+
+        pm = pt.merge_partitioned(merged_copy, engine=engines.Inline(), summary_only=False)
+        try:
+            write_merged(pm, merged_copy, force=True)
+        finally:
+            pm.cleanup()
+    calls = {"info": 0, "identity": 0}
+    read_info, identity = store._read_info, store.source_identity
+
+    def counted(name, fn):
+        def inner(*a, **kw):
+            calls[name] += 1
+            return fn(*a, **kw)
+        return inner
+
+    monkeypatch.setattr(store, "_read_info", counted("info", read_info))
+    monkeypatch.setattr(store, "source_identity", counted("identity", identity))
+    monkeypatch.setattr(sources, "source_identity", counted("identity", identity))
+    run = Run.open(merged_copy, partitioned=partitioned)
+    assert run.cached and calls == {"info": 1, "identity": 1}
+    assert (run._partitioned is not None) == partitioned
+
+
+def test_merge_info_round_trips_and_a_hand_edited_field_falls_back(merged_copy):
+    from trace_merge.store import MergeInfo
+
+    text = (merged_copy / "merge_info.json").read_text()
+    info = MergeInfo.parse(json.loads(text))
+    assert info.to_json() == text and info.rows == len(Run.open(merged_copy).frame) and info.inputs
+    edited = json.loads(text) | {"rows": "many", "dropped_intervals": {"a.pfw": -3, "b.pfw": 7},
+                                 "partitions": [{"rank": 0}]}
+    back = MergeInfo.parse(edited)
+    assert back.rows == 0 and back.dropped_intervals == {"b.pfw": 7} and back.partitions is None
+    with pytest.raises(ValueError, match="not a JSON object"):
+        MergeInfo.parse([1, 2])

@@ -170,13 +170,12 @@ def _access_pattern_of(item: "tuple[Any, frozenset]") -> pd.DataFrame:
 
 
 def summarise_stored(pm: "partitioned.PartitionedMerge", engine: Any = None) -> None:
-    """Fill a stored merge's facts and summary (:func:`trace_merge.partitioned.open_stored`): a pass over a few
+    """Fill a stored merge's facts and summary (:func:`trace_merge.store.stored_partitions`): a pass over a few
     columns for the job's facts, then the summary kernels partition by partition."""
     with partitioned.engine_for_rows(engine, pm.rows) as eng:
         pm.job = kernels.JobFacts.of(partitioned.over_ranks(eng, _partition_facts, pm.partitions, pm.rows))
         parts = partitioned.over_ranks(eng, _summarise_partition, pm.partitions, pm.rows, pm.job, None)
     pm.summary = kernels.SummaryHook().combine(parts, pm.job, pm.counters)
-    pm.layer_rows = dict(pm.job.rows_per_layer)
 
 
 def summarise_again(pm: "partitioned.PartitionedMerge", layers: Any = None, engine: Any = None) -> Summary:

@@ -667,18 +667,3 @@ def write_parquet(pm: PartitionedMerge, path: Path, row_group_rows: int = 1 << 2
             group += n_groups
             del frame, table
     return layout
-
-
-def open_stored(merged: Path, layout: Sequence[dict], counters: pd.DataFrame, info: Optional[dict] = None
-                ) -> PartitionedMerge:
-    """A stored merge as a :class:`PartitionedMerge` whose partitions are ``merged.parquet``'s row groups (no
-    summary yet: :func:`trace_merge.analysis.summarise_stored` computes it partition by partition)."""
-    where = {int(p["rank"]): (str(merged), tuple(int(g) for g in p["row_groups"])) for p in layout}
-    rows = {int(p["rank"]): int(p["rows"]) for p in layout}
-    info = info or {}
-    return PartitionedMerge(partitions=where, rows=rows, counters=counters, summary=None, job=None,
-                            warnings=list(info.get("warnings", [])), residual=dict(info.get("residual") or {}),
-                            manifest=None, sources=list(info.get("sources", [])),
-                            clock_offsets_ns=dict(info.get("clock_offsets_ns") or {}),
-                            dxt_clock=list(info.get("dxt_clock") or []), inputs=dict(info.get("inputs") or {}),
-                            dropped=dict(info.get("dropped_intervals") or {}), spill=None)

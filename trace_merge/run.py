@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 import pandas as pd
 
-from timelogger.layout import COUNTERS, MERGE_INFO, MERGED
-from trace_merge import analysis, identity, kernels, sources, store
+from timelogger.layout import COUNTERS, MERGED
+from trace_merge import analysis, kernels, sources, store
 from trace_merge.errors import TraceInputError
 from trace_merge.schema import COUNTER_DTYPES
 
@@ -27,39 +27,6 @@ if TYPE_CHECKING:  # pragma: no cover - typing only
     from trace_merge.findings import Finding
 
 logger = logging.getLogger(__name__)
-
-
-def _stored(run_dir: Path, notes: list[str]) -> "tuple[pd.DataFrame, pd.DataFrame, dict[str, Any]] | None":
-    """The stored merge of ``run_dir`` when it can be trusted, else None with the reason appended to ``notes``.
-
-    Trusted: a complete output set (:func:`trace_merge.store.stored_outputs`) whose recorded ``inputs`` are the
-    sources found now — none added, removed or changed (modification times do not count: ``cp -p`` keeps an old
-    one on a new file) — and whose files read back with the frame schema. Anything else is derived data to
-    make again, never an error.
-    """
-    def remerge(why: str, command: str = "trace-merge merge --force") -> None:
-        notes.append(f"{why}; merged again from the sources ({command} stores the new merge)")
-        logger.warning("%s", notes[-1])
-
-    info, why = store.stored_outputs(run_dir)
-    if why:  # an incomplete set is no output: merge replaces it without --force
-        remerge(f"{run_dir}: {why}", "trace-merge merge")
-        return None
-    if info is None:
-        return None
-    recorded = info.get("inputs")
-    if not isinstance(recorded, dict):
-        remerge(f"{run_dir / MERGE_INFO}: no source identity recorded (made by an older trace-merge)")
-        return None
-    changed = identity.differences(recorded, sources.source_identity(run_dir))
-    if changed:
-        remerge(f"{run_dir / MERGED}: out of date, sources changed since it was made ({'; '.join(changed)})")
-        return None
-    try:
-        return store.read_merged(run_dir)
-    except TraceInputError as exc:
-        remerge(str(exc))
-        return None
 
 
 def _records(df: pd.DataFrame) -> list[dict[str, Any]]:
@@ -164,21 +131,28 @@ class Run:
         if not p.exists():
             raise TraceInputError(p, "no such file or directory")
         notes: list[str] = []
-        layout = _stored_layout(p) if p.is_dir() else None
-        big = sum(int(x["rows"]) for x in layout) >= PARTITION_ABOVE_ROWS if layout is not None else False
-        if layout is not None and partitioned is not False and (scheduler is not None or partitioned or big):
-            stored_run = cls._open_stored(p, layout, notes, scheduler, workers, memory_bytes)
-            if stored_run is not None:
-                return stored_run
-        stored = _stored(p, notes) if p.is_dir() else None
-        if stored is not None:
-            frame, counters, info = stored
-            logger.info("%s: using %s", p, MERGED)
-            return cls(path=p, frame=frame, counters=counters, warnings=list(info.get("warnings", [])),
-                           residual=dict(info.get("residual") or {}), manifest=sources.load_manifest(p)[0],
-                       sources=list(info.get("sources", [])), cached=True,
-                       dropped=_dropped(info.get("dropped_intervals")),
-                       dxt_clock=list(info.get("dxt_clock") or []))
+        info, why, command = store.trusted(p) if p.is_dir() else (None, None, "")
+        if why:  # derived data to make again, never an error
+            notes.append(f"{why}; merged again from the sources ({command} stores the new merge)")
+            logger.warning("%s", notes[-1])
+        if info is not None:
+            big = info.partitions is not None and info.rows >= PARTITION_ABOVE_ROWS
+            if info.partitions is not None and partitioned is not False and (scheduler is not None or partitioned
+                                                                               or big):
+                stored_run = cls._open_stored(p, info, scheduler, workers, memory_bytes)
+                if stored_run is not None:
+                    return stored_run
+            try:
+                frame, counters, info = store.read_merged(p, info)
+            except TraceInputError as exc:
+                notes.append(f"{exc}; merged again from the sources ({store.FORCE} stores the new merge)")
+                logger.warning("%s", notes[-1])
+            else:
+                logger.info("%s: using %s", p, MERGED)
+                return cls(path=p, frame=frame, counters=counters, warnings=list(info.warnings),
+                           residual=dict(info.residual), manifest=sources.load_manifest(p)[0],
+                           sources=list(info.sources), cached=True, dropped=dict(info.dropped_intervals),
+                           dxt_clock=list(info.dxt_clock))
         size = partitioned_input(p, scheduler, partitioned)
         if size is not None:
             return cls._open_partitioned(p, notes, size, scheduler, workers, memory_bytes)
@@ -188,26 +162,24 @@ class Run:
                    dropped=dict(res.dropped), dxt_clock=list(res.dxt_clock))
 
     @classmethod
-    def _open_stored(cls, p: Path, layout: list, notes: list[str], scheduler: Any, workers: Optional[int],
+    def _open_stored(cls, p: Path, info: "store.MergeInfo", scheduler: Any, workers: Optional[int],
                      memory_bytes: Optional[int]) -> "Optional[Run]":
-        """A trusted stored merge with a partition layout, summarised rank by rank (its frame loaded on demand)."""
-        from trace_merge import engines, partitioned
+        """A trusted stored merge with a partition layout, summarised rank by rank (its frame loaded on demand);
+        None when its counters cannot be read (the whole-frame path then says why)."""
+        from trace_merge import engines
 
-        info, why = store.stored_outputs(p)
-        if info is None or why or identity.differences(info.get("inputs") or {}, sources.source_identity(p)):
-            return None  # out of date or incomplete: the usual path says why and merges again
         try:
             counters = pd.read_parquet(p / COUNTERS).astype(COUNTER_DTYPES)
         except (OSError, ValueError):
             return None
-        engine = engines.engine_for(scheduler, sum(int(x["rows"]) for x in layout) * 100, workers, memory_bytes)
+        pm = store.stored_partitions(p, info, counters)
+        engine = engines.engine_for(scheduler, sum(pm.rows.values()) * 100, workers, memory_bytes)
         try:
-            pm = partitioned.open_stored(p / MERGED, layout, counters, info)
             analysis.summarise_stored(pm, engine)
         finally:
             engine.close()
         return cls._of_partitions(p, pm, list(pm.warnings), sources.load_manifest(p)[0], cached=True,
-                                  dropped=_dropped(info.get("dropped_intervals")))
+                                  dropped=dict(info.dropped_intervals))
 
     @classmethod
     def _open_partitioned(cls, p: Path, notes: list[str], size: int, scheduler: Any, workers: Optional[int],
@@ -401,18 +373,6 @@ PARTITION_ABOVE_BYTES = 64 << 20
 PARTITION_ABOVE_ROWS = 1_000_000
 
 
-def _stored_layout(p: Path) -> "Optional[list]":
-    """``merge_info.json``'s partition layout of a stored merge, if it has one."""
-    try:
-        info = json.loads((p / MERGE_INFO).read_text())
-    except (OSError, ValueError):
-        return None
-    layout = info.get("partitions") if isinstance(info, dict) else None
-    ok = isinstance(layout, list) and all(isinstance(x, dict) and isinstance(x.get("rows"), int) and
-                                          isinstance(x.get("row_groups"), list) for x in layout)
-    return layout if ok else None
-
-
 def partitioned_input(p: Path, scheduler: Any = None, partitioned: Optional[bool] = None) -> Optional[int]:
     """The bytes of ``p``'s sources when they are to be merged partition by partition, else None: forced by
     ``partitioned``, or a ``scheduler`` given, or at least :data:`PARTITION_ABOVE_BYTES` (``Run.open``, ``merge``)."""
@@ -427,13 +387,6 @@ _LAZY = object()
 
 def _key(layers: Any) -> Any:
     return tuple(layers) if isinstance(layers, list) else layers
-
-
-def _dropped(value: Any) -> dict[str, int]:
-    """``merge_info.json``'s ``dropped_intervals`` (absent before it was recorded; then the warnings still say)."""
-    if not isinstance(value, dict):
-        return {}
-    return {str(k): int(v) for k, v in value.items() if isinstance(v, int) and not isinstance(v, bool) and v > 0}
 
 
 def _unique_labels(runs: Sequence[Run]) -> list[str]:

@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 import logging
 import os
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Optional
 
 import pandas as pd
 
@@ -15,6 +16,7 @@ from timelogger.layout import COUNTERS, MERGE_INFO, MERGE_LOCK, MERGED
 from . import __version__
 from .errors import OutputExistsError, TraceInputError
 from .identity import by_name, differences, identity_of
+from .sources import source_identity
 from .outputs import atomic_outputs, exclusive
 from .partitioned import PartitionedMerge, write_parquet
 from .schema import COUNTER_DTYPES, FRAME_DTYPES
@@ -23,6 +25,62 @@ if TYPE_CHECKING:
     from .merge import MergeResult
 
 log = logging.getLogger(__name__)
+
+
+@dataclass
+class MergeInfo:
+    """``merge_info.json``: what a stored merge was made from and what it holds. The one type that writes it
+    (:func:`write_merged`) and reads it (:meth:`parse`); fields a file lacks (an older version) take their
+    defaults."""
+
+    sources: list = field(default_factory=list)  # the files that made it into the merge
+    inputs: Optional[dict] = None  # name -> identity of every file found (None: an older version recorded none)
+    outputs: Optional[dict] = None  # merged.parquet / counters.parquet -> identity when written
+    warnings: list = field(default_factory=list)
+    residual: dict = field(default_factory=dict)
+    clock_offsets_ns: dict = field(default_factory=dict)  # rank (text) -> ns
+    dxt_clock: list = field(default_factory=list)
+    dropped_intervals: dict = field(default_factory=dict)  # app file -> intervals its writer dropped (> 0 only)
+    rows_per_layer: dict = field(default_factory=dict)
+    rows: int = 0
+    counter_rows: int = 0
+    partitions: Optional[list] = None  # [{rank, rows, row_groups}]: a partitioned merge's layout
+    trace_merge_version: str = ""
+
+    @classmethod
+    def parse(cls, obj: Any) -> "MergeInfo":
+        """The info of a decoded ``merge_info.json``; ValueError when it is not a JSON object. Values of the wrong
+        type are left at their defaults (a hand-edited file is derived data, not an error)."""
+        if not isinstance(obj, dict):
+            raise ValueError("is not a JSON object")
+        info = cls()
+        for name, default in asdict(cls()).items():
+            value = obj.get(name)
+            kind = type(default) if default is not None else (list if name == "partitions" else dict)
+            if isinstance(value, kind) and not isinstance(value, bool):
+                setattr(info, name, value)
+        info.dropped_intervals = {str(k): int(v) for k, v in info.dropped_intervals.items()
+                                  if isinstance(v, int) and not isinstance(v, bool) and v > 0}
+        if info.partitions is not None and not all(
+                isinstance(x, dict) and isinstance(x.get("rank"), int) and isinstance(x.get("rows"), int)
+                and isinstance(x.get("row_groups"), list) for x in info.partitions):
+            info.partitions = None  # a layout that cannot be trusted: the whole frame is read instead
+        return info
+
+    def to_json(self) -> str:
+        out = asdict(self)
+        if self.partitions is None:
+            del out["partitions"]
+        return json.dumps(out, indent=2, default=str) + "\n"
+
+
+def _read_info(path: Path) -> MergeInfo:
+    """``merge_info.json`` at ``path``; ValueError saying what is wrong with it."""
+    try:
+        obj = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"cannot be read ({exc})") from None
+    return MergeInfo.parse(obj)
 
 
 def _to_parquet(df: pd.DataFrame, path: Path) -> None:
@@ -55,7 +113,7 @@ def lock(run_dir: "str | os.PathLike[str]"):
     return exclusive(Path(run_dir) / MERGE_LOCK, "a merge of this run")
 
 
-def stored_outputs(run_dir: Path) -> "tuple[dict[str, Any] | None, str | None]":
+def stored_outputs(run_dir: Path) -> "tuple[MergeInfo | None, str | None]":
     """Whether ``run_dir`` holds a complete set of merge outputs.
 
     Returns
@@ -74,20 +132,42 @@ def stored_outputs(run_dir: Path) -> "tuple[dict[str, Any] | None, str | None]":
     if missing:
         return None, f"incomplete merge outputs ({', '.join(missing)} missing: an interrupted merge)"
     try:
-        info = json.loads(paths[2].read_text())
-    except (OSError, ValueError) as exc:
-        return None, f"{MERGE_INFO} cannot be read ({exc})"
-    if not isinstance(info, dict):
-        return None, f"{MERGE_INFO} is not a JSON object"
-    recorded = info.get("outputs")
-    if recorded is None:
+        info = _read_info(paths[2])
+    except ValueError as exc:
+        return None, f"{MERGE_INFO} {exc}"
+    if info.outputs is None:
         return info, None
     current = by_name({p: identity_of(p) for p in paths[:2]}, run_dir)
-    changed = differences(recorded if isinstance(recorded, dict) else {}, current)
+    changed = differences(info.outputs, current)
     if changed:
         return None, (f"merge outputs do not belong together ({'; '.join(changed)} since {MERGE_INFO} was "
                       "written: an interrupted merge or a replaced file)")
     return info, None
+
+
+def trusted(run_dir: Path) -> "tuple[MergeInfo | None, str | None, str]":
+    """The stored merge of ``run_dir`` when it can be used, decided once: one read of ``merge_info.json``, one
+    identity pass over the sources.
+
+    Returns ``(info, None, _)`` for a trusted merge: a complete output set (:func:`stored_outputs`) whose recorded
+    ``inputs`` are the sources found now (none added, removed or changed; modification times do not count:
+    ``cp -p`` keeps an old one on a new file). ``(None, None, _)`` when there is none; ``(None, why, command)``
+    for one not to use, with the command that replaces it.
+    """
+    info, why = stored_outputs(run_dir)
+    if why:  # an incomplete set is no output: merge replaces it without --force
+        return None, f"{run_dir}: {why}", "trace-merge merge"
+    if info is None:
+        return None, None, ""
+    if info.inputs is None:
+        return None, f"{run_dir / MERGE_INFO}: no source identity recorded (made by an older trace-merge)", FORCE
+    changed = differences(info.inputs, source_identity(run_dir))
+    if changed:
+        return None, f"{run_dir / MERGED}: out of date, sources changed since it was made ({'; '.join(changed)})", FORCE
+    return info, None, ""
+
+
+FORCE = "trace-merge merge --force"
 
 
 def refuse_stored(run_dir: Path, force: bool = False) -> None:
@@ -139,28 +219,25 @@ def write_merged(res: "MergeResult | PartitionedMerge", run_dir: "str | os.PathL
             else:
                 _to_parquet(res.frame, merged_tmp)
             _to_parquet(res.counters, counters_tmp)
-            info = {
-                "trace_merge_version": __version__,
-                "sources": res.sources,
-                "inputs": res.inputs,
-                "outputs": {MERGED: identity_of(merged_tmp), COUNTERS: identity_of(counters_tmp)},
-                "warnings": res.warnings,
-                "residual": res.residual,
-                "clock_offsets_ns": {str(r): int(o) for r, o in res.clock_offsets_ns.items()},
-                "dxt_clock": res.dxt_clock,
-                "dropped_intervals": res.dropped,
-                "rows_per_layer": res.rows_per_layer(),
-                "rows": int(len(res.frame)) if partitions is None else int(sum(res.rows.values())),
-                "counter_rows": int(len(res.counters)),
-            }
-            if partitions is not None:
-                info["partitions"] = partitions  # rank -> row groups: a re-summary reads rank by rank
-            info_tmp.write_text(json.dumps(info, indent=2, default=str) + "\n")
+            info = MergeInfo(
+                sources=list(res.sources), inputs=res.inputs,
+                outputs={MERGED: identity_of(merged_tmp), COUNTERS: identity_of(counters_tmp)},
+                warnings=list(res.warnings), residual=res.residual,
+                clock_offsets_ns={str(r): int(o) for r, o in res.clock_offsets_ns.items()},
+                dxt_clock=list(res.dxt_clock), dropped_intervals=dict(res.dropped),
+                rows_per_layer=res.rows_per_layer(),
+                rows=int(len(res.frame)) if partitions is None else int(sum(res.rows.values())),
+                counter_rows=int(len(res.counters)),
+                partitions=partitions,  # rank -> row groups: a re-summary reads rank by rank
+                trace_merge_version=__version__)
+            info_tmp.write_text(info.to_json())
     return dict(zip(("merged", "counters", "info"), targets))
 
 
-def read_merged(run_dir: "str | os.PathLike[str]") -> "tuple[pd.DataFrame, pd.DataFrame, dict[str, Any]]":
-    """Load what :func:`write_merged` stored: ``(frame, counters, merge_info)`` with schema dtypes.
+def read_merged(run_dir: "str | os.PathLike[str]", info: Optional[MergeInfo] = None
+                ) -> "tuple[pd.DataFrame, pd.DataFrame, MergeInfo]":
+    """Load what :func:`write_merged` stored: ``(frame, counters, merge_info)`` with schema dtypes (``info``: the
+    merge info already read, not read again).
 
     Raises
     ------
@@ -184,10 +261,23 @@ def read_merged(run_dir: "str | os.PathLike[str]") -> "tuple[pd.DataFrame, pd.Da
             tables.append(df[list(dtypes)].astype(dtypes))
         except (TypeError, ValueError) as exc:
             raise TraceInputError(run_dir / name, f"column types are not the frame schema's ({exc})") from None
-    try:
-        info = json.loads((run_dir / MERGE_INFO).read_text())
-    except (OSError, ValueError) as exc:
-        raise TraceInputError(run_dir / MERGE_INFO, f"cannot be read ({exc})") from None
-    if not isinstance(info, dict):
-        raise TraceInputError(run_dir / MERGE_INFO, "is not a JSON object")
+    if info is None:
+        try:
+            info = _read_info(run_dir / MERGE_INFO)
+        except ValueError as exc:
+            raise TraceInputError(run_dir / MERGE_INFO, str(exc)) from None
     return tables[0], tables[1], info
+
+
+def stored_partitions(run_dir: Path, info: MergeInfo, counters: pd.DataFrame) -> PartitionedMerge:
+    """A trusted stored merge with a partition layout (:func:`trusted`) as a :class:`PartitionedMerge` whose
+    partitions are ``merged.parquet``'s row groups (no summary yet: :func:`trace_merge.analysis.summarise_stored`
+    computes it partition by partition)."""
+    layout = info.partitions or []
+    where = {int(p["rank"]): (str(run_dir / MERGED), tuple(int(g) for g in p["row_groups"])) for p in layout}
+    rows = {int(p["rank"]): int(p["rows"]) for p in layout}
+    return PartitionedMerge(partitions=where, rows=rows, counters=counters, summary=None, job=None,
+                            warnings=list(info.warnings), residual=dict(info.residual), manifest=None,
+                            sources=list(info.sources), clock_offsets_ns=dict(info.clock_offsets_ns),
+                            dxt_clock=list(info.dxt_clock), inputs=dict(info.inputs or {}),
+                            dropped=dict(info.dropped_intervals), spill=None, layer_rows=dict(info.rows_per_layer))
