@@ -20,7 +20,7 @@ import os
 import sys
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Optional, Protocol, Sequence
 
 from trace_merge.errors import TraceInputError
 
@@ -35,6 +35,20 @@ BYTES_PER_ROW = 560
 CONNECT_TIMEOUT_S = 20
 #: memory budget of the local pool's tasks together, unless set (``--memory-limit``)
 DEFAULT_MEMORY_BYTES = 1 << 30
+
+
+class Engine(Protocol):
+    """Where tasks run: :class:`Inline`, :class:`LocalPool`, :class:`DaskEngine`."""
+
+    name: str
+    workers: int
+
+    def map(self, fn: Callable, items: Sequence[Any], sizes: Optional[Sequence[int]] = None) -> list:
+        """``[fn(item) for item in items]``, in task order whatever order they ran in (``sizes``: each task's rows,
+        for a memory budget)."""
+
+    def close(self) -> None:
+        """Release the engine's workers (an engine it did not start is left running)."""
 
 
 class Inline:
@@ -230,7 +244,7 @@ class DaskEngine:
             self.client.close()
 
 
-def local(input_bytes: int, workers: Optional[int] = None, memory_bytes: Optional[int] = None):
+def local(input_bytes: int, workers: Optional[int] = None, memory_bytes: Optional[int] = None) -> Engine:
     """The local engine for an input of ``input_bytes``: :class:`Inline` when small, else :class:`LocalPool`."""
     if input_bytes < INLINE_BELOW_BYTES or (workers or os.cpu_count() or 1) == 1:
         return Inline()
@@ -238,6 +252,6 @@ def local(input_bytes: int, workers: Optional[int] = None, memory_bytes: Optiona
 
 
 def engine_for(scheduler: Any = None, input_bytes: int = 0, workers: Optional[int] = None,
-               memory_bytes: Optional[int] = None):
+               memory_bytes: Optional[int] = None) -> Engine:
     """:class:`DaskEngine` on ``scheduler`` when given, else :func:`local`."""
     return DaskEngine(scheduler) if scheduler else local(input_bytes, workers, memory_bytes)

@@ -40,6 +40,8 @@ import pandas as pd
 from trace_merge import align as A
 from trace_merge import sources
 from trace_merge.dxt_clock import place_source
+from trace_merge import engines
+from trace_merge.engines import Engine, Inline
 from trace_merge.errors import TraceInputError
 from trace_merge.outputs import pid_alive
 from trace_merge.readers import detect, rank_from_name, read_any
@@ -338,17 +340,15 @@ def read_partition(where: "str | tuple | pd.DataFrame", columns: Optional[Sequen
     return frame.astype({c: FRAME_DTYPES[c] for c in frame.columns if str(frame[c].dtype) != FRAME_DTYPES[c]})
 
 
-def over_ranks(engine: Any, fn: Any, partitions: dict, rows: dict, *extra: Any) -> list:
+def over_ranks(engine: Engine, fn: Any, partitions: dict, rows: dict, *extra: Any) -> list:
     """``fn((partition, *extra))`` for every rank's partition, in rank order, on ``engine``."""
     ranks = sorted(partitions)
     return engine.map(fn, [(partitions[r], *extra) for r in ranks], sizes=[rows[r] for r in ranks])
 
 
 @contextlib.contextmanager
-def engine_for_rows(engine: Any, rows: dict):
+def engine_for_rows(engine: Optional[Engine], rows: dict):
     """``engine``, or a local one sized to ``rows`` that is closed afterwards."""
-    from trace_merge import engines
-
     own = engine is None
     engine = engines.local(sum(rows.values()) * 100) if own else engine
     try:
@@ -431,7 +431,7 @@ def new_spill_dir(parent: "str | os.PathLike[str] | None" = None) -> Path:
     return Path(tempfile.mkdtemp(prefix=f"trace-merge-{host}-{os.getpid()}-", dir=base))
 
 
-def merge_partitioned(path: "str | os.PathLike[str]", engine: Any = None, spill_dir: "str | os.PathLike[str] | None" = None,
+def merge_partitioned(path: "str | os.PathLike[str]", engine: Optional[Engine] = None, spill_dir: "str | os.PathLike[str] | None" = None,
                       analysis: Optional[Analysis] = None, summary_only: bool = True) -> PartitionedMerge:
     """Merge and summarise the traces under ``path`` partition by partition (see the module docstring).
 
@@ -450,8 +450,6 @@ def merge_partitioned(path: "str | os.PathLike[str]", engine: Any = None, spill_
     summary_only
         Keep only the columns a summary needs (``args`` and ``host`` are left out of the partitions).
     """
-    from trace_merge import engines
-
     path = Path(path)
     files, manifest, warnings, inputs = _found(path)
     if engine is None:
@@ -470,8 +468,6 @@ def merge_partitioned(path: "str | os.PathLike[str]", engine: Any = None, spill_
 def merge_in_memory(path: "str | os.PathLike[str]") -> PartitionedMerge:
     """The same pipeline in this process, every piece and partition kept in memory and every column kept, without
     the summary (:func:`trace_merge.merge.merge_path`: a run that fits in memory)."""
-    from trace_merge.engines import Inline
-
     path = Path(path)
     files, manifest, warnings, inputs = _found(path)
     tasks = _tasks(files, warnings, None, FRAME_COLUMNS, None)
@@ -483,8 +479,6 @@ def merge_read(read: Sequence[SourceData], launch_ns: Optional[int] = None,
                launched: Sequence[dict] = ()) -> PartitionedMerge:
     """:func:`merge_in_memory` of sources already read (``launch_ns``: when the run was launched, if known;
     ``launched``: the launcher's records of the ranks, ``launch/rank-<r>.json``)."""
-    from trace_merge.engines import Inline
-
     tasks = [SourceTask(i, s.path, s.kind, None, FRAME_COLUMNS, data=s) for i, s in enumerate(read)]
     return _run(None, tasks, None, [], {}, Inline(), None, FRAME_COLUMNS, None, launch_ns, launched)
 
@@ -516,7 +510,7 @@ def _tasks(files: list, warnings: list, spill: Optional[str], columns: tuple, an
 
 
 def _run(path: Optional[Path], tasks: "list[SourceTask]", manifest: Optional[dict], warnings: list, inputs: dict,
-         engine: Any, spill: Optional[Path], columns: tuple, analysis: Optional[Analysis], launch: Optional[int],
+         engine: Engine, spill: Optional[Path], columns: tuple, analysis: Optional[Analysis], launch: Optional[int],
          launched: Sequence[dict]) -> PartitionedMerge:
     app_tasks = [t for t in tasks if t.kind in A.APP_KINDS]
     clock = _Clock(engine)
@@ -607,12 +601,12 @@ def _run(path: Optional[Path], tasks: "list[SourceTask]", manifest: Optional[dic
 class _Clock:
     """Logs how long each wave took (``--debug``)."""
 
-    def __init__(self, engine: Any) -> None:
+    def __init__(self, engine: Engine) -> None:
         import time
 
         self._now = time.perf_counter
         self._last = self._now()
-        self._engine = getattr(engine, "name", type(engine).__name__)
+        self._engine = engine.name
 
     def __call__(self, wave: str, tasks: int) -> None:
         now = self._now()
