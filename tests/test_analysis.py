@@ -167,7 +167,7 @@ def test_exposed_io_and_verdict_exact():
     assert ib["basis"] == "app"  # app-layer evidence: no framework layer covers the step
     assert ib["input_pct"] == pytest.approx(30.0) and ib["au_pct"] == pytest.approx(70.0)
     v = A.verdict(f)
-    assert v["verdict"] == "highly input-bound" and v["input_pct"] == pytest.approx(30.0)
+    assert v.label == "highly input-bound" and v.input_pct == pytest.approx(30.0)
     assert A.accelerator_utilisation(f) == pytest.approx(0.7)
 
 

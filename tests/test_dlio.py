@@ -94,9 +94,9 @@ def test_dlio_own_traces_give_dlio_au_and_the_verdict(dlio_site, dlio_data, kind
     assert sorted(run.frame["rank"].unique().tolist()) == [0, 1]  # from trace-<r>-of-<n>, never pooled as -1
     v = run.verdict()
     dlio = _dlio_au(out)
-    assert abs(v["au_pct"] - dlio) <= 10, (v, dlio)
-    assert v["verdict"] == verdict, v
-    assert v["cycles_total"] == 32  # 8 steps x 2 epochs x 2 ranks: DLIO's compute events mark the steps
+    assert abs(v.au_pct - dlio) <= 10, (v, dlio)
+    assert v.label == verdict, v
+    assert v.cycles_total == 32  # 8 steps x 2 epochs x 2 ranks: DLIO's compute events mark the steps
     assert "producers_idle" not in [f.key for f in run.findings()]  # DLIO's tf.data reader prefetches
     steps = run.step_series()
     assert steps["step_s"].sum() <= 2 * run.analyse().metrics["job_wall_s"]  # cycles of two ranks, not of a pool
@@ -120,4 +120,4 @@ def test_launcher_posix_around_dlio_does_not_crash_and_gives_the_posix_layer(dli
     reads = fs[fs["name"].astype(str).isin(pfw.RW_CALLS) & fs["name"].astype(str).str.contains("read")]
     assert len(reads) and sorted(reads["rank"].unique().tolist()) == [0, 1]  # pread64 (TF 2.15 stack) or pread
     v = run.verdict()
-    assert abs(v["au_pct"] - _dlio_au(posix)) <= 10 and v["verdict"] == "not input-bound", v
+    assert abs(v.au_pct - _dlio_au(posix)) <= 10 and v.label == "not input-bound", v

@@ -158,8 +158,8 @@ def test_verdict_of_a_slow_keras_fit_is_input_bound_with_the_profile(keras_slow_
     """The headline of the analysis: framework basis, ≥ 50 % input wait, the layered split agrees."""
     run = Run.open(keras_slow_run)
     v = run.verdict()
-    assert v["basis"] == "framework" and v["input_pct"] >= 50.0 and v["verdict"] == "highly input-bound", v
-    assert any(n.startswith("excluded: the first step") for n in v["notes"])
+    assert v.basis == "framework" and v.input_pct >= 50.0 and v.label == "highly input-bound", v
+    assert any(n.startswith("excluded: the first step") for n in v.notes)
     lay = run.layered_breakdown()
     it = lay[lay["phase"] == "Training Iteration"][["time_s", "input_wait_s"]].sum()
     assert it["input_wait_s"] >= 0.5 * it["time_s"]
@@ -169,6 +169,6 @@ def test_verdict_of_a_slow_keras_fit_is_input_bound_with_the_profile(keras_slow_
 
 def test_verdict_without_the_profile_names_the_blind_spot(keras_slow_run_noprofile: Path) -> None:
     v = Run.open(keras_slow_run_noprofile).verdict()
-    assert v["verdict"] == "unknown" and v["au_pct"] is None  # the fetch is inside the batch: not seen
-    blind = [n for n in v["notes"] if n.startswith("blind spot")]
-    assert len(blind) == 1 and "--tf-profile" in blind[0], v["notes"]
+    assert v.label == "unknown" and v.au_pct is None  # the fetch is inside the batch: not seen
+    blind = [n for n in v.notes if n.startswith("blind spot")]
+    assert len(blind) == 1 and "--tf-profile" in blind[0], v.notes

@@ -130,9 +130,9 @@ def keras_like_frame(with_profile: bool) -> pd.DataFrame:
 
 def test_verdict_takes_the_framework_wait_inside_keras_batches():
     v = A.verdict(keras_like_frame(True))
-    assert v["basis"] == "framework" and v["input_pct"] == pytest.approx(60.0)
-    assert v["verdict"] == "highly input-bound"
-    assert any("excluded: the first step" in n for n in v["notes"])
+    assert v.basis == "framework" and v.input_pct == pytest.approx(60.0)
+    assert v.label == "highly input-bound"
+    assert any("excluded: the first step" in n for n in v.notes)
     per = A.input_bound_df(keras_like_frame(True)).iloc[0]
     assert (per["steps"], per["steps_total"], per["excluded_s"]) == (4, 5, pytest.approx(100e-9))
 
@@ -140,10 +140,10 @@ def test_verdict_takes_the_framework_wait_inside_keras_batches():
 def test_verdict_names_the_blind_spot_without_a_profile():
     v = A.verdict(keras_like_frame(False))
     # no wait evidence anywhere: "not input-bound" would be a guess, and an AU of 100 % a wrong one
-    assert v["verdict"] == "unknown" and v["input_pct"] is None and v["au_pct"] is None
+    assert v.label == "unknown" and v.input_pct is None and v.au_pct is None
     per = A.input_bound_df(keras_like_frame(False)).iloc[0]
     assert per["basis"] == "app" and not per["input_visible"] and per["verdict"] == "unknown"
-    blind = [n for n in v["notes"] if n.startswith("blind spot")]
+    blind = [n for n in v.notes if n.startswith("blind spot")]
     assert len(blind) == 1 and "timelogger run" in blind[0] and "--tf-profile" in blind[0]
 
 

@@ -49,17 +49,17 @@ def test_input_bound_pipeline_same_verdict_however_instrumented(tmp_path, instru
     run = Run.open(run_dir)
     v = run.verdict()
     if instrument == "keras" and not profile:
-        assert v["verdict"] == "unknown" and v["input_pct"] is None and v["au_pct"] is None
-        assert any(n.startswith("blind spot") and "--tf-profile" in n for n in v["notes"]), v["notes"]
+        assert v.label == "unknown" and v.input_pct is None and v.au_pct is None
+        assert any(n.startswith("blind spot") and "--tf-profile" in n for n in v.notes), v.notes
         return
-    assert abs(v["input_pct"] - truth["input_pct"]) <= 10, (v, truth)
-    assert v["verdict"] == verdict_label(truth["input_pct"]) == "highly input-bound"
-    assert abs(v["au_pct"] - truth["au_pct"]) <= 10, (v, truth)
-    assert v["input_pct"] + v["au_pct"] <= 100 + 1e-9
-    assert v["basis"] == ("framework" if profile else "app")
+    assert abs(v.input_pct - truth["input_pct"]) <= 10, (v, truth)
+    assert v.label == verdict_label(truth["input_pct"]) == "highly input-bound"
+    assert abs(v.au_pct - truth["au_pct"]) <= 10, (v, truth)
+    assert v.input_pct + v.au_pct <= 100 + 1e-9
+    assert v.basis == ("framework" if profile else "app")
     # the evidence and its coverage are named: cycles counted of cycles seen
-    assert v["cycles_total"] == 24 and v["cycles"] == (12 if profile and instrument == "keras" else 24)
-    assert any(f"{v['cycles']} of {v['cycles_total']} cycles counted" in n for n in v["notes"]), v["notes"]
+    assert v.cycles_total == 24 and v.cycles == (12 if profile and instrument == "keras" else 24)
+    assert any(f"{v.cycles} of {v.cycles_total} cycles counted" in n for n in v.notes), v.notes
     found = [f.key for f in run.findings()]
     # the first finding of a run nobody here wrote: input-bound, and no file-system layer traced to say why
     assert found[0] == "input_bound_no_fs_layer", found
@@ -73,8 +73,8 @@ def test_compute_bound_variant_is_not_input_bound(tmp_path, instrument):
     run_dir, truth = _run(tmp_path, "run", "--instrument", instrument, "--gen-ms", "0", "--step-ms", "100")
     v = Run.open(run_dir).verdict()
     assert truth["input_pct"] < 5
-    assert v["verdict"] == "not input-bound" and abs(v["input_pct"] - truth["input_pct"]) <= 10
-    assert v["au_pct"] >= 80 and abs(v["au_pct"] - truth["au_pct"]) <= 10
+    assert v.label == "not input-bound" and abs(v.input_pct - truth["input_pct"]) <= 10
+    assert v.au_pct >= 80 and abs(v.au_pct - truth["au_pct"]) <= 10
 
 
 def _launch(tmp_path: Path, spec: str) -> tuple[Path, subprocess.CompletedProcess]:
@@ -96,7 +96,7 @@ def test_launcher_tf_profile_opens_a_window_for_a_custom_loop(tmp_path):
     lay = run.layered_breakdown()
     steps = lay[lay["phase"] == "Training Iteration"]
     assert int(steps["observed_calls"].sum()) == 6 and int(steps["calls"].sum()) == 24
-    assert run.verdict()["basis"] == "framework"
+    assert run.verdict().basis == "framework"
 
 
 def test_launcher_tf_profile_says_why_nothing_was_profiled(tmp_path):

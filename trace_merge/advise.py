@@ -145,7 +145,7 @@ def measure(run_dir: "str | Path", setting: dict, samples_per_step: int,
         step_s=float(steady["step_s"].mean()), input_wait_s=float(steady["input_wait_s"].mean()),
         compute_s=float((steady["compute_s"] + steady["other_s"]).mean()), input_phase=str(input_phase),
         input_s_per_sample=float(chosen["sum_us"].sum()) / 1e6 / samples, fs_s_per_sample=fs / samples,
-        au_pct=float(a.verdict.get("au_pct") or float("nan")))
+        au_pct=float(a.verdict.au_pct if a.verdict.au_pct is not None else float("nan")))
 
 
 @dataclass(frozen=True)

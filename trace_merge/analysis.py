@@ -23,7 +23,7 @@ from trace_merge.kernels import (STUDY_COMPONENTS, STUDY_TOTAL, Summary, coverag
 from trace_merge.attribution import (COMPONENT_LABELS, COMPONENTS, LOWER_COMPONENTS, component_view_df,
                                      INPUT_BOUND_HIGH_PCT, INPUT_BOUND_MODERATE_PCT, PRIORITY, accelerator_utilisation,
                                      breakdown_df, exposed_io_df, input_bound_df, layered_breakdown_df,
-                                     step_series_df, verdict, verdict_label, verdict_text)
+                                     step_series_df, Verdict, verdict, verdict_label, verdict_text)
 from trace_merge.bandwidth import (READ_LAYER_ORDER, SIZE_BINS, access_pattern_df, bandwidth_df,
                                    bandwidth_totals, epoch_bandwidth_df, epoch_bandwidth_totals,
                                    job_wall_ns, read_rows)
@@ -207,7 +207,7 @@ __all__ = [
     "layered_breakdown_df", "step_series_df", "Summary", "explain", "coverage_notes", "epochs_as_text",
     "PRIORITY", "READ_LAYER_ORDER", "SIZE_BINS",
     "merge_intervals", "union_ns", "intersect_intervals", "subtract_intervals", "covered_ns",
-    "grouped_union_ns", "read_rows", "breakdown_df", "exposed_io_df", "input_bound_df", "verdict",
+    "grouped_union_ns", "read_rows", "breakdown_df", "exposed_io_df", "input_bound_df", "Verdict", "verdict",
     "verdict_label", "verdict_text", "accelerator_utilisation", "bandwidth_df", "bandwidth_totals", "job_wall_ns",
     "epoch_bandwidth_df", "epoch_bandwidth_totals", "component_view_df", "study_view_df",
     "access_pattern_df", "event_stats_df", "overall_breakdown", "run_metrics", "compare_df", "summarise",

@@ -18,8 +18,9 @@ By default the breakdown is made from the ``app`` layer, the user's own phase ta
 from __future__ import annotations
 
 import logging
+import dataclasses
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
 import numpy as np
@@ -808,58 +809,61 @@ BASIS_TEXT = {
 CAPTURE_HINT = "timelogger run -o RUN --tf-profile -- python train.py"
 
 
-def verdict(frame: pd.DataFrame, layers: "str | Sequence[str] | None" = None) -> dict:
-    """Job-level input-bound verdict: Σ input wait ÷ Σ cycle time over the ranks' counted step cycles.
+@dataclass
+class Verdict:
+    """Job-level input-bound verdict (:func:`verdict`); ``as_dict`` is its JSON form (``label`` as ``verdict``)."""
 
-    Returns
-    -------
-    dict
-        ``input_pct``, ``verdict``, ``au_pct`` (DLIO's AU: Σ compute ÷ Σ cycle time), ``other_pct``,
-        ``basis`` (the ranks' bases joined), ``cycles``, ``cycles_total``, ``worst_rank``,
-        ``worst_rank_input_pct``, ``notes`` (sentences: the evidence used and its coverage, what was excluded,
-        blind spots and how to capture them).
-    """
+    label: str = "unknown"  # not / moderately / highly input-bound, or unknown
+    input_pct: Optional[float] = None  # Σ input wait ÷ Σ cycle time over the counted step cycles
+    au_pct: Optional[float] = None  # DLIO's AU: Σ compute ÷ Σ cycle time
+    other_pct: Optional[float] = None  # neither: 100 - input - AU
+    basis: Optional[str] = None  # the ranks' bases joined
+    cycles: int = 0  # step cycles counted
+    cycles_total: int = 0  # step cycles seen
+    worst_rank: Optional[int] = None
+    worst_rank_input_pct: Optional[float] = None
+    notes: list = field(default_factory=list)  # the evidence used and its coverage, exclusions, blind spots
+
+    def as_dict(self) -> dict:
+        out = dataclasses.asdict(self)
+        return {"input_pct": self.input_pct, "verdict": out.pop("label"), **out}
+
+
+def verdict(frame: pd.DataFrame, layers: "str | Sequence[str] | None" = None) -> Verdict:
+    """Job-level input-bound verdict: Σ input wait ÷ Σ cycle time over the ranks' counted step cycles."""
     return _verdict(input_bound_df(frame, layers))
 
 
-def _verdict(per: pd.DataFrame) -> dict:
+def _verdict(per: pd.DataFrame) -> Verdict:
     notes = _verdict_notes(per)
     per = per[per["basis"] != "run"] if len(per) else per
     seen = per[per["input_visible"].astype(bool)] if len(per) else per
     step = float(seen["step_s"].sum()) if len(seen) else 0.0
-    out = {"input_pct": None, "verdict": "unknown", "au_pct": None, "other_pct": None, "basis": None,
-           "cycles": int(per["steps"].sum()) if len(per) else 0,
-           "cycles_total": int(per["steps_total"].sum()) if len(per) else 0,
-           "worst_rank": None, "worst_rank_input_pct": None, "notes": notes}
+    out = Verdict(cycles=int(per["steps"].sum()) if len(per) else 0,
+                  cycles_total=int(per["steps_total"].sum()) if len(per) else 0, notes=notes)
     if not len(seen) or step <= 0:
         return out
     pct = 100.0 * float(seen["input_wait_s"].sum()) / step
     au = 100.0 * float(seen["compute_s"].sum()) / step
     worst = seen.loc[seen["input_pct"].idxmax()]
-    out.update({
-        "input_pct": pct,
-        "verdict": _explained_label(pct, au),
-        "au_pct": au,
-        "other_pct": max(0.0, 100.0 - pct - au),
-        "basis": ",".join(sorted(set(seen["basis"]))),
-        "worst_rank": int(worst["rank"]),
-        "worst_rank_input_pct": float(worst["input_pct"]),
-    })
-    if out["verdict"] == "unknown":
+    out = dataclasses.replace(out, input_pct=pct, label=_explained_label(pct, au), au_pct=au,
+                              other_pct=max(0.0, 100.0 - pct - au), basis=",".join(sorted(set(seen["basis"]))),
+                              worst_rank=int(worst["rank"]), worst_rank_input_pct=float(worst["input_pct"]))
+    if out.label == "unknown":
         notes.append(f"unknown: input wait ({pct:.0f} %) and compute ({au:.0f} %) explain only {pct + au:.0f} % "
                      f"of the step cycles; the rest is neither (mark the fetch with tl.iterate(..., cat='wait') "
                      f"and the step's work with a compute phase, or profile it: {CAPTURE_HINT})")
     return out
 
 
-def verdict_text(v: dict) -> str:
+def verdict_text(v: Verdict) -> str:
     """The verdict in one line with its numbers and evidence, as the CLI and the report show it."""
-    if v["input_pct"] is None:
-        why = ("no wait evidence inside the step cycles: see the blind spot below" if v.get("cycles_total")
+    if v.input_pct is None:
+        why = ("no wait evidence inside the step cycles: see the blind spot below" if v.cycles_total
                else "no training steps or epochs tagged in the trace")
         return f"unknown ({why})"
-    return (f"{v['verdict']} ({v['input_pct']:.1f} % of step-cycle time waiting for input, AU {v['au_pct']:.1f} %, "
-            f"other {v['other_pct']:.1f} %; {v['cycles']} of {v['cycles_total']} cycles; basis {v['basis']})")
+    return (f"{v.label} ({v.input_pct:.1f} % of step-cycle time waiting for input, AU {v.au_pct:.1f} %, "
+            f"other {v.other_pct:.1f} %; {v.cycles} of {v.cycles_total} cycles; basis {v.basis})")
 
 
 def _ranks_text(ranks: Sequence[int]) -> str:
@@ -897,7 +901,7 @@ def accelerator_utilisation(frame: pd.DataFrame, layers: "str | Sequence[str] | 
 
     ``None`` when the frame has no steps to measure.
     """
-    au = verdict(frame, layers)["au_pct"]
+    au = verdict(frame, layers).au_pct
     return None if au is None else au / 100.0
 
 

@@ -211,7 +211,7 @@ def _summary_text(run, parts) -> str:
     # first: every number below is partial
     lines += run.ended_early()
     lines.append(f"verdict: {verdict_text(v)}")
-    lines += [f"  - {note}" for note in v.get("notes", [])]
+    lines += [f"  - {note}" for note in v.notes]
     lines += [f"  - why: {line}" for line in parts.explanations]
     lines += [x for x in [idle_text(parts)] if x]
     found = run.findings(parts)

@@ -97,15 +97,15 @@ def _has_layer(layered: pd.DataFrame, layer: str) -> bool:
 def _verdict_finding(a: "Summary") -> Finding:
     """The answer to "is it input-bound?" as one finding, with the cause the layers point to."""
     v = a.verdict
-    label = v.get("verdict", "unknown")
-    wait, au = v.get("input_pct"), v.get("au_pct")
-    cycles = f"{v.get('cycles', 0)} of {v.get('cycles_total', 0)} step cycles, basis {v.get('basis')}"
+    label = v.label
+    wait, au = v.input_pct, v.au_pct
+    cycles = f"{v.cycles} of {v.cycles_total} step cycles, basis {v.basis}"
     steps = a.steps[a.steps["counted"] & ~a.steps["warmup"]] if len(a.steps) else a.steps
     wait_s = _sum(steps, "input_wait_s")
     inputs = _input_phases(a.layered)
     # the file-system layer sees every call (no sampling window), so its share is of the input phases' whole time
     fs, seen = _sum(inputs, "fs_s"), _sum(inputs, "time_s")
-    if label == "unknown" and not v.get("cycles_total"):
+    if label == "unknown" and not v.cycles_total:
         return Finding(
             "no_training_steps", "info", "This run has no training steps: file-system (or other) layers only",
             "no app or framework phases mark training steps", "app/framework",
@@ -114,24 +114,24 @@ def _verdict_finding(a: "Summary") -> Finding:
     if label == "unknown":
         return Finding(
             "no_input_wait_seen", "high", "No input wait can be seen, so whether the job is input-bound is unknown",
-            (f"{v['cycles']} step cycles with no wait phase or profiled input wait inside them"
-             if v.get("input_pct") is None else
-             f"{cycles}; wait + compute explain {100 - (v.get('other_pct') or 0):.0f} % of the cycle time")
-            if v.get("cycles") else f"none of the {v.get('cycles_total')} step cycles could be counted",
+            (f"{v.cycles} step cycles with no wait phase or profiled input wait inside them"
+             if v.input_pct is None else
+             f"{cycles}; wait + compute explain {100 - (v.other_pct or 0):.0f} % of the cycle time")
+            if v.cycles else f"none of the {v.cycles_total} step cycles could be counted",
             "app/framework",
             "time the batch fetch: `for x in tl.iterate(dataset, 'Call to Next Batch')`, or profile a few steps "
             "with `timelogger run --tf-profile 20:25` (docs/metrics.md, step cycles)")
     if label == "not input-bound":
         return Finding(
             "compute_bound", "info", "The input pipeline keeps up: the steps wait little for data",
-            f"{wait:.1f} % of step-cycle time waiting for input, AU {au:.0f} %; {cycles}", v.get("basis", ""),
+            f"{wait:.1f} % of step-cycle time waiting for input, AU {au:.0f} %; {cycles}", v.basis or "",
             "loader knobs will not speed this job up; look at compute: a larger batch per rank, mixed precision "
             "(`tf.keras.mixed_precision.set_global_policy('mixed_float16')`), XLA (`jit_compile=True`)")
     severity = "high" if label == "highly input-bound" else "medium"
     if not _has_layer(a.layered, "posix") and not _has_layer(a.layered, "mpiio"):
         return Finding(
             "input_bound_no_fs_layer", severity, f"The job is {label}, and no file-system layer was traced to tell "
-            "storage from decode", f"{wait:.1f} % waiting; {cycles}", v.get("basis", ""),
+            "storage from decode", f"{wait:.1f} % waiting; {cycles}", v.basis or "",
             "run again with `timelogger run --posix` (DFTracer) or Darshan to see the file system's share",
             wait_s)
     if seen > 0 and fs / seen < FS_SMALL_SHARE:
@@ -153,7 +153,7 @@ def _verdict_finding(a: "Summary") -> Finding:
             "stripe count matching the readers (`lfs setstripe -c`)", wait_s)
     return Finding(
         "input_bound", severity, f"The job is {label}", f"{wait:.1f} % of step-cycle time waiting "
-        f"({wait_s:.3g} s); {cycles}", v.get("basis", ""),
+        f"({wait_s:.3g} s); {cycles}", v.basis or "",
         "more parallel input work (`num_parallel_calls=tf.data.AUTOTUNE`, interleave over files) and a "
         "deeper `prefetch`", wait_s)
 
@@ -322,7 +322,7 @@ def _producers_idle_finding(a: "Summary") -> Optional[Finding]:
         seen += ("; " if seen else "") + (f"file-system calls took {fs_step:.3g} s inside the steps against "
                                           f"{fs_in:.3g} s inside the input phases")
     return Finding(
-        "producers_idle", "high" if a.verdict.get("verdict") == "highly input-bound" else "medium",
+        "producers_idle", "high" if a.verdict.label == "highly input-bound" else "medium",
         "The input pipeline works only while the step waits for it: nothing is read ahead during the step",
         f"{seen}; {wait_s:.3g} s of waiting", "app" + (" + posix" if has_fs else ""),
         "prefetch: end the pipeline with `.prefetch(tf.data.AUTOTUNE)`; a Keras `Sequence` with "
@@ -331,7 +331,7 @@ def _producers_idle_finding(a: "Summary") -> Optional[Finding]:
 
 
 def _is_input_bound(a: "Summary") -> bool:
-    return a.verdict.get("verdict") in ("moderately input-bound", "highly input-bound")
+    return a.verdict.label in ("moderately input-bound", "highly input-bound")
 
 
 def _size(n: float) -> str:
@@ -354,13 +354,13 @@ def idle(a: "Summary") -> dict:
     wait and the cycles' other time, and what the input phases' time was made of (file system, framework input
     wait, Python / decode, not observed, ...: % of those phases' time). Empty when AU is unknown."""
     v = a.verdict
-    au = v.get("au_pct")
+    au = v.au_pct
     if au is None or not np.isfinite(au):
         return {}
     inputs = _input_phases(a.layered)
     total = _sum(inputs, "time_s")
     causes = {c: 100 * _sum(inputs, f"{c}_s") / total for c in COMPONENTS} if total > 0 else {}
-    return {"idle_pct": 100.0 - au, "input_wait_pct": v.get("input_pct"), "other_pct": v.get("other_pct"),
+    return {"idle_pct": 100.0 - au, "input_wait_pct": v.input_pct, "other_pct": v.other_pct,
             "input_phases_pct": {c: p for c, p in causes.items() if p >= 0.05}}
 
 

@@ -223,8 +223,7 @@ def _metrics(ranks: int, events: int, bd: pd.DataFrame, exp: pd.DataFrame, total
                                        "bw_over_job_wall_MB_per_s")})
     out.update(_epoch_metrics(per_epoch))
     out["study_read_pct"] = float(study["read_pct"].mean()) if len(study) else None
-    out.update({"input_pct": v["input_pct"], "au_pct": v["au_pct"], "verdict": v["verdict"],
-                "verdict_basis": v["basis"]})
+    out.update({"input_pct": v.input_pct, "au_pct": v.au_pct, "verdict": v.label, "verdict_basis": v.basis})
     return out
 
 
@@ -237,7 +236,7 @@ class Summary:
     metrics
         Scalars of :func:`run_metrics` (shares in %, bytes, MB/s, seconds).
     verdict
-        :func:`~trace_merge.attribution.verdict` (``input_pct``, ``verdict``, ``au_pct``, ``basis``, ``notes``).
+        :class:`~trace_merge.attribution.Verdict`.
     layered
         :func:`~trace_merge.attribution.layered_breakdown_df`: app phases split by what the lower layers did.
     breakdown
@@ -257,7 +256,7 @@ class Summary:
     """
 
     metrics: dict
-    verdict: dict
+    verdict: att_.Verdict
     layered: pd.DataFrame
     breakdown: pd.DataFrame
     exposed_io: pd.DataFrame
@@ -286,11 +285,11 @@ def coverage_notes(layered: pd.DataFrame) -> list[str]:
             f" % of its time was not observed" for phase, row in g.head(2).iterrows()]
 
 
-def explain(metrics: dict, verdict: dict, layered: pd.DataFrame) -> list[str]:
+def explain(metrics: dict, verdict: att_.Verdict, layered: pd.DataFrame) -> list[str]:
     """Sentences for where io %, exposed %, the layered split and the verdict seem to disagree."""
     out: list[str] = []
-    io, exposed, wait = metrics.get("io_pct"), metrics.get("exposed_io_pct"), verdict.get("input_pct")
-    if verdict.get("basis") == "framework" and wait is not None and exposed is not None \
+    io, exposed, wait = metrics.get("io_pct"), metrics.get("exposed_io_pct"), verdict.input_pct
+    if verdict.basis == "framework" and wait is not None and exposed is not None \
             and verdict_label(wait) != verdict_label(exposed):
         out.append(f"the verdict uses the framework's input wait inside the profiled steps ({wait:.1f} % of step "
                    f"time), not the app layer's exposed I/O ({exposed:.1f} % of all wall time, start-up included), "
@@ -298,7 +297,7 @@ def explain(metrics: dict, verdict: dict, layered: pd.DataFrame) -> list[str]:
     if io is not None and exposed is not None and io >= 1.0 and io >= 2 * exposed:
         out.append(f"io phases take {io:.1f} % of wall time but only {exposed:.1f} % is exposed: the rest ran "
                    "while another thread computed (prefetching hid it)")
-    if exposed is not None and wait is not None and verdict.get("basis") == "app" and abs(exposed - wait) >= 5:
+    if exposed is not None and wait is not None and verdict.basis == "app" and abs(exposed - wait) >= 5:
         out.append(f"exposed I/O ({exposed:.1f} %) is a share of all wall time, start-up and epochs' edges "
                    f"included; the input wait of the verdict ({wait:.1f} %) is a share of step time only")
     if len(layered):

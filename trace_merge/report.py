@@ -76,8 +76,8 @@ def _top_phases_figure(layered: pd.DataFrame) -> "Figure":
 def _first_screen(run: "Run", a: "analysis.Summary", found: "list[Finding]") -> str:
     """Is this job input-bound, where does the time go, why, and what to try next: one screen."""
     v = a.verdict
-    css_class = "v-" + (v["verdict"].split()[0] if v["verdict"] != "unknown" else "unknown")
-    reasons = [*v.get("notes", []), *a.explanations][:4]
+    css_class = "v-" + (v.label.split()[0] if v.label != "unknown" else "unknown")
+    reasons = [*v.notes, *a.explanations][:4]
     reason_html = "".join(f"<li>{html.escape(r)}</li>" for r in reasons)
     early_html = "".join(f'<p class="warn"><b>{html.escape(w)}</b></p>' for w in run.ended_early())
     items = "".join(
@@ -167,7 +167,7 @@ def render_report(run: "Run", parts: "Optional[analysis.Summary]" = None) -> str
         figure("layered breakdown", lambda: plots.plot_layered_breakdown(a.layered)) if len(a.layered) else "",
         table(analysis.epochs_as_text(a.layered, "none")),
         "<h2>Steps: input wait per step</h2>",
-        "<p>" + "<br>".join(html.escape(n) for n in [*v.get("notes", []), *a.explanations]) + "</p>",
+        "<p>" + "<br>".join(html.escape(n) for n in [*v.notes, *a.explanations]) + "</p>",
         figure("step series", lambda: plots.plot_step_series(a.steps)) if len(a.steps) else "",
         "<h2>Drill-down: breakdown by phase category, app layer</h2>",
         "<p>Exclusive share of each epoch's wall time: the innermost phase on each thread, then priority "

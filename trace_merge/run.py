@@ -270,7 +270,7 @@ class Run:
         """:func:`trace_merge.analysis.event_stats_df` of this run."""
         return analysis.event_stats_df(self.frame)
 
-    def verdict(self) -> dict:
+    def verdict(self) -> "analysis.Verdict":
         """:func:`trace_merge.analysis.verdict` of this run."""
         return analysis.verdict(self.frame)
 
@@ -346,7 +346,7 @@ class Run:
             "counter_rows": int(len(self.counters)),
             "sources": len(self.sources),
             "metrics": _plain(a.metrics),
-            "verdict": _plain(a.verdict),
+            "verdict": _plain(a.verdict.as_dict()),
             "explanations": list(a.explanations),
             "layered_breakdown": _records(a.layered),
             "breakdown": _records(a.breakdown),

@@ -52,7 +52,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(format_layered(results[pt], title=f"{pt.shuffle} shuffle ({pt.ranks} ranks)"))
         v = results[pt]["analysis"].verdict
         print(f"verdict: {verdict_text(v)}")
-        for line in v["notes"] + results[pt]["analysis"].explanations:
+        for line in v.notes + results[pt]["analysis"].explanations:
             print(f"  - {line}")
         found = findings(results[pt]["analysis"])
         print(f"next step: {next_step(found)}")
