@@ -184,11 +184,13 @@ def test_residual_counts_events_outside_their_step(run: Path) -> None:
     fw["start_ns"] = fw["start_ns"] + 1000
     fw["end_ns"] = fw["end_ns"] - 1000
     ok = al.alignment_residual(concat_frames([frame, fw]))
-    assert ok["checked"] == len(iters) and ok["outside"] == 0 and ok["max_outside_ns"] == 0
+    assert ok.checked == len(iters) and ok.outside == 0 and ok.max_outside_ns == 0
     fw["start_ns"] += 5_000_000
     fw["end_ns"] += 5_000_000
     bad = al.alignment_residual(concat_frames([frame, fw]), tolerance_ns=1_000_000)
-    assert bad["outside"] == len(iters) and bad["max_outside_ns"] >= 5_000_000 - 1000 - 1_000_000
+    assert bad.outside == len(iters) and bad.max_outside_ns >= 5_000_000 - 1000 - 1_000_000
+    assert al.Residual.parse(bad.as_dict()) == bad  # merge_info.json's form reads back
+    assert al.Residual.parse({"checked": "3", "numbering": "weekly"}) == al.Residual()  # a hand-edited one
 
 
 def test_enclosing_phase_tag_is_not_propagated() -> None:

@@ -107,7 +107,7 @@ def test_breakdown_rows_sum_to_100_and_summary(hvd_runs: dict) -> None:
         assert set(parts["run"].frame["layer"].astype(str)) >= {"app", "posix", "comm", "framework"}
         # the TF profiler's step markers fall inside the app's Training Iteration of the same step
         residual = parts["run"].residual
-        assert residual["checked"] == 2 * 2 and residual["outside"] == 0 and residual["unmatched"] == 0
+        assert residual.checked == 2 * 2 and residual.outside == 0 and residual.unmatched == 0
         # layered: the allreduce inside each rank's Train Step shows as communication on every rank
         lay = parts["run"].layered_breakdown()
         step = lay[lay["phase"] == "Train Step"].groupby("rank")[["time_s", "comm_s"]].sum()
@@ -161,7 +161,7 @@ def test_mpi4py_backend_two_ranks(smoke_data: Path, tmp_path: Path) -> None:
     assert sorted(comm["rank"].unique()) == [0, 1] and (comm["bytes"].fillna(0) > 0).all()  # <NA> fails
     assert sorted(p.parents[3].name for p in run_dir.glob("tf/rank-*/plugins/profile/*/*.xplane.pb")) \
         == ["rank-0", "rank-1"]
-    assert run.residual["checked"] == 2 * 2 and run.residual["outside"] == 0
+    assert run.residual.checked == 2 * 2 and run.residual.outside == 0
 
 
 @pytest.mark.tf
@@ -247,7 +247,7 @@ def test_partitioned_merge_equals_the_in_memory_one_with_every_layer(hvd_runs: d
     assert {"app", "framework", "comm", "posix"} <= set(memory.frame["layer"].astype(str))
     parted = Run.open(run_dir, partitioned=True, workers=2)
     assert_same_summary(memory, parted)
-    assert parted.residual["checked"] == 4 and parted.residual["outside"] == 0
+    assert parted.residual.checked == 4 and parted.residual.outside == 0
     cols = [c for c in memory.frame.columns if c not in ("args", "host")]
     as_text = {c: object for c in ("layer", "cat", "name", "file")}
     pd.testing.assert_frame_equal(memory.frame[cols].astype(as_text), parted.frame[cols].astype(as_text))

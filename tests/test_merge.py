@@ -116,8 +116,8 @@ def test_run_dir_has_every_layer(merged) -> None:
     assert f["start_ns"].is_monotonic_increasing
     assert (f["rank"] == 0).all(), "POSIX rows mapped to rank 0 by pid; framework from tf/rank-0"
     # TF train steps vs app Training Iteration: all three checked, none outside by more than 1 ms
-    assert merged.residual["checked"] == 3 and merged.residual["outside"] == 0
-    assert merged.residual["max_outside_ns"] < 1_000_000
+    assert merged.residual.checked == 3 and merged.residual.outside == 0
+    assert merged.residual.max_outside_ns < 1_000_000
 
 
 def test_posix_reads_get_step_of_their_iteration(merged) -> None:
@@ -163,7 +163,7 @@ def test_write_merged_round_trip(merged, run_dir: Path, tmp_path: Path) -> None:
     frame, _, info = read_merged(out)
     pd.testing.assert_frame_equal(frame, merged.frame)
     assert info.rows_per_layer == merged.rows_per_layer() and info.rows == len(merged.frame)
-    assert info.residual == merged.residual and info.sources == merged.sources
+    assert info.residual == merged.residual.as_dict() and info.sources == merged.sources
     assert not [p for p in out.iterdir() if p.name.startswith(".")], "no temporary files left"
     before = (out / "merged.parquet").stat().st_mtime_ns
     with pytest.raises(OutputExistsError, match="already exists"):

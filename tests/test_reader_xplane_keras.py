@@ -74,11 +74,11 @@ def test_steps_and_residual(fit_run) -> None:
     res = fit_run.residual
     if len(train):  # tf.keras 2 (TF 2.15)
         # Keras counts per epoch, TimeLoggerCallback globally: the residual finds the per-epoch match
-        assert res["numbering"] == "per_epoch"
-        assert res["checked"] == EPOCHS * STEPS and res["outside"] == 0
+        assert res.numbering == "per_epoch"
+        assert res.checked == EPOCHS * STEPS and res.outside == 0
         assert sorted(zip(train["epoch"], train["step"])) == [(e, s) for e in range(EPOCHS) for s in range(STEPS)]
     else:  # Keras 3: nothing carries a step, nothing to check
-        assert res["checked"] == 0
+        assert res.checked == 0
     # framework rows inside an app Training Iteration get its (global) step
     fw = f[f["layer"] == "framework"]
     for it in app_iters.itertuples():

@@ -28,8 +28,9 @@ from __future__ import annotations
 import logging
 import os
 from concurrent.futures import ThreadPoolExecutor
+import dataclasses
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Optional, Sequence
 
 import numpy as np
 import pandas as pd
@@ -263,7 +264,35 @@ def _outside_by(fw: pd.DataFrame, app: pd.DataFrame, keys: list[str]) -> "tuple[
     return np.maximum(before, after), int((~matched).sum())
 
 
-def alignment_residual(frame: pd.DataFrame, tolerance_ns: int = RESIDUAL_TOLERANCE_NS) -> dict[str, Any]:
+@dataclass
+class Residual:
+    """The alignment check (:func:`alignment_residual`); ``as_dict`` is its JSON form (``merge_info.json``)."""
+
+    checked: int = 0  # framework events with a step that has an app window
+    outside: int = 0  # those starting or ending more than tolerance_ns outside it
+    max_outside_ns: int = 0
+    median_outside_ns: int = 0
+    unmatched: int = 0  # framework events whose step has no app interval
+    numbering: Optional[str] = None  # "global" or "per_epoch": the step numbering that matched
+    tolerance_ns: int = RESIDUAL_TOLERANCE_NS
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def parse(cls, obj: Any) -> "Residual":
+        """A stored residual (a dict; values of the wrong type are left at their defaults)."""
+        out = cls()
+        for name, default in cls().as_dict().items():
+            value = obj.get(name) if isinstance(obj, dict) else None
+            if name == "numbering" and value in ("global", "per_epoch"):
+                out.numbering = value
+            elif isinstance(value, int) and not isinstance(value, bool) and name != "numbering":
+                setattr(out, name, value)
+        return out
+
+
+def alignment_residual(frame: pd.DataFrame, tolerance_ns: int = RESIDUAL_TOLERANCE_NS) -> Residual:
     """Check the alignment: framework events carrying a step vs that step's app interval.
 
     A step's app window is ``[min start, max end]`` of the app intervals of the same rank with that
@@ -277,11 +306,7 @@ def alignment_residual(frame: pd.DataFrame, tolerance_ns: int = RESIDUAL_TOLERAN
 
     Returns
     -------
-    dict
-        ``checked`` (framework events with a step that has an app window), ``outside`` (those starting
-        or ending more than ``tolerance_ns`` outside it), ``max_outside_ns``, ``median_outside_ns``,
-        ``unmatched`` (framework events whose step has no app interval), ``numbering``,
-        ``tolerance_ns``.
+    Residual
     """
     basis = ResidualBasis.of([residual_flags(frame)])
     return residual_of([residual_parts(frame, basis)], basis, tolerance_ns)
@@ -352,22 +377,12 @@ def residual_parts(frame: pd.DataFrame, basis: ResidualBasis) -> dict[str, "tupl
 
 
 def residual_of(parts: "Sequence[Mapping[str, tuple[np.ndarray, int]]]", basis: ResidualBasis,
-                tolerance_ns: int = RESIDUAL_TOLERANCE_NS) -> dict[str, Any]:
+                tolerance_ns: int = RESIDUAL_TOLERANCE_NS) -> Residual:
     """:func:`alignment_residual` from the partitions' :func:`residual_parts` (the numbering is chosen job-wide)."""
-    res: dict[str, Any] = {
-        "checked": 0,
-        "outside": 0,
-        "max_outside_ns": 0,
-        "median_outside_ns": 0,
-        "unmatched": 0,
-        "numbering": None,
-        "tolerance_ns": int(tolerance_ns),
-    }
     if not basis.fw:
-        return res
+        return Residual(tolerance_ns=int(tolerance_ns))
     if not basis.app:
-        res["unmatched"] = basis.fw
-        return res
+        return Residual(unmatched=int(basis.fw), tolerance_ns=int(tolerance_ns))
     best = None
     for numbering in ("global", "per_epoch") if basis.per_epoch else ("global",):
         mine = [p[numbering] for p in parts if numbering in p]
@@ -377,15 +392,10 @@ def residual_of(parts: "Sequence[Mapping[str, tuple[np.ndarray, int]]]", basis: 
         if best is None or score < best[0]:
             best = (score, numbering, out_by, unmatched)
     _, numbering, out_by, unmatched = best
-    res.update(
-        checked=int(len(out_by)),
-        outside=int((out_by > tolerance_ns).sum()),
-        max_outside_ns=int(out_by.max()) if len(out_by) else 0,
-        median_outside_ns=int(np.median(out_by)) if len(out_by) else 0,
-        unmatched=int(unmatched),
-        numbering=numbering if len(out_by) else None,
-    )
-    return res
+    return Residual(checked=int(len(out_by)), outside=int((out_by > tolerance_ns).sum()),
+                    max_outside_ns=int(out_by.max()) if len(out_by) else 0,
+                    median_outside_ns=int(np.median(out_by)) if len(out_by) else 0, unmatched=int(unmatched),
+                    numbering=numbering if len(out_by) else None, tolerance_ns=int(tolerance_ns))
 
 
 def time_order(frame: pd.DataFrame) -> pd.DataFrame:

@@ -12,6 +12,7 @@ from typing import Any
 
 import pandas as pd
 
+from .align import Residual
 from .identity import Identity
 from .partitioned import PartitionedMerge, merge_in_memory, merge_read
 from .schema import SourceData
@@ -33,7 +34,7 @@ class MergeResult:
     warnings
         One line each, ``"<path>: <cause>"``: skipped files, missing ranks, dropped sources.
     residual
-        Alignment check, see :func:`trace_merge.align.alignment_residual`.
+        Alignment check (:class:`trace_merge.align.Residual`).
     manifest
         ``manifest.json`` of the run, or None for loose inputs.
     sources
@@ -55,7 +56,7 @@ class MergeResult:
     frame: pd.DataFrame
     counters: pd.DataFrame
     warnings: list[str] = field(default_factory=list)
-    residual: dict[str, Any] = field(default_factory=dict)
+    residual: Residual = field(default_factory=Residual)
     manifest: "dict[str, Any] | None" = None
     sources: list[str] = field(default_factory=list)
     clock_offsets_ns: dict[int, int] = field(default_factory=dict)

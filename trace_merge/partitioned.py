@@ -372,7 +372,7 @@ class PartitionedMerge:
     summary: Any  # the analysis hook's reduction (None without a hook)
     job: Any  # the analysis hook's job facts (None without a hook)
     warnings: list
-    residual: dict
+    residual: A.Residual
     manifest: Optional[dict]
     sources: list
     clock_offsets_ns: dict

@@ -25,6 +25,7 @@ from trace_merge.outputs import atomic_output, refuse_existing
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from matplotlib.figure import Figure
 
+    from trace_merge.align import Residual
     from trace_merge.findings import Finding
     from trace_merge.run import Run
 
@@ -57,10 +58,10 @@ def _per_layer_totals(frame: pd.DataFrame) -> pd.DataFrame:
     return per[["layer", "rank", "wall_s", *[f"{c}_pct" for c in analysis.PRIORITY]]]
 
 
-def _residual_ms(residual: dict[str, Any]) -> dict[str, Any]:
+def _residual_ms(residual: "Residual") -> dict[str, Any]:
     """The alignment residual for people: ``*_ns`` values in ms."""
     return {(k[:-3] + "_ms" if k.endswith("_ns") else k): (v / 1e6 if k.endswith("_ns") and isinstance(v, (int, float))
-                                                          else v) for k, v in residual.items()}
+                                                          else v) for k, v in residual.as_dict().items()}
 
 
 def _top_phases_figure(layered: pd.DataFrame) -> "Figure":
@@ -153,7 +154,7 @@ def render_report(run: "Run", parts: "Optional[analysis.Summary]" = None) -> str
         f"<h2>Warnings ({len(run.warnings)})</h2><ul class='warn'>{warnings}</ul>",
         "<h2>Alignment residual</h2>",
         "<details><summary>Framework events of a training step must fall inside the app interval of that step "
-        f"after alignment: {run.residual.get('outside', 0)} of {run.residual.get('checked', 0)} checked fall "
+        f"after alignment: {run.residual.outside} of {run.residual.checked} checked fall "
         "outside (times in ms)</summary>", key_values(_residual_ms(run.residual)), "</details>",
         *(["<h3>Darshan DXT placement per rank</h3>", "<p>Offset added to the job-header placement, found from "
            "the segments' content (docs/frame.md, clocks).</p>", table(pd.DataFrame(run.dxt_clock))]

@@ -20,6 +20,7 @@ import pandas as pd
 
 from timelogger.layout import COUNTERS, MERGED
 from trace_merge import analysis, kernels, sources, store
+from trace_merge.align import Residual
 from trace_merge.errors import TraceInputError
 from trace_merge.schema import COUNTER_DTYPES
 
@@ -64,7 +65,7 @@ class Run:
     warnings
         One-line ``"<path>: <cause>"`` warnings from reading and aligning (skipped files, missing ranks).
     residual
-        Alignment check (see :func:`trace_merge.align.alignment_residual`), empty when nothing to check.
+        Alignment check (:class:`trace_merge.align.Residual`; nothing checked when there is nothing to check).
     manifest
         The run's ``manifest.json``, or ``None``.
     sources
@@ -82,7 +83,7 @@ class Run:
     frame: pd.DataFrame
     counters: pd.DataFrame
     warnings: list[str] = field(default_factory=list)
-    residual: dict[str, Any] = field(default_factory=dict)
+    residual: Residual = field(default_factory=Residual)
     manifest: Optional[dict[str, Any]] = None
     sources: list[str] = field(default_factory=list)
     cached: bool = False
@@ -150,7 +151,7 @@ class Run:
             else:
                 logger.info("%s: using %s", p, MERGED)
                 return cls(path=p, frame=frame, counters=counters, warnings=list(info.warnings),
-                           residual=dict(info.residual), manifest=sources.load_manifest(p)[0],
+                           residual=Residual.parse(info.residual), manifest=sources.load_manifest(p)[0],
                            sources=list(info.sources), cached=True, dropped=dict(info.dropped_intervals),
                            dxt_clock=list(info.dxt_clock))
         size = partitioned_input(p, scheduler, partitioned)
@@ -158,7 +159,7 @@ class Run:
             return cls._open_partitioned(p, notes, size, scheduler, workers, memory_bytes)
         res = merge.merge_path(p)
         return cls(path=p, frame=res.frame, counters=res.counters, warnings=notes + list(res.warnings),
-                   residual=dict(res.residual or {}), manifest=res.manifest, sources=list(res.sources),
+                   residual=res.residual, manifest=res.manifest, sources=list(res.sources),
                    dropped=dict(res.dropped), dxt_clock=list(res.dxt_clock))
 
     @classmethod
@@ -197,7 +198,7 @@ class Run:
     def _of_partitions(cls, p: Path, pm: Any, warnings: list[str], manifest: Optional[dict], cached: bool,
                        dropped: dict[str, int]) -> "Run":
         """A run whose frame stays in ``pm``'s partitions until asked for, with the summary the merge computed."""
-        run = cls(path=p, frame=_LAZY, counters=pm.counters, warnings=warnings, residual=dict(pm.residual or {}),
+        run = cls(path=p, frame=_LAZY, counters=pm.counters, warnings=warnings, residual=pm.residual,
                   manifest=manifest, sources=list(pm.sources), cached=cached, dropped=dropped,
                   dxt_clock=list(pm.dxt_clock))
         run._partitioned = pm
@@ -358,7 +359,7 @@ class Run:
             "study_view": _records(a.study_view),
             "event_stats": _records(a.event_stats),
             "warnings": list(self.warnings),
-            "alignment_residual": _plain(self.residual),
+            "alignment_residual": _plain(self.residual.as_dict()),
             "dropped_app_intervals": sum(self.dropped.values()),
             "dxt_clock": _plain(self.dxt_clock),
             "findings": [_plain(f.as_dict()) for f in found],

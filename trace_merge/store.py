@@ -19,6 +19,7 @@ from .identity import by_name, differences, identity_of
 from .sources import source_identity
 from .outputs import atomic_outputs, exclusive
 from .partitioned import PartitionedMerge, write_parquet
+from .align import Residual
 from .schema import COUNTER_DTYPES, FRAME_DTYPES
 
 if TYPE_CHECKING:
@@ -222,7 +223,7 @@ def write_merged(res: "MergeResult | PartitionedMerge", run_dir: "str | os.PathL
             info = MergeInfo(
                 sources=list(res.sources), inputs=res.inputs,
                 outputs={MERGED: identity_of(merged_tmp), COUNTERS: identity_of(counters_tmp)},
-                warnings=list(res.warnings), residual=res.residual,
+                warnings=list(res.warnings), residual=res.residual.as_dict(),
                 clock_offsets_ns={str(r): int(o) for r, o in res.clock_offsets_ns.items()},
                 dxt_clock=list(res.dxt_clock), dropped_intervals=dict(res.dropped),
                 rows_per_layer=res.rows_per_layer(),
@@ -277,7 +278,7 @@ def stored_partitions(run_dir: Path, info: MergeInfo, counters: pd.DataFrame) ->
     where = {int(p["rank"]): (str(run_dir / MERGED), tuple(int(g) for g in p["row_groups"])) for p in layout}
     rows = {int(p["rank"]): int(p["rows"]) for p in layout}
     return PartitionedMerge(partitions=where, rows=rows, counters=counters, summary=None, job=None,
-                            warnings=list(info.warnings), residual=dict(info.residual), manifest=None,
+                            warnings=list(info.warnings), residual=Residual.parse(info.residual), manifest=None,
                             sources=list(info.sources), clock_offsets_ns=dict(info.clock_offsets_ns),
                             dxt_clock=list(info.dxt_clock), inputs=dict(info.inputs or {}),
                             dropped=dict(info.dropped_intervals), spill=None, layer_rows=dict(info.rows_per_layer))
