@@ -99,7 +99,7 @@ def test_dlio_own_traces_give_dlio_au_and_the_verdict(dlio_site, dlio_data, kind
     assert v.cycles_total == 32  # 8 steps x 2 epochs x 2 ranks: DLIO's compute events mark the steps
     assert "producers_idle" not in [f.key for f in run.findings()]  # DLIO's tf.data reader prefetches
     steps = run.step_series()
-    assert steps["step_s"].sum() <= 2 * run.analyse().metrics["job_wall_s"]  # cycles of two ranks, not of a pool
+    assert steps["step_s"].sum() <= 2 * run.analyse().metrics.job_wall_s  # cycles of two ranks, not of a pool
 
 
 def test_launcher_posix_around_dlio_does_not_crash_and_gives_the_posix_layer(dlio_site, dlio_data):

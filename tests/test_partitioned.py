@@ -65,7 +65,7 @@ def generated(tmp_path_factory) -> Path:
 
 def test_engines_agree_with_the_in_memory_merge_on_a_generated_set(generated: Path, cluster) -> None:
     memory = Run.open(generated, partitioned=False)
-    assert memory.analyse().metrics["ranks"] == 4
+    assert memory.analyse().metrics.ranks == 4
     inline = Run.open(generated, partitioned=True)
     pool = Run.open(generated, partitioned=True, workers=2)
     dask = Run.open(generated, scheduler=cluster.scheduler_address)
@@ -159,7 +159,7 @@ def test_a_worker_does_not_rerun_an_unguarded_script(generated: Path, tmp_path: 
     script.write_text(f"from pathlib import Path\nfrom trace_merge.run import Run\n"
                       f"with open({str(marker)!r}, 'a') as f: f.write('x')\n"
                       f"r = Run.open({str(generated)!r}, partitioned=True, workers=2)\n"
-                      f"print(r.analyse().metrics['events'])\n")
+                      f"print(r.analyse().metrics.events)\n")
     out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=tool_env, timeout=300)
     assert out.returncode == 0, out.stderr
     assert marker.read_text() == "x" and int(out.stdout.strip()) > 0

@@ -18,7 +18,7 @@ import pandas as pd
 
 from trace_merge import kernels, partitioned
 # the summary lives beside the kernels that build it; re-exported here, where users look for it
-from trace_merge.kernels import (STUDY_COMPONENTS, STUDY_TOTAL, Summary, coverage_notes, explain,
+from trace_merge.kernels import (STUDY_COMPONENTS, STUDY_TOTAL, Metrics, Summary, coverage_notes, explain,
                                  overall_breakdown, study_view_df)
 from trace_merge.attribution import (COMPONENT_LABELS, COMPONENTS, LOWER_COMPONENTS, component_view_df,
                                      INPUT_BOUND_HIGH_PCT, INPUT_BOUND_MODERATE_PCT, PRIORITY, accelerator_utilisation,
@@ -83,7 +83,7 @@ def event_stats_df(frame: pd.DataFrame, by: Sequence[str] = ("layer", "cat", "na
 
 
 def run_metrics(frame: pd.DataFrame, counters: Optional[pd.DataFrame] = None,
-                layers: "str | Sequence[str] | None" = None) -> dict:
+                layers: "str | Sequence[str] | None" = None) -> "kernels.Metrics":
     """The handful of scalars that characterise a run (used by :func:`compare_df` and summaries)."""
     return summarise(frame, counters, layers).metrics
 
@@ -114,7 +114,7 @@ def compare_df(runs: Sequence[pd.DataFrame], labels: Sequence[str],
     if len(set(labels)) != len(labels):
         raise ValueError("compare_df: labels must be unique")
     counters = list(counters) if counters is not None else [None] * len(runs)
-    cols = {label: run_metrics(f, c) for f, c, label in zip(runs, counters, labels)}
+    cols = {label: run_metrics(f, c).as_dict() for f, c, label in zip(runs, counters, labels)}
     first = cols[labels[0]]
     for label in labels[1:]:
         cols[f"delta {label}"] = {k: _delta(cols[label].get(k), a) for k, a in first.items()}
@@ -210,7 +210,7 @@ __all__ = [
     "grouped_union_ns", "read_rows", "breakdown_df", "exposed_io_df", "input_bound_df", "Verdict", "verdict",
     "verdict_label", "verdict_text", "accelerator_utilisation", "bandwidth_df", "bandwidth_totals", "job_wall_ns",
     "epoch_bandwidth_df", "epoch_bandwidth_totals", "component_view_df", "study_view_df",
-    "access_pattern_df", "event_stats_df", "overall_breakdown", "run_metrics", "compare_df", "summarise",
+    "access_pattern_df", "event_stats_df", "overall_breakdown", "Metrics", "run_metrics", "compare_df", "summarise",
     "summarise_stored", "summarise_again", "access_pattern",
     "STUDY_COMPONENTS", "STUDY_TOTAL",
 ]

@@ -201,8 +201,8 @@ def _summary_text(run, parts) -> str:
 
     m, v = parts.metrics, parts.verdict
     layers = ", ".join(f"{k} {n:,}" for k, n in run.rows_per_layer().items() if n)
-    lines = [f"{run.path}: {m['events']:,} events, {m['ranks']} rank(s), layers: {layers or 'none'}; "
-             f"{len(run.counters):,} counter rows; job wall time {m['job_wall_s']:.4g} s"]
+    lines = [f"{run.path}: {m.events:,} events, {m.ranks} rank(s), layers: {layers or 'none'}; "
+             f"{len(run.counters):,} counter rows; job wall time {m.job_wall_s:.4g} s"]
     lines += [x for x in [slurm_line(run.manifest)] if x]  # job id and node list under Slurm
     if run.dropped:
         lines.append(f"app layer incomplete: {sum(run.dropped.values()):,} intervals dropped by the TimeLogger "

@@ -230,7 +230,7 @@ def _small_reads_finding(a: "Summary") -> Optional[Finding]:
     if not len(data):
         return None
     n, nbytes = int(data["reads"].sum()), float(data["read_bytes"].sum())
-    read_s, wall_s = a.metrics.get("slowest_read_time_s") or 0.0, a.metrics.get("job_wall_s") or 0.0
+    read_s, wall_s = a.metrics.slowest_read_time_s or 0.0, a.metrics.job_wall_s or 0.0
     if n < SMALL_READ_MIN_COUNT or nbytes / n > SMALL_READ_BYTES or read_s < SMALL_READ_MIN_TIME_SHARE * wall_s:
         return None
     return Finding(
@@ -275,7 +275,7 @@ def _metadata_finding(a: "Summary") -> Optional[Finding]:
     meta, total = posix[is_meta], float(posix["sum_us"].sum()) / 1e6
     n, meta_s = int(meta["count"].sum()), float(meta["sum_us"].sum()) / 1e6
     ranks = max(1, int(a.input_bound["rank"].nunique()) if len(a.input_bound) else 1)
-    wall_s = (a.metrics.get("job_wall_s") or 0.0) * ranks
+    wall_s = (a.metrics.job_wall_s or 0.0) * ranks
     if (total <= 0 or n < METADATA_MIN_CALLS or meta_s / total < METADATA_SHARE
             or meta_s < METADATA_MIN_TIME_SHARE * wall_s):
         return None

@@ -210,21 +210,55 @@ def _none_if_nan(value: float) -> "float | None":
     return None if value is None or not np.isfinite(value) else float(value)
 
 
-def _metrics(ranks: int, events: int, bd: pd.DataFrame, exp: pd.DataFrame, totals: dict, v: dict,
-             per_epoch: pd.DataFrame, study: pd.DataFrame) -> dict:
+@dataclass
+class Metrics:
+    """The scalars that characterise a run (:func:`trace_merge.analysis.run_metrics`): shares in %, bytes, MB/s,
+    seconds; None where the run has no such number. ``as_dict`` is the flat form ``summary --json`` and
+    :func:`~trace_merge.analysis.compare_df` show (``component_pct`` as ``<component>_pct``). docs/metrics.md
+    defines each."""
+
+    ranks: int
+    events: int
+    job_wall_s: Optional[float]
+    component_pct: dict  # exclusive share of the ranks' wall time per component of PRIORITY (io, comm, ...)
+    outside_epochs_pct: Optional[float]
+    exposed_io_pct: Optional[float]
+    read_bytes: Optional[int]
+    slowest_read_time_s: Optional[float]
+    aggregate_bw_MB_per_s: Optional[float]
+    bw_over_job_wall_MB_per_s: Optional[float]
+    epoch0_read_bw_MB_per_s: Optional[float]
+    later_read_bw_MB_per_s: Optional[float]
+    epoch0_read_time_s: Optional[float]
+    later_read_time_s_per_epoch: Optional[float]
+    study_read_pct: Optional[float]
+    input_pct: Optional[float]  # the verdict's numbers, repeated for tables of runs
+    au_pct: Optional[float]
+    verdict: str
+    verdict_basis: Optional[str]
+
+    def as_dict(self) -> dict:
+        out = dataclasses.asdict(self)
+        shares = {f"{c}_pct": v for c, v in out.pop("component_pct").items()}
+        head = {k: out.pop(k) for k in ("ranks", "events", "job_wall_s")}
+        return {**head, **shares, **out}
+
+
+def _metrics(ranks: int, events: int, bd: pd.DataFrame, exp: pd.DataFrame, totals: dict, v: att_.Verdict,
+             per_epoch: pd.DataFrame, study: pd.DataFrame) -> Metrics:
     exp_tot = exp[exp["epoch"].isna()]
     wall = float(exp_tot["wall_s"].sum())
-    out = {"ranks": int(ranks), "events": int(events),
-           "job_wall_s": totals["job_wall_s"]}
-    out.update(overall_breakdown(bd) if len(bd) else {**{f"{c}_pct": None for c in PRIORITY},
-                                                     "outside_epochs_pct": None})
-    out["exposed_io_pct"] = 100.0 * float(exp_tot["exposed_s"].sum()) / wall if wall > 0 else None
-    out.update({k: totals[k] for k in ("read_bytes", "slowest_read_time_s", "aggregate_bw_MB_per_s",
-                                       "bw_over_job_wall_MB_per_s")})
-    out.update(_epoch_metrics(per_epoch))
-    out["study_read_pct"] = float(study["read_pct"].mean()) if len(study) else None
-    out.update({"input_pct": v.input_pct, "au_pct": v.au_pct, "verdict": v.label, "verdict_basis": v.basis})
-    return out
+    shares = overall_breakdown(bd) if len(bd) else {**{f"{c}_pct": None for c in PRIORITY},
+                                                   "outside_epochs_pct": None}
+    return Metrics(
+        ranks=int(ranks), events=int(events), job_wall_s=totals["job_wall_s"],
+        component_pct={c: shares[f"{c}_pct"] for c in PRIORITY}, outside_epochs_pct=shares["outside_epochs_pct"],
+        exposed_io_pct=100.0 * float(exp_tot["exposed_s"].sum()) / wall if wall > 0 else None,
+        **{k: totals[k] for k in ("read_bytes", "slowest_read_time_s", "aggregate_bw_MB_per_s",
+                                  "bw_over_job_wall_MB_per_s")},
+        **_epoch_metrics(per_epoch),
+        study_read_pct=float(study["read_pct"].mean()) if len(study) else None,
+        input_pct=v.input_pct, au_pct=v.au_pct, verdict=v.label, verdict_basis=v.basis)
 
 
 @dataclass
@@ -234,7 +268,7 @@ class Summary:
     Attributes
     ----------
     metrics
-        Scalars of :func:`run_metrics` (shares in %, bytes, MB/s, seconds).
+        :class:`Metrics`.
     verdict
         :class:`~trace_merge.attribution.Verdict`.
     layered
@@ -255,7 +289,7 @@ class Summary:
         One sentence for each place where the headline numbers seem to disagree, saying why.
     """
 
-    metrics: dict
+    metrics: Metrics
     verdict: att_.Verdict
     layered: pd.DataFrame
     breakdown: pd.DataFrame
@@ -285,10 +319,10 @@ def coverage_notes(layered: pd.DataFrame) -> list[str]:
             f" % of its time was not observed" for phase, row in g.head(2).iterrows()]
 
 
-def explain(metrics: dict, verdict: att_.Verdict, layered: pd.DataFrame) -> list[str]:
+def explain(metrics: Metrics, verdict: att_.Verdict, layered: pd.DataFrame) -> list[str]:
     """Sentences for where io %, exposed %, the layered split and the verdict seem to disagree."""
     out: list[str] = []
-    io, exposed, wait = metrics.get("io_pct"), metrics.get("exposed_io_pct"), verdict.input_pct
+    io, exposed, wait = metrics.component_pct.get("io"), metrics.exposed_io_pct, verdict.input_pct
     if verdict.basis == "framework" and wait is not None and exposed is not None \
             and verdict_label(wait) != verdict_label(exposed):
         out.append(f"the verdict uses the framework's input wait inside the profiled steps ({wait:.1f} % of step "

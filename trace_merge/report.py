@@ -124,15 +124,15 @@ def render_report(run: "Run", parts: "Optional[analysis.Summary]" = None) -> str
     facts = {
         "path": str(run.path),
         "events": len(frame),
-        "ranks": m["ranks"],
+        "ranks": m.ranks,
         "rows per layer": ", ".join(f"{k}: {n:,}" for k, n in frame["layer"].value_counts().items() if n),
         "counter rows": len(run.counters),
         "source files": len(run.sources),
-        "job wall time (s)": m["job_wall_s"],
-        "read bytes": m["read_bytes"],
-        "aggregate read bandwidth (MB/s)": m["aggregate_bw_MB_per_s"],
-        "bytes ÷ job wall time (MB/s)": m["bw_over_job_wall_MB_per_s"],
-        "exposed I/O (% of wall)": m["exposed_io_pct"],
+        "job wall time (s)": m.job_wall_s,
+        "read bytes": m.read_bytes,
+        "aggregate read bandwidth (MB/s)": m.aggregate_bw_MB_per_s,
+        "bytes ÷ job wall time (MB/s)": m.bw_over_job_wall_MB_per_s,
+        "exposed I/O (% of wall)": m.exposed_io_pct,
     }
     warnings = "".join(f"<li>{html.escape(w)}</li>" for w in run.warnings) or "<li>none</li>"
     breakdown = a.breakdown
@@ -145,8 +145,8 @@ def render_report(run: "Run", parts: "Optional[analysis.Summary]" = None) -> str
     stats = a.event_stats.sort_values("sum_us", ascending=False) if len(a.event_stats) else a.event_stats
     sections = [
         f"<h1>trace-merge report — {html.escape(run.label)}</h1>",
-        f'<p class="sub">{html.escape(str(run.path))} · {m["ranks"]} rank(s) · job wall time '
-        f'{sig3(m["job_wall_s"] or 0)} s · {len(run.warnings)} warning(s) · generated '
+        f'<p class="sub">{html.escape(str(run.path))} · {m.ranks} rank(s) · job wall time '
+        f'{sig3(m.job_wall_s or 0)} s · {len(run.warnings)} warning(s) · generated '
         f"{_dt.datetime.now(_dt.timezone.utc):%Y-%m-%d %H:%M UTC} by trace_merge {__version__}</p>",
         *([f'<p class="sub">{html.escape(job)}</p>'] if (job := slurm_line(run.manifest)) else []),
         _first_screen(run, a, found),

@@ -346,7 +346,7 @@ class Run:
             "rows_per_layer": per_layer,
             "counter_rows": int(len(self.counters)),
             "sources": len(self.sources),
-            "metrics": _plain(a.metrics),
+            "metrics": _plain(a.metrics.as_dict()),
             "verdict": _plain(a.verdict.as_dict()),
             "explanations": list(a.explanations),
             "layered_breakdown": _records(a.layered),

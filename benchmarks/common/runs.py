@@ -42,7 +42,7 @@ def finalize_run(run_dir: "str | Path") -> dict[str, Any]:
     write_merged(merge_path(run_dir), run_dir, force=True)
     run = Run.open(run_dir)
     analysis = run.analyse()
-    metrics, totals, bw = analysis.metrics, analysis.bandwidth_totals, analysis.bandwidth
+    metrics, totals, bw = analysis.metrics.as_dict(), analysis.bandwidth_totals, analysis.bandwidth
     summary_path = run_dir / SUMMARY
     summary = json.loads(summary_path.read_text()) if summary_path.is_file() else {}
     read_time = totals.get("slowest_read_time_s")
