@@ -1,7 +1,8 @@
 """The merge pipeline: one task per source file and one per rank, on any engine; the only orchestration of a merge.
 
-No step holds every row of a job at once. The work runs in waves of independent tasks (:mod:`trace_merge.engines`
-runs them: in this process, a local process pool, or a Dask cluster); what passes between waves is small.
+The work runs in waves of independent tasks (:mod:`trace_merge.engines` runs them: in this process, a local process
+pool, or a Dask cluster); what passes between waves is small, and on a pool or a cluster no step holds every row of
+a job at once.
 
 1. **App files** (TimeLogger), one task each: read, spill the rows by rank, return the metadata alignment needs
    (rank, pid, host, clock offset, TF anchors) and the file's time window.
@@ -38,9 +39,8 @@ import numpy as np
 import pandas as pd
 
 from trace_merge import align as A
-from trace_merge import sources
+from trace_merge import engines, sources
 from trace_merge.dxt_clock import place_source
-from trace_merge import engines
 from trace_merge.engines import Engine, Inline
 from trace_merge.errors import TraceInputError
 from trace_merge.outputs import pid_alive
