@@ -131,7 +131,8 @@ class LocalPool:
 
 @contextlib.contextmanager
 def _workers_skip_main():
-    """While workers start: make them import this module as their ``__main__`` instead of the caller's.
+    """While workers start: make them import :mod:`trace_merge._worker_main` as their ``__main__`` instead of the
+    caller's.
 
     A worker process re-imports the parent's main module (multiprocessing's rule outside ``fork``): a user's
     script without an ``if __name__ == "__main__"`` guard would run again in every worker, and a notebook or
@@ -144,7 +145,7 @@ def _workers_skip_main():
         return
     had = "__spec__" in main.__dict__
     saved = main.__dict__.get("__spec__")
-    main.__spec__ = importlib.util.find_spec(__name__)
+    main.__spec__ = importlib.util.find_spec("trace_merge._worker_main")
     try:
         yield
     finally:
