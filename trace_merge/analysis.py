@@ -170,7 +170,7 @@ def _access_pattern_of(item: "tuple[Any, frozenset]") -> pd.DataFrame:
                                                                 "offset", "file", "epoch")), names)
 
 
-def summarise_stored(pm: "partitioned.PartitionedMerge", engine: "Optional[Engine]" = None) -> None:
+def summarise_stored(pm: "partitioned.Merge", engine: "Optional[Engine]" = None) -> None:
     """Fill a stored merge's facts and summary (:func:`trace_merge.store.stored_partitions`): a pass over a few
     columns for the job's facts, then the summary kernels partition by partition."""
     with partitioned.engine_for_rows(engine, pm.rows) as eng:
@@ -179,14 +179,14 @@ def summarise_stored(pm: "partitioned.PartitionedMerge", engine: "Optional[Engin
     pm.summary = kernels.SummaryHook().combine(parts, pm.job, pm.counters)
 
 
-def summarise_again(pm: "partitioned.PartitionedMerge", layers: Any = None, engine: "Optional[Engine]" = None) -> Summary:
+def summarise_again(pm: "partitioned.Merge", layers: Any = None, engine: "Optional[Engine]" = None) -> Summary:
     """:func:`summarise` of a partitioned merge with other ``layers``, partition by partition."""
     with partitioned.engine_for_rows(engine, pm.rows) as eng:
         parts = partitioned.over_ranks(eng, _summarise_partition, pm.partitions, pm.rows, pm.job, layers)
     return kernels.SummaryHook(layers).combine(parts, pm.job, pm.counters)
 
 
-def access_pattern(pm: "partitioned.PartitionedMerge", engine: "Optional[Engine]" = None) -> pd.DataFrame:
+def access_pattern(pm: "partitioned.Merge", engine: "Optional[Engine]" = None) -> pd.DataFrame:
     """:func:`access_pattern_df` of a partitioned merge, partition by partition (rows are per rank and epoch)."""
     with partitioned.engine_for_rows(engine, pm.rows) as eng:
         parts = partitioned.over_ranks(eng, _access_pattern_of, pm.partitions, pm.rows, pm.job.app_files)

@@ -96,7 +96,7 @@ def merge_setup_parser(parser: argparse.ArgumentParser) -> None:
 
 
 def merge_main(args: argparse.Namespace) -> int:
-    from trace_merge import merge, store
+    from trace_merge import store
 
     run_dir = _input(args.run_dir)
     if not run_dir.is_dir():
@@ -109,10 +109,9 @@ def merge_main(args: argparse.Namespace) -> int:
             # checked above under the same lock, so nothing can have appeared since
             written = store.write_merged(res, run_dir, force=True)
         finally:
-            if not isinstance(res, merge.MergeResult):
-                res.cleanup()
+            res.cleanup()
     layers = ", ".join(f"{k}: {v:,}" for k, v in res.rows_per_layer().items())
-    rows = len(res.frame) if isinstance(res, merge.MergeResult) else sum(res.rows.values())
+    rows = sum(res.rows.values())
     _out(f"{run_dir}: merged {rows:,} rows ({layers or 'no intervals'}), "
          f"{len(res.counters):,} counter rows from {len(res.sources)} files, {len(res.warnings)} warnings")
     for path in written.values():

@@ -26,6 +26,7 @@ notebooks use); tests hold every engine to the same numbers.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import re
@@ -362,9 +363,17 @@ def engine_for_rows(engine: Optional[Engine], rows: dict):
 
 
 @dataclass
-class PartitionedMerge:
-    """What :func:`merge_partitioned` returns (the fields of :class:`trace_merge.merge.MergeResult` but the
-    frame, plus the partitions and the summary)."""
+class Merge:
+    """A merged run, whichever engine made it (:func:`merge_partitioned`, :func:`merge_in_memory`, a stored merge):
+    its rows per rank (:attr:`partitions`, loaded by :meth:`load` or all at once as :attr:`frame`) and what the merge
+    found on the way.
+
+    ``warnings`` are one line each, ``"<path>: <cause>"``; ``residual`` is the alignment check; ``sources`` the
+    files that made it into the merge; ``clock_offsets_ns`` rank -> the offset (that rank's clock minus rank 0's)
+    subtracted from its rows; ``dxt_clock`` per Darshan log and rank, where its DXT segments were placed
+    (:meth:`trace_merge.dxt_clock.DxtClock.as_dict`); ``inputs`` the identity of every file found, read or not, taken
+    before reading; ``dropped`` app file -> intervals its TimeLogger writer dropped.
+    """
 
     partitions: dict  # rank -> partition: its rows (in memory), its Arrow file, or (merged.parquet, row groups)
     rows: dict  # rank -> rows
@@ -382,7 +391,18 @@ class PartitionedMerge:
     spill: Optional[Path]  # the spill directory this merge owns (None: in memory, or a stored merge's partitions)
     layer_rows: dict = field(default_factory=dict)  # layer -> rows
 
-    def frame(self, columns: Optional[Sequence[str]] = None, ranks: Optional[Sequence[int]] = None) -> pd.DataFrame:
+    @functools.cached_property
+    def frame(self) -> pd.DataFrame:
+        """Every row (schema :data:`trace_merge.schema.FRAME_DTYPES`), absolute epoch ns on rank 0's clock, epoch and
+        step propagated, in time order; loaded on first use."""
+        return self.load()
+
+    @property
+    def in_memory(self) -> bool:
+        """The partitions are rows in memory (the inline engine's merge), not files."""
+        return all(isinstance(p, pd.DataFrame) for p in self.partitions.values())
+
+    def load(self, columns: Optional[Sequence[str]] = None, ranks: Optional[Sequence[int]] = None) -> pd.DataFrame:
         """The merged rows (only ``columns`` / ``ranks`` when given), loaded now."""
         use = [r for r in sorted(self.partitions) if ranks is None or r in set(ranks)]
         frames = [read_partition(self.partitions[r], columns) for r in use]
@@ -397,7 +417,8 @@ class PartitionedMerge:
         return frame[list(FRAME_COLUMNS)]
 
     def rows_per_layer(self) -> dict[str, int]:
-        return dict(self.layer_rows)
+        """Rows per layer, most first."""
+        return dict(sorted(self.layer_rows.items(), key=lambda kv: -kv[1]))
 
     def cleanup(self) -> None:
         if self.spill is not None:
@@ -432,7 +453,7 @@ def new_spill_dir(parent: "str | os.PathLike[str] | None" = None) -> Path:
 
 
 def merge_partitioned(path: "str | os.PathLike[str]", engine: Optional[Engine] = None, spill_dir: "str | os.PathLike[str] | None" = None,
-                      analysis: Optional[Analysis] = None, summary_only: bool = True) -> PartitionedMerge:
+                      analysis: Optional[Analysis] = None, summary_only: bool = True) -> Merge:
     """Merge and summarise the traces under ``path`` partition by partition (see the module docstring).
 
     Parameters
@@ -446,7 +467,7 @@ def merge_partitioned(path: "str | os.PathLike[str]", engine: Optional[Engine] =
         temporary directory). Dask workers must see it (a shared file system).
     analysis
         What to run on each rank as it is merged (:class:`Analysis`; the summary:
-        :class:`trace_merge.kernels.SummaryHook`); its reduction is :attr:`PartitionedMerge.summary`.
+        :class:`trace_merge.kernels.SummaryHook`); its reduction is :attr:`Merge.summary`.
     summary_only
         Keep only the columns a summary needs (``args`` and ``host`` are left out of the partitions).
     """
@@ -465,7 +486,7 @@ def merge_partitioned(path: "str | os.PathLike[str]", engine: Optional[Engine] =
         raise
 
 
-def merge_in_memory(path: "str | os.PathLike[str]") -> PartitionedMerge:
+def merge_in_memory(path: "str | os.PathLike[str]") -> Merge:
     """The same pipeline in this process, every piece and partition kept in memory and every column kept, without
     the summary (:func:`trace_merge.merge.merge_path`: a run that fits in memory)."""
     path = Path(path)
@@ -476,7 +497,7 @@ def merge_in_memory(path: "str | os.PathLike[str]") -> PartitionedMerge:
 
 
 def merge_read(read: Sequence[SourceData], launch_ns: Optional[int] = None,
-               launched: Sequence[dict] = ()) -> PartitionedMerge:
+               launched: Sequence[dict] = ()) -> Merge:
     """:func:`merge_in_memory` of sources already read (``launch_ns``: when the run was launched, if known;
     ``launched``: the launcher's records of the ranks, ``launch/rank-<r>.json``)."""
     tasks = [SourceTask(i, s.path, s.kind, None, FRAME_COLUMNS, data=s) for i, s in enumerate(read)]
@@ -511,7 +532,7 @@ def _tasks(files: list, warnings: list, spill: Optional[str], columns: tuple, an
 
 def _run(path: Optional[Path], tasks: "list[SourceTask]", manifest: Optional[dict], warnings: list, inputs: dict,
          engine: Engine, spill: Optional[Path], columns: tuple, analysis: Optional[Analysis], launch: Optional[int],
-         launched: Sequence[dict]) -> PartitionedMerge:
+         launched: Sequence[dict]) -> Merge:
     app_tasks = [t for t in tasks if t.kind in A.APP_KINDS]
     clock = _Clock(engine)
     app_results = engine.map(ingest, app_tasks)
@@ -588,7 +609,7 @@ def _run(path: Optional[Path], tasks: "list[SourceTask]", manifest: Optional[dic
             layer_rows[layer] = layer_rows.get(layer, 0) + n
     for w in warnings:
         log.warning("%s", w)
-    return PartitionedMerge(
+    return Merge(
         partitions={d.rank: d.partition for d in done}, rows={d.rank: d.rows for d in done}, counters=counters_df,
         summary=summary, job=job, warnings=warnings, residual=A.residual_of([d.residual for d in done], basis),
         manifest=manifest, sources=[r.path for r in kept], clock_offsets_ns=offsets,
@@ -642,7 +663,7 @@ def parquet_schema():
     return schema
 
 
-def write_parquet(pm: PartitionedMerge, path: Path, row_group_rows: int = 1 << 20) -> list[dict]:
+def write_parquet(pm: Merge, path: Path, row_group_rows: int = 1 << 20) -> list[dict]:
     """Write the partitions into one ``merged.parquet``, rank after rank (one rank in memory at a time), each
     rank's rows in row groups of its own. Returns ``[{rank, rows, row_groups}]`` for ``merge_info.json``."""
     import pyarrow as pa
@@ -653,7 +674,7 @@ def write_parquet(pm: PartitionedMerge, path: Path, row_group_rows: int = 1 << 2
     group = 0
     with pq.ParquetWriter(str(path), schema) as writer:
         for rank in sorted(pm.partitions):
-            frame = pm.frame(ranks=[rank])
+            frame = pm.load(ranks=[rank])
             table = pa.Table.from_pandas(frame, schema=schema, preserve_index=False)
             n_groups = max(1, -(-len(frame) // row_group_rows))
             writer.write_table(table, row_group_size=row_group_rows)

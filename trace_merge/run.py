@@ -73,10 +73,10 @@ class Run:
     cached
         True when the frame came from a fresh ``merged.parquet``.
     dropped
-        app file -> intervals its TimeLogger writer dropped (:attr:`trace_merge.merge.MergeResult.dropped`).
+        app file -> intervals its TimeLogger writer dropped (:attr:`trace_merge.partitioned.Merge.dropped`).
     dxt_clock
         Where each Darshan log's DXT segments were placed, per rank (see
-        :attr:`trace_merge.merge.MergeResult.dxt_clock`).
+        :attr:`trace_merge.partitioned.Merge.dxt_clock`).
     """
 
     path: Path
@@ -98,7 +98,7 @@ class Run:
 
     def __getattr__(self, name: str) -> Any:
         if name == "frame" and self.__dict__.get("_partitioned") is not None:
-            self.frame = self._partitioned.frame()
+            self.frame = self._partitioned.frame
             return self.frame
         raise AttributeError(name)
 
@@ -256,7 +256,7 @@ class Run:
         partitioned run reads only those ranks' partitions and those columns, without loading :attr:`frame`."""
         want = None if columns is None else list(dict.fromkeys([*columns, *(["epoch"] if epochs is not None else [])]))
         if self._partitioned is not None and "frame" not in self.__dict__:
-            frame = self._partitioned.frame(want, ranks)
+            frame = self._partitioned.load(want, ranks)
         else:
             frame = self.frame
             if ranks is not None:

@@ -7,7 +7,7 @@ import logging
 import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Optional
+from typing import Any, Optional
 
 import pandas as pd
 
@@ -18,12 +18,9 @@ from .errors import OutputExistsError, TraceInputError
 from .identity import by_name, differences, identity_of
 from .sources import source_identity
 from .outputs import atomic_outputs, exclusive
-from .partitioned import PartitionedMerge, write_parquet
+from .partitioned import Merge, write_parquet
 from .align import Residual
 from .schema import COUNTER_DTYPES, FRAME_DTYPES
-
-if TYPE_CHECKING:
-    from .merge import MergeResult
 
 log = logging.getLogger(__name__)
 
@@ -188,14 +185,14 @@ def refuse_stored(run_dir: Path, force: bool = False) -> None:
         raise OutputExistsError(run_dir / MERGED)
 
 
-def write_merged(res: "MergeResult | PartitionedMerge", run_dir: "str | os.PathLike[str]", force: bool = False) -> dict[str, Path]:
+def write_merged(res: Merge, run_dir: "str | os.PathLike[str]", force: bool = False) -> dict[str, Path]:
     """Write ``merged.parquet``, ``counters.parquet`` and ``merge_info.json`` into ``run_dir``: all or none.
 
     Under the run's :func:`lock`, all three are written to temporary names and only then renamed into place,
     ``merge_info.json`` last; it records the identity of the two parquet files beside it
     (:func:`stored_outputs` tells a mixed set) and of the sources (``inputs``, see :mod:`trace_merge.run`).
     Category, nullable-integer and string dtypes survive the round trip (:func:`read_merged`). A partitioned merge
-    (:class:`trace_merge.partitioned.PartitionedMerge`) is written rank by rank, each rank in row groups of its own,
+    (:class:`trace_merge.partitioned.Merge`) is written rank by rank, each rank in row groups of its own,
     listed in ``merge_info.json`` as ``partitions``.
 
     Raises
@@ -215,10 +212,10 @@ def write_merged(res: "MergeResult | PartitionedMerge", run_dir: "str | os.PathL
         refuse_stored(run_dir, force)
         with atomic_outputs(targets, force=True) as (merged_tmp, counters_tmp, info_tmp):
             partitions = None
-            if isinstance(res, PartitionedMerge):  # rank by rank, one in memory at a time
-                partitions = write_parquet(res, merged_tmp)
-            else:
+            if res.in_memory:  # every row in time order
                 _to_parquet(res.frame, merged_tmp)
+            else:  # rank by rank, one in memory at a time
+                partitions = write_parquet(res, merged_tmp)
             _to_parquet(res.counters, counters_tmp)
             info = MergeInfo(
                 sources=list(res.sources), inputs=res.inputs,
@@ -227,7 +224,7 @@ def write_merged(res: "MergeResult | PartitionedMerge", run_dir: "str | os.PathL
                 clock_offsets_ns={str(r): int(o) for r, o in res.clock_offsets_ns.items()},
                 dxt_clock=list(res.dxt_clock), dropped_intervals=dict(res.dropped),
                 rows_per_layer=res.rows_per_layer(),
-                rows=int(len(res.frame)) if partitions is None else int(sum(res.rows.values())),
+                rows=int(sum(res.rows.values())),
                 counter_rows=int(len(res.counters)),
                 partitions=partitions,  # rank -> row groups: a re-summary reads rank by rank
                 trace_merge_version=__version__)
@@ -270,14 +267,14 @@ def read_merged(run_dir: "str | os.PathLike[str]", info: Optional[MergeInfo] = N
     return tables[0], tables[1], info
 
 
-def stored_partitions(run_dir: Path, info: MergeInfo, counters: pd.DataFrame) -> PartitionedMerge:
-    """A trusted stored merge with a partition layout (:func:`trusted`) as a :class:`PartitionedMerge` whose
+def stored_partitions(run_dir: Path, info: MergeInfo, counters: pd.DataFrame) -> Merge:
+    """A trusted stored merge with a partition layout (:func:`trusted`) as a :class:`Merge` whose
     partitions are ``merged.parquet``'s row groups (no summary yet: :func:`trace_merge.analysis.summarise_stored`
     computes it partition by partition)."""
     layout = info.partitions or []
     where = {int(p["rank"]): (str(run_dir / MERGED), tuple(int(g) for g in p["row_groups"])) for p in layout}
     rows = {int(p["rank"]): int(p["rows"]) for p in layout}
-    return PartitionedMerge(partitions=where, rows=rows, counters=counters, summary=None, job=None,
+    return Merge(partitions=where, rows=rows, counters=counters, summary=None, job=None,
                             warnings=list(info.warnings), residual=Residual.parse(info.residual), manifest=None,
                             sources=list(info.sources), clock_offsets_ns=dict(info.clock_offsets_ns),
                             dxt_clock=list(info.dxt_clock), inputs=dict(info.inputs or {}),
