@@ -35,7 +35,7 @@ from typing import Any, Iterable, Mapping, Optional, Sequence
 import numpy as np
 import pandas as pd
 
-from .intervals import (Axis, combined_codes, drop_from_forest, innermost, nesting_parents, spans_several,
+from .intervals import (Axis, combined_codes, drop_from_forest, innermost, narrow, nesting_parents, spans_several,
                         start_order)
 from .readers import rank_from_name
 from .schema import DIFFERENT_DAY_NS, STEP_PHASE, SourceData
@@ -175,9 +175,7 @@ def apply_offsets(frame: pd.DataFrame, offsets: Mapping[int, int]) -> pd.DataFra
 
 def _by_rank(rank: np.ndarray, rows: np.ndarray) -> "dict[int, np.ndarray]":
     """rank -> the entries of ``rows`` (row indices, ascending) on that rank, each group still ascending."""
-    keys = rank[rows]
-    if len(keys) and -(2**15) <= keys.min() and keys.max() < 2**15:
-        keys = keys.astype(np.int16)  # numpy's stable sort of 16-bit integers is a radix sort: O(n)
+    keys = narrow(rank[rows])
     order = np.argsort(keys, kind="stable")
     uniq, first = np.unique(keys[order], return_index=True)
     return {int(r): rows[part] for r, part in zip(uniq, np.split(order, first[1:]))}
