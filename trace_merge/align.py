@@ -325,11 +325,15 @@ def residual_flags(frame: pd.DataFrame) -> dict[str, int]:
     """What of the residual's inputs one partition has (counts; the job's are their sums)."""
     if not len(frame):
         return dict.fromkeys(_FLAGS, 0)
-    fw, app = _residual_rows(frame)
-    steps = app[(app["name"] == STEP_PHASE).to_numpy()]
-    return {"fw": len(fw), "fw_epoch": int(fw["epoch"].notna().sum()), "app": len(app),
-            "app_epoch": int(app["epoch"].notna().sum()), "step_phase": len(steps),
-            "step_phase_epoch": int(steps["epoch"].notna().sum())}
+    # counts of masks: no copy of the rows
+    has_step = frame["step"].notna().to_numpy()
+    has_epoch = frame["epoch"].notna().to_numpy()
+    fw = (frame["layer"] == "framework").to_numpy() & has_step
+    app = (frame["layer"] == "app").to_numpy() & has_step
+    steps = app & (frame["name"] == STEP_PHASE).to_numpy()
+    return {"fw": int(fw.sum()), "fw_epoch": int((fw & has_epoch).sum()), "app": int(app.sum()),
+            "app_epoch": int((app & has_epoch).sum()), "step_phase": int(steps.sum()),
+            "step_phase_epoch": int((steps & has_epoch).sum())}
 
 
 @dataclass(frozen=True)
