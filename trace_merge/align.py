@@ -35,7 +35,7 @@ from typing import Any, Iterable, Mapping, Optional, Sequence
 import numpy as np
 import pandas as pd
 
-from .intervals import (Axis, combined_codes, drop_from_forest, innermost, nesting_parents, spans_several,
+from .intervals import (Axis, combined_codes, drop_from_forest, innermost, narrow, nesting_parents, spans_several,
                         start_order)
 from .readers import rank_from_name
 from .schema import DIFFERENT_DAY_NS, STEP_PHASE, SourceData
@@ -175,9 +175,7 @@ def apply_offsets(frame: pd.DataFrame, offsets: Mapping[int, int]) -> pd.DataFra
 
 def _by_rank(rank: np.ndarray, rows: np.ndarray) -> "dict[int, np.ndarray]":
     """rank -> the entries of ``rows`` (row indices, ascending) on that rank, each group still ascending."""
-    keys = rank[rows]
-    if len(keys) and -(2**15) <= keys.min() and keys.max() < 2**15:
-        keys = keys.astype(np.int16)  # numpy's stable sort of 16-bit integers is a radix sort: O(n)
+    keys = narrow(rank[rows])
     order = np.argsort(keys, kind="stable")
     uniq, first = np.unique(keys[order], return_index=True)
     return {int(r): rows[part] for r, part in zip(uniq, np.split(order, first[1:]))}
@@ -327,11 +325,15 @@ def residual_flags(frame: pd.DataFrame) -> dict[str, int]:
     """What of the residual's inputs one partition has (counts; the job's are their sums)."""
     if not len(frame):
         return dict.fromkeys(_FLAGS, 0)
-    fw, app = _residual_rows(frame)
-    steps = app[(app["name"] == STEP_PHASE).to_numpy()]
-    return {"fw": len(fw), "fw_epoch": int(fw["epoch"].notna().sum()), "app": len(app),
-            "app_epoch": int(app["epoch"].notna().sum()), "step_phase": len(steps),
-            "step_phase_epoch": int(steps["epoch"].notna().sum())}
+    # counts of masks: no copy of the rows
+    has_step = frame["step"].notna().to_numpy()
+    has_epoch = frame["epoch"].notna().to_numpy()
+    fw = (frame["layer"] == "framework").to_numpy() & has_step
+    app = (frame["layer"] == "app").to_numpy() & has_step
+    steps = app & (frame["name"] == STEP_PHASE).to_numpy()
+    return {"fw": int(fw.sum()), "fw_epoch": int((fw & has_epoch).sum()), "app": int(app.sum()),
+            "app_epoch": int((app & has_epoch).sum()), "step_phase": int(steps.sum()),
+            "step_phase_epoch": int((steps & has_epoch).sum())}
 
 
 @dataclass(frozen=True)

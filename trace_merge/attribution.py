@@ -83,28 +83,29 @@ class _Attribution:
         cat -> merged list of the raw intervals of that cat.
     """
 
-    #: Columns the attribution needs; only these are copied out of a (possibly huge, wide) frame.
-    COLUMNS = ["rank", "pid", "tid", "cat", "name", "start_ns", "end_ns", "epoch", "step"]
-
-    def __init__(self, rows: pd.DataFrame) -> None:
-        s = rows["start_ns"].to_numpy(dtype=_I8)
-        e = rows["end_ns"].to_numpy(dtype=_I8)
-        rank_codes, ranks = pd.factorize(rows["rank"].to_numpy(), sort=True)
+    def __init__(self, frame: pd.DataFrame, keep: np.ndarray) -> None:
+        """The attribution of ``frame``'s rows where ``keep`` (only the arrays it needs are taken out, as numpy
+        arrays: a pandas selection of the rows cost twice as much)."""
+        s = frame["start_ns"].to_numpy(dtype=_I8)[keep]
+        e = frame["end_ns"].to_numpy(dtype=_I8)[keep]
+        rank_codes, ranks = pd.factorize(frame["rank"].to_numpy()[keep], sort=True)
         self.ranks = np.asarray(ranks, dtype=_I8)
         self._r = rank_codes.astype(_I8)
         self._s, self._e = s, e
-        self._tags = {k: (rows[k].to_numpy(dtype=_I8, na_value=0), rows[k].notna().to_numpy())
+        self._tags = {k: (frame[k].to_numpy(dtype=_I8, na_value=0)[keep], frame[k].notna().to_numpy()[keep])
                       for k in ("epoch", "step")}
-        cat_idx = self._cat_index(rows["cat"])
+        cat_idx = self._cat_index(frame["cat"])[keep]
         self._cat_idx = cat_idx
-        self._name_codes, self._names = pd.factorize(rows["name"].to_numpy(dtype=object), sort=False)
-        self._is_step_phase = (self._names[self._name_codes] == STEP_PHASE) if len(self._names) else \
-            np.zeros(len(rows), dtype=bool)
+        # names by their category codes (no string per row); code -1 (missing) is the trailing None
+        name = frame["name"].astype("category")  # a no-op on the schema's column
+        self._name_codes = name.cat.codes.to_numpy().astype(_I8)[keep]
+        self._names = np.append(name.cat.categories.to_numpy(dtype=object), None)
+        self._is_step_phase = np.append(name.cat.categories == STEP_PHASE, False)[self._name_codes]
         self.axis = Axis(self._r, s, e, len(self.ranks))
         rs = self.axis.to_axis(self._r, s)
         re_ = self.axis.to_axis(self._r, e)
         self.raw = {c: merge_intervals(rs[cat_idx == i], re_[cat_idx == i]) for i, c in enumerate(PRIORITY)}
-        thread = combined_codes(self._r, rows["pid"].to_numpy(), rows["tid"].to_numpy())
+        thread = combined_codes(self._r, frame["pid"].to_numpy()[keep], frame["tid"].to_numpy()[keep])
         self._thread = thread
         seg_s, seg_e, owner = self_segments(thread, s, e)
         seg_r = self._r[owner]
@@ -229,8 +230,7 @@ def _attribution(frame: pd.DataFrame, layers: "str | Sequence[str] | None") -> O
         return None
     use = _layers_for(frame, layers)
     keep = frame["layer"].isin(use).to_numpy() & (frame["end_ns"].to_numpy() > frame["start_ns"].to_numpy())
-    rows = frame.loc[keep, _Attribution.COLUMNS]
-    return _Attribution(rows) if len(rows) else None
+    return _Attribution(frame, keep) if keep.any() else None
 
 
 #: What the lower layers saw inside an app phase, in priority order: where they overlap inside a phase, the first

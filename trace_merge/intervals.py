@@ -71,12 +71,37 @@ def start_order(starts: np.ndarray, second: np.ndarray) -> np.ndarray:
     """
     order = np.argsort(starts, kind="stable")
     s = starts[order]
-    tied = np.flatnonzero(s[1:] == s[:-1])
-    if tied.size:
-        at = np.unique(np.concatenate((tied, tied + 1)))
+    eq = s[1:] == s[:-1]
+    if eq.any():
+        tied = np.zeros(len(s), dtype=bool)  # members of a run of equal starts
+        tied[1:] |= eq
+        tied[:-1] |= eq
+        at = np.flatnonzero(tied)
         sub = order[at]
-        order[at] = sub[np.lexsort((second[sub], starts[sub]))]
+        order[at] = sub[_runs_order(s[at], second[sub])]
     return order
+
+
+def _runs_order(runs: np.ndarray, second: np.ndarray) -> np.ndarray:
+    """Stable order by ``(runs, second)`` when ``runs`` is already ascending: one stable sort of a single int64 key
+    (run number, then ``second``), ten times cheaper than :func:`numpy.lexsort` of the two keys."""
+    head = np.empty(len(runs), dtype=bool)
+    head[0] = True
+    np.not_equal(runs[1:], runs[:-1], out=head[1:])
+    lo, hi = int(second.min()), int(second.max())
+    bits = (hi - lo).bit_length()
+    if bits + int(head.sum()).bit_length() > 62:  # the key would not fit in int64
+        return np.lexsort((second, runs))
+    key = (np.cumsum(head, dtype=_I8) - 1) << bits
+    key |= second - lo  # in [0, 2**bits): no overflow
+    return np.argsort(key, kind="stable")
+
+
+def narrow(keys: np.ndarray) -> np.ndarray:
+    """Integer sort keys as int16 when they fit: numpy's stable sort of 16-bit integers is a radix sort, O(n)."""
+    if len(keys) and -(2**15) <= keys.min() and keys.max() < 2**15:
+        return keys.astype(np.int16)
+    return keys
 
 
 def union_ns(starts: Iterable[int], ends: Iterable[int]) -> int:
@@ -156,13 +181,13 @@ class Axis:
     """
 
     def __init__(self, groups: np.ndarray, starts: np.ndarray, ends: np.ndarray, ngroups: int) -> None:
-        lo = np.zeros(ngroups, dtype=_I8)
-        hi = np.zeros(ngroups, dtype=_I8)
-        if groups.size:  # hash group-by: O(n), no sort
-            lo_s = pd.Series(starts).groupby(groups).min()
-            hi_s = pd.Series(ends).groupby(groups).max()
-            lo[lo_s.index.to_numpy()] = lo_s.to_numpy()
-            hi[hi_s.index.to_numpy()] = hi_s.to_numpy()
+        lo = np.full(ngroups, np.iinfo(_I8).max, dtype=_I8)
+        hi = np.full(ngroups, np.iinfo(_I8).min, dtype=_I8)
+        if groups.size:  # O(n), no sort; numpy's ufunc.at is 5-10x faster than a pandas group-by here
+            np.minimum.at(lo, groups, starts)
+            np.maximum.at(hi, groups, ends)
+        absent = np.bincount(groups, minlength=ngroups) == 0 if groups.size else np.ones(ngroups, dtype=bool)
+        lo[absent] = hi[absent] = 0
         width = hi - lo + 1
         self.offset = np.concatenate(([0], np.cumsum(width)[:-1])).astype(_I8)
         if ngroups and int(self.offset[-1]) + int(width[-1]) > 2 ** 62:
@@ -195,11 +220,17 @@ def grouped_union_ns(groups: np.ndarray, starts: np.ndarray, ends: np.ndarray,
     return out
 
 def combined_codes(*keys: np.ndarray) -> np.ndarray:
-    """One dense int64 code per distinct tuple of the key arrays (hash-based, O(n))."""
+    """One dense int64 code per distinct tuple of the key arrays (hash-based, O(n)), in order of first appearance."""
     code = np.zeros(keys[0].size, dtype=_I8)
+    size = 1  # distinct values ``code`` can take
     for k in keys:
         kc, uniq = pd.factorize(k)
-        code, _ = pd.factorize(code * len(uniq) + kc)
+        if size * len(uniq) >= 2**62:  # re-densify before the product would overflow
+            code, first = pd.factorize(code)
+            size = len(first)
+        code = code * len(uniq) + kc
+        size *= len(uniq)
+    code, _ = pd.factorize(code)  # one final pass: the tuple's code, dense, in order of first appearance
     return code.astype(_I8)
 
 
@@ -230,14 +261,29 @@ def nesting_parents(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
 _PARENT_PASSES = 4
 
 
+#: nesting depth up to which :func:`_candidate_parents` works level by level (a few passes each) instead of sorting
+_SHALLOW = 4
+
+
 def _candidate_parents(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     """For properly nested intervals: the last earlier interval one nesting level up (depth = still open)."""
     n = len(starts)
     index = np.arange(n, dtype=np.int64)
-    depth = index - np.searchsorted(np.sort(ends), starts, side="right")
-    by_depth = np.argsort(depth, kind="stable")  # (depth, index) order
+    # stable: on the nearly sorted ends of a trace numpy's timsort is 20x faster than its default quicksort
+    depth = index - np.searchsorted(np.sort(ends, kind="stable"), starts, side="right")
+    top = int(depth.max())
+    if top <= _SHALLOW:  # a trace's usual nesting: per level, the last interval one level up is a running maximum
+        cand = np.full(n, -1, dtype=np.int64)
+        for d in range(1, top + 1):
+            last = np.maximum.accumulate(np.where(depth == d - 1, index, -1))
+            at = depth == d
+            cand[at] = last[at]
+        return cand
+    by_depth = np.argsort(narrow(depth), kind="stable")  # (depth, index) order
     key = depth[by_depth] * (n + 1) + by_depth
-    pos = np.searchsorted(key, (depth - 1) * (n + 1) + index, side="left") - 1
+    pos = np.empty(n, dtype=np.int64)
+    # (depth - 1, index) of every interval, asked in key order: sorted queries search faster (cache)
+    pos[by_depth] = np.searchsorted(key, key - (n + 1), side="left") - 1
     cand = by_depth[np.maximum(pos, 0)]
     ok = (pos >= 0) & (depth > 0) & (depth[cand] == depth - 1)
     return np.where(ok, cand, -1)

@@ -183,10 +183,13 @@ def study_view_df(frame: pd.DataFrame, per_epoch: bool = False) -> pd.DataFrame:
     """The original study's view of a run with its phase taxonomy (:data:`STUDY_COMPONENTS` of
     :data:`STUDY_TOTAL`): per rank (and epoch) seconds and % of Read, Load − Read, Training, Checkpoint and other.
     Ranks without a ``Train Loop`` phase have no rows. See :func:`~trace_merge.attribution.component_view_df`."""
-    app = frame[(frame["layer"] == "app").to_numpy()] if len(frame) else frame
-    with_total = app["rank"][(app["name"] == STUDY_TOTAL).to_numpy()].unique() if len(app) else []
-    return component_view_df(app[app["rank"].isin(with_total).to_numpy()] if len(app) else app, STUDY_COMPONENTS,
-                             STUDY_TOTAL, per_epoch)
+    if not len(frame):
+        return component_view_df(frame, STUDY_COMPONENTS, STUDY_TOTAL, per_epoch)
+    # masks first, one selection of the rows wanted (usually none): copying every app row out cost more
+    app = (frame["layer"] == "app").to_numpy()
+    rank = frame["rank"].to_numpy()
+    with_total = np.unique(rank[app & (frame["name"] == STUDY_TOTAL).to_numpy()])
+    return component_view_df(frame[app & np.isin(rank, with_total)], STUDY_COMPONENTS, STUDY_TOTAL, per_epoch)
 
 
 def _epoch_metrics(per_epoch: pd.DataFrame) -> dict:

@@ -89,11 +89,12 @@ def checked_int(record: Mapping[str, Any], key: str, lo: int, hi: int, where: st
 def category_mask(series: pd.Series, predicate) -> np.ndarray:
     """Evaluate ``predicate(str) -> bool`` once per category present instead of once per row (null: False)."""
     codes = series.cat.codes.to_numpy()
-    hit = np.zeros(len(series.cat.categories), dtype=bool)
     cats = series.cat.categories
-    for code in np.unique(codes[codes >= 0]):
+    hit = np.zeros(len(cats) + 1, dtype=bool)  # the last entry: null (code -1)
+    present = np.bincount(codes + 1, minlength=len(cats) + 1)[1:]  # O(n), no sort
+    for code in np.flatnonzero(present):
         hit[code] = bool(predicate(str(cats[code])))
-    return np.where(codes >= 0, hit[np.maximum(codes, 0)] if len(cats) else False, False)
+    return hit[codes]
 
 
 def as_text(series: pd.Series) -> pd.Series:

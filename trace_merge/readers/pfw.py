@@ -311,7 +311,7 @@ def _text_blocks(path: str, gz: bool, block_bytes: int, warnings: list[str]) -> 
     on hostile input: a line longer than a block is dropped as it streams (an empty line keeps the numbering),
     and text beyond :func:`_text_limit` raises (a gzip bomb).
     """
-    pending = bytearray()
+    pending = _Lines()
     member = b"\x1f\x8b\x08"
     size = os.path.getsize(path)
     limit = _text_limit(size)
@@ -329,20 +329,18 @@ def _text_blocks(path: str, gz: bool, block_bytes: int, warnings: list[str]) -> 
             if nl == -1:
                 return
             text, skipping = text[nl:], False
-        pending.extend(text)
+        pending.add(text)
 
     def whole_lines() -> Iterator[tuple[int, bytes]]:
         nonlocal skipping, lines
-        while len(pending) >= block_bytes:
-            cut = pending.rfind(b"\n") + 1
-            if not cut:  # one line longer than a block: not an event line of any tracer
+        while pending.size >= block_bytes:
+            block = pending.whole_lines()
+            if block is None:  # one line longer than a block: not an event line of any tracer
                 warnings.append(f"{path}:{lines + 1}: a line of over {block_bytes:,} bytes; skipped "
                                 f"(limit {MAX_LINE_BYTES:,})")
                 pending.clear()
                 skipping = True
                 return
-            block = bytes(pending[:cut])
-            del pending[:cut]
             before, lines = lines, lines + block.count(b"\n")
             yield before, block
 
@@ -373,9 +371,7 @@ def _text_blocks(path: str, gz: bool, block_bytes: int, warnings: list[str]) -> 
                 except _ZLIB_ERRORS as err:
                     warnings.append(f"{path}: corrupt gzip data near byte {offset} ({err}); that gzip member is "
                                     "left out, reading went on at the next one")
-                    if pending and not pending.endswith(b"\n"):
-                        cut = pending.rfind(b"\n") + 1
-                        del pending[cut:]  # a line cut by the damage cannot be trusted
+                    pending.drop_part_line()  # a line cut by the damage cannot be trusted
                     resync, data = True, data[1:]
                     offset += 1
                     continue
@@ -399,8 +395,58 @@ def _text_blocks(path: str, gz: bool, block_bytes: int, warnings: list[str]) -> 
             yield from whole_lines()
         if dec is not None and inside and not resync:
             warnings.append(f"{path}: gzip stream truncated (unexpected end of file); read what was complete")
-    if pending:
-        yield lines, bytes(pending)
+    if pending.size:
+        yield lines, pending.join()
+
+
+class _Lines:
+    """Text as it streams in, held as the pieces that came: a block is joined from them once, so the text of a
+    large trace is copied once on its way to the parser (a growing buffer cut into blocks copied it three times)."""
+
+    def __init__(self) -> None:
+        self.parts: list[bytes] = []
+        self.size = 0
+
+    def add(self, text: bytes) -> None:
+        if text:
+            self.parts.append(text)
+            self.size += len(text)
+
+    def clear(self) -> None:
+        self.parts, self.size = [], 0
+
+    def join(self) -> bytes:
+        out = b"".join(self.parts)
+        self.clear()
+        return out
+
+    def _split(self) -> "tuple[int, int]":
+        """(part, position) of the last newline held; (-1, -1) when none."""
+        for i in range(len(self.parts) - 1, -1, -1):
+            nl = self.parts[i].rfind(b"\n")
+            if nl != -1:
+                return i, nl
+        return -1, -1
+
+    def whole_lines(self) -> Optional[bytes]:
+        """Every whole line held, taken out (the part line after them stays); None when no line is whole."""
+        i, nl = self._split()
+        if i == -1:
+            return None
+        last, after = self.parts[i], self.parts[i + 1:]
+        out = b"".join([*self.parts[:i], memoryview(last)[: nl + 1]])
+        self.clear()
+        for part in (last[nl + 1:], *after):
+            self.add(part)
+        return out
+
+    def drop_part_line(self) -> None:
+        """Drop the text after the last newline (all of it when none is held)."""
+        i, nl = self._split()
+        kept = [*self.parts[:i], self.parts[i][: nl + 1]] if i != -1 else []
+        self.clear()
+        for part in kept:
+            self.add(part)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -1100,6 +1146,13 @@ def _fill(primary: pd.Categorical, fallback: pd.Categorical) -> pd.Categorical:
     return pd.Categorical.from_codes(codes, categories=pd.Index(cats, dtype=object))
 
 
+def _strings(cat: pd.Categorical) -> pd.arrays.StringArray:
+    """``cat`` as a ``string`` column, built from its categories: pandas' conversion of an object column checks
+    and converts every row (40 ms per 300 k rows, for a column that is nearly all missing)."""
+    values = np.array([*cat.categories, pd.NA], dtype=object)
+    return pd.arrays.StringArray(values[np.asarray(cat.codes, dtype=np.int64)])
+
+
 def _constant(value: Optional[str], n: int) -> pd.Categorical:
     if value is None:
         return pd.Categorical.from_codes(np.full(n, -1, dtype=np.int32), categories=pd.Index([], dtype=object))
@@ -1257,8 +1310,7 @@ def _result(path: str, state: _State, cols: _Cols, kind: str, warnings: list[str
             args_col.append(json.dumps(extra, default=_json_default) if extra else None)
     else:
         texts = {k: json.dumps({"cat": k}) for _, _, k in classes if k is not None}
-        args_col = _recode(cols.cat, lambda c: texts.get(_classify(str(c), timelogger)[2]))
-        args_col = np.asarray(args_col.astype(object), dtype=object) if n else []
+        args_col = _strings(_recode(cols.cat, lambda c: texts.get(_classify(str(c), timelogger)[2])))
 
     if not timelogger and n:
         process = np.array([c in PROCESS_CALLS for c in cols.name.categories] + [False],
