@@ -315,7 +315,9 @@ def merge_rank(task: RankTask) -> RankResult:
     warnings += A.check_layer_overlap(frame)
     residual = A.residual_parts(frame, task.residual_basis)
     frame = A.propagate_steps(frame)
-    frame = frame[[c for c in FRAME_COLUMNS if c in task.columns]].reset_index(drop=True)
+    keep = [c for c in FRAME_COLUMNS if c in task.columns]
+    if list(frame.columns) != keep:  # time_order gave a fresh index: the columns are taken as they are, not copied
+        frame = pd.DataFrame({c: frame[c] for c in keep}, copy=False)
     partition: "str | pd.DataFrame" = frame
     if task.out is not None:
         _write_arrow(frame, Path(task.out))
