@@ -163,7 +163,7 @@ def test_write_merged_round_trip(merged, run_dir: Path, tmp_path: Path) -> None:
     frame, _, info = read_merged(out)
     pd.testing.assert_frame_equal(frame, merged.frame)
     assert info.rows_per_layer == merged.rows_per_layer() and info.rows == len(merged.frame)
-    assert info.residual == merged.residual.as_dict() and info.sources == merged.sources
+    assert info.residual == merged.residual and info.sources == merged.sources
     assert not [p for p in out.iterdir() if p.name.startswith(".")], "no temporary files left"
     before = (out / "merged.parquet").stat().st_mtime_ns
     with pytest.raises(OutputExistsError, match="already exists"):

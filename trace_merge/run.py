@@ -132,10 +132,14 @@ class Run:
         if not p.exists():
             raise TraceInputError(p, "no such file or directory")
         notes: list[str] = []
-        info, why, command = store.trusted(p) if p.is_dir() else (None, None, "")
-        if why:  # derived data to make again, never an error
+
+        def remerge(why: str, command: str) -> None:  # derived data to make again, never an error
             notes.append(f"{why}; merged again from the sources ({command} stores the new merge)")
             logger.warning("%s", notes[-1])
+
+        info, why, command = store.trusted(p) if p.is_dir() else (None, None, "")
+        if why:
+            remerge(why, command)
         if info is not None:
             big = info.partitions is not None and info.rows >= PARTITION_ABOVE_ROWS
             if info.partitions is not None and partitioned is not False and (scheduler is not None or partitioned
@@ -146,12 +150,11 @@ class Run:
             try:
                 frame, counters, info = store.read_merged(p, info)
             except TraceInputError as exc:
-                notes.append(f"{exc}; merged again from the sources ({store.FORCE} stores the new merge)")
-                logger.warning("%s", notes[-1])
+                remerge(str(exc), store.FORCE)
             else:
                 logger.info("%s: using %s", p, MERGED)
                 return cls(path=p, frame=frame, counters=counters, warnings=list(info.warnings),
-                           residual=Residual.parse(info.residual), manifest=sources.load_manifest(p)[0],
+                           residual=info.residual, manifest=sources.load_manifest(p)[0],
                            sources=list(info.sources), cached=True, dropped=dict(info.dropped_intervals),
                            dxt_clock=list(info.dxt_clock))
         size = partitioned_input(p, scheduler, partitioned)

@@ -35,7 +35,7 @@ class MergeInfo:
     inputs: Optional[dict] = None  # name -> identity of every file found (None: an older version recorded none)
     outputs: Optional[dict] = None  # merged.parquet / counters.parquet -> identity when written
     warnings: list = field(default_factory=list)
-    residual: dict = field(default_factory=dict)
+    residual: Residual = field(default_factory=Residual)
     clock_offsets_ns: dict = field(default_factory=dict)  # rank (text) -> ns
     dxt_clock: list = field(default_factory=list)
     dropped_intervals: dict = field(default_factory=dict)  # app file -> intervals its writer dropped (> 0 only)
@@ -57,6 +57,7 @@ class MergeInfo:
             kind = type(default) if default is not None else (list if name == "partitions" else dict)
             if isinstance(value, kind) and not isinstance(value, bool):
                 setattr(info, name, value)
+        info.residual = Residual.parse(obj.get("residual"))
         info.dropped_intervals = {str(k): int(v) for k, v in info.dropped_intervals.items()
                                   if isinstance(v, int) and not isinstance(v, bool) and v > 0}
         if info.partitions is not None and not all(
@@ -220,7 +221,7 @@ def write_merged(res: Merge, run_dir: "str | os.PathLike[str]", force: bool = Fa
             info = MergeInfo(
                 sources=list(res.sources), inputs=res.inputs,
                 outputs={MERGED: identity_of(merged_tmp), COUNTERS: identity_of(counters_tmp)},
-                warnings=list(res.warnings), residual=res.residual.as_dict(),
+                warnings=list(res.warnings), residual=res.residual,
                 clock_offsets_ns={str(r): int(o) for r, o in res.clock_offsets_ns.items()},
                 dxt_clock=list(res.dxt_clock), dropped_intervals=dict(res.dropped),
                 rows_per_layer=res.rows_per_layer(),
@@ -275,7 +276,7 @@ def stored_partitions(run_dir: Path, info: MergeInfo, counters: pd.DataFrame) ->
     where = {int(p["rank"]): (str(run_dir / MERGED), tuple(int(g) for g in p["row_groups"])) for p in layout}
     rows = {int(p["rank"]): int(p["rows"]) for p in layout}
     return Merge(partitions=where, rows=rows, counters=counters, summary=None, job=None,
-                            warnings=list(info.warnings), residual=Residual.parse(info.residual), manifest=None,
+                            warnings=list(info.warnings), residual=info.residual, manifest=None,
                             sources=list(info.sources), clock_offsets_ns=dict(info.clock_offsets_ns),
                             dxt_clock=list(info.dxt_clock), inputs=dict(info.inputs or {}),
                             dropped=dict(info.dropped_intervals), spill=None, layer_rows=dict(info.rows_per_layer))
