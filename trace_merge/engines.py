@@ -1,6 +1,7 @@
 """Where the partitioned merge's tasks run (:mod:`trace_merge.partitioned`): the same tasks, three engines.
 
-- :class:`Inline`: in this process, one after another. No start-up cost: the engine of small inputs.
+- :class:`Inline`: in this process, one after another or in a few threads. No start-up cost: the engine of small
+  inputs and of the in-memory merge.
 - :class:`LocalPool`: a pool of worker processes on this machine (the default for large inputs). Tasks are
   given out largest first, and no more run at once than fit the memory budget (an estimate per row of the
   partition), so peak memory follows the largest partition, not the job.
@@ -18,7 +19,7 @@ import logging
 import multiprocessing
 import os
 import sys
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, ThreadPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any, Callable, Optional, Protocol, Sequence
 
@@ -52,13 +53,19 @@ class Engine(Protocol):
 
 
 class Inline:
-    """Run every task here, in order."""
+    """Run every task here: one after another, or in ``threads`` threads (the readers of DFTracer and TimeLogger
+    files, numpy's sorts and pandas' group-bys release the GIL: one file is gunzipped while another is parsed)."""
 
     name = "inline"
-    workers = 1
+
+    def __init__(self, threads: int = 1) -> None:
+        self.workers = max(1, threads)
 
     def map(self, fn: Callable, items: Sequence[Any], sizes: Optional[Sequence[int]] = None) -> list:
-        return [fn(item) for item in items]
+        if self.workers == 1 or len(items) < 2:
+            return [fn(item) for item in items]
+        with ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="trace-merge") as pool:
+            return list(pool.map(fn, items))  # in task order
 
     def close(self) -> None:
         pass

@@ -32,6 +32,7 @@ import os
 import re
 import shutil
 import tempfile
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional, Protocol, Sequence
@@ -243,6 +244,12 @@ def _weighted_median(medians: "list[tuple[float, int]]") -> float:
     return float(values[order][np.searchsorted(cum, cum[-1] / 2)])
 
 
+#: kinds whose reader (:mod:`trace_merge.readers.pfw`) is thread-safe; the others read one file at a time in a
+#: process (an inline engine with threads, :func:`merge_in_memory`)
+_THREAD_SAFE_KINDS = ("dftracer", "timelogger")
+_ONE_AT_A_TIME = threading.Lock()
+
+
 def _blocks(task: SourceTask):
     """The source's :class:`SourceData`, block by block for DFTracer traces."""
     if task.data is not None:
@@ -254,7 +261,10 @@ def _blocks(task: SourceTask):
     kw: dict[str, Any] = {}
     if task.kind == "xplane":
         kw = {"rank": rank_from_name(task.path), "anchors": task.anchors}
-    return [read_any(task.path, kind=task.kind, **kw)]
+    if task.kind in _THREAD_SAFE_KINDS:
+        return [read_any(task.path, kind=task.kind, **kw)]
+    with _ONE_AT_A_TIME:
+        return [read_any(task.path, kind=task.kind, **kw)]
 
 
 # -- wave 4: ranks ------------------------------------------------------------------------------------------
@@ -488,14 +498,18 @@ def merge_partitioned(path: "str | os.PathLike[str]", engine: Optional[Engine] =
         raise
 
 
+#: threads of the in-memory merge: one per core, at most 4 (each file in flight holds its text)
+_THREADS = max(1, min(4, os.cpu_count() or 1))
+
+
 def merge_in_memory(path: "str | os.PathLike[str]") -> Merge:
     """The same pipeline in this process, every piece and partition kept in memory and every column kept, without
     the summary (:func:`trace_merge.merge.merge_path`: a run that fits in memory)."""
     path = Path(path)
     files, manifest, warnings, inputs = _found(path)
     tasks = _tasks(files, warnings, None, FRAME_COLUMNS, None)
-    return _run(path, tasks, manifest, warnings, inputs, Inline(), None, FRAME_COLUMNS, None, _launch(manifest),
-                sources.launch_records(path))
+    return _run(path, tasks, manifest, warnings, inputs, Inline(_THREADS), None, FRAME_COLUMNS, None,
+                _launch(manifest), sources.launch_records(path))
 
 
 def merge_read(read: Sequence[SourceData], launch_ns: Optional[int] = None,
