@@ -88,6 +88,17 @@ def test_engines_agree_with_the_in_memory_merge_on_a_generated_set(generated: Pa
                                   lazy[cols].astype({"file": object, "name": object, "cat": object, "layer": object}))
 
 
+def test_the_in_memory_merge_in_threads_equals_it_one_file_at_a_time(real_run, monkeypatch) -> None:
+    """Threads change when files are read, not what comes out: rows, their order, warnings, residual."""
+    threaded = merge.merge_path(real_run[0])
+    monkeypatch.setattr(partitioned, "_THREADS", 1)
+    one = merge.merge_path(real_run[0])
+    pd.testing.assert_frame_equal(threaded.frame, one.frame)
+    assert threaded.warnings == one.warnings and threaded.residual == one.residual
+    assert threaded.sources == one.sources and threaded.rows_per_layer() == one.rows_per_layer()
+    assert engines.Inline(3).map(lambda x: x * x, list(range(50))) == [x * x for x in range(50)]
+
+
 def test_engines_agree_on_a_real_timelogger_and_posix_run(real_run, tmp_path: Path, cluster) -> None:
     run_dir = sources_only(real_run[0], tmp_path / "run")
     memory = Run.open(run_dir, partitioned=False)
