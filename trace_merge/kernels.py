@@ -46,8 +46,6 @@ class RankFacts:
     app_files: frozenset
     collective_starts: np.ndarray
     collective_ends: np.ndarray
-    start_ns: int
-    end_ns: int
 
     @property
     def rows(self) -> int:
@@ -57,7 +55,7 @@ class RankFacts:
 def rank_facts(frame: pd.DataFrame, rank: int) -> RankFacts:
     """:class:`RankFacts` of ``frame``, the rows of ``rank``."""
     if not len(frame):
-        return RankFacts(rank, {}, (), frozenset(), np.zeros(0, _I8), np.zeros(0, _I8), 0, 0)
+        return RankFacts(rank, {}, (), frozenset(), np.zeros(0, _I8), np.zeros(0, _I8))
     counts = frame["layer"].value_counts(sort=False)
     timed = frame["end_ns"].to_numpy() > frame["start_ns"].to_numpy()
     shared = att_.shared_collectives(frame, 0)
@@ -67,7 +65,6 @@ def rank_facts(frame: pd.DataFrame, rank: int) -> RankFacts:
         timed_layers=tuple(str(x) for x in pd.unique(frame["layer"][timed].dropna())),
         app_files=bw_.app_file_names(frame),
         collective_starts=shared.starts, collective_ends=shared.ends,
-        start_ns=int(frame["start_ns"].min()), end_ns=int(frame["end_ns"].max()),
     )
 
 
@@ -80,8 +77,6 @@ class JobFacts:
     timed: dict  # rank -> layers with timed rows
     app_files: frozenset
     collectives: dict  # rank -> (starts, ends) of its executing collectives
-    start_ns: int
-    end_ns: int
     rows_per_layer: dict
     events: int
 
@@ -108,8 +103,6 @@ class JobFacts:
             app_files=frozenset().union(*(f.app_files for f in facts)),
             collectives={r: (np.concatenate([s for s, _ in v]), np.concatenate([e for _, e in v]))
                          for r, v in collectives.items()},
-            start_ns=min((f.start_ns for f in facts), default=0),
-            end_ns=max((f.end_ns for f in facts), default=0),
             rows_per_layer=per_layer,
             events=sum(f.rows for f in facts),
         )
@@ -117,10 +110,6 @@ class JobFacts:
     @property
     def has_app(self) -> bool:
         return "app" in self.present
-
-    @property
-    def wall_ns(self) -> int:
-        return self.end_ns - self.start_ns if self.events else 0
 
     def use(self, layers: "str | Sequence[str] | None") -> list:
         """The layers a breakdown attributes (:func:`~trace_merge.attribution.layers_to_use`)."""
@@ -427,12 +416,11 @@ def _concat(tables: Sequence[pd.DataFrame], sort: Sequence[str] = ("rank",)) -> 
 
 
 def combine(parts: Sequence[RankParts], job: JobFacts, counters: Optional[pd.DataFrame] = None):
-    """The reduction: every rank's :class:`RankParts` into one :class:`Summary` (the job's span is the ranks' rows':
-    placing DXT segments moves rows after the facts were taken)."""
+    """The reduction: every rank's :class:`RankParts` into one :class:`Summary`. The job's wall time is the span of
+    the ranks' rows as the kernels saw them (placing DXT segments moves rows after the facts were taken)."""
     parts = list(parts)
     spans = [p.span for p in parts if p.span is not None]
-    if spans:
-        job = dataclasses.replace(job, start_ns=min(s for s, _ in spans), end_ns=max(e for _, e in spans))
+    wall_ns = max(e for _, e in spans) - min(s for s, _ in spans) if spans else 0
     bd = _concat([p.breakdown for p in parts])
     exp = _concat([p.exposed_io for p in parts])
     series = _concat([p.steps for p in parts])
@@ -443,15 +431,15 @@ def combine(parts: Sequence[RankParts], job: JobFacts, counters: Optional[pd.Dat
     study = _concat([p.study_view for p in parts])
     stats = event_stats_of([p.event_stats for p in parts])
     data_files = frozenset().union(*(p.data_files for p in parts)) if parts else frozenset()
-    totals = bw_.totals_of(bw, job.wall_ns, data_files, counters, job.app_files)
+    totals = bw_.totals_of(bw, wall_ns, data_files, counters, job.app_files)
     epoch_totals = bw_.epoch_bandwidth_totals(per_epoch)
     v = att_._verdict(per)
     metrics = _metrics(len(job.ranks), job.events, bd, exp, totals, v, epoch_totals, study)
     steps = series.drop(columns=[c for c in ("_r", "_ws", "_we") if c in series.columns])
-    return Summary(metrics=metrics, verdict=v, layered=layered, breakdown=bd, exposed_io=exp,
-                            input_bound=per, steps=steps, bandwidth=bw, bandwidth_totals=totals,
-                   epoch_bandwidth=per_epoch, epoch_bandwidth_totals=epoch_totals, study_view=study,
-                            event_stats=stats, explanations=explain(metrics, v, layered))
+    return Summary(metrics=metrics, verdict=v, layered=layered, breakdown=bd, exposed_io=exp, input_bound=per,
+                   steps=steps, bandwidth=bw, bandwidth_totals=totals, epoch_bandwidth=per_epoch,
+                   epoch_bandwidth_totals=epoch_totals, study_view=study, event_stats=stats,
+                   explanations=explain(metrics, v, layered))
 
 
 class SummaryHook:
