@@ -87,6 +87,11 @@ def _write_arrow(frame: pd.DataFrame, path: Path) -> None:
     os.replace(tmp, path)
 
 
+def _schema_dtypes(frame: pd.DataFrame) -> pd.DataFrame:
+    """A frame read back from Arrow or Parquet with the schema's dtypes."""
+    return frame.astype({c: FRAME_DTYPES[c] for c in frame.columns if str(frame[c].dtype) != FRAME_DTYPES[c]})
+
+
 def read_arrow(path: "str | os.PathLike[str]", columns: Optional[Sequence[str]] = None) -> pd.DataFrame:
     """A spilled piece or a rank partition as a frame with the schema's dtypes (``columns``: only those)."""
     import pyarrow as pa
@@ -95,8 +100,7 @@ def read_arrow(path: "str | os.PathLike[str]", columns: Optional[Sequence[str]] 
         table = pa.ipc.open_file(source).read_all()
     if columns is not None:
         table = table.select([c for c in columns if c in table.column_names])
-    frame = table.to_pandas()
-    return frame.astype({c: FRAME_DTYPES[c] for c in frame.columns if str(frame[c].dtype) != FRAME_DTYPES[c]})
+    return _schema_dtypes(table.to_pandas())
 
 
 @dataclass
@@ -127,13 +131,19 @@ class Piece:
             Path(self.path).unlink(missing_ok=True)
 
 
+def _only(frame: pd.DataFrame, columns: Sequence[str]) -> pd.DataFrame:
+    """A new frame of ``frame``'s ``columns``, in that order, sharing their arrays (a selection copied every row; a
+    column assigned to the new frame later leaves ``frame`` as it was)."""
+    return pd.DataFrame({c: frame[c] for c in columns}, copy=False)
+
+
 def _spill(frame: pd.DataFrame, source: str, kind: str, tag: str, spill: Optional[Path], columns: Sequence[str],
            analysis: Optional[Analysis]) -> "tuple[list[Piece], list]":
     """``frame``'s rows rank by rank, written under ``spill`` (None: kept in memory); the pieces and, with an
     ``analysis``, each piece's facts."""
     pieces, facts = [], []
     for rank, rows in by_rank(frame):
-        rows = rows[list(columns)]
+        rows = _only(rows, columns)
         piece = Piece(None, source, kind, rank, len(rows), A.residual_flags(rows))
         if spill is not None:
             where = spill / f"rank-{rank}"
@@ -325,9 +335,7 @@ def merge_rank(task: RankTask) -> RankResult:
     warnings += A.check_layer_overlap(frame)
     residual = A.residual_parts(frame, task.residual_basis)
     frame = A.propagate_steps(frame)
-    keep = [c for c in FRAME_COLUMNS if c in task.columns]
-    if list(frame.columns) != keep:  # time_order gave a fresh index: the columns are taken as they are, not copied
-        frame = pd.DataFrame({c: frame[c] for c in keep}, copy=False)
+    frame = _only(frame, [c for c in FRAME_COLUMNS if c in task.columns])
     partition: "str | pd.DataFrame" = frame
     if task.out is not None:
         _write_arrow(frame, Path(task.out))
@@ -349,8 +357,7 @@ def read_partition(where: "str | tuple | pd.DataFrame", columns: Optional[Sequen
 
     path, groups = where
     table = pq.ParquetFile(path).read_row_groups(list(groups), columns=list(columns) if columns else None)
-    frame = table.to_pandas()
-    return frame.astype({c: FRAME_DTYPES[c] for c in frame.columns if str(frame[c].dtype) != FRAME_DTYPES[c]})
+    return _schema_dtypes(table.to_pandas())
 
 
 def over_ranks(engine: Engine, fn: Any, partitions: dict, rows: dict, *extra: Any) -> list:
