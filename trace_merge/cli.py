@@ -222,8 +222,7 @@ def _summary_text(run, parts) -> str:
     if run.warnings:
         lines.append(f"warnings ({len(run.warnings)}):")
         lines += [f"  - {w}" for w in run.warnings]
-    if run.residual.checked or run.residual.unmatched:
-        lines.append("alignment residual: " + json.dumps(run.residual.as_dict(), default=str))
+    lines.append("alignment residual: " + json.dumps(run.residual.as_dict(), default=str))
     for c in run.dxt_clock:
         lines.append(f"DXT clock: {c['source']} rank {c['rank']}: {c['offset_ns'] / 1e6:+.3f} ms from the header "
                      f"(basis {c['basis']}, confidence {c['confidence']:.2f}, {c['matched']} of {c['segments']} "
