@@ -215,11 +215,10 @@ class Run:
                 if w.startswith("rank ") and (" ended early: " in w or " lost intervals: " in w)]
 
     def rows_per_layer(self) -> dict[str, int]:
-        """Rows per layer, most first (from the merge's facts when the frame is not loaded)."""
+        """Rows per layer, most first (from the merge's counts when the frame is not loaded)."""
         if self._partitioned is not None and "frame" not in self.__dict__:
-            counts = pd.Series(self._partitioned.rows_per_layer(), dtype="int64").sort_values(ascending=False)
-        else:
-            counts = self.frame["layer"].value_counts()
+            return self._partitioned.rows_per_layer()
+        counts = self.frame["layer"].value_counts()
         return {str(k): int(v) for k, v in counts.items() if v}
 
     @property

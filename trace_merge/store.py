@@ -144,6 +144,10 @@ def stored_outputs(run_dir: Path) -> "tuple[MergeInfo | None, str | None]":
     return info, None
 
 
+#: the command that replaces a stored merge that is complete but not to be used
+FORCE = "trace-merge merge --force"
+
+
 def trusted(run_dir: Path) -> "tuple[MergeInfo | None, str | None, str]":
     """The stored merge of ``run_dir`` when it can be used, decided once: one read of ``merge_info.json``, one
     identity pass over the sources.
@@ -164,9 +168,6 @@ def trusted(run_dir: Path) -> "tuple[MergeInfo | None, str | None, str]":
     if changed:
         return None, f"{run_dir / MERGED}: out of date, sources changed since it was made ({'; '.join(changed)})", FORCE
     return info, None, ""
-
-
-FORCE = "trace-merge merge --force"
 
 
 def refuse_stored(run_dir: Path, force: bool = False) -> None:
