@@ -100,8 +100,7 @@ def _verdict_finding(a: "Summary") -> Finding:
     label = v.label
     wait, au = v.input_pct, v.au_pct
     cycles = f"{v.cycles} of {v.cycles_total} step cycles, basis {v.basis}"
-    steps = a.steps[a.steps["counted"] & ~a.steps["warmup"]] if len(a.steps) else a.steps
-    wait_s = _sum(steps, "input_wait_s")
+    wait_s = _sum(_counted_steps(a), "input_wait_s")
     inputs = _input_phases(a.layered)
     # the file-system layer sees every call (no sampling window), so its share is of the input phases' whole time
     fs, seen = _sum(inputs, "fs_s"), _sum(inputs, "time_s")
@@ -311,12 +310,12 @@ def _producers_idle_finding(a: "Summary") -> Optional[Finding]:
     compute_s = _sum(whole, "compute_s")
     busy = [_sum(whole, "overlap_s") / compute_s] if compute_s > 0 else []  # app input work during compute
     fs_in, fs_step = _sum(inputs, "fs_s"), _sum(steps, "fs_s")
-    if has_fs and fs_in > 0 and _sum(steps, "time_s") > 0:
-        busy.append((fs_step / _sum(steps, "time_s")) / (fs_in / _sum(inputs, "time_s")))
+    step_s = _sum(steps, "time_s")
+    if has_fs and fs_in > 0 and step_s > 0:
+        busy.append((fs_step / step_s) / (fs_in / _sum(inputs, "time_s")))
     if not busy or max(busy) >= PRODUCERS_ACTIVE_RATIO:
         return None
-    counted = a.steps[a.steps["counted"] & ~a.steps["warmup"]] if len(a.steps) else a.steps
-    wait_s = _sum(counted, "input_wait_s")
+    wait_s = _sum(_counted_steps(a), "input_wait_s")
     seen = (f"app input phases ran during {100 * busy[0]:.1f} % of the compute time" if compute_s > 0 else "")
     if has_fs and fs_in > 0:
         seen += ("; " if seen else "") + (f"file-system calls took {fs_step:.3g} s inside the steps against "
@@ -328,6 +327,11 @@ def _producers_idle_finding(a: "Summary") -> Optional[Finding]:
         "prefetch: end the pipeline with `.prefetch(tf.data.AUTOTUNE)`; a Keras `Sequence` with "
         "`fit(..., workers=N, use_multiprocessing=True)`; a PyTorch `DataLoader(num_workers>0, prefetch_factor=2)`; "
         "a hand-written loader reads on a producer thread or process into a bounded queue", wait_s)
+
+
+def _counted_steps(a: "Summary") -> pd.DataFrame:
+    """The step cycles the verdict counts (the warm-up step left out)."""
+    return a.steps[a.steps["counted"] & ~a.steps["warmup"]] if len(a.steps) else a.steps
 
 
 def _is_input_bound(a: "Summary") -> bool:
