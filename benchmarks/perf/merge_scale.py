@@ -81,11 +81,12 @@ MEMORY_TARGET_MIB = {"20M": 1024.0, "50M": 1024.0}
 STATS_RATIO_TARGET = 0.5
 #: ... and at most this many times DuckDB's per-name query
 DUCKDB_RATIO_TARGET = 2.0
-#: the DuckDB reference: per-name statistics of every trace file of a directory, as JSON on stdout
+#: the DuckDB reference: per-name statistics of every trace file of a directory (or of the files given), as JSON on
+#: stdout
 DUCKDB_QUERY = """
-import glob, json, sys
+import glob, json, os, sys
 import duckdb
-files = sorted(glob.glob(sys.argv[1] + "/*.pfw*"))
+files = sorted(glob.glob(sys.argv[1] + "/*.pfw*")) if os.path.isdir(sys.argv[1]) else sys.argv[1:]
 rows = duckdb.connect().execute(
     "select name, count(*), sum(dur), min(dur), max(dur) from read_json(?, format='newline_delimited', "
     "ignore_errors=true, columns={name: 'VARCHAR', dur: 'BIGINT'}) where dur is not null group by name",

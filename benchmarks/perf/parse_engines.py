@@ -16,7 +16,8 @@ after another, into Arrow columns in memory, with every core it wants:
   quoted or fractional number is caught, as the reader's strict schema catches it): what swapping only the
   parser of the reader's blocks would do;
 - ``reader``: the whole of :func:`trace_merge.readers.pfw.read` (parse, event and metadata handling, frame);
-- ``duckdb per-name``: issue 20's reference, DuckDB's ``name``/``dur`` query grouped by name (two columns only).
+- ``duckdb per-name``: issue 20's reference, ``merge_scale.py``'s DuckDB query (count, sum, min and max of ``dur``
+  per ``name``: two columns only).
 
 ``--hazards`` shows instead why reading the ``.gz`` with DuckDB is not a drop-in replacement (see the docs).
 
@@ -39,6 +40,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # runnable as a script from a checkout
 
 from benchmarks.common.errors import BenchmarkError, cli_main  # noqa: E402
+from benchmarks.perf.merge_scale import DUCKDB_QUERY  # noqa: E402
 
 #: the child programs: argv[1:] are the files; each prints the number of events (complete events) it parsed
 PROGRAMS = {
@@ -118,14 +120,7 @@ import sys
 from trace_merge.readers import pfw
 print(sum(len(pfw.read(p).frame) for p in sys.argv[1:]))
 """,
-    "duckdb per-name": """
-import sys
-import duckdb
-rows = duckdb.connect().execute(
-    "select name, count(*) from read_json(?, format='newline_delimited', ignore_errors=true, "
-    "columns={name: 'VARCHAR', dur: 'BIGINT'}) where dur is not null group by name", [sys.argv[1:]]).fetchall()
-print(sum(c for _, c in rows))
-""",
+    "duckdb per-name": DUCKDB_QUERY,
 }
 
 
@@ -143,7 +138,13 @@ def run_once(program: str, files: list) -> dict:
     if child.returncode != 0:
         raise BenchmarkError(f"engine failed: {stderr.strip().splitlines()[-1] if stderr else child.returncode}")
     return {"wall_s": wall, "cpu_s": usage.ru_utime + usage.ru_stime, "peak_rss_MiB": usage.ru_maxrss / 1024,
-            "events": int(stdout.split()[-1])}
+            "events": _events(stdout)}
+
+
+def _events(stdout: str) -> int:
+    """The events a program saw: its last line, a count, or the reference query's per-name JSON (their counts)."""
+    last = stdout.strip().splitlines()[-1]
+    return int(last) if last.lstrip("-").isdigit() else sum(v["count"] for v in json.loads(last).values())
 
 
 #: small DFTracer-like files on which DuckDB's ``read_json`` of the ``.gz`` (newline-delimited, ``ignore_errors``, so
