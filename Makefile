@@ -19,7 +19,7 @@ $(VENV)/.stamp: tools/requirements-tf215.txt setup.cfg
 	$(VENV)/bin/python -c "import horovod.tensorflow" 2>/dev/null || \
 	  PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(HOROVOD_FLAGS) $(VENV)/bin/pip install -q --no-build-isolation --no-cache-dir horovod==0.28.1
 	$(VENV)/bin/pip install -q --no-deps -e .
-	$(VENV)/bin/python -c "import horovod.tensorflow, tensorflow, mpi4py, h5py, pandas, pyarrow, darshan, dftracer"
+	$(VENV)/bin/python -c "import horovod.tensorflow, tensorflow, mpi4py, h5py, pandas, pyarrow, duckdb, darshan, dftracer"
 	touch $@
 
 $(VENV_LATEST)/.stamp: tools/requirements-latest.txt setup.cfg
@@ -47,7 +47,6 @@ demo: env
 	PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(VENV)/bin/python -m benchmarks.climate demo --out runs/demo-climate
 
 bench: env
-	$(VENV)/bin/python -c "import duckdb" 2>/dev/null || $(VENV)/bin/pip install -q duckdb==1.4.4  # merge_scale's reference
 	PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(VENV)/bin/python benchmarks/perf/overhead.py
 	PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(VENV)/bin/python benchmarks/perf/merge_scale.py
 	PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(VENV)/bin/python benchmarks/perf/reader_efficiency.py

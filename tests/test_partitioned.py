@@ -199,3 +199,21 @@ def test_bounded_memory_a_set_larger_than_the_limit_is_summarised(tmp_path: Path
                            env=tool_env, timeout=600)
     assert not mismatches(summary_by_name(summary), dftracer_stats_by_name(json.loads(stats.stdout)))
     assert np.isfinite(run.wall_s) and run.cpu_s > 0
+
+
+def test_the_local_pool_budget_is_half_the_available_memory(tmp_path: Path) -> None:
+    """The default budget follows MemAvailable (half of it), keeps 1 GiB where that much is available, takes what
+    there is below that, and is 1 GiB where the kernel does not say."""
+    def budget(line: "str | None") -> int:
+        meminfo = tmp_path / "meminfo"
+        meminfo.write_text("MemTotal:       25165824 kB\nMemFree:         1000000 kB\n" + (line or ""))
+        return engines.default_memory_bytes(str(meminfo))
+
+    assert budget("MemAvailable:   25165824 kB\n") == 12 << 30
+    assert budget("MemAvailable:    1572864 kB\n") == 1 << 30
+    assert budget("MemAvailable:     524288 kB\n") == 512 << 20
+    assert budget(None) == budget("MemAvailable: lots\n") == engines.DEFAULT_MEMORY_BYTES
+    assert engines.default_memory_bytes(str(tmp_path / "absent")) == engines.DEFAULT_MEMORY_BYTES
+    pool = engines.LocalPool(workers=1)
+    assert pool.memory_bytes >= min(engines.DEFAULT_MEMORY_BYTES, engines.default_memory_bytes() // 2)
+    assert engines.LocalPool(workers=1, memory_bytes=600 << 20).memory_bytes == 600 << 20

@@ -119,7 +119,7 @@ def test_fake_trace_columns_match_the_json(fake_traces: Path) -> None:
     complete = [e for e in events if e.get("ph") == 1]
     src = pfw.read(path)
     f = src.frame
-    assert src.kind == "dftracer" and src.meta["parser"] == "arrow" and src.warnings == []
+    assert src.kind == "dftracer" and src.meta["parser"] == "duckdb" and src.warnings == []
     assert dict(f.dtypes.astype(str)) == FRAME_DTYPES
     assert len(f) == len(complete)
     assert Counter(f["name"].astype(str)) == Counter(e["name"] for e in complete)
@@ -147,6 +147,51 @@ def test_fake_trace_columns_match_the_json(fake_traces: Path) -> None:
     assert f["step"].tolist() == [pd.NA if s is None else s for s in steps]
 
 
+def _read_with(path: Path, duckdb: bool, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setattr(pfw, "USE_DUCKDB", duckdb)
+    return pfw.read(path)
+
+
+def _same_source(a, b) -> None:
+    _assert_same_frames(a.frame, b.frame)
+    assert a.warnings == b.warnings
+    assert {k: v for k, v in a.meta.items() if k != "parser"} == {k: v for k, v in b.meta.items() if k != "parser"}
+
+
+def test_duckdb_and_pyarrow_read_the_same(fake_traces: Path, preload: "tuple[Path, int, int]",
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """The DuckDB parser is a faster pyarrow: the same frame and metadata from generated and real preload traces."""
+    real = [p for p in sorted(preload[0].glob("*.pfw.gz")) if p.stat().st_size]
+    for path in [fake_traces / "rank_0.pfw.gz", fake_traces / "rank_1.pfw.gz", *real]:
+        duck, arrow = _read_with(path, True, monkeypatch), _read_with(path, False, monkeypatch)
+        assert (duck.meta["parser"], arrow.meta["parser"]) == ("duckdb", "arrow"), path
+        _same_source(duck, arrow)
+
+
+@pytest.mark.parametrize("edit", [
+    (r'"ts":(\d+)', r'"ts":\1.5'),   # fractional µs: DuckDB would round it, pyarrow keeps it exactly
+    (r'"pid":(\d+)', r'"pid":"\1"'),  # a number as a string: DuckDB would cast it silently
+    (r'"dur":(\d+)', r'"dur":true'),   # a boolean: DuckDB would read 1
+    (r'^\{', r'  {'),                  # an indented line
+], ids=["fractional", "string", "boolean", "indented"])
+def test_what_duckdb_would_read_differently_goes_to_pyarrow(fake_traces: Path, tmp_path: Path, edit,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """DuckDB casts leniently; a body it cannot read exactly is read as before (pyarrow, else the line parser)."""
+    import re
+
+    lines = gzip.decompress((fake_traces / "rank_0.pfw.gz").read_bytes()).decode().split("\n")
+    k = next(i for i, line in enumerate(lines) if '"ph":1' in line and re.search(edit[0], line))
+    lines[k] = re.sub(edit[0], edit[1], lines[k], count=1)
+    bad = tmp_path / "rank_0.pfw"
+    bad.write_text("\n".join(lines))
+    duck, before = _read_with(bad, True, monkeypatch), _read_with(bad, False, monkeypatch)
+    assert duck.meta["parser"] == before.meta["parser"] != "duckdb"
+    _same_source(duck, before)
+    if edit[1].endswith(".5"):
+        ts = int(re.search(r'"ts":(\d+)', lines[k]).group(1))
+        assert ts * 1000 + 500 in set(duck.frame["start_ns"])
+
+
 def test_preload_trace_posix_stdio_and_python_events(preload: "tuple[Path, int, int]") -> None:
     trace, t0, t1 = preload
     files = sorted(trace.glob("*.pfw.gz"))
@@ -154,7 +199,7 @@ def test_preload_trace_posix_stdio_and_python_events(preload: "tuple[Path, int, 
     src = pfw.read(app_file)
     f = src.frame
     events = [e for e in _events(app_file) if e.get("ph") == 1 and e.get("cat") != "dftracer"]
-    assert len(f) == len(events) and src.meta["parser"] == "arrow"
+    assert len(f) == len(events) and src.meta["parser"] == "duckdb"
     assert f["start_ns"].between(t0, t1).all()
     # POSIX reads/writes of the HDF5 file (pread64 or pread, depending on the HDF5 build): bytes = ret
     rw = [e for e in events if e["cat"] == "POSIX" and e["name"] in pfw.RW_CALLS]
@@ -210,7 +255,7 @@ def test_garbage_line_falls_back_to_the_line_parser_with_the_same_frame(
     bad = tmp_path / clean.name.replace(".gz", "")
     lineno = _with_garbage_line(clean, garbage, bad)
     fast, slow = pfw.read(clean), pfw.read(bad)
-    assert fast.meta["parser"] == "arrow" and slow.meta["parser"] == "lines"
+    assert fast.meta["parser"] == "duckdb" and slow.meta["parser"] == "lines"
     assert slow.warnings == [f"{bad}: line {lineno}: not a JSON object, skipped"]
     _assert_same_frames(fast.frame, slow.frame)
     assert {k: v for k, v in fast.meta.items() if k != "parser"} == {k: v for k, v in slow.meta.items() if k != "parser"}
@@ -223,7 +268,7 @@ def test_commas_and_closing_bracket(fake_traces: Path, tmp_path: Path) -> None:
     chrome = tmp_path / "rank_1.pfw"
     chrome.write_bytes(b"[\n" + b",\n".join(lines[1:-1]) + b"\n]\n")
     a, b = pfw.read(clean), pfw.read(chrome)
-    assert b.meta["parser"] == "arrow" and b.warnings == []
+    assert b.meta["parser"] == "duckdb" and b.warnings == []
     _assert_same_frames(a.frame, b.frame)
 
 

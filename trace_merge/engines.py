@@ -34,8 +34,23 @@ INLINE_BELOW_BYTES = 32 << 20
 BYTES_PER_ROW = 560
 #: seconds to wait for a Dask scheduler to answer
 CONNECT_TIMEOUT_S = 20
-#: memory budget of the local pool's tasks together, unless set (``--memory-limit``)
+#: memory budget of the local pool's tasks together where the machine's available memory is unknown
 DEFAULT_MEMORY_BYTES = 1 << 30
+#: share of the machine's available memory the local pool's tasks may hold together, unless ``--memory-limit``
+AVAILABLE_SHARE = 0.5
+
+
+def default_memory_bytes(meminfo: str = "/proc/meminfo") -> int:
+    """The local pool's budget: :data:`AVAILABLE_SHARE` of the memory the kernel says is available now
+    (``MemAvailable``: free memory plus the page cache it can drop), at least :data:`DEFAULT_MEMORY_BYTES` when
+    that is there, and :data:`DEFAULT_MEMORY_BYTES` where the kernel does not say."""
+    try:
+        with open(meminfo) as fh:
+            kib = next(int(line.split()[1]) for line in fh if line.startswith("MemAvailable:"))
+    except (OSError, StopIteration, ValueError, IndexError):
+        return DEFAULT_MEMORY_BYTES
+    available = kib << 10
+    return max(min(DEFAULT_MEMORY_BYTES, available), int(available * AVAILABLE_SHARE))
 
 
 class Engine(Protocol):
@@ -79,15 +94,16 @@ class LocalPool:
     workers
         Processes (default: one per core).
     memory_bytes
-        Budget of the tasks running at once: a task of ``n`` rows is estimated at ``n *`` :data:`BYTES_PER_ROW`
-        and a task waits until the running ones leave room for it (one always runs).
+        Budget of the tasks running at once (default: :func:`default_memory_bytes`, half the available memory):
+        a task of ``n`` rows is estimated at ``n *`` :data:`BYTES_PER_ROW` and a task waits until the running ones
+        leave room for it (one always runs).
     """
 
     name = "local"
 
     def __init__(self, workers: Optional[int] = None, memory_bytes: Optional[int] = None) -> None:
         self.workers = max(1, workers or os.cpu_count() or 1)
-        self.memory_bytes = memory_bytes or DEFAULT_MEMORY_BYTES
+        self.memory_bytes = memory_bytes or default_memory_bytes()
         self._pool: Optional[ProcessPoolExecutor] = None
 
     def _executor(self) -> ProcessPoolExecutor:

@@ -11,11 +11,11 @@ after another, into Arrow columns in memory, with every core it wants:
   :mod:`trace_merge.readers.pfw` does on each block, without building the frame;
 - ``duckdb .gz``: ``read_json`` of the ``.gz`` files themselves (its own gunzip), the same columns,
   ``fetch_arrow_table``: what a reader that hands the files to DuckDB would do;
-- ``duckdb text``: gunzip and the reader's body span in Python (as ``pyarrow``), the text written to a temporary
-  file in ``/dev/shm`` and parsed by ``read_json`` on one thread, numbers as ``JSON`` then cast to int64 (so a
-  quoted or fractional number is caught, as the reader's strict schema catches it): what swapping only the
-  parser of the reader's blocks would do;
+- ``duckdb lines``: gunzip and the reader's body span in Python (as ``pyarrow``), then what the reader does now
+  (:func:`trace_merge.readers.pfw._event_table`): each line a JSON document for DuckDB's ``from_json``, integers
+  as their JSON text cast strictly by Arrow, without building the frame;
 - ``reader``: the whole of :func:`trace_merge.readers.pfw.read` (parse, event and metadata handling, frame);
+  ``reader, pyarrow`` the same with ``TRACE_MERGE_PARSER=pyarrow`` (the parser before DuckDB);
 - ``duckdb per-name``: issue 20's reference, ``merge_scale.py``'s DuckDB query (count, sum, min and max of ``dur``
   per ``name``: two columns only).
 
@@ -83,17 +83,10 @@ for path in sys.argv[1:]:
     n += pc.sum(pc.equal(table.column("ph"), 1)).as_py() or 0
 print(n)
 """,
-    "duckdb text": """
-import os, sys, tempfile, zlib
-import duckdb
-import pyarrow as pa, pyarrow.compute as pc
-from trace_merge.readers.pfw import _INT_ARGS, _STR_ARGS, _arrow_input, _body_span
-fields = ", ".join([f'"{k}" JSON' for k in _INT_ARGS] + [f'"{k}" VARCHAR' for k in _STR_ARGS]
-                   + ['"name" VARCHAR', '"value" VARCHAR'])
-columns = {"name": "VARCHAR", "cat": "VARCHAR", "ph": "JSON", "pid": "JSON", "tid": "JSON", "ts": "JSON",
-           "dur": "JSON", "args": f"STRUCT({fields})"}
-con = duckdb.connect()
-con.execute("SET threads TO 1")
+    "duckdb lines": """
+import sys, zlib
+import pyarrow.compute as pc
+from trace_merge.readers.pfw import _arrow_input, _body_span, _event_table
 n = 0
 for path in sys.argv[1:]:
     out, rest = [], open(path, "rb").read()
@@ -103,20 +96,19 @@ for path in sys.argv[1:]:
         rest = d.unused_data
     raw = b"".join(out)
     start, end, _, _ = _body_span(raw)
-    fd, tmp = tempfile.mkstemp(dir="/dev/shm" if os.path.isdir("/dev/shm") else None, suffix=".json")
-    with os.fdopen(fd, "wb") as f:
-        f.write(_arrow_input(raw, start, end))
-    table = con.execute("select * from read_json(?, format='newline_delimited', columns=?)",
-                        [tmp, columns]).fetch_arrow_table().combine_chunks()
-    os.unlink(tmp)
-    ints = [pc.cast(table.column(c), pa.int64()) for c in ("ph", "pid", "tid", "ts", "dur")]
-    args = table.column("args").chunk(0)
-    ints += [pc.cast(args.field(k), pa.int64()) for k in _INT_ARGS]
-    n += pc.sum(pc.equal(ints[0], 1)).as_py() or 0
+    table, _, engine = _event_table(_arrow_input(raw, start, end))
+    assert engine == "duckdb", engine
+    n += pc.sum(pc.equal(table.column("ph"), 1)).as_py() or 0
 print(n)
 """,
     "reader": """
 import sys
+from trace_merge.readers import pfw
+print(sum(len(pfw.read(p).frame) for p in sys.argv[1:]))
+""",
+    "reader, pyarrow": """
+import os, sys
+os.environ["TRACE_MERGE_PARSER"] = "pyarrow"
 from trace_merge.readers import pfw
 print(sum(len(pfw.read(p).frame) for p in sys.argv[1:]))
 """,

@@ -47,11 +47,14 @@ Limits keep memory bounded on hostile input (docs/frame.md, "Limits"): an event 
 
 Speed
 -----
-Event lines are parsed by ``pyarrow.json`` (C++, multi-threaded) with a fixed schema; the Python
-line parser is the fallback whenever that fails (type conflicts, garbage lines, unusual layouts)
-and is the only path for TimeLogger files, which keep their free-form ``args``. Both produce the
-same columns for a file both can read (tested). :func:`read` releases the GIL for decompression and
-parsing, so callers can read several files in a thread pool.
+Event lines are parsed by DuckDB's ``from_json`` (C++, multi-threaded), one JSON document per line, into a
+fixed schema; integers come out as their JSON text and are cast strictly, so that a value DuckDB would cast
+leniently (``1000.5``, ``"12"``, ``true``) sends the body to ``pyarrow.json`` with the same schema (exact
+decimals), as does a missing ``duckdb`` or ``TRACE_MERGE_PARSER=pyarrow``. The Python line parser is the
+fallback whenever those fail (type conflicts, garbage lines, unusual layouts) and is the only path for
+TimeLogger files, which keep their free-form ``args``. All three produce the same columns for a file they can
+read (tested). :func:`read` releases the GIL for decompression and parsing, so callers can read several files
+in a thread pool. Why DuckDB, and why not its own reader of ``.gz`` files: ``docs/partitioned.md``.
 """
 from __future__ import annotations
 
@@ -224,9 +227,9 @@ def _parse_body(raw: "bytes | bytearray", state: "_State", warnings: list[str], 
     cols: Optional[_Cols] = None
     parser = "lines"
     if not _looks_timelogger(raw, start):
-        cols = _parse_arrow(_arrow_input(raw, start, end), state)
+        cols, engine = _parse_arrow(_arrow_input(raw, start, end), state)
         if cols is not None:
-            parser = "arrow"
+            parser = engine
         else:
             state.reset()
     if cols is not None and _outliers(cols.ts).any():
@@ -954,28 +957,30 @@ _RICH_METADATA = frozenset({"timelogger", "clock_sync", "tf_profile", "timelogge
                             "timelogger_lost"})
 
 
-def _parse_arrow(body: "bytes | memoryview", state: _State) -> Optional[_Cols]:
-    """The fast parser: ``pyarrow.json`` with a fixed schema. ``None`` when it cannot be used.
+def _parse_arrow(body: "bytes | memoryview", state: _State) -> "tuple[Optional[_Cols], str]":
+    """The fast parser: DuckDB or ``pyarrow.json`` with a fixed schema, and which one parsed (``duckdb`` or
+    ``arrow``). ``None`` when neither can be used.
 
     Metadata rows come out of the same parse (their ``args.name``/``args.value`` are in the
     schema), so the buffer is scanned once.
     """
     import pyarrow as pa
 
+    if not len(body):
+        return _Cols.empty(), "arrow"
     try:
-        return _arrow_columns(body, state)
+        table, ph_is_str, engine = _event_table(body)
+        return _arrow_columns(table, ph_is_str, state), engine
     except (pa.ArrowException, ValueError) as err:  # type conflicts, garbage, >2 GiB string columns...
         log.debug("%s: pyarrow.json cannot read this file (%s); using the line parser", state.path, err)
-        return None
+        return None, "lines"
 
 
-def _arrow_columns(body: "bytes | memoryview", state: _State) -> Optional[_Cols]:
+def _event_table(body: "bytes | memoryview") -> "tuple[pa.Table, bool, str]":
+    """The event lines as a table of the reader's fixed schema, whether ``ph`` is a string, and the engine."""
     import pyarrow as pa
-    import pyarrow.compute as pc
     import pyarrow.json as pj
 
-    if not len(body):
-        return _Cols.empty()
     head = bytes(body[:65536])
     at = head.find(b'"ph":')
     ph_is_str = at != -1 and head[at + 5 : at + 7].lstrip()[:1] == b'"'
@@ -984,29 +989,41 @@ def _arrow_columns(body: "bytes | memoryview", state: _State) -> Optional[_Cols]
         + [(k, pa.string()) for k in _STR_ARGS]
         + [("name", pa.string()), ("value", pa.string())]
     )
-    ph_type = pa.string() if ph_is_str else pa.int64()
 
-    def parse(number: "pa.DataType") -> "pa.Table":
-        schema = pa.schema(
+    def schema(number: "pa.DataType") -> "pa.Schema":
+        return pa.schema(
             [
-                ("name", pa.string()), ("cat", pa.string()), ("ph", ph_type),
+                ("name", pa.string()), ("cat", pa.string()), ("ph", pa.string() if ph_is_str else pa.int64()),
                 ("pid", pa.int64()), ("tid", pa.int64()),
                 ("ts", number), ("dur", number), ("args", args_type),
             ]
         )
+
+    def parse(number: "pa.DataType") -> "pa.Table":
         return pj.read_json(
             pa.py_buffer(body),
             read_options=pj.ReadOptions(block_size=_ARROW_BLOCK),
-            parse_options=pj.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore"),
+            parse_options=pj.ParseOptions(explicit_schema=schema(number), unexpected_field_behavior="ignore"),
         )
 
-    # DFTracer writes integer ts/dur: int64 parses ~10 % faster than exact decimals and needs no cast.
-    # Fractional or huge values make Arrow refuse int64; those files are parsed again as decimals.
+    # DFTracer writes integer ts/dur: DuckDB parses those at a third of pyarrow's CPU time (docs/partitioned.md).
+    # What it cannot read exactly goes to pyarrow: int64 first (~10 % faster than exact decimals, no cast),
+    # then decimals for fractional or huge values.
+    table = _duckdb_table(body, schema(pa.int64()))
+    if table is not None:
+        return table, ph_is_str, "duckdb"
     try:
-        table = parse(pa.int64())
+        return parse(pa.int64()), ph_is_str, "arrow"
     except pa.ArrowInvalid:
-        table = parse(pa.decimal128(38, 9))
-    del body
+        return parse(pa.decimal128(38, 9)), ph_is_str, "arrow"
+
+
+def _arrow_columns(table: "pa.Table", ph_is_str: bool, state: _State) -> Optional[_Cols]:
+    """The complete events of a parsed table; ``None`` when the line parser must read them instead (it names
+    the lines of absurd names or values)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
     if table.num_rows == 0:
         return None
     table = table.combine_chunks()
@@ -1077,6 +1094,59 @@ def _arrow_columns(body: "bytes | memoryview", state: _State) -> Optional[_Cols]
         strs={k: categorical(fields[k]) for k in _STR_ARGS},
         ints={k: ints(fields[k]) for k in _INT_ARGS},
     )
+
+
+#: ``False`` when ``duckdb`` is not installed, or with ``TRACE_MERGE_PARSER=pyarrow`` in the environment (pool
+#: workers inherit it; benchmarks/perf/merge_scale.py compares the two)
+USE_DUCKDB = os.environ.get("TRACE_MERGE_PARSER", "duckdb") != "pyarrow"
+
+
+def _duckdb_table(body: "bytes | memoryview", schema: "pa.Schema") -> "Optional[pa.Table]":
+    """The event lines of ``body`` parsed by DuckDB into ``schema``, or ``None`` when DuckDB cannot read them
+    exactly as pyarrow would.
+
+    Each line is one JSON document (DuckDB's own newline-delimited reader lets a broken line take the next one
+    with it). DuckDB casts leniently (``1000.5`` to 1000, ``"12"`` to 12), so integers come out as their JSON
+    text and Arrow casts that strictly: anything but a plain integer refuses the whole body, which pyarrow then
+    reads. A line DuckDB cannot parse, an empty or over-long line or one not starting with ``{`` refuses it too.
+    """
+    global USE_DUCKDB
+    if not USE_DUCKDB:
+        return None
+    try:
+        import duckdb
+    except ImportError:
+        USE_DUCKDB = False
+        return None
+    import pyarrow as pa
+
+    text = np.frombuffer(body, np.uint8)
+    ends = np.flatnonzero(text == 10) + 1
+    if not len(ends) or ends[-1] != len(text):
+        ends = np.append(ends, len(text))
+    offsets = np.concatenate(([0], ends)).astype(np.int64, copy=False)
+    if np.diff(offsets).max() > MAX_LINE_BYTES or (text[offsets[:-1]] != ord("{")).any():
+        return None
+    lines = pa.LargeStringArray.from_buffers(len(ends), pa.py_buffer(offsets), pa.py_buffer(body))
+
+    def as_text(kind: "pa.DataType") -> str:
+        if pa.types.is_struct(kind):
+            return "{" + ",".join(f'"{f.name}":{as_text(f.type)}' for f in kind) + "}"
+        return '"VARCHAR"' if pa.types.is_string(kind) else '"JSON"'
+
+    # one thread: files are parsed side by side (the engine's workers), and two DuckDB threads per file made
+    # merge_scale.py's 5 M-event summary 10-25 % slower on two cores
+    con = duckdb.connect(config={"threads": 1})
+    try:
+        con.register("lines", pa.table({"line": lines}))
+        parsed = con.sql(f"SELECT unnest(from_json(line, '{as_text(pa.struct(list(schema)))}')) FROM lines"
+                         ).fetch_arrow_table()
+        return parsed.cast(schema)
+    except (duckdb.Error, pa.ArrowInvalid, pa.ArrowNotImplementedError) as err:
+        log.debug("DuckDB cannot read these lines exactly (%s); using pyarrow", err)
+        return None
+    finally:
+        con.close()
 
 
 def _to_ns(arr: "pa.Array", scale: int) -> Optional[np.ndarray]:
