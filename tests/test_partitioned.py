@@ -217,3 +217,51 @@ def test_the_local_pool_budget_is_half_the_available_memory(tmp_path: Path) -> N
     pool = engines.LocalPool(workers=1)
     assert pool.memory_bytes >= min(engines.DEFAULT_MEMORY_BYTES, engines.default_memory_bytes() // 2)
     assert engines.LocalPool(workers=1, memory_bytes=600 << 20).memory_bytes == 600 << 20
+
+
+def test_merge_keeps_the_summary_parts_and_a_resummary_uses_them_only_while_they_fit(
+        generated: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``trace-merge merge`` of a large run keeps the summary's parts (summary_parts.zip); a summary of the stored
+    merge is their reduction, equal to one from the partitions and to the in-memory merge's. Parts of another merge,
+    of other code or damaged are not used (the partitions are summarised instead, and the summary is the same)."""
+    from timelogger.layout import SUMMARY_PARTS
+    from trace_merge import analysis, cli, run as run_mod, stored_summary
+
+    run = shutil.copytree(generated, tmp_path / "traces")
+    monkeypatch.setattr(run_mod, "PARTITION_ABOVE_BYTES", 0)  # the partitioned merge, however small the set
+    assert cli.main(["merge", str(run)]) == 0
+    parts = run / SUMMARY_PARTS
+    assert parts.is_file()
+    computed: list = []
+    real = analysis._summarise_partition
+    monkeypatch.setattr(analysis, "_summarise_partition", lambda item: computed.append(1) or real(item))
+    memory = Run.open(generated, partitioned=False)
+
+    def stored() -> Run:
+        computed.clear()
+        return Run.open(run, partitioned=True)
+
+    kept = stored()
+    assert kept.cached and computed == [] and kept.analyse() is not None and computed == []  # no rank pass
+    assert_same_summary(memory, kept)
+    assert kept.analyse("all").metrics == memory.analyse("all").metrics  # other layers: from the partitions
+    good = parts.read_bytes()
+    from trace_merge.identity import identity_of
+
+    job, rank_parts = stored_summary.read(run, identity_of(run / MERGED))
+    cases = {"intact": (lambda: None, True),
+             "truncated": (lambda: parts.write_bytes(good[: len(good) // 2]), False),
+             "not a zip": (lambda: parts.write_text("{}"), False),
+             "another merge's": (lambda: stored_summary.write(run, {"size": 1, "fingerprint": "0"}, job, rank_parts),
+                                 False),
+             "other code's": (lambda: monkeypatch.setattr(stored_summary, "code_key", lambda: "other"), False)}
+    for name, (damage, used) in cases.items():
+        parts.write_bytes(good)
+        damage()
+        again = stored()
+        assert again.cached and (computed == []) == used, name
+        assert_same_summary(memory, again)
+    # a new merge (--force) replaces them; one that keeps no parts (in memory) removes the old ones
+    monkeypatch.setattr(run_mod, "PARTITION_ABOVE_BYTES", 1 << 40)
+    assert cli.main(["merge", str(run), "--force"]) == 0
+    assert not parts.exists()

@@ -46,12 +46,14 @@ LAYER_DIRS: Tuple[str, ...] = (APP_DIR, TF_DIR, HOROVOD_DIR, POSIX_DIR, DARSHAN_
 MERGED = "merged.parquet"
 COUNTERS = "counters.parquet"
 MERGE_INFO = "merge_info.json"
+#: a large run's summary parts, kept by ``trace-merge merge`` beside ``merged.parquet`` (trace_merge.stored_summary)
+SUMMARY_PARTS = "summary_parts.zip"
 #: held by ``trace-merge merge`` while it merges and writes the outputs above (two merges of a run at once)
 MERGE_LOCK = ".merge.lock"
 #: ``trace-merge report``'s default output in a run directory
 REPORT = "report.html"
 #: files derived from a run (stale once the run is replaced: ``timelogger run --force`` removes them)
-OUTPUTS: Tuple[str, ...] = (MERGED, COUNTERS, MERGE_INFO, REPORT)
+OUTPUTS: Tuple[str, ...] = (MERGED, COUNTERS, MERGE_INFO, SUMMARY_PARTS, REPORT)
 
 
 def tf_logdir(run_dir: PathLike, rank: int) -> Path:

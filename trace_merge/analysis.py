@@ -170,12 +170,17 @@ def _access_pattern_of(item: "tuple[Any, frozenset]") -> pd.DataFrame:
                                                                 "offset", "file", "epoch")), names)
 
 
-def summarise_stored(pm: "partitioned.Merge", engine: "Optional[Engine]" = None) -> None:
-    """Fill a stored merge's facts and summary (:func:`trace_merge.store.stored_partitions`): a pass over a few
-    columns for the job's facts, then the summary kernels partition by partition."""
-    with partitioned.engine_for_rows(engine, pm.rows) as eng:
-        pm.job = kernels.JobFacts.of(partitioned.over_ranks(eng, _partition_facts, pm.partitions, pm.rows))
-        parts = partitioned.over_ranks(eng, _summarise_partition, pm.partitions, pm.rows, pm.job, None)
+def summarise_stored(pm: "partitioned.Merge", engine: "Optional[Engine]" = None,
+                     stored: "Optional[tuple[kernels.JobFacts, list]]" = None) -> None:
+    """Fill a stored merge's facts and summary (:func:`trace_merge.store.stored_partitions`): from the parts the
+    merge kept (``stored``, :func:`trace_merge.stored_summary.read`) when it did, else a pass over a few columns for
+    the job's facts, then the summary kernels partition by partition."""
+    if stored is not None:
+        pm.job, parts = stored
+    else:
+        with partitioned.engine_for_rows(engine, pm.rows) as eng:
+            pm.job = kernels.JobFacts.of(partitioned.over_ranks(eng, _partition_facts, pm.partitions, pm.rows))
+            parts = partitioned.over_ranks(eng, _summarise_partition, pm.partitions, pm.rows, pm.job, None)
     pm.summary = kernels.SummaryHook().combine(parts, pm.job, pm.counters)
 
 

@@ -96,7 +96,9 @@ def merge_setup_parser(parser: argparse.ArgumentParser) -> None:
 
 
 def merge_main(args: argparse.Namespace) -> int:
-    from trace_merge import store
+    from timelogger.layout import MERGED, SUMMARY_PARTS
+    from trace_merge import store, stored_summary
+    from trace_merge.identity import identity_of
 
     run_dir = _input(args.run_dir)
     if not run_dir.is_dir():
@@ -104,10 +106,15 @@ def merge_main(args: argparse.Namespace) -> int:
     # the lock before the existence check: of two merges started together the second is refused here
     with store.lock(run_dir):
         store.refuse_stored(run_dir, force=args.force)  # before the (slow) merge
+        (run_dir / SUMMARY_PARTS).unlink(missing_ok=True)  # an earlier merge's: it would not match the new one
         res = _merge(run_dir, args)
         try:
             # checked above under the same lock, so nothing can have appeared since
             written = store.write_merged(res, run_dir, force=True)
+            if res.parts is not None:
+                parts = stored_summary.write(run_dir, identity_of(run_dir / MERGED), res.job, res.parts)
+                if parts is not None:
+                    written["summary_parts"] = parts
         finally:
             res.cleanup()
     layers = ", ".join(f"{k}: {v:,}" for k, v in res.rows_per_layer().items())
@@ -122,14 +129,15 @@ def merge_main(args: argparse.Namespace) -> int:
 def _merge(run_dir: Path, args: argparse.Namespace):
     """The in-memory merge of a small run, the partitioned one (every column kept) of a large run or on Dask."""
     from trace_merge import engines, merge, partitioned
+    from trace_merge.kernels import SummaryHook
     from trace_merge.run import partitioned_input
 
     size = partitioned_input(run_dir, args.scheduler)
     if size is None:
         return merge.merge_path(run_dir)
     engine = engines.engine_for(args.scheduler, size, args.workers, args.memory_limit)
-    try:
-        return partitioned.merge_partitioned(run_dir, engine=engine, summary_only=False)
+    try:  # with the summary's parts, kept beside the merge (trace_merge.stored_summary)
+        return partitioned.merge_partitioned(run_dir, engine=engine, summary_only=False, analysis=SummaryHook())
     finally:
         engine.close()
 

@@ -409,6 +409,7 @@ class Merge:
     dropped: dict
     spill: Optional[Path]  # the spill directory this merge owns (None: in memory, or a stored merge's partitions)
     layer_rows: dict = field(default_factory=dict)  # layer -> rows
+    parts: Optional[list] = None  # the analysis' tables of each rank, in rank order (None without an analysis)
 
     @functools.cached_property
     def frame(self) -> pd.DataFrame:
@@ -639,7 +640,7 @@ def _run(path: Optional[Path], tasks: "list[SourceTask]", manifest: Optional[dic
         dxt_clock=[c for d in done for c in d.dxt_clock], inputs=inputs,
         dropped={r.path: int(A.meta_value(r.meta, "dropped")) for r in kept
                  if r.kind in A.APP_KINDS and A.meta_value(r.meta, "dropped")},
-        spill=spill, layer_rows=layer_rows)
+        spill=spill, layer_rows=layer_rows, parts=[d.parts for d in done] if analysis is not None else None)
 
 
 class _Clock:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Optional, Sequence
 import pandas as pd
 
 from timelogger.layout import COUNTERS, MERGED
-from trace_merge import analysis, kernels, sources, store
+from trace_merge import analysis, kernels, sources, store, stored_summary
 from trace_merge.align import Residual
 from trace_merge.errors import TraceInputError
 from trace_merge.schema import COUNTER_DTYPES
@@ -177,11 +177,15 @@ class Run:
         except (OSError, ValueError):
             return None
         pm = store.stored_partitions(p, info, counters)
-        engine = engines.engine_for(scheduler, sum(pm.rows.values()) * 100, workers, memory_bytes)
-        try:
-            analysis.summarise_stored(pm, engine)
-        finally:
-            engine.close()
+        kept = stored_summary.read(p, (info.outputs or {}).get(MERGED))
+        if kept is not None:
+            analysis.summarise_stored(pm, stored=kept)
+        else:
+            engine = engines.engine_for(scheduler, sum(pm.rows.values()) * 100, workers, memory_bytes)
+            try:
+                analysis.summarise_stored(pm, engine)
+            finally:
+                engine.close()
         return cls._of_partitions(p, pm, list(pm.warnings), sources.load_manifest(p)[0], cached=True,
                                   dropped=dict(info.dropped_intervals))
 
