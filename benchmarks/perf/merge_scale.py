@@ -12,9 +12,10 @@ Trace sets (``dftracer_gen_fake_trace``, 8 ranks x 20 epochs, 2 hosts): ``0.6M``
    pass, ``trace-merge`` has none;
 2. runs ``trace-merge summary COPY --json`` (the real CLI: at this size the partitioned merge on the local pool)
    and ``dftracer_stats -d COPY --report detailed --json`` on the other copy, interleaved;
-3. re-summary: ``trace-merge merge COPY`` stores the merge (``merged.parquet``, one row group run per rank), then
-   ``trace-merge summary COPY --json`` again, against ``dftracer_stats`` once more on its now-indexed copy;
-   (``--cold-only`` skips this step);
+3. re-summary: ``trace-merge merge COPY`` stores the merge (``merged.parquet``, one row group run per rank, and the
+   summary's per-rank tables, ``summary_parts.zip``), then ``trace-merge summary COPY --json`` again (the reduction
+   of those tables), against ``dftracer_stats`` once more on its now-indexed copy; the merge is to us what the
+   index is to ``dftracer_stats`` (``--cold-only`` skips this step);
 4. the reference issue 20 names: DuckDB (``read_json`` of ``name`` and ``dur``, GROUP BY name: per-name count, sum,
    min, max) on a third cold copy, when ``duckdb`` is installed (``make bench`` installs it);
 5. with ``--scheduler``, ``trace-merge summary --scheduler ADDRESS`` on a fresh copy (``local``: a Dask
