@@ -88,7 +88,9 @@ DUCKDB_QUERY = """
 import glob, json, os, sys
 import duckdb
 files = sorted(glob.glob(sys.argv[1] + "/*.pfw*")) if os.path.isdir(sys.argv[1]) else sys.argv[1:]
-rows = duckdb.connect().execute(
+con = duckdb.connect()
+con.execute("SET enable_progress_bar = false")  # past ~2 s it would print on stdout
+rows = con.execute(
     "select name, count(*), sum(dur), min(dur), max(dur) from read_json(?, format='newline_delimited', "
     "ignore_errors=true, columns={name: 'VARCHAR', dur: 'BIGINT'}) where dur is not null group by name",
     [files]).fetchall()
