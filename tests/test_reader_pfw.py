@@ -119,7 +119,7 @@ def test_fake_trace_columns_match_the_json(fake_traces: Path) -> None:
     complete = [e for e in events if e.get("ph") == 1]
     src = pfw.read(path)
     f = src.frame
-    assert src.kind == "dftracer" and src.meta["parser"] == "duckdb" and src.warnings == []
+    assert src.kind == "dftracer" and src.meta["parser"] == "arrow" and src.warnings == []
     assert dict(f.dtypes.astype(str)) == FRAME_DTYPES
     assert len(f) == len(complete)
     assert Counter(f["name"].astype(str)) == Counter(e["name"] for e in complete)
@@ -148,7 +148,9 @@ def test_fake_trace_columns_match_the_json(fake_traces: Path) -> None:
 
 
 def _read_with(path: Path, duckdb: bool, monkeypatch: pytest.MonkeyPatch):
+    """``path`` read by DuckDB (however small the file) or by pyarrow."""
     monkeypatch.setattr(pfw, "USE_DUCKDB", duckdb)
+    monkeypatch.setattr(pfw, "DUCKDB_MIN_BYTES", 0)
     return pfw.read(path)
 
 
@@ -166,6 +168,18 @@ def test_duckdb_and_pyarrow_read_the_same(fake_traces: Path, preload: "tuple[Pat
         duck, arrow = _read_with(path, True, monkeypatch), _read_with(path, False, monkeypatch)
         assert (duck.meta["parser"], arrow.meta["parser"]) == ("duckdb", "arrow"), path
         _same_source(duck, arrow)
+
+
+def test_large_bodies_go_to_duckdb_and_small_ones_to_pyarrow(fake_traces: Path, tmp_path: Path) -> None:
+    lines = [ln for ln in gzip.decompress((fake_traces / "rank_0.pfw.gz").read_bytes()).split(b"\n")
+             if ln.startswith(b"{")]
+    copies = pfw.DUCKDB_MIN_BYTES // sum(len(ln) + 1 for ln in lines) + 1
+    big = tmp_path / "rank_0.pfw"
+    big.write_bytes(b"[\n" + b"\n".join(lines * copies) + b"\n")
+    src = pfw.read(big)
+    assert src.meta["parser"] == "duckdb" and src.warnings == []
+    assert len(src.frame) == copies * len(pfw.read(fake_traces / "rank_0.pfw.gz").frame)
+    assert pfw.read(fake_traces / "rank_0.pfw.gz").meta["parser"] == "arrow"
 
 
 @pytest.mark.parametrize("edit", [
@@ -199,7 +213,7 @@ def test_preload_trace_posix_stdio_and_python_events(preload: "tuple[Path, int, 
     src = pfw.read(app_file)
     f = src.frame
     events = [e for e in _events(app_file) if e.get("ph") == 1 and e.get("cat") != "dftracer"]
-    assert len(f) == len(events) and src.meta["parser"] == "duckdb"
+    assert len(f) == len(events) and src.meta["parser"] == "arrow"
     assert f["start_ns"].between(t0, t1).all()
     # POSIX reads/writes of the HDF5 file (pread64 or pread, depending on the HDF5 build): bytes = ret
     rw = [e for e in events if e["cat"] == "POSIX" and e["name"] in pfw.RW_CALLS]
@@ -255,7 +269,7 @@ def test_garbage_line_falls_back_to_the_line_parser_with_the_same_frame(
     bad = tmp_path / clean.name.replace(".gz", "")
     lineno = _with_garbage_line(clean, garbage, bad)
     fast, slow = pfw.read(clean), pfw.read(bad)
-    assert fast.meta["parser"] == "duckdb" and slow.meta["parser"] == "lines"
+    assert fast.meta["parser"] == "arrow" and slow.meta["parser"] == "lines"
     assert slow.warnings == [f"{bad}: line {lineno}: not a JSON object, skipped"]
     _assert_same_frames(fast.frame, slow.frame)
     assert {k: v for k, v in fast.meta.items() if k != "parser"} == {k: v for k, v in slow.meta.items() if k != "parser"}
@@ -268,7 +282,7 @@ def test_commas_and_closing_bracket(fake_traces: Path, tmp_path: Path) -> None:
     chrome = tmp_path / "rank_1.pfw"
     chrome.write_bytes(b"[\n" + b",\n".join(lines[1:-1]) + b"\n]\n")
     a, b = pfw.read(clean), pfw.read(chrome)
-    assert b.meta["parser"] == "duckdb" and b.warnings == []
+    assert b.meta["parser"] == "arrow" and b.warnings == []
     _assert_same_frames(a.frame, b.frame)
 
 

@@ -1099,6 +1099,9 @@ def _arrow_columns(table: "pa.Table", ph_is_str: bool, state: _State) -> Optiona
 #: ``False`` when ``duckdb`` is not installed, or with ``TRACE_MERGE_PARSER=pyarrow`` in the environment (pool
 #: workers inherit it; benchmarks/perf/parse_engines.py compares the two)
 USE_DUCKDB = os.environ.get("TRACE_MERGE_PARSER", "duckdb") != "pyarrow"
+#: bodies smaller than this go to pyarrow: a DuckDB call costs ~12 ms before its first line (a connection, the
+#: query), pyarrow is faster below ~4 MB of text (measured), and a small run does not import DuckDB at all
+DUCKDB_MIN_BYTES = 8 << 20
 
 
 def _duckdb_table(body: "bytes | memoryview", schema: "pa.Schema") -> "Optional[pa.Table]":
@@ -1108,10 +1111,11 @@ def _duckdb_table(body: "bytes | memoryview", schema: "pa.Schema") -> "Optional[
     Each line is one JSON document (DuckDB's own newline-delimited reader lets a broken line take the next one
     with it). DuckDB casts leniently (``1000.5`` to 1000, ``"12"`` to 12), so integers come out as their JSON
     text and Arrow casts that strictly: anything but a plain integer refuses the whole body, which pyarrow then
-    reads. A line DuckDB cannot parse, an empty or over-long line or one not starting with ``{`` refuses it too.
+    reads. A line DuckDB cannot parse, an empty or over-long line or one not starting with ``{`` refuses it too,
+    and so does a body of less than :data:`DUCKDB_MIN_BYTES`.
     """
     global USE_DUCKDB
-    if not USE_DUCKDB:
+    if not USE_DUCKDB or len(body) < DUCKDB_MIN_BYTES:
         return None
     try:
         import duckdb
