@@ -54,7 +54,9 @@ def test_advise_end_to_end(advised):
     assert doc["recommended"] == {"readers": 4, "prefetch": 1}
     # four readers overlap four 12 ms sleeps: far faster than one, and the model knows it before the verifying run
     assert doc["gain_over_default_pct"] > 50
-    assert abs(doc["error_pct"]) < 25
+    # one run per point on a 2-core machine: alone the error is 2-12 %, in a full test run it reached 25.4 % once;
+    # a model blind to the readers' overlap would miss the ~150 % gain by far more than 40 %
+    assert abs(doc["error_pct"]) < 40
     assert (out / "verify" / "readers4-prefetch1-k0" / "manifest.json").is_file()
     assert "recommended: readers=4 prefetch=1" in p.stdout and "prediction error" in p.stdout
 
