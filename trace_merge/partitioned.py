@@ -310,28 +310,28 @@ class RankResult:
 def merge_rank(task: RankTask) -> RankResult:
     """One rank: its pieces merged, ordered and tagged, written as its partition, and summarised (wave 4)."""
 
-    pieces: list[tuple[Piece, pd.DataFrame]] = []
-    for piece in task.pieces:
-        frame = piece.load()
-        if piece.kind == "dftracer":
-            frame = resolve_names(frame, task.names)
-        pieces.append((piece, frame))
-    app = concat_frames([f for p, f in pieces if p.kind in A.APP_KINDS])
-    posix = concat_frames([f[(f["layer"] == "posix").to_numpy()] for p, f in pieces if p.kind == "dftracer"])
+    # comprehensions only: no loop variable keeps a piece's rows alive past the `del` below
+    pieces = [(p, resolve_names(p.load(), task.names) if p.kind == "dftracer" else p.load()) for p in task.pieces]
     warnings: list[str] = []
     clocks = []
-    frames = []
-    darshan: dict[str, list[pd.DataFrame]] = {}
-    for p, f in pieces:
-        (darshan.setdefault(p.source, []) if p.kind == "darshan" else frames).append(f)
-    for source, parts in darshan.items():
-        placed, found, notes = place_source(source, concat_frames(parts), app, posix)
-        frames.append(placed)
-        clocks += [c.as_dict() for c in found]
-        warnings += [] if task.darshan_alone else notes
-    del pieces, app, posix
-    frame = A.time_order(concat_frames(frames))
+    frames = [f for p, f in pieces if p.kind != "darshan"]
+    darshan = {source: [f for p, f in pieces if p.kind == "darshan" and p.source == source]
+               for source in dict.fromkeys(p.source for p, _ in pieces if p.kind == "darshan")}
+    if darshan:  # DXT segments are placed against the rank's app and POSIX rows (copies made only for that)
+        app = concat_frames([f for p, f in pieces if p.kind in A.APP_KINDS])
+        posix = concat_frames([f[(f["layer"] == "posix").to_numpy()] for p, f in pieces if p.kind == "dftracer"])
+        for source, parts in darshan.items():
+            placed, found, notes = place_source(source, concat_frames(parts), app, posix)
+            frames.append(placed)
+            clocks += [c.as_dict() for c in found]
+            warnings += [] if task.darshan_alone else notes
+        del app, posix, parts, placed
+    del pieces, darshan
+    # the pieces are let go before the copy in time order: the rank is held twice at most, not three times
+    merged = concat_frames(frames)
     del frames
+    frame = A.time_order(merged)
+    del merged
     warnings += A.check_layer_overlap(frame)
     residual = A.residual_parts(frame, task.residual_basis)
     frame = A.propagate_steps(frame)
