@@ -220,6 +220,7 @@ def ingest(task: SourceTask) -> SourceResult:
                                    task.analysis)
             out.pieces += pieces
             out.facts += facts
+            del src, frame  # not kept while the next block is read
         if pids:
             meta = dict(meta, pids=sorted(pids))
         out.meta = meta

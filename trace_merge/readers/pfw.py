@@ -293,6 +293,7 @@ def read_blocks(path: "str | os.PathLike[str]", block_bytes: int = STREAM_BLOCK_
     known: dict = {"HH": {}, "FH": {}, "SH": {}}
     time_metric = "US"
     block: "bytes | None" = first
+    del first  # one block's text alive at a time
     while block is not None:
         state = _State(path, known, time_metric)
         cols, parser = _parse_body(block, state, warnings, line_offset)
@@ -302,6 +303,7 @@ def read_blocks(path: "str | os.PathLike[str]", block_bytes: int = STREAM_BLOCK_
         if cols is not None or warnings:
             yield _result(path, state, cols if cols is not None else _Cols.empty(), "dftracer", warnings,
                           parser if cols is not None else "none")
+        cols = None  # not kept while the next block is parsed
         warnings = []
 
 
