@@ -51,7 +51,8 @@ def _add_engine_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workers", metavar="N", type=_positive_int, default=None,
                         help="local worker processes for large inputs (default: one per core)")
     parser.add_argument("--memory-limit", metavar="SIZE", type=_size_arg, default=None,
-                        help="memory the local workers' tasks may hold together, e.g. 1G, 512M (default: half the memory available when the merge starts, at least 1G where there is that much)")
+                        help="memory the local workers' tasks may hold together, e.g. 1G, 512M (default: half the "
+                             "memory available when the merge starts, at least 1G where there is that much)")
 
 
 def _positive_int(text: str) -> int:
