@@ -100,3 +100,36 @@ def test_one_rank_app_files_missing(hvd_run: Path, tmp_path: Path) -> None:
     assert missing == [f"{run}: no app (TimeLogger) files for rank(s) 1 of world_size 2; their layers are unaligned"]
     assert set(res.frame[res.frame["layer"] == "app"]["rank"]) == {0}
     assert len(res.frame[res.frame["layer"] == "comm"])
+
+
+def test_kept_summary_parts_carry_the_collectives(hvd_run: Path, tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """A partitioned merge of a Horovod run keeps its job facts with every rank's collectives (summary_parts.zip),
+    and the stored merge's summary from them is the in-memory merge's."""
+    import numpy as np
+    from test_partitioned import assert_same_summary
+    from timelogger.layout import MERGED
+    from trace_merge import analysis, cli, engines, kernels, partitioned, run as run_mod, store, stored_summary
+    from trace_merge.identity import identity_of
+    from trace_merge.run import Run
+    from trace_merge.schema import empty_counters
+
+    run = shutil.copytree(hvd_run, tmp_path / "run", ignore=shutil.ignore_patterns("merged.parquet", "counters.parquet",
+                                                                                   "merge_info.json"))
+    monkeypatch.setattr(run_mod, "PARTITION_ABOVE_BYTES", 0)  # partitioned, however small the run
+    assert cli.main(["merge", str(run)]) == 0
+    job, parts = stored_summary.read(run, identity_of(run / MERGED))
+    info, why, _ = store.trusted(run)
+    assert why is None
+    pm = store.stored_partitions(run, info, empty_counters())
+    again = kernels.JobFacts.of(partitioned.over_ranks(engines.Inline(), analysis._partition_facts, pm.partitions,
+                                                       pm.rows))
+    assert sorted(job.collectives) == sorted(again.collectives) and again.collectives  # rank 0's timeline's
+    for r, (starts, ends) in again.collectives.items():  # the same intervals (the merge saw them in file order)
+        kept_starts, kept_ends = job.collectives[r]
+        assert kept_starts.dtype == kept_ends.dtype == np.int64
+        assert len(starts) >= 4 and sorted(zip(kept_starts, kept_ends)) == sorted(zip(starts, ends))
+    assert (job.ranks, job.present, job.timed, job.app_files, job.events) == \
+        (again.ranks, again.present, again.timed, again.app_files, again.events)
+    assert len(parts) == 2
+    assert_same_summary(Run.open(hvd_run, partitioned=False), Run.open(run, partitioned=True))
