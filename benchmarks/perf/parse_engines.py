@@ -42,26 +42,38 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # runnable as a sc
 from benchmarks.common.errors import BenchmarkError, cli_main  # noqa: E402
 from benchmarks.perf.merge_scale import DUCKDB_QUERY  # noqa: E402
 
+#: the start of the programs that parse the reader's text: ``bodies()`` gunzips each file of argv[1:] (all its
+#: gzip members) and yields its event lines as the reader hands them to its parser (no "[" line, no trailing "]"
+#: or commas)
+_BODIES = """
+import sys, zlib
+from trace_merge.readers.pfw import _arrow_input, _body_span
+
+
+def bodies():
+    for path in sys.argv[1:]:
+        out, rest = [], open(path, "rb").read()
+        while rest:
+            d = zlib.decompressobj(wbits=31)
+            out.append(d.decompress(rest))
+            rest = d.unused_data
+        raw = b"".join(out)
+        start, end, _, _ = _body_span(raw)
+        yield _arrow_input(raw, start, end)
+"""
+
 #: the child programs: argv[1:] are the files; each prints the number of events (complete events) it parsed
 PROGRAMS = {
-    "pyarrow": """
-import sys, zlib
+    "pyarrow": _BODIES + """
 import pyarrow as pa, pyarrow.json as pj, pyarrow.compute as pc
-from trace_merge.readers.pfw import _INT_ARGS, _STR_ARGS, _arrow_input, _body_span
+from trace_merge.readers.pfw import _INT_ARGS, _STR_ARGS
 args = pa.struct([(k, pa.int64()) for k in _INT_ARGS] + [(k, pa.string()) for k in _STR_ARGS]
                  + [("name", pa.string()), ("value", pa.string())])
 schema = pa.schema([("name", pa.string()), ("cat", pa.string()), ("ph", pa.int64()), ("pid", pa.int64()),
                     ("tid", pa.int64()), ("ts", pa.int64()), ("dur", pa.int64()), ("args", args)])
 n = 0
-for path in sys.argv[1:]:
-    out, rest = [], open(path, "rb").read()
-    while rest:  # concatenated gzip members
-        d = zlib.decompressobj(wbits=31)
-        out.append(d.decompress(rest))
-        rest = d.unused_data
-    raw = b"".join(out)
-    start, end, _, _ = _body_span(raw)  # the reader's: no "[" line, no trailing "]" or commas
-    table = pj.read_json(pa.py_buffer(_arrow_input(raw, start, end)), read_options=pj.ReadOptions(block_size=16 << 20),
+for body in bodies():
+    table = pj.read_json(pa.py_buffer(body), read_options=pj.ReadOptions(block_size=16 << 20),
                          parse_options=pj.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore"))
     n += pc.sum(pc.equal(table.column("ph"), 1)).as_py() or 0
 print(n)
@@ -83,20 +95,13 @@ for path in sys.argv[1:]:
     n += pc.sum(pc.equal(table.column("ph"), 1)).as_py() or 0
 print(n)
 """,
-    "duckdb lines": """
-import sys, zlib
+    "duckdb lines": _BODIES + """
 import pyarrow.compute as pc
-from trace_merge.readers.pfw import _arrow_input, _body_span, _event_table
+from trace_merge.readers import pfw
+pfw.DUCKDB_MIN_BYTES = 0  # DuckDB however small the files (the reader hands small bodies to pyarrow)
 n = 0
-for path in sys.argv[1:]:
-    out, rest = [], open(path, "rb").read()
-    while rest:
-        d = zlib.decompressobj(wbits=31)
-        out.append(d.decompress(rest))
-        rest = d.unused_data
-    raw = b"".join(out)
-    start, end, _, _ = _body_span(raw)
-    table, _, engine = _event_table(_arrow_input(raw, start, end))
+for body in bodies():
+    table, _, engine = pfw._event_table(body)
     assert engine == "duckdb", engine
     n += pc.sum(pc.equal(table.column("ph"), 1)).as_py() or 0
 print(n)
