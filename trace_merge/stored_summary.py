@@ -68,7 +68,7 @@ def write(run_dir: Path, merged: dict, job: kernels.JobFacts, parts: Sequence[ke
                 "start": np.concatenate([s for _, (s, _) in collectives] + [_NONE]),
                 "end": np.concatenate([e for _, (_, e) in collectives] + [_NONE])})))
             zf.writestr(_JSON, json.dumps({
-                "merged": merged, "code": code_key(), "parts": len(parts),
+                "merged": merged, "code": code_key(),
                 "job": {"ranks": job.ranks, "present": job.present,
                         "timed": {str(r): sorted(v) for r, v in job.timed.items()},
                         "app_files": sorted(job.app_files), "rows_per_layer": job.rows_per_layer,
