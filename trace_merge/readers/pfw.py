@@ -283,8 +283,8 @@ def read_blocks(path: "str | os.PathLike[str]", block_bytes: int = STREAM_BLOCK_
     if size * (GZIP_RATIO if gz else 1) <= 2 * block_bytes:
         yield read(path)  # one block anyway
         return
-    warnings: list[str] = []
-    blocks = _text_blocks(path, gz, block_bytes, warnings)
+    found: list[str] = []  # what the decompression finds (a corrupt member, a truncated end), taken as it comes
+    blocks = _text_blocks(path, gz, block_bytes, found)
     line_offset, first = next(blocks, (0, b""))
     span = _body_span(first)
     if span is None or _looks_timelogger(first, span[0]):
@@ -295,16 +295,28 @@ def read_blocks(path: "str | os.PathLike[str]", block_bytes: int = STREAM_BLOCK_
     block: "bytes | None" = first
     del first  # one block's text alive at a time
     while block is not None:
+        warnings = _taken(found)  # those that came with this block's text
         state = _State(path, known, time_metric)
         cols, parser = _parse_body(block, state, warnings, line_offset)
         known, time_metric = state.maps, state.time_metric
-        # the next block's gzip warnings belong to this one's output, which comes last
+        # the block's frame is built, and its text and parsed columns let go, before the next block is read
+        out = _result(path, state, cols if cols is not None else _Cols.empty(), "dftracer", warnings,
+                      parser if cols is not None else "none") if cols is not None or warnings else None
+        block = cols = None
         line_offset, block = next(blocks, (0, None))
-        if cols is not None or warnings:
-            yield _result(path, state, cols if cols is not None else _Cols.empty(), "dftracer", warnings,
-                          parser if cols is not None else "none")
-        cols = None  # not kept while the next block is parsed
-        warnings = []
+        if block is None and found:  # the stream's last words (a truncated end) go with its last output
+            out = out or _result(path, state, _Cols.empty(), "dftracer", [], "none")
+            out.warnings.extend(_taken(found))
+        if out is not None:
+            yield out
+        out = None
+
+
+def _taken(found: list) -> list:
+    """The items of ``found`` (emptied: the list stays the one its producer appends to)."""
+    out = list(found)
+    found.clear()
+    return out
 
 
 def _text_blocks(path: str, gz: bool, block_bytes: int, warnings: list[str]) -> Iterator[tuple[int, bytes]]:
