@@ -254,8 +254,10 @@ def _finish(path: str, state: "_State", cols: "Optional[_Cols]", parser: str, wa
     return _result(path, state, cols, kind, warnings, parser)
 
 
-#: text per block when a large DFTracer trace is read block by block (:func:`read_blocks`)
-STREAM_BLOCK_BYTES = 64 << 20
+#: text per block when a large DFTracer trace is read block by block (:func:`read_blocks`): a worker holds about
+#: eight times its block while parsing it; 64 MiB blocks were no faster than 16 MiB and held 2.3x the memory
+#: (docs/partitioned.md, "Memory")
+STREAM_BLOCK_BYTES = 16 << 20
 #: text bytes per gzip byte of a DFTracer trace (measured: 15.7 on dftracer_gen_fake_trace sets), to tell from
 #: its size whether a file fits one block
 GZIP_RATIO = 16
