@@ -339,3 +339,14 @@ def test_crossing_interval_does_not_take_the_time_of_one_it_contains():
                   "rank": 0, "pid": 1, "tid": 1, "start_ns": [0, 1, 2, 20], "end_ns": [12, 12, 100, 30]})
     row = AT.breakdown_df(f).iloc[-1]
     assert {c: round(row[f"{c}_pct"], 9) for c in ("io", "compute", "other")} == {"io": 10, "compute": 88, "other": 2}
+
+
+def test_propagate_steps_lends_tags_exactly_beyond_float_precision():
+    """Tags are int64 end to end: a step of 2**53 + 1 (a float would round it to 2**53) reaches the read inside it."""
+    big = 2**53 + 1
+    frame = to_frame({"layer": ["app", "posix"], "cat": ["compute", "io"], "name": ["step", "read"], "rank": 0,
+                      "pid": 1, "tid": 1, "start_ns": [0, 10], "end_ns": [100, 20],
+                      "epoch": pd.array([big + 2, None], dtype="Int64"), "step": pd.array([big, None], dtype="Int64")})
+    assert frame["step"].tolist() == [big, pd.NA]
+    out = al.propagate_steps(frame)
+    assert out["step"].tolist() == [big, big] and out["epoch"].tolist() == [big + 2, big + 2]
