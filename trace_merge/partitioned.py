@@ -87,9 +87,14 @@ def _write_arrow(frame: pd.DataFrame, path: Path) -> None:
     os.replace(tmp, path)
 
 
-def _schema_dtypes(frame: pd.DataFrame) -> pd.DataFrame:
-    """A frame read back from Arrow or Parquet with the schema's dtypes."""
-    return frame.astype({c: FRAME_DTYPES[c] for c in frame.columns if str(frame[c].dtype) != FRAME_DTYPES[c]})
+def _schema_dtypes(table: "pa.Table") -> pd.DataFrame:
+    """A table read back from Arrow or Parquet as a frame with the schema's dtypes, converting only the columns
+    whose dtype differs (``astype`` of an empty mapping copies the whole frame: on a 2.5 M-row partition that copy
+    was 0.25-0.4 s, half of the read). The frame's arrays are its own and writable (``to_pandas`` copies them out
+    of the file's memory map)."""
+    frame = table.to_pandas()
+    wrong = {c: FRAME_DTYPES[c] for c in frame.columns if str(frame[c].dtype) != FRAME_DTYPES[c]}
+    return frame.astype(wrong) if wrong else frame
 
 
 def read_arrow(path: "str | os.PathLike[str]", columns: Optional[Sequence[str]] = None) -> pd.DataFrame:
@@ -100,7 +105,7 @@ def read_arrow(path: "str | os.PathLike[str]", columns: Optional[Sequence[str]] 
         table = pa.ipc.open_file(source).read_all()
     if columns is not None:
         table = table.select([c for c in columns if c in table.column_names])
-    return _schema_dtypes(table.to_pandas())
+    return _schema_dtypes(table)
 
 
 @dataclass
@@ -358,7 +363,7 @@ def read_partition(where: "str | tuple | pd.DataFrame", columns: Optional[Sequen
 
     path, groups = where
     table = pq.ParquetFile(path).read_row_groups(list(groups), columns=list(columns) if columns else None)
-    return _schema_dtypes(table.to_pandas())
+    return _schema_dtypes(table)
 
 
 def over_ranks(engine: Engine, fn: Any, partitions: dict, rows: dict, *extra: Any) -> list:
