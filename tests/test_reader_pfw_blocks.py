@@ -105,3 +105,17 @@ def test_garbage_after_a_member_is_an_error_naming_the_file(trace: Path, tmp_pat
     bad.write_bytes(trace.read_bytes() + b"this is not gzip" * 100)
     with pytest.raises(TraceInputError, match="tail.pfw.gz: corrupt gzip data"):
         list(pfw.read_blocks(bad, BLOCK))
+
+
+def test_resolve_names_maps_categories_not_rows() -> None:
+    """DFTracer file hashes a block could not resolve get the run's names: two hashes of one file become one
+    category, a hash nobody named stays, a missing file stays missing, and the other columns are untouched."""
+    from trace_merge.sources import resolve_names
+
+    frame = pd.DataFrame({"file": pd.Categorical(["h1", "h2", None, "/data/a.h5", "h3", "h1"]), "x": range(6)})
+    out = resolve_names(frame, {"h1": "/data/a.h5", "h2": "/data/b.h5", "h9": "/data/z.h5"})
+    assert out["file"].tolist()[:2] == ["/data/a.h5", "/data/b.h5"] and pd.isna(out["file"].iloc[2])
+    assert out["file"].tolist()[3:] == ["/data/a.h5", "h3", "/data/a.h5"]
+    assert sorted(out["file"].cat.categories) == ["/data/a.h5", "/data/b.h5", "h3"]
+    assert out["x"].tolist() == list(range(6)) and frame["file"].tolist()[0] == "h1"  # the input is not changed
+    assert resolve_names(frame, {"h7": "/elsewhere"}) is frame  # nothing to resolve: the same frame

@@ -16,6 +16,7 @@ from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any, Iterable
 
+import numpy as np
 import pandas as pd
 
 from timelogger import layout
@@ -269,8 +270,12 @@ def resolve_names(frame: pd.DataFrame, names: dict[str, str]) -> pd.DataFrame:
     col = frame["file"]
     if not any(c in names for c in col.cat.categories):
         return frame
+    # categories, not rows: each category's name, then one code per row (two hashes may name one file)
+    codes, uniques = pd.factorize(pd.Index([names.get(c, c) for c in col.cat.categories], dtype=object))
+    old = col.cat.codes.to_numpy()
     frame = frame.copy(deep=False)
-    frame["file"] = col.astype(object).map(lambda v: names.get(v, v)).astype("category")
+    frame["file"] = pd.Categorical.from_codes(np.where(old >= 0, codes[np.maximum(old, 0)], -1),
+                                              categories=pd.Index(uniques, dtype=object))
     return frame
 
 
