@@ -228,8 +228,9 @@ def propagate_steps(frame: pd.DataFrame) -> pd.DataFrame:
             if not len(targets):
                 continue
             hit = innermost(start[tagged], end[tagged], start[targets], end[targets], parent)
-            found = targets[hit >= 0]
-            vals[found] = vals[tagged[hit[hit >= 0]]]  # app rows read, other rows written; ranks' rows disjoint
+            inside = hit >= 0
+            found = targets[inside]
+            vals[found] = vals[tagged[hit[inside]]]  # app rows read, other rows written; ranks' rows disjoint
             missing[found] = False
 
     ranks = list(apps_of)

@@ -272,9 +272,9 @@ def resolve_names(frame: pd.DataFrame, names: dict[str, str]) -> pd.DataFrame:
         return frame
     # categories, not rows: each category's name, then one code per row (two hashes may name one file)
     codes, uniques = pd.factorize(pd.Index([names.get(c, c) for c in col.cat.categories], dtype=object))
-    old = col.cat.codes.to_numpy()
+    was = col.cat.codes.to_numpy()
     frame = frame.copy(deep=False)
-    frame["file"] = pd.Categorical.from_codes(np.where(old >= 0, codes[np.maximum(old, 0)], -1),
+    frame["file"] = pd.Categorical.from_codes(np.where(was >= 0, codes[np.maximum(was, 0)], -1),
                                               categories=pd.Index(uniques, dtype=object))
     return frame
 

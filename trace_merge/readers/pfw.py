@@ -311,7 +311,7 @@ def read_blocks(path: "str | os.PathLike[str]", block_bytes: int = STREAM_BLOCK_
             out.warnings.extend(_taken(found))
         if out is not None:
             yield out
-        out = None
+        out = None  # not kept while the next block is parsed
 
 
 def _taken(found: list) -> list:
