@@ -133,7 +133,12 @@ class LocalPool:
         while order or running:
             while order and len(running) < self.workers and (not running or used + need[order[0]] <= self.memory_bytes):
                 i = order.pop(0)
-                running[pool.submit(_then_release, fn, items[i])] = i
+                try:
+                    running[pool.submit(_then_release, fn, items[i])] = i
+                except (BrokenProcessPool, OSError):  # a worker died before this task went out (OSError: the
+                    # executor was tearing down its queues as it spawned a worker for it)
+                    self._abandon()
+                    raise _worker_died(items[min(running.values(), default=i)]) from None
                 used += need[i]
             done, _ = wait(running, return_when=FIRST_COMPLETED)
             for fut in done:
@@ -142,7 +147,7 @@ class LocalPool:
                 try:
                     results[i] = fut.result()
                 except BrokenProcessPool:
-                    self.close()
+                    self._abandon()
                     raise _worker_died(items[i]) from None
         return results
 
@@ -150,6 +155,22 @@ class LocalPool:
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
+
+    def _abandon(self) -> None:
+        """Let go of a pool a worker died in, without waiting on it: its own shutdown joins every worker, and one
+        caught as it started can leave that join waiting forever (seen once in 30 tries with both cores busy). The
+        workers left are killed, so the executor's thread can finish."""
+        pool, self._pool = self._pool, None
+        if pool is None:
+            return
+        workers = list((getattr(pool, "_processes", None) or {}).values())  # pid -> Process, CPython's own table
+        pool.shutdown(wait=False, cancel_futures=True)
+        for p in workers:
+            with contextlib.suppress(OSError, ValueError, AttributeError):
+                p.kill()
+        for p in workers:
+            with contextlib.suppress(OSError, ValueError, AttributeError, AssertionError):
+                p.join(timeout=5)
 
 
 @contextlib.contextmanager
