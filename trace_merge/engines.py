@@ -157,9 +157,10 @@ class LocalPool:
             self._pool = None
 
     def _abandon(self) -> None:
-        """Let go of a pool a worker died in, without waiting on it: its own shutdown joins every worker, and one
-        caught as it started can leave that join waiting forever (seen once in 30 tries with both cores busy). The
-        workers left are killed, so the executor's thread can finish."""
+        """Let go of a pool a worker died in, without waiting on it: its own shutdown joins every worker, and a
+        worker spawned for the next task after the executor had sent its workers SIGTERM is never told to stop, so
+        that join can wait forever (a clean-clone CI run hung 900 s on it). The workers left are killed, so the
+        executor's thread can finish."""
         pool, self._pool = self._pool, None
         if pool is None:
             return
