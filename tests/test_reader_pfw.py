@@ -204,6 +204,25 @@ def test_what_duckdb_would_read_differently_goes_to_pyarrow(fake_traces: Path, t
     if edit[1].endswith(".5"):
         ts = int(re.search(r'"ts":(\d+)', lines[k]).group(1))
         assert ts * 1000 + 500 in set(duck.frame["start_ns"])
+    # the thread's DuckDB connection, kept between bodies, still reads the next one (a refused query left nothing)
+    assert _read_with(fake_traces / "rank_0.pfw.gz", True, monkeypatch).meta["parser"] == "duckdb"
+
+
+def test_each_thread_parses_on_its_own_duckdb_connection(fake_traces: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A connection serves one thread (threads of a Dask worker read files side by side), and is kept for the
+    thread's next bodies."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    path = fake_traces / "rank_0.pfw.gz"
+    alone = _read_with(path, True, monkeypatch)
+    ours = pfw._duckdb_local.con
+    with ThreadPoolExecutor(2) as pool:
+        both = list(pool.map(lambda _: (pfw.read(path), id(pfw._duckdb_local.con)), range(4)))
+    for src, _ in both:
+        assert src.meta["parser"] == "duckdb"
+        _same_source(src, alone)
+    assert ours is pfw._duckdb_local.con and id(ours) not in {con for _, con in both}
+    assert pfw.read(path).meta["parser"] == "duckdb" and pfw._duckdb_local.con is ours
 
 
 def test_preload_trace_posix_stdio_and_python_events(preload: "tuple[Path, int, int]") -> None:
