@@ -265,3 +265,36 @@ def test_merge_keeps_the_summary_parts_and_a_resummary_uses_them_only_while_they
     monkeypatch.setattr(run_mod, "PARTITION_ABOVE_BYTES", 1 << 40)
     assert cli.main(["merge", str(run), "--force"]) == 0
     assert not parts.exists()
+
+
+def test_a_summary_only_merge_writes_no_partition_and_gives_the_same_summary(
+        generated: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+    """``summary`` and ``findings`` of a large run keep each rank's summary, not its rows: no partition is written,
+    the numbers are those of a merge that keeps its rows, and asking a lean run for rows is a clear error."""
+    from trace_merge import cli, run as run_mod
+
+    kept = Run.open(generated, partitioned=True, workers=2)
+    lean = Run.open(generated, partitioned=True, workers=2, keep_rows=False)
+    assert_same_summary(kept, lean)
+    assert list(kept._partitioned.spill.rglob("partition-rank-*"))
+    assert not list(lean._partitioned.spill.rglob("partition-rank-*"))
+    for rows in (lambda: lean.frame, lambda: lean.load(["rank"]), lambda: lean.analyse("all"),
+                 lambda: lean.access_pattern()):
+        with pytest.raises(partitioned.RowsNotKept, match="kept only its summary"):
+            rows()
+    assert lean.dxt_segments() == kept.dxt_segments() == 0 and lean.rows_per_layer() == kept.rows_per_layer()
+    # the layers chosen when it is opened are the ones the merge summarises
+    posix = Run.open(generated, partitioned=True, keep_rows=False, layers=["posix"])
+    assert posix.analyse(["posix"]).metrics == kept.analyse(["posix"]).metrics != kept.analyse().metrics
+    # the commands: what a merge that keeps its rows says
+    monkeypatch.setattr(run_mod, "PARTITION_ABOVE_BYTES", 0)
+    written: list = []
+    real = partitioned._write_arrow
+    monkeypatch.setattr(partitioned, "_write_arrow", lambda frame, path: written.append(path) or real(frame, path))
+    assert cli.main(["summary", str(generated), "--layers", "posix", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc | {"path": None} == json.loads(json.dumps(kept.summary(kept.analyse(["posix"])), default=str)) | {
+        "path": None}
+    assert cli.main(["findings", str(generated), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["findings"] == [f.as_dict() for f in kept.findings()]
+    assert not [p for p in written if "partition-rank-" in str(p)]

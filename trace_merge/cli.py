@@ -36,12 +36,15 @@ def _num(x: Optional[float]) -> str:
     return "unknown" if x is None or x != x else f"{x:.4g}"
 
 
-def _open_run(path: "str | Path", args: Optional[argparse.Namespace] = None):
+def _open_run(path: "str | Path", args: Optional[argparse.Namespace] = None, summary_only: bool = False):
+    """The run at ``path``, with ``args``' engine options; ``summary_only``: a large run's merge keeps the summary
+    of ``args.layers`` and not the rows (a command that reads nothing else: no partitions written)."""
     from trace_merge.run import Run
 
     if args is None:  # a command without the engine options
         return Run.open(path)
-    return Run.open(path, scheduler=args.scheduler, workers=args.workers, memory_bytes=args.memory_limit)
+    more = {"layers": args.layers, "keep_rows": False} if summary_only else {}
+    return Run.open(path, scheduler=args.scheduler, workers=args.workers, memory_bytes=args.memory_limit, **more)
 
 
 def _add_engine_options(parser: argparse.ArgumentParser) -> None:
@@ -276,7 +279,7 @@ def findings_setup_parser(parser: argparse.ArgumentParser) -> None:
 def findings_main(args: argparse.Namespace) -> int:
     from trace_merge.findings import next_step
 
-    run = _open_run(args.path, args)
+    run = _open_run(args.path, args, summary_only=True)
     found = run.findings(run.analyse(args.layers))
     if args.json:
         _out(json.dumps({"findings": [f.as_dict() for f in found], "next_step": next_step(found)}, indent=1))
@@ -293,7 +296,7 @@ def findings_main(args: argparse.Namespace) -> int:
 def summary_main(args: argparse.Namespace) -> int:
     from trace_merge import darshan_view
 
-    run = _open_run(args.path, args)
+    run = _open_run(args.path, args, summary_only=True)
     view = darshan_view.darshan_view(run)
     # a plain Darshan log: its own view, no training sections
     if view is not None and not args.json and not darshan_view.has_training(run):

@@ -33,7 +33,8 @@ import numpy as np
 import pandas as pd
 
 from trace_merge.errors import TraceInputError
-from trace_merge.schema import as_text, category_mask
+from trace_merge.readers.darshan import dxt_rows
+from trace_merge.schema import as_text
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from matplotlib.figure import Figure
@@ -89,14 +90,6 @@ def has_training(run: "Run") -> bool:
     return bool(per_layer.get("app", 0) or per_layer.get("framework", 0))
 
 
-def dxt_rows(frame: pd.DataFrame) -> np.ndarray:
-    """Mask of the frame's DXT segments: file-system rows named read/write that carry no pid or tid (DFTracer's
-    rows always do)."""
-    return (category_mask(frame["layer"], lambda s: s in ("posix", "mpiio"))
-            & category_mask(frame["name"], lambda s: s in ("read", "write"))
-            & (frame["pid"].to_numpy() == 0) & (frame["tid"].to_numpy() == 0))
-
-
 def darshan_view(run: "Run") -> Optional[DarshanView]:
     """The view of ``run``'s Darshan data, or None when it has no Darshan counters."""
     counters = run.counters
@@ -124,7 +117,7 @@ def darshan_view(run: "Run") -> Optional[DarshanView]:
     return DarshanView(job=job, modules=_modules(c, sums, unknown, nprocs, runtime),
                        operations=_operations(sums, unknown),
                        files=_categories(c), nprocs=nprocs, runtime_s=runtime,
-                       dxt_segments=int(dxt_rows(run.frame).sum()), notes=notes)
+                       dxt_segments=run.dxt_segments(), notes=notes)
 
 
 def _logs(run: "Run") -> list[Path]:

@@ -35,7 +35,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import TraceInputError
-from ..schema import SourceData, empty_frame, to_counters, to_frame, empty_counters
+from ..schema import SourceData, category_mask, empty_frame, to_counters, to_frame, empty_counters
 
 log = logging.getLogger(__name__)
 
@@ -325,3 +325,11 @@ def _dxt(report: Any, names: dict, start_ns: Optional[int]) -> "tuple[pd.DataFra
     )
     order = np.lexsort((frame["start_ns"].to_numpy(), frame["rank"].to_numpy()))
     return frame.iloc[order].reset_index(drop=True), sorted(hosts)
+
+
+def dxt_rows(frame: pd.DataFrame) -> np.ndarray:
+    """Mask of a merged frame's DXT segments: file-system rows named read/write that carry no pid or tid (DFTracer's
+    rows always do)."""
+    return (category_mask(frame["layer"], lambda s: s in ("posix", "mpiio"))
+            & category_mask(frame["name"], lambda s: s in ("read", "write"))
+            & (frame["pid"].to_numpy() == 0) & (frame["tid"].to_numpy() == 0))
