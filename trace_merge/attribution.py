@@ -90,15 +90,15 @@ class _Attribution:
         e = frame["end_ns"].to_numpy(dtype=_I8)[keep]
         rank_codes, ranks = pd.factorize(frame["rank"].to_numpy()[keep], sort=True)
         self.ranks = np.asarray(ranks, dtype=_I8)
-        self._r = rank_codes.astype(_I8)
+        self._r = rank_codes.astype(_I8, copy=False)
         self._s, self._e = s, e
         self._tags = {k: (frame[k].to_numpy(dtype=_I8, na_value=0)[keep], frame[k].notna().to_numpy()[keep])
                       for k in ("epoch", "step")}
-        cat_idx = self._cat_index(frame["cat"])[keep]
+        cat_idx = self._cat_index(frame["cat"], keep)
         self._cat_idx = cat_idx
         # names by their category codes (no string per row); code -1 (missing) is the trailing None
         name = frame["name"].astype("category")  # a no-op on the schema's column
-        self._name_codes = name.cat.codes.to_numpy().astype(_I8)[keep]
+        self._name_codes = name.cat.codes.to_numpy()[keep].astype(_I8)
         self._names = np.append(name.cat.categories.to_numpy(dtype=object), None)
         self._is_step_phase = np.append(name.cat.categories == STEP_PHASE, False)[self._name_codes]
         self.axis = Axis(self._r, s, e, len(self.ranks))
@@ -118,10 +118,11 @@ class _Attribution:
         self._consumer: dict[tuple[str, ...], tuple[np.ndarray, np.ndarray]] = {}
 
     @staticmethod
-    def _cat_index(cats: pd.Series) -> np.ndarray:
+    def _cat_index(cats: pd.Series, keep: np.ndarray) -> np.ndarray:
+        """Index in :data:`PRIORITY` of each kept row's category."""
         lookup = np.array([PRIORITY.index(str(c)) if str(c) in PRIORITY else PRIORITY.index("other")
                            for c in cats.cat.categories] + [PRIORITY.index("other")], dtype=_I8)
-        return lookup[cats.cat.codes.to_numpy()]  # code -1 (missing) picks the trailing "other"
+        return lookup[cats.cat.codes.to_numpy()[keep]]  # code -1 (missing) picks the trailing "other"
 
     def windows(self, keys: Sequence[str]) -> pd.DataFrame:
         """``[start, end]`` of the rows per ``(rank, *keys)`` (keys non-null), with axis coordinates.

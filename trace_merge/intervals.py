@@ -437,11 +437,12 @@ def self_segments(groups: np.ndarray, starts: np.ndarray, ends: np.ndarray
         head_end[par[first]] = np.minimum(ts[child[first]], te[par[first]])
         next_start = np.r_[ts[child[1:]], 0]
         tail_end = np.minimum(np.where(last, te[par], next_start), te[par])
-    seg_s = np.concatenate((ts, reach[child]))
-    seg_e = np.concatenate((head_end, tail_end))
-    owner = np.concatenate((order, order[par]))
-    keep = seg_e > seg_s
-    seg_s, seg_e, owner = seg_s[keep], seg_e[keep], owner[keep]
-    g = axis.group_of(seg_s)
+    # the empty segments are dropped from each half before the halves are joined (one copy of each, not two)
+    head = head_end > ts
+    tail_s = reach[child]
+    tail = tail_end > tail_s
+    owner = np.concatenate((order[head], order[par[tail]]))
+    g = groups[owner]
     shift = axis.lo[g] - axis.offset[g]
-    return seg_s + shift, seg_e + shift, owner
+    return (np.concatenate((ts[head], tail_s[tail])) + shift, np.concatenate((head_end[head], tail_end[tail])) + shift,
+            owner)
