@@ -153,5 +153,7 @@ def test_a_large_runs_summary_counts_the_dxt_segments_without_its_rows(darshan_l
     assert lean.dxt_segments() == segments
     assert main(["summary", str(log), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["darshan"]["dxt_segments"] == segments
+    assert main(["summary", str(log)]) == 0
+    assert f"{segments:,} DXT segments" in capsys.readouterr().out
     with pytest.raises(partitioned.RowsNotKept):
         lean.frame
