@@ -61,3 +61,26 @@ def test_plot_timeline_excerpt_of_a_large_trace_starts_at_the_first_step(dftrace
     later = later[later >= first_step]
     assert ax.get_xlim()[1] == pytest.approx((later[50] - first_step) / 1e9)
     assert "Timeline excerpt" in ax.get_title()
+
+
+@pytest.mark.parametrize("n", [1, 5, 300])
+def test_step_stairs_are_matplotlibs_without_its_vertex_walk(n):
+    """The step series draws its stairs as ``Axes.stairs`` would (same data limits, margins, legend), taking the
+    limits from the values: ``stairs`` walks every vertex in Python (minutes for a million steps)."""
+    from matplotlib.figure import Figure
+
+    rng = np.random.default_rng(n)
+    wait = rng.random(n)
+    step = wait + rng.random(n)
+    edges = np.arange(n + 1) + 3
+    ours, theirs = Figure().add_subplot(), Figure().add_subplot()
+    theirs.stairs(wait, edges, baseline=0, fill=True, label="wait")
+    theirs.stairs(step, edges, baseline=wait, fill=True, label="rest")
+    plots._stairs(ours, wait, edges, 0.0, label="wait")
+    plots._stairs(ours, step, edges, wait, label="rest")
+    for ax in (ours, theirs):
+        ax.bar(edges[0] + 0.5, 2.5, width=1.0, fill=False)  # what is drawn after them still rescales
+        ax.figure.canvas.draw()
+    assert ours.get_xlim() == theirs.get_xlim() and ours.get_ylim() == theirs.get_ylim()
+    assert ours.get_legend_handles_labels()[1] == theirs.get_legend_handles_labels()[1] == ["wait", "rest"]
+    np.testing.assert_array_equal(ours.patches[1].get_data().values, theirs.patches[1].get_data().values)

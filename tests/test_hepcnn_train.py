@@ -239,7 +239,7 @@ def test_no_io_mode_touches_no_data_file(smoke_data: Path, tmp_path: Path) -> No
 def test_partitioned_merge_equals_the_in_memory_one_with_every_layer(hvd_runs: dict, tmp_path: Path) -> None:
     """App, TF profiler, Horovod timeline and POSIX layers of a real 2-rank run: the partitioned merge (local pool)
     gives the in-memory merge's summary, residual, warnings and frame."""
-    from test_partitioned import assert_same_summary, sources_only
+    from test_partitioned import assert_same_report, assert_same_summary, sources_only
     from trace_merge.run import Run
 
     run_dir = sources_only(hvd_runs["global"]["run"].path, tmp_path / "run")
@@ -247,6 +247,7 @@ def test_partitioned_merge_equals_the_in_memory_one_with_every_layer(hvd_runs: d
     assert {"app", "framework", "comm", "posix"} <= set(memory.frame["layer"].astype(str))
     parted = Run.open(run_dir, partitioned=True, workers=2)
     assert_same_summary(memory, parted)
+    assert_same_report(memory, parted)
     assert parted.residual.checked == 4 and parted.residual.outside == 0
     cols = [c for c in memory.frame.columns if c not in ("args", "host")]
     as_text = {c: object for c in ("layer", "cat", "name", "file")}

@@ -42,6 +42,38 @@ def assert_same_summary(a: Run, b: Run) -> None:
     assert a.summary(sa) | {"path": None} == b.summary(sb) | {"path": None}
 
 
+def assert_same_report(memory: Run, parted: Run) -> None:
+    """The report of a partitioned run is the in-memory run's, read a rank at a time: its frame is never loaded."""
+    import re
+
+    from trace_merge import plots
+    from trace_merge.report import render_report
+
+    frame = memory.frame
+    assert parted.steady_state_window() == memory.steady_state_window() == plots.steady_state_window(frame)
+    for layers, per_layer in ((None, False), ("all", True), ("all", False), (["posix"], True)):
+        pd.testing.assert_frame_equal(parted.breakdown(layers, per_layer), memory.breakdown(layers, per_layer),
+                                      check_dtype=False, check_categorical=False)
+    window = memory.steady_state_window()
+    for bounds, max_events in (((None, None), 50), ((None, None), 3000), ((None, None), 10 ** 9),
+                               (window or (None, None), 3000), (window or (None, None), 2)):
+        rows, lo, hi, span = parted.excerpt(*bounds, max_events=max_events)
+        assert (lo, hi) == memory.excerpt(*bounds, max_events)[1:3]
+        if bounds == (None, None):
+            assert (lo, hi) == plots._excerpt(frame, *bounds, max_events)
+        elif max_events == 2:  # a window of over 20 events is cut to about 2 from its start
+            assert lo == window[0] and hi < window[1] and len(rows) < len(frame)
+        assert span == (int(frame["start_ns"].min()), int(frame["end_ns"].max()))
+        inside = frame[((frame["end_ns"] >= lo) & (frame["start_ns"] <= hi)).to_numpy()]
+        assert sorted(rows["start_ns"]) == sorted(inside["start_ns"]) and len(rows) > 0
+
+    def text(run: Run) -> str:  # figures and the time of writing aside
+        return re.sub(r"<img [^>]*>|generated \d{4}-\d\d-\d\d \d\d:\d\d UTC", "", render_report(run))
+
+    assert text(parted) == text(memory)
+    assert "frame" not in parted.__dict__
+
+
 def sources_only(run_dir: Path, dst: Path) -> Path:
     """A copy of a run without its merge outputs (so that opening it merges the sources)."""
     shutil.copytree(run_dir, dst, ignore=shutil.ignore_patterns("merged.parquet", "counters.parquet",
@@ -69,6 +101,7 @@ def test_engines_agree_with_the_in_memory_merge_on_a_generated_set(generated: Pa
     inline = Run.open(generated, partitioned=True)
     pool = Run.open(generated, partitioned=True, workers=2)
     dask = Run.open(generated, scheduler=cluster.scheduler_address)
+    assert_same_report(memory, pool)
     for other in (inline, pool, dask):
         assert "frame" not in other.__dict__  # the frame is loaded only when asked for
         assert_same_summary(memory, other)

@@ -490,7 +490,8 @@ def breakdown_df(frame: pd.DataFrame, layers: "str | Sequence[str] | None" = Non
         shares sum to 100); ``<cat>_s`` -- union time of that cat's raw intervals inside the window, seconds.
     """
     use = _layers_for(frame, layers)
-    if per_layer:
+    if per_layer:  # the layers in the schema's order (a partitioned run's ranks can be joined in it)
+        use = sorted(use, key=lambda x: LAYERS.index(x) if x in LAYERS else len(LAYERS))
         parts = [breakdown_df(frame, [x], include_total=include_total).assign(layer=x) for x in use]
         parts = [p for p in parts if len(p)]
         if not parts:

@@ -273,6 +273,10 @@ def _categories(c: pd.DataFrame) -> pd.DataFrame:
 # -- heat map ------------------------------------------------------------------------------------------
 
 
+#: the columns :func:`heatmap_df` reads
+_HEATMAP_COLUMNS = ("layer", "name", "pid", "tid", "rank", "start_ns", "end_ns", "bytes")
+
+
 def heatmap_df(frame: pd.DataFrame, bins: int = _HEATMAP_BINS) -> "tuple[pd.DataFrame, str]":
     """Bytes moved per time bin × rank, for reads and writes, from the DXT segments of one module (POSIX when
     present, else MPI-IO; the two count the same bytes at two levels).
@@ -427,7 +431,7 @@ def html_sections(run: "Run", view: DarshanView, *, aligned: bool = False) -> li
             out.append("<p>The DXT segments are on one clock with the app phases (docs/frame.md, clocks): the "
                        "timeline excerpt above and <code>trace-merge export --perfetto</code> show each one inside "
                        "the phase that made it.</p>")
-        out.append(_figure("DXT heat map", lambda: plot_dxt_heatmap(run.frame)))
+        out.append(_figure("DXT heat map", lambda: plot_dxt_heatmap(run.rows_where(dxt_rows, _HEATMAP_COLUMNS))))
     else:
         out.append("<p><i>No DXT segments: Darshan ran without DXT_ENABLE_IO_TRACE=1.</i></p>")
     return out

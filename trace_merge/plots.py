@@ -8,7 +8,7 @@ nor changes the user's backend; save them with ``fig.savefig(...)``.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional, Sequence
 
 import numpy as np
 import pandas as pd
@@ -173,32 +173,91 @@ def plot_bandwidth(df: pd.DataFrame, ax: "Optional[Axes]" = None) -> "Figure":
 
 def _excerpt(frame: pd.DataFrame, start_ns: Optional[int], end_ns: Optional[int],
              max_events: int) -> tuple[int, int]:
-    """The window to draw: the given bounds, else the whole run when it is small, else the framework
-    (TF profiler) window when there is one, else about ``max_events`` events from the first training step."""
-    t0, t1 = int(frame["start_ns"].min()), int(frame["end_ns"].max())
+    """The window to draw (:func:`excerpt_window` of one frame)."""
+    if start_ns is not None and end_ns is not None:  # nothing to look up (``frame`` may be an excerpt's rows)
+        return start_ns, end_ns
+    return excerpt_window(lambda columns: [frame[list(columns)]], start_ns, end_ns, max_events)
+
+
+def excerpt_window(parts: "Callable[[Sequence[str]], Iterable[pd.DataFrame]]", start_ns: Optional[int] = None,
+                   end_ns: Optional[int] = None, max_events: int = 3000, with_span: bool = False,
+                   cut: bool = False) -> tuple:
+    """The window a timeline draws: the given bounds, else the whole run when it is small, else the framework
+    (TF profiler) window when there is one, else about ``max_events`` events from the first training step.
+
+    ``parts(columns)`` yields the run's rows (those columns) a part at a time (a partitioned run: one rank after
+    another), so that no more than a part and ``max_events`` starts per part are held. Returns ``(lo, hi)``, and
+    the run's ``(first start, last end)`` as a third item ``with_span``. ``cut``: a given window holding more
+    than ten times ``max_events`` events is cut to about ``max_events`` from its start (a report's excerpt of
+    steps that hold a million events would take minutes to draw and show nothing one could read)."""
+    lo, hi, span = _window(parts, start_ns, end_ns, max_events, cut)
+    return (lo, hi, span) if with_span else (lo, hi)
+
+
+def _window(parts: "Callable[[Sequence[str]], Iterable[pd.DataFrame]]", start_ns: Optional[int],
+            end_ns: Optional[int], max_events: int, cut: bool = False) -> "tuple[int, int, tuple[int, int]]":
+    t0 = t1 = None
+    n = 0
+    fw_lo = fw_hi = stepped = last_start = None
+    for f in parts(("layer", "start_ns", "end_ns", "step")):
+        if not len(f):
+            continue
+        n += len(f)
+        s, e = f["start_ns"].to_numpy(np.int64), f["end_ns"].to_numpy(np.int64)
+        t0, t1 = _min(t0, int(s.min())), _max(t1, int(e.max()))
+        last_start = _max(last_start, int(s.max()))
+        fw = (f["layer"] == "framework").to_numpy()
+        if fw.any():
+            fw_lo, fw_hi = _min(fw_lo, int(s[fw].min())), _max(fw_hi, int(e[fw].max()))
+        has_step = f["step"].notna().to_numpy()
+        if has_step.any():
+            stepped = _min(stepped, int(s[has_step].min()))
+    if t0 is None:
+        raise ValueError("no rows to draw")
+    span = (t0, t1)
+    sorted_starts = lambda: (np.sort(f["start_ns"].to_numpy(np.int64)) for f in parts(("start_ns",)))  # noqa: E731
+
+    def few(lo: int, hi: int) -> bool:  # at most ten times max_events start inside
+        return sum(int(np.searchsorted(st, hi) - np.searchsorted(st, lo)) for st in sorted_starts()) <= 10 * max_events
+
     if start_ns is not None or end_ns is not None:
-        return (t0 if start_ns is None else start_ns), (t1 if end_ns is None else end_ns)
-    if len(frame) <= max_events:
-        return t0, t1
-    starts = np.sort(frame["start_ns"].to_numpy())
-    fw = frame[(frame["layer"] == "framework").to_numpy()]
-    if len(fw):
-        lo, hi = int(fw["start_ns"].min()), int(fw["end_ns"].max())
-        pad = (hi - lo) // 10
-        lo, hi = lo - pad, hi + pad
-        if np.searchsorted(starts, hi) - np.searchsorted(starts, lo) <= 10 * max_events:
-            return lo, hi
+        lo, hi = (t0 if start_ns is None else start_ns), (t1 if end_ns is None else end_ns)
+        if not cut or few(lo, hi):
+            return lo, hi, span
+        anchor = lo
+    elif n <= max_events:
+        return t0, t1, span
+    elif fw_lo is not None:
+        pad = (fw_hi - fw_lo) // 10
+        lo, hi = fw_lo - pad, fw_hi + pad
+        if few(lo, hi):
+            return lo, hi, span
         anchor = lo  # a long profile: its beginning
     else:
-        stepped = frame["step"].notna().to_numpy()
-        anchor = int(frame["start_ns"][stepped].min()) if stepped.any() else t0
-    first = int(np.searchsorted(starts, anchor))
-    last = min(first + max_events, len(starts) - 1)
-    return anchor, max(int(starts[last]), anchor + 1)
+        anchor = stepped if stepped is not None else t0
+    # the start max_events after the anchor: each part's first max_events + 1 starts from the anchor hold it
+    first, after = 0, []
+    for st in sorted_starts():
+        k = int(np.searchsorted(st, anchor))
+        first += k
+        after.append(st[k:k + max_events + 1])
+    after = np.sort(np.concatenate(after))
+    at = min(max_events, n - 1 - first)
+    value = int(after[at]) if 0 <= at < len(after) else last_start  # no start after the anchor: the last one
+    return anchor, max(value, anchor + 1), span
+
+
+def _min(a: Optional[int], b: int) -> int:
+    return b if a is None else min(a, b)
+
+
+def _max(a: Optional[int], b: int) -> int:
+    return b if a is None else max(a, b)
 
 
 def plot_timeline(frame: pd.DataFrame, ax: "Optional[Axes]" = None, *, start_ns: Optional[int] = None,
-                  end_ns: Optional[int] = None, max_events: int = 3000, by: str = "cat") -> "Figure":
+                  end_ns: Optional[int] = None, max_events: int = 3000, by: str = "cat",
+                  span: Optional[tuple[int, int]] = None) -> "Figure":
     """Timeline of the run or an excerpt of it: one lane per rank × layer, intervals coloured by cat.
 
     Parameters
@@ -211,6 +270,9 @@ def plot_timeline(frame: pd.DataFrame, ax: "Optional[Axes]" = None, *, start_ns:
     by
         ``"cat"``: colour by cat (:data:`CAT_COLOURS`); ``"io"``: colour reads and writes apart by the event name
         (:data:`IO_COLOURS`; other events in the ``other`` colour), for logs whose events are all ``io``.
+    span
+        The run's first start and last end, when ``frame`` holds only the rows of the excerpt (a large run's
+        :meth:`trace_merge.run.Run.excerpt`); default: ``frame``'s.
     """
     fig, ax = _figure_and_axes(ax, (11, 1.5 + 0.4 * max(frame.groupby(["rank", "layer"], observed=True).ngroups, 1)
                                     if len(frame) else 2))
@@ -248,7 +310,8 @@ def plot_timeline(frame: pd.DataFrame, ax: "Optional[Axes]" = None, *, start_ns:
     ax.invert_yaxis()
     ax.set_ylabel("rank · layer")
     ax.set_xlim(0, (hi - lo) / 1e9)
-    whole = lo <= int(frame["start_ns"].min()) and hi >= int(frame["end_ns"].max())
+    t0, t1 = span if span is not None else (int(frame["start_ns"].min()), int(frame["end_ns"].max()))
+    whole = lo <= t0 and hi >= t1
     ax.set_xlabel("seconds since the run's first event" if whole else "seconds since excerpt start")
     ax.set_title(f"Timeline, whole run ({(hi - lo) / 1e9:.3g} s)" if whole else
                  f"Timeline excerpt ({(hi - lo) / 1e9:.3g} s)", pad=22)
@@ -379,6 +442,20 @@ def _steady_top(rows: pd.DataFrame) -> Optional[float]:
     return float(steady.max()) * 1.15 if len(steady) and steady.max() > 0 else None
 
 
+def _stairs(ax: "Axes", values: np.ndarray, edges: np.ndarray, baseline: "float | np.ndarray", **kw: Any) -> None:
+    """``ax.stairs(values, edges, baseline=baseline, fill=True, **kw)``, the data limits taken from the values:
+    ``stairs`` walks every vertex of the patch in Python for them (two minutes for the 1 M steps of a 20 M-event
+    run's eight ranks)."""
+    from matplotlib.patches import StepPatch
+
+    patch = StepPatch(values, edges, baseline=baseline, fill=True, **kw)
+    ax.add_artist(patch)
+    patch.sticky_edges.y.append(float(np.min(baseline)))
+    ys = np.concatenate((np.atleast_1d(values), np.atleast_1d(baseline))).astype(float)
+    ax.update_datalim([(float(edges[0]), float(np.nanmin(ys))), (float(edges[-1]), float(np.nanmax(ys)))])
+    ax.autoscale_view()
+
+
 def _draw_steps(ax: "Axes", steps: pd.DataFrame, x0: int, legend: bool, top: Optional[float]) -> None:
     """One rank's steps as stacked stairs from ``x0``: input wait from 0, the rest of the step above it,
     warm-up steps hatched (and, above ``top``, clipped with their time written), a dashed line where an epoch
@@ -386,10 +463,9 @@ def _draw_steps(ax: "Axes", steps: pd.DataFrame, x0: int, legend: bool, top: Opt
     edges = x0 + np.arange(len(steps) + 1)
     wait = steps["input_wait_s"].to_numpy(dtype=float)
     step = steps["step_s"].to_numpy(dtype=float)
-    ax.stairs(wait, edges, baseline=0, fill=True, color=COMPONENT_COLOURS["input_wait"],
-              label=COMPONENT_LABELS["input_wait"] if legend else None)
-    ax.stairs(step, edges, baseline=wait, fill=True, color=_STEP_REST_COLOUR,
-              label="rest of the step" if legend else None)
+    _stairs(ax, wait, edges, 0.0, color=COMPONENT_COLOURS["input_wait"],
+            label=COMPONENT_LABELS["input_wait"] if legend else None)
+    _stairs(ax, step, edges, wait, color=_STEP_REST_COLOUR, label="rest of the step" if legend else None)
     warm = steps["warmup"].to_numpy(dtype=bool) if "warmup" in steps else np.zeros(len(steps), dtype=bool)
     # a warm-up step's whole length: the part the verdict excluded (graph tracing, first fill) included
     whole = step + (steps["excluded_s"].to_numpy(dtype=float) if "excluded_s" in steps else 0.0)

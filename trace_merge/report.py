@@ -52,10 +52,16 @@ ol.findings{padding-left:20px;margin:4px 0;font-size:13px} ol.findings li{margin
 """
 
 
-def _per_layer_totals(frame: pd.DataFrame) -> pd.DataFrame:
-    per = analysis.breakdown_df(frame, "all", per_layer=True)
+def _per_layer_totals(run: "Run") -> pd.DataFrame:
+    per = run.breakdown("all", per_layer=True)
     per = per[per["epoch"].isna()]
     return per[["layer", "rank", "wall_s", *[f"{c}_pct" for c in analysis.PRIORITY]]]
+
+
+def _timeline(run: "Run", window: "Optional[tuple[int, int]]") -> "Figure":
+    """The timeline excerpt: only its rows are read (a large run's are never all in memory)."""
+    rows, lo, hi, span = run.excerpt(*(window or (None, None)))
+    return plots.plot_timeline(rows, start_ns=lo, end_ns=hi, span=span)
 
 
 def _residual_ms(residual: "Residual") -> dict[str, Any]:
@@ -116,16 +122,15 @@ def render_report(run: "Run", parts: "Optional[analysis.Summary]" = None) -> str
     if view is not None and not darshan_view.has_training(run):  # a plain Darshan log: no training sections
         return _page(run, darshan_view.report_sections(run, view))
     a = parts if parts is not None else run.analyse()
-    frame = run.frame
     v = a.verdict
     m = a.metrics
     access = run.access_pattern()
     found = findings(a)
     facts = {
         "path": str(run.path),
-        "events": len(frame),
+        "events": m.events,
         "ranks": m.ranks,
-        "rows per layer": ", ".join(f"{k}: {n:,}" for k, n in frame["layer"].value_counts().items() if n),
+        "rows per layer": ", ".join(f"{k}: {n:,}" for k, n in run.rows_per_layer().items() if n),
         "counter rows": len(run.counters),
         "source files": len(run.sources),
         "job wall time (s)": m.job_wall_s,
@@ -138,7 +143,7 @@ def render_report(run: "Run", parts: "Optional[analysis.Summary]" = None) -> str
     breakdown = a.breakdown
     pct_cols = ["rank", "epoch", "wall_s", *[f"{c}_pct" for c in analysis.PRIORITY], "outside_epochs_pct"]
     union_cols = ["rank", "epoch", "wall_s", *[f"{c}_s" for c in analysis.PRIORITY]]
-    window = plots.steady_state_window(frame)
+    window = run.steady_state_window()
     excerpt_text = ("A few consecutive training steps in steady state (first step of an epoch skipped), every "
                     "layer on one clock." if window else "The first seconds of the run (no training steps tagged).")
     empty_bins = [c for c in access.columns if c.startswith("size_") and not access[c].any()]
@@ -180,7 +185,7 @@ def render_report(run: "Run", parts: "Optional[analysis.Summary]" = None) -> str
         "<details><summary>Union time per category (seconds, overlapping phases counted in each)</summary>",
         table(analysis.epochs_as_text(breakdown[union_cols], "all")) if len(breakdown) else "", "</details>",
         "<details><summary>Whole-run breakdown of each layer on its own (drill-down)</summary>",
-        table(_per_layer_totals(frame)), "</details>",
+        table(_per_layer_totals(run)), "</details>",
         "<h2>Exposed I/O and overlap</h2>", "<p>Epoch “all”: the rank's whole traced time.</p>",
         table(analysis.epochs_as_text(a.exposed_io, "all")),
         "<h2>Steps: input wait and accelerator utilisation</h2>", table(a.input_bound),
@@ -197,8 +202,7 @@ def render_report(run: "Run", parts: "Optional[analysis.Summary]" = None) -> str
         table(analysis.epochs_as_text(access.drop(columns=empty_bins), "none")),
         "<h2>Timeline excerpt</h2>",
         f"<p>{html.escape(excerpt_text)}</p>",
-        figure("timeline", lambda: plots.plot_timeline(frame, start_ns=window[0], end_ns=window[1]) if window
-                else plots.plot_timeline(frame)) if len(frame) else "<p><i>no events</i></p>",
+        figure("timeline", lambda: _timeline(run, window)) if m.events else "<p><i>no events</i></p>",
         "<h2>Events per layer, category and name (top 50 by total time)</h2>", table(stats, 50),
     ]
     if view is not None:

@@ -14,8 +14,9 @@ import os
 import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional, Sequence
 
+import numpy as np
 import pandas as pd
 
 from timelogger.layout import COUNTERS, MERGED
@@ -23,7 +24,7 @@ from trace_merge import analysis, kernels, sources, store, stored_summary
 from trace_merge.align import Residual
 from trace_merge.errors import TraceInputError
 from trace_merge.readers.darshan import dxt_rows
-from trace_merge.schema import COUNTER_DTYPES
+from trace_merge.schema import COUNTER_DTYPES, FRAME_COLUMNS, LAYERS, STEP_PHASE, concat_frames, empty_frame
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from trace_merge.findings import Finding
@@ -250,8 +251,69 @@ class Run:
         return self.path.name or str(self.path)
 
     def breakdown(self, layers: "str | Sequence[str] | None" = None, per_layer: bool = False) -> pd.DataFrame:
-        """:func:`trace_merge.analysis.breakdown_df` of this run."""
-        return analysis.breakdown_df(self.frame, layers, per_layer=per_layer)
+        """:func:`trace_merge.analysis.breakdown_df` of this run (rank by rank when partitioned: the same rows)."""
+        if not self._rows_apart():
+            return analysis.breakdown_df(self.frame, layers, per_layer=per_layer)
+        use = self._partitioned.job.use(layers)  # the job's layers, as the whole frame would choose them
+        parts = [analysis.breakdown_df(f, use, per_layer=per_layer) for f in self._parts(kernels.KERNEL_COLUMNS)]
+        out = kernels._concat(parts, sort=())
+        if not len(out):
+            return analysis.breakdown_df(empty_frame(), use, per_layer=per_layer)
+        if not per_layer:
+            return out
+        # the whole frame's order: per layer (the schema's order), its rows rank by rank
+        key = pd.Series([LAYERS.index(x) if x in LAYERS else len(LAYERS) for x in out["layer"]])
+        return out.loc[key.sort_values(kind="stable").index].reset_index(drop=True)
+
+    def _rows_apart(self) -> bool:
+        """The rows are in the partitions, not loaded as :attr:`frame`."""
+        return self._partitioned is not None and "frame" not in self.__dict__
+
+    def _parts(self, columns: Sequence[str]) -> "Iterator[pd.DataFrame]":
+        """The rows (``columns``) a rank at a time when partitioned, else the frame's."""
+        if not self._rows_apart():
+            yield self.frame[list(columns)]
+            return
+        for rank in sorted(self._partitioned.partitions):
+            yield self._partitioned.load(columns, ranks=[rank])
+
+    def rows_where(self, keep: "Callable[[pd.DataFrame], np.ndarray]", columns: Sequence[str] = FRAME_COLUMNS
+                   ) -> pd.DataFrame:
+        """The rows (``columns``) for which ``keep(rows)`` is true, read a rank at a time when partitioned (a
+        large run's rows are never all in memory); in rank order, each rank's in time order."""
+        rows = concat_frames([f[keep(f)] for f in self._parts(columns)])
+        return rows[[c for c in columns if c in rows.columns]]
+
+    def steady_state_window(self, steps: int = 4) -> "Optional[tuple[int, int]]":
+        """:func:`trace_merge.plots.steady_state_window` of this run, from the rows it reads (the framework rows,
+        the app rows with a step of the lowest rank that has any; ``Training Iteration`` ones first)."""
+        from trace_merge.plots import steady_state_window
+
+        columns = ("layer", "name", "rank", "epoch", "step", "start_ns", "end_ns")
+        framework, iterations, stepped = [], None, None
+        for f in self._parts(columns):  # in rank order: the first part with such rows has the lowest rank's
+            framework.append(f[(f["layer"] == "framework").to_numpy()])
+            app = f[((f["layer"] == "app") & f["step"].notna()).to_numpy()]
+            its = app[(app["name"] == STEP_PHASE).to_numpy()]
+            if iterations is None and len(its):
+                iterations = its[(its["rank"] == its["rank"].min()).to_numpy()]
+            if stepped is None and len(app):
+                stepped = app[(app["rank"] == app["rank"].min()).to_numpy()]
+        steps_of = iterations if iterations is not None else stepped
+        rows = concat_frames([*framework, *([steps_of] if steps_of is not None else [])])
+        return steady_state_window(rows, steps) if len(rows) else None
+
+    def excerpt(self, start_ns: Optional[int] = None, end_ns: Optional[int] = None, max_events: int = 3000
+                ) -> "tuple[pd.DataFrame, int, int, tuple[int, int]]":
+        """A timeline excerpt: its rows, bounds (:func:`trace_merge.plots.excerpt_window`; a given window holding
+        over ten times ``max_events`` events is cut to about ``max_events``) and the run's first start and last
+        end; for ``plots.plot_timeline(rows, start_ns=lo, end_ns=hi, span=span)``."""
+        from trace_merge.plots import excerpt_window
+
+        lo, hi, span = excerpt_window(self._parts, start_ns, end_ns, max_events, with_span=True, cut=True)
+        rows = self.rows_where(lambda f: ((f["end_ns"] >= lo) & (f["start_ns"] <= hi)).to_numpy(),
+                               ("rank", "layer", "cat", "name", "start_ns", "end_ns", "dur_ns", "bytes", "file"))
+        return rows, lo, hi, span
 
     def exposed_io(self, layers: "str | Sequence[str] | None" = None) -> pd.DataFrame:
         """:func:`trace_merge.analysis.exposed_io_df` of this run."""
