@@ -232,17 +232,17 @@ class Run:
 
     def rows_per_layer(self) -> dict[str, int]:
         """Rows per layer, most first (from the merge's counts when the frame is not loaded)."""
-        if self._partitioned is not None and "frame" not in self.__dict__:
+        if self._rows_apart():
             return self._partitioned.rows_per_layer()
         counts = self.frame["layer"].value_counts()
         return {str(k): int(v) for k, v in counts.items() if v}
 
     def dxt_segments(self) -> int:
         """Darshan DXT segments among the rows (the merge's count when the frame is not loaded)."""
-        if self._partitioned is not None and "frame" not in self.__dict__:
+        if self._rows_apart():
             if self._partitioned.dxt_segments is not None:
                 return int(self._partitioned.dxt_segments)
-            return int(dxt_rows(self.load(["layer", "name", "pid", "tid"])).sum())
+            return len(self.rows_where(dxt_rows, ("layer", "name", "pid", "tid")))
         return int(dxt_rows(self.frame).sum())
 
     @property
@@ -333,7 +333,7 @@ class Run:
 
     def access_pattern(self) -> pd.DataFrame:
         """:func:`trace_merge.analysis.access_pattern_df` of this run (partition by partition when partitioned)."""
-        if self._partitioned is not None and "frame" not in self.__dict__:
+        if self._rows_apart():
             return analysis.access_pattern(self._partitioned)
         return analysis.access_pattern_df(self.frame)
 
@@ -342,7 +342,7 @@ class Run:
         """Part of the frame: only ``columns``, ``ranks`` and ``epochs`` (rows tagged with one of them). A
         partitioned run reads only those ranks' partitions and those columns, without loading :attr:`frame`."""
         want = None if columns is None else list(dict.fromkeys([*columns, *(["epoch"] if epochs is not None else [])]))
-        if self._partitioned is not None and "frame" not in self.__dict__:
+        if self._rows_apart():
             frame = self._partitioned.load(want, ranks)
         else:
             frame = self.frame
