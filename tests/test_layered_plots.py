@@ -194,3 +194,21 @@ def test_steady_state_window_falls_back_to_app_rows_with_a_step_and_none_without
     assert plots.steady_state_window(no_iters) == (spans[1, 1][0] + 10, spans[1, 4][0] + 100_000_000)
     assert plots.steady_state_window(frame[frame["layer"] != "app"]) is None
     assert plots.steady_state_window(frame.iloc[:0]) is None
+
+
+def test_steady_state_window_steps_are_the_step_series_steps_not_every_row_with_a_tag():
+    """DFTracer's generated traces (and DLIO) run validation steps at an epoch's end that reuse the training steps'
+    numbers: grouped by tag, each "step" spanned the whole epoch (a 306 s "4-step" window on
+    dftracer_gen_fake_trace's set). As the step series marks them, they are steps of their own."""
+    from trace_merge.schema import concat_frames
+
+    frame, spans = training_frame(ranks=(0,))
+    steps = frame[(frame["name"] != "Training Iteration").to_numpy()]  # the steps are the tagged rows
+    end = int(frame["end_ns"].max())
+    val = to_frame({"layer": "app", "cat": "other", "name": "val_step", "rank": 0,
+                    "start_ns": [end + 10 ** 9 * (k + 1) for k in range(6)],
+                    "end_ns": [end + 10 ** 9 * (k + 1) + 10 ** 8 for k in range(6)], "epoch": [1] * 6,
+                    "step": list(range(6))})
+    with_val = concat_frames([steps, val])
+    assert plots.steady_state_window(with_val) == (spans[1, 1][0] + 10, spans[1, 4][0] + 100_000_000)
+    assert plots.steady_state_window(concat_frames([frame, val])) == (spans[1, 1][0], spans[1, 4][1])

@@ -660,6 +660,18 @@ def step_series_df(frame: pd.DataFrame) -> pd.DataFrame:
     return _step_series(att, LowerLayers.of(frame, att)).drop(columns=["_r", "_ws", "_we"])
 
 
+def step_marks_df(frame: pd.DataFrame) -> pd.DataFrame:
+    """One row per training step of every rank, as :func:`step_series_df` finds them (:meth:`_Attribution.step_marks`:
+    the step phase, else step-tagged compute rows, else step-tagged rows; consecutive ones with the same tags are one
+    step): ``rank``, ``epoch``, ``step`` (Int64), ``start_ns``, ``end_ns`` (first start and last end of its rows)."""
+    att = _attribution(frame, None)
+    if att is None:
+        return pd.DataFrame({"rank": pd.Series(dtype="int64"), "epoch": pd.Series(dtype="Int64"),
+                             "step": pd.Series(dtype="Int64"), "start_ns": pd.Series(dtype="int64"),
+                             "end_ns": pd.Series(dtype="int64")})
+    return att.step_marks()[["rank", "epoch", "step", "start_ns", "end_ns"]]
+
+
 def _cycle_ends(r: np.ndarray, epoch: pd.Series, ws: np.ndarray, we: np.ndarray) -> np.ndarray:
     """Each step's cycle end (axis coordinates): the next step's start on the same rank and in the same epoch,
     else the step's own end."""

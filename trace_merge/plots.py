@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from trace_merge.analysis import COMPONENT_LABELS, PRIORITY, SIZE_BINS
+from trace_merge.attribution import step_marks_df
 from trace_merge.schema import STEP_PHASE, as_text
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
@@ -539,9 +540,11 @@ def steady_state_window(frame: pd.DataFrame, steps: int = 4) -> Optional[tuple[i
 
     The rule:
 
-    1. Steps are taken from the **lowest rank** that has any: its app-layer ``Training Iteration`` rows,
-       or, when the app layer has none, its app rows with a step. A step's span is ``[min start, max end]``
-       of its rows (per epoch and step); steps are ordered by start.
+    1. Steps are taken from the **lowest rank** that has any, as the step series marks them
+       (:func:`~trace_merge.attribution.step_marks_df`): its app-layer ``Training Iteration`` rows, else its
+       step-tagged compute rows (DLIO's ``TFFramework.compute``), else its rows with a step; a run of consecutive
+       marking rows with the same epoch and step is one step (validation steps reusing the training steps'
+       numbers at an epoch's end are steps of their own), its span ``[min start, max end]`` of those rows.
     2. Each epoch's **first step is skipped** (it pays for warm-up and the input pipeline's first fill);
        a candidate stretch is ``steps`` consecutive steps after it, from an epoch with at least ``steps + 1``
        steps.
@@ -555,17 +558,19 @@ def steady_state_window(frame: pd.DataFrame, steps: int = 4) -> Optional[tuple[i
     """
     if steps < 1 or not len(frame):
         return None
-    app = frame[((frame["layer"] == "app") & frame["step"].notna()).to_numpy()]
-    iters = app[(app["name"] == STEP_PHASE).to_numpy()]
-    app = iters if len(iters) else app
-    if not len(app):
+    return window_of_steps(step_marks_df(frame), frame[(frame["layer"] == "framework").to_numpy()], steps)
+
+
+def window_of_steps(marks: pd.DataFrame, fw: pd.DataFrame, steps: int = 4) -> Optional[tuple[int, int]]:
+    """:func:`steady_state_window` from the steps (:func:`~trace_merge.attribution.step_marks_df` of the ranks,
+    the lowest one's are used) and the framework rows (``start_ns``, ``end_ns``)."""
+    if steps < 1 or not len(marks):
         return None
-    app = app[app["rank"] == app["rank"].min()]
-    spans = (app.assign(epoch=app["epoch"].astype("float64"))
-             .groupby(["epoch", "step"], dropna=False, sort=False)
-             .agg(start_ns=("start_ns", "min"), end_ns=("end_ns", "max")).reset_index()
-             .sort_values("start_ns", kind="stable", ignore_index=True))
-    fw = frame[(frame["layer"] == "framework").to_numpy()]
+    marks = marks[(marks["rank"] == marks["rank"].min()).to_numpy()]
+    spans = pd.DataFrame({"epoch": marks["epoch"].astype("float64").to_numpy(),
+                          "start_ns": marks["start_ns"].to_numpy(np.int64),
+                          "end_ns": marks["end_ns"].to_numpy(np.int64)}).sort_values("start_ns", kind="stable",
+                                                                                     ignore_index=True)
     fw_starts = fw["start_ns"].to_numpy(np.int64)
     by_start = np.argsort(fw_starts, kind="stable")
     # reach[k]: the latest end among the k framework rows that start first (k = 0: none, so never)

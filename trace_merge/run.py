@@ -24,7 +24,7 @@ from trace_merge import analysis, kernels, sources, store, stored_summary
 from trace_merge.align import Residual
 from trace_merge.errors import TraceInputError
 from trace_merge.readers.darshan import dxt_rows
-from trace_merge.schema import COUNTER_DTYPES, FRAME_COLUMNS, LAYERS, STEP_PHASE, concat_frames, empty_frame
+from trace_merge.schema import COUNTER_DTYPES, FRAME_COLUMNS, LAYERS, concat_frames, empty_frame
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from trace_merge.findings import Finding
@@ -285,23 +285,18 @@ class Run:
         return rows[[c for c in columns if c in rows.columns]]
 
     def steady_state_window(self, steps: int = 4) -> "Optional[tuple[int, int]]":
-        """:func:`trace_merge.plots.steady_state_window` of this run, from the rows it reads (the framework rows,
-        the app rows with a step of the lowest rank that has any; ``Training Iteration`` ones first)."""
-        from trace_merge.plots import steady_state_window
+        """:func:`trace_merge.plots.steady_state_window` of this run, read a rank at a time when partitioned: the
+        framework rows of every rank, the steps of the lowest rank that has any."""
+        from trace_merge.attribution import step_marks_df
+        from trace_merge.plots import window_of_steps
 
-        columns = ("layer", "name", "rank", "epoch", "step", "start_ns", "end_ns")
-        framework, iterations, stepped = [], None, None
-        for f in self._parts(columns):  # in rank order: the first part with such rows has the lowest rank's
-            framework.append(f[(f["layer"] == "framework").to_numpy()])
-            app = f[((f["layer"] == "app") & f["step"].notna()).to_numpy()]
-            its = app[(app["name"] == STEP_PHASE).to_numpy()]
-            if iterations is None and len(its):
-                iterations = its[(its["rank"] == its["rank"].min()).to_numpy()]
-            if stepped is None and len(app):
-                stepped = app[(app["rank"] == app["rank"].min()).to_numpy()]
-        steps_of = iterations if iterations is not None else stepped
-        rows = concat_frames([*framework, *([steps_of] if steps_of is not None else [])])
-        return steady_state_window(rows, steps) if len(rows) else None
+        framework, marks = [], None
+        for f in self._parts(kernels.KERNEL_COLUMNS):  # in rank order: the first part with steps has the lowest's
+            framework.append(f.loc[(f["layer"] == "framework").to_numpy(), ["start_ns", "end_ns"]])
+            if marks is None or not len(marks):
+                marks = step_marks_df(f)
+        fw = pd.concat(framework, ignore_index=True) if framework else pd.DataFrame({"start_ns": [], "end_ns": []})
+        return window_of_steps(marks, fw, steps) if marks is not None else None
 
     def excerpt(self, start_ns: Optional[int] = None, end_ns: Optional[int] = None, max_events: int = 3000
                 ) -> "tuple[pd.DataFrame, int, int, tuple[int, int]]":
