@@ -290,13 +290,12 @@ class Run:
         from trace_merge.attribution import step_marks_df
         from trace_merge.plots import window_of_steps
 
-        framework, marks = [], None
+        fw = self.rows_where(lambda f: (f["layer"] == "framework").to_numpy(), ("layer", "start_ns", "end_ns"))
         for f in self._parts(kernels.KERNEL_COLUMNS):  # in rank order: the first part with steps has the lowest's
-            framework.append(f.loc[(f["layer"] == "framework").to_numpy(), ["start_ns", "end_ns"]])
-            if marks is None or not len(marks):
-                marks = step_marks_df(f)
-        fw = pd.concat(framework, ignore_index=True) if framework else pd.DataFrame({"start_ns": [], "end_ns": []})
-        return window_of_steps(marks, fw, steps) if marks is not None else None
+            marks = step_marks_df(f)
+            if len(marks):
+                return window_of_steps(marks, fw, steps)
+        return None
 
     def excerpt(self, start_ns: Optional[int] = None, end_ns: Optional[int] = None, max_events: int = 3000
                 ) -> "tuple[pd.DataFrame, int, int, tuple[int, int]]":
