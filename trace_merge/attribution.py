@@ -28,7 +28,7 @@ import pandas as pd
 
 from trace_merge.intervals import (Axis, combined_codes, covered_ns, intersect_intervals, merge_intervals,
                                    self_segments, subtract_intervals, union_of)
-from trace_merge.schema import FS_LAYERS, LAYERS, STEP_PHASE, as_text, category_mask
+from trace_merge.schema import FS_LAYERS, LAYERS, STEP_PHASE, as_text, category_mask, layer_order
 
 logger = logging.getLogger(__name__)
 _I8 = np.int64
@@ -491,7 +491,7 @@ def breakdown_df(frame: pd.DataFrame, layers: "str | Sequence[str] | None" = Non
     """
     use = _layers_for(frame, layers)
     if per_layer:  # the layers in the schema's order (a partitioned run's ranks can be joined in it)
-        use = sorted(use, key=lambda x: LAYERS.index(x) if x in LAYERS else len(LAYERS))
+        use = sorted(use, key=layer_order)
         parts = [breakdown_df(frame, [x], include_total=include_total).assign(layer=x) for x in use]
         parts = [p for p in parts if len(p)]
         if not parts:

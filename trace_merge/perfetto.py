@@ -45,7 +45,7 @@ import numpy as np
 import pandas as pd
 
 from trace_merge.outputs import atomic_output
-from trace_merge.schema import FS_LAYERS, LAYERS, STEP_PHASE, category_mask, concat_frames, to_frame
+from trace_merge.schema import FS_LAYERS, STEP_PHASE, category_mask, concat_frames, layer_order, to_frame
 
 logger = logging.getLogger(__name__)
 
@@ -229,7 +229,7 @@ def lane_names(frame: pd.DataFrame) -> pd.DataFrame:
     hosts = _rank_hosts(frame)
     mains = _main_threads(frame)
     lanes["process_name"] = [_process_name(r, layer, hosts.get(r)) for r, layer in zip(lanes["rank"], lanes["layer"])]
-    lanes["_order"] = lanes["layer"].map(lambda x: LAYERS.index(x) if x in LAYERS else len(LAYERS))
+    lanes["_order"] = lanes["layer"].map(layer_order)
     lanes = lanes.sort_values(["rank", "_order", "layer", "first", "pid", "tid"], kind="stable").reset_index(drop=True)
     roles = _roles(lanes, cat_n, sample, mains)
     lanes["thread_name"] = [f"{_rank_label(r)} · {role}" for r, role in zip(lanes["rank"], roles)]

@@ -24,7 +24,7 @@ from trace_merge import analysis, kernels, sources, store, stored_summary
 from trace_merge.align import Residual
 from trace_merge.errors import TraceInputError
 from trace_merge.readers.darshan import dxt_rows
-from trace_merge.schema import COUNTER_DTYPES, FRAME_COLUMNS, LAYERS, concat_frames, empty_frame
+from trace_merge.schema import COUNTER_DTYPES, FRAME_COLUMNS, concat_frames, empty_frame, layer_order
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from trace_merge.findings import Finding
@@ -239,11 +239,9 @@ class Run:
 
     def dxt_segments(self) -> int:
         """Darshan DXT segments among the rows (the merge's count when the frame is not loaded)."""
-        if self._rows_apart():
-            if self._partitioned.dxt_segments is not None:
-                return int(self._partitioned.dxt_segments)
-            return len(self.rows_where(dxt_rows, ("layer", "name", "pid", "tid")))
-        return int(dxt_rows(self.frame).sum())
+        if self._rows_apart() and self._partitioned.dxt_segments is not None:
+            return int(self._partitioned.dxt_segments)
+        return len(self.rows_where(dxt_rows, ("layer", "name", "pid", "tid")))
 
     @property
     def label(self) -> str:
@@ -262,7 +260,7 @@ class Run:
         if not per_layer:
             return out
         # the whole frame's order: per layer (the schema's order), its rows rank by rank
-        key = pd.Series([LAYERS.index(x) if x in LAYERS else len(LAYERS) for x in out["layer"]])
+        key = pd.Series([layer_order(x) for x in out["layer"]])
         return out.loc[key.sort_values(kind="stable").index].reset_index(drop=True)
 
     def _rows_apart(self) -> bool:

@@ -15,6 +15,13 @@ import pandas as pd
 #: ``noise``: what ``timelogger run --noise`` generators achieved beside the job (docs/noise.md); no component
 LAYERS = ("app", "framework", "comm", "posix", "stdio", "mpiio", "hdf5", "noise")
 CATS = ("io", "preprocess", "compute", "comm", "checkpoint", "wait", "other")
+
+
+def layer_order(layer: str) -> int:
+    """Sort key of a layer: its place in :data:`LAYERS`, unknown layers after them."""
+    return LAYERS.index(layer) if layer in LAYERS else len(LAYERS)
+
+
 #: the app phase that is one training step (TimeLogger's Keras callback and the benchmarks use it)
 STEP_PHASE = "Training Iteration"
 #: layers that trace file-system calls
