@@ -177,26 +177,20 @@ def _excerpt(frame: pd.DataFrame, start_ns: Optional[int], end_ns: Optional[int]
     """The window to draw (:func:`excerpt_window` of one frame)."""
     if start_ns is not None and end_ns is not None:  # nothing to look up (``frame`` may be an excerpt's rows)
         return start_ns, end_ns
-    return excerpt_window(lambda columns: [frame[list(columns)]], start_ns, end_ns, max_events)
+    return excerpt_window(lambda columns: [frame[list(columns)]], start_ns, end_ns, max_events)[:2]
 
 
 def excerpt_window(parts: "Callable[[Sequence[str]], Iterable[pd.DataFrame]]", start_ns: Optional[int] = None,
-                   end_ns: Optional[int] = None, max_events: int = 3000, with_span: bool = False,
-                   cut: bool = False) -> tuple:
+                   end_ns: Optional[int] = None, max_events: int = 3000, cut: bool = False
+                   ) -> "tuple[int, int, tuple[int, int]]":
     """The window a timeline draws: the given bounds, else the whole run when it is small, else the framework
     (TF profiler) window when there is one, else about ``max_events`` events from the first training step.
 
     ``parts(columns)`` yields the run's rows (those columns) a part at a time (a partitioned run: one rank after
-    another), so that no more than a part and ``max_events`` starts per part are held. Returns ``(lo, hi)``, and
-    the run's ``(first start, last end)`` as a third item ``with_span``. ``cut``: a given window holding more
-    than ten times ``max_events`` events is cut to about ``max_events`` from its start (a report's excerpt of
-    steps that hold a million events would take minutes to draw and show nothing one could read)."""
-    lo, hi, span = _window(parts, start_ns, end_ns, max_events, cut)
-    return (lo, hi, span) if with_span else (lo, hi)
-
-
-def _window(parts: "Callable[[Sequence[str]], Iterable[pd.DataFrame]]", start_ns: Optional[int],
-            end_ns: Optional[int], max_events: int, cut: bool = False) -> "tuple[int, int, tuple[int, int]]":
+    another), so that no more than a part and ``max_events`` starts per part are held. Returns ``(lo, hi)`` and
+    the run's ``(first start, last end)``. ``cut``: a given window holding more than ten times ``max_events``
+    events is cut to about ``max_events`` from its start (a report's excerpt of steps that hold a million events
+    would take minutes to draw and show nothing one could read)."""
     t0 = t1 = None
     n = 0
     fw_lo = fw_hi = stepped = last_start = None
@@ -216,7 +210,9 @@ def _window(parts: "Callable[[Sequence[str]], Iterable[pd.DataFrame]]", start_ns
     if t0 is None:
         raise ValueError("no rows to draw")
     span = (t0, t1)
-    sorted_starts = lambda: (np.sort(f["start_ns"].to_numpy(np.int64)) for f in parts(("start_ns",)))  # noqa: E731
+
+    def sorted_starts() -> "Iterable[np.ndarray]":
+        return (np.sort(f["start_ns"].to_numpy(np.int64)) for f in parts(("start_ns",)))
 
     def few(lo: int, hi: int) -> bool:  # at most ten times max_events start inside
         return sum(int(np.searchsorted(st, hi) - np.searchsorted(st, lo)) for st in sorted_starts()) <= 10 * max_events

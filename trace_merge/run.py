@@ -302,7 +302,7 @@ class Run:
         end; for ``plots.plot_timeline(rows, start_ns=lo, end_ns=hi, span=span)``."""
         from trace_merge.plots import excerpt_window
 
-        lo, hi, span = excerpt_window(self._parts, start_ns, end_ns, max_events, with_span=True, cut=True)
+        lo, hi, span = excerpt_window(self._parts, start_ns, end_ns, max_events, cut=True)
         rows = self.rows_where(lambda f: ((f["end_ns"] >= lo) & (f["start_ns"] <= hi)).to_numpy(),
                                ("rank", "layer", "cat", "name", "start_ns", "end_ns", "dur_ns", "bytes", "file"))
         return rows, lo, hi, span
