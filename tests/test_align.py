@@ -205,3 +205,28 @@ def test_enclosing_phase_tag_is_not_propagated() -> None:
     assert I.spans_several(parent, steps).tolist() == [True, True, False, False]
     # one step everywhere: nothing spans several
     assert not I.spans_several(parent, np.full(4, 3.0)).any()
+
+
+def _thread_parents_by_loop(starts: np.ndarray, ends: np.ndarray, threads: np.ndarray) -> np.ndarray:
+    """The definition: each thread's own stack sweep over its intervals (in the given order)."""
+    parent = np.full(len(starts), -1, dtype=np.int64)
+    for t in np.unique(threads):
+        idx = np.flatnonzero(threads == t)
+        parent[idx] = np.where((p := I._nesting_parents_loop(starts[idx], ends[idx])) >= 0, idx[np.maximum(p, 0)], -1)
+    return parent
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_thread_forest_from_the_cross_thread_forest_equals_a_sweep_per_thread(seed: int) -> None:
+    """Reader threads' intervals inside the main thread's steps, crossings and equal starts: only the threads whose
+    rows have a parent on another thread are swept again, with the same result as a sweep of every thread."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 400))
+    starts = rng.integers(0, 1000, n)
+    ends = starts + rng.integers(1, 200 if seed % 3 else 5, n)  # some seeds: short, rarely nested intervals
+    threads = rng.integers(0, 1 + seed % 4, n)  # seed 0, 4, ...: one thread
+    order = I.start_order(starts, starts - ends)
+    s, e, t = starts[order], ends[order], threads[order]
+    forest = I.nesting_parents(s, e)
+    got = al._thread_parents(s, e, np.full(n, 7), t, forest)
+    assert got.tolist() == _thread_parents_by_loop(s, e, t).tolist()

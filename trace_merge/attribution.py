@@ -83,9 +83,9 @@ class _Attribution:
         cat -> merged list of the raw intervals of that cat.
     """
 
-    def __init__(self, frame: pd.DataFrame, keep: np.ndarray) -> None:
-        """The attribution of ``frame``'s rows where ``keep`` (only the arrays it needs are taken out, as numpy
-        arrays: a pandas selection of the rows cost twice as much)."""
+    def __init__(self, frame: pd.DataFrame, keep: "np.ndarray | slice") -> None:
+        """The attribution of ``frame``'s rows where ``keep`` (a mask, or ``slice(None)`` for all; only the arrays it
+        needs are taken out, as numpy arrays: a pandas selection of the rows cost twice as much)."""
         s = frame["start_ns"].to_numpy(dtype=_I8)[keep]
         e = frame["end_ns"].to_numpy(dtype=_I8)[keep]
         rank_codes, ranks = pd.factorize(frame["rank"].to_numpy()[keep], sort=True)
@@ -118,7 +118,7 @@ class _Attribution:
         self._consumer: dict[tuple[str, ...], tuple[np.ndarray, np.ndarray]] = {}
 
     @staticmethod
-    def _cat_index(cats: pd.Series, keep: np.ndarray) -> np.ndarray:
+    def _cat_index(cats: pd.Series, keep: "np.ndarray | slice") -> np.ndarray:
         """Index in :data:`PRIORITY` of each kept row's category."""
         lookup = np.array([PRIORITY.index(str(c)) if str(c) in PRIORITY else PRIORITY.index("other")
                            for c in cats.cat.categories] + [PRIORITY.index("other")], dtype=_I8)
@@ -231,7 +231,10 @@ def _attribution(frame: pd.DataFrame, layers: "str | Sequence[str] | None") -> O
         return None
     use = _layers_for(frame, layers)
     keep = frame["layer"].isin(use).to_numpy() & (frame["end_ns"].to_numpy() > frame["start_ns"].to_numpy())
-    return _Attribution(frame, keep) if keep.any() else None
+    if not keep.any():
+        return None
+    # every row kept (the usual case): the arrays are taken as they are, a boolean selection would copy each one
+    return _Attribution(frame, slice(None) if keep.all() else keep)
 
 
 #: What the lower layers saw inside an app phase, in priority order: where they overlap inside a phase, the first

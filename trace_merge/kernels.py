@@ -136,7 +136,7 @@ class RankParts:
 
     breakdown: pd.DataFrame
     exposed_io: pd.DataFrame
-    steps: pd.DataFrame  # step series with its private columns (``_r``, ``_ws``, ``_we``)
+    steps: pd.DataFrame  # step series (:func:`~trace_merge.attribution.step_series_df` columns)
     input_bound: pd.DataFrame
     layered: pd.DataFrame
     bandwidth: pd.DataFrame  # interval part (:func:`~trace_merge.bandwidth.interval_bandwidth`)
@@ -348,12 +348,14 @@ def rank_parts(frame: pd.DataFrame, job: JobFacts, layers: "str | Sequence[str] 
     base = att if base_layers == use else att_._attribution(frame, base_layers)
     lower = att_.LowerLayers.of(frame, base, job.shared(layers))
     series = att_._step_series(base, lower)
+    input_bound = att_._input_bound(base, lower, series)
     reads = bw_.classified_reads(frame, job.app_files)
     return RankParts(
         breakdown=att_._breakdown(att),
         exposed_io=att_._exposed(att),
-        steps=series,
-        input_bound=att_._input_bound(base, lower, series),
+        # without the rank-axis columns only the kernel reads: a fifth less to send and for the driver to hold
+        steps=series.drop(columns=["_r", "_ws", "_we"]),
+        input_bound=input_bound,
         layered=att_._layered(base if job.has_app else None, lower),
         bandwidth=bw_.interval_bandwidth(reads),
         epoch_bandwidth=bw_.epoch_bandwidth_df(frame, reads),
@@ -435,9 +437,8 @@ def combine(parts: Sequence[RankParts], job: JobFacts, counters: Optional[pd.Dat
     epoch_totals = bw_.epoch_bandwidth_totals(per_epoch)
     v = att_._verdict(per)
     metrics = _metrics(len(job.ranks), job.events, bd, exp, totals, v, epoch_totals, study)
-    steps = series.drop(columns=[c for c in ("_r", "_ws", "_we") if c in series.columns])
     return Summary(metrics=metrics, verdict=v, layered=layered, breakdown=bd, exposed_io=exp, input_bound=per,
-                   steps=steps, bandwidth=bw, bandwidth_totals=totals, epoch_bandwidth=per_epoch,
+                   steps=series, bandwidth=bw, bandwidth_totals=totals, epoch_bandwidth=per_epoch,
                    epoch_bandwidth_totals=epoch_totals, study_view=study, event_stats=stats,
                    explanations=explain(metrics, v, layered))
 
