@@ -420,6 +420,7 @@ def self_segments(groups: np.ndarray, starts: np.ndarray, ends: np.ndarray
     child = np.flatnonzero(parent >= 0)
     child = child[np.argsort(parent[child], kind="stable")]  # grouped by parent, each group in start order
     par = parent[child]
+    del parent  # (arrays are let go as soon as they are used up: the sweep is the attribution's peak)
     # reach: the last end in an interval's subtree. A crossing descendant can outlive its ancestors, and
     # whatever follows a child only starts once all of the child's subtree has ended.
     reach = te.copy()
@@ -429,6 +430,7 @@ def self_segments(groups: np.ndarray, starts: np.ndarray, ends: np.ndarray
         if np.array_equal(grown, reach):
             break
         reach = grown
+    grown = None
     head_end = te.copy()
     tail_end = np.zeros(child.size, dtype=_I8)
     if child.size:
@@ -440,9 +442,17 @@ def self_segments(groups: np.ndarray, starts: np.ndarray, ends: np.ndarray
     # the empty segments are dropped from each half before the halves are joined (one copy of each, not two)
     head = head_end > ts
     tail_s = reach[child]
+    del reach, child
     tail = tail_end > tail_s
     owner = np.concatenate((order[head], order[par[tail]]))
+    del order, par
+    seg_s = np.concatenate((ts[head], tail_s[tail]))
+    del ts, tail_s
+    seg_e = np.concatenate((head_end[head], tail_end[tail]))
+    del head_end, tail_end
     g = groups[owner]
     shift = axis.lo[g] - axis.offset[g]
-    return (np.concatenate((ts[head], tail_s[tail])) + shift, np.concatenate((head_end[head], tail_end[tail])) + shift,
-            owner)
+    del g
+    seg_s += shift
+    seg_e += shift
+    return seg_s, seg_e, owner
