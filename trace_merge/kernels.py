@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import numpy as np
 import pandas as pd
@@ -342,27 +342,28 @@ def explain(metrics: Metrics, verdict: att_.Verdict, layered: pd.DataFrame) -> l
 
 
 def rank_parts(frame: pd.DataFrame, job: JobFacts, layers: "str | Sequence[str] | None" = None) -> RankParts:
-    """The kernel: one rank's rows (``frame``) in, its share of every summary table out."""
+    """The kernel: one rank's rows (``frame``) in, its share of every summary table out. The tables of rows come
+    first, then the attribution's; the rows are let go in between (freed when the caller kept no reference)."""
     use, base_layers = job.use(layers), job.base(layers)
+    reads = bw_.classified_reads(frame, job.app_files)
+    of_rows = dict(bandwidth=bw_.interval_bandwidth(reads), epoch_bandwidth=bw_.epoch_bandwidth_df(frame, reads),
+                   study_view=study_view_df(frame), event_stats=event_stat_parts(frame),
+                   data_files=bw_.data_file_names(reads),
+                   span=(int(frame["start_ns"].min()), int(frame["end_ns"].max())) if len(frame) else None)
+    del reads
     att = att_._attribution(frame, use)
     base = att if base_layers == use else att_._attribution(frame, base_layers)
     lower = att_.LowerLayers.of(frame, base, job.shared(layers))
+    del frame
     series = att_._step_series(base, lower)
-    input_bound = att_._input_bound(base, lower, series)
-    reads = bw_.classified_reads(frame, job.app_files)
     return RankParts(
         breakdown=att_._breakdown(att),
         exposed_io=att_._exposed(att),
         # without the rank-axis columns only the kernel reads: a fifth less to send and for the driver to hold
         steps=series.drop(columns=["_r", "_ws", "_we"]),
-        input_bound=input_bound,
+        input_bound=att_._input_bound(base, lower, series),
         layered=att_._layered(base if job.has_app else None, lower),
-        bandwidth=bw_.interval_bandwidth(reads),
-        epoch_bandwidth=bw_.epoch_bandwidth_df(frame, reads),
-        study_view=study_view_df(frame),
-        event_stats=event_stat_parts(frame),
-        data_files=bw_.data_file_names(reads),
-        span=(int(frame["start_ns"].min()), int(frame["end_ns"].max())) if len(frame) else None,
+        **of_rows,
     )
 
 
@@ -463,8 +464,10 @@ class SummaryHook:
                      if f.app_files else f for f in facts]
         return JobFacts.of(facts)
 
-    def rank(self, frame: pd.DataFrame, job: JobFacts) -> RankParts:
-        return rank_parts(frame, job, self.layers)
+    def rank(self, rows: Any, job: JobFacts) -> RankParts:
+        """``rows``: :class:`trace_merge.partitioned.RankRows`, taken here so that the kernel holds the only
+        reference."""
+        return rank_parts(rows.take(), job, self.layers)
 
     def combine(self, parts: Sequence[RankParts], job: JobFacts, counters: pd.DataFrame):
         return combine(list(parts) or [rank_parts(empty_frame(), job, self.layers)], job, counters)

@@ -68,11 +68,26 @@ class Analysis(Protocol):
     def job(self, facts: Sequence[Any], names: dict) -> Any:
         """The pieces' facts reduced, given to every rank (``names``: DFTracer file hash -> path of the run)."""
 
-    def rank(self, frame: pd.DataFrame, job: Any) -> Any:
-        """One rank's partition in, its small tables out."""
+    def rank(self, rows: "RankRows", job: Any) -> Any:
+        """One rank's partition in (taken from ``rows``), its small tables out."""
 
     def combine(self, parts: Sequence[Any], job: Any, counters: pd.DataFrame) -> Any:
         """The ranks' tables reduced (the summary)."""
+
+
+class RankRows:
+    """A rank's rows handed to the analysis hook, which takes them once (:meth:`take`) and so holds the only
+    reference: it can let them go as soon as it has read them, where a plain argument stays alive in every caller's
+    frame until the hook returns (at 2.5 M rows, 211 MiB under the later tables' peaks)."""
+
+    def __init__(self, frame: pd.DataFrame) -> None:
+        self._frame: Optional[pd.DataFrame] = frame
+
+    def take(self) -> pd.DataFrame:
+        frame, self._frame = self._frame, None
+        if frame is None:
+            raise RuntimeError("a rank's rows are taken once")
+        return frame
 
 
 # -- spilled pieces -----------------------------------------------------------------------------------------
@@ -349,11 +364,15 @@ def merge_rank(task: RankTask) -> RankResult:
     if task.keep and task.out is not None:
         _write_arrow(frame, Path(task.out))
         partition = task.out
-    parts = task.analysis.rank(frame, task.job) if task.analysis is not None else None
     layer_rows = {str(k): int(v) for k, v in frame["layer"].value_counts(sort=False).items() if v}
-    return RankResult(task.rank, len(frame), partition, int(frame["start_ns"].min()) if len(frame) else 0,
-                      int(frame["end_ns"].max()) if len(frame) else 0, residual, clocks, warnings, layer_rows, parts,
-                      int(dxt_rows(frame).sum()))
+    result = RankResult(task.rank, len(frame), partition, int(frame["start_ns"].min()) if len(frame) else 0,
+                        int(frame["end_ns"].max()) if len(frame) else 0, residual, clocks, warnings, layer_rows, None,
+                        int(dxt_rows(frame).sum()))
+    if task.analysis is not None:
+        rows = RankRows(frame)
+        del frame  # the hook's now: rows not kept are let go while it runs
+        result.parts = task.analysis.rank(rows, task.job)
+    return result
 
 
 def read_partition(where: "str | tuple | pd.DataFrame", columns: Optional[Sequence[str]] = None) -> pd.DataFrame:
