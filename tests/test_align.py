@@ -212,7 +212,8 @@ def _thread_parents_by_loop(starts: np.ndarray, ends: np.ndarray, threads: np.nd
     parent = np.full(len(starts), -1, dtype=np.int64)
     for t in np.unique(threads):
         idx = np.flatnonzero(threads == t)
-        parent[idx] = np.where((p := I._nesting_parents_loop(starts[idx], ends[idx])) >= 0, idx[np.maximum(p, 0)], -1)
+        own = I._nesting_parents_loop(starts[idx], ends[idx])  # positions within the thread
+        parent[idx] = np.where(own >= 0, idx[np.maximum(own, 0)], -1)
     return parent
 
 
