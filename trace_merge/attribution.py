@@ -632,6 +632,10 @@ def input_bound_df(frame: pd.DataFrame, layers: "str | Sequence[str] | None" = N
     return _input_bound(att, LowerLayers.of(frame, att))
 
 
+#: the step series' columns on the attribution's rank axis: the kernel's own, left out of every table it gives
+STEP_AXIS_COLUMNS = ["_r", "_ws", "_we"]
+
+
 def step_series_df(frame: pd.DataFrame) -> pd.DataFrame:
     """One row per rank and training step cycle: its time, and the input wait and compute inside it.
 
@@ -661,7 +665,7 @@ def step_series_df(frame: pd.DataFrame) -> pd.DataFrame:
         (used by the verdict).
     """
     att = _attribution(frame, None)
-    return _step_series(att, LowerLayers.of(frame, att)).drop(columns=["_r", "_ws", "_we"])
+    return _step_series(att, LowerLayers.of(frame, att)).drop(columns=STEP_AXIS_COLUMNS)
 
 
 def step_marks_df(frame: pd.DataFrame) -> pd.DataFrame:

@@ -359,8 +359,8 @@ def rank_parts(frame: pd.DataFrame, job: JobFacts, layers: "str | Sequence[str] 
     return RankParts(
         breakdown=att_._breakdown(att),
         exposed_io=att_._exposed(att),
-        # without the rank-axis columns only the kernel reads: a fifth less to send and for the driver to hold
-        steps=series.drop(columns=["_r", "_ws", "_we"]),
+        # dropped here, not in the reduction: a fifth less to send and for the driver to hold
+        steps=series.drop(columns=att_.STEP_AXIS_COLUMNS),
         input_bound=att_._input_bound(base, lower, series),
         layered=att_._layered(base if job.has_app else None, lower),
         **of_rows,
