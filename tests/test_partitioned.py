@@ -352,10 +352,10 @@ def test_a_summary_only_merge_lets_a_ranks_rows_go_before_the_attribution_tables
     alive_at_series: list = []
     real_series = attribution._step_series
 
-    def series(att, lower):
+    def series(att):
         gc.collect()
         alive_at_series.append(handed[-1]() is not None)
-        return real_series(att, lower)
+        return real_series(att)
 
     monkeypatch.setattr(partitioned.RankRows, "__init__", watch)
     monkeypatch.setattr(attribution, "_step_series", series)

@@ -212,26 +212,36 @@ def propagate_steps(frame: pd.DataFrame) -> pd.DataFrame:
     none = np.zeros(0, dtype=np.int64)
 
     def one_rank(r: int) -> None:
+        # each array is taken once and let go as soon as it is used up: this is a rank task's high-water mark
         apps, targets = apps_of[r], targets_of.get(r, none)
-        apps = apps[start_order(start[apps], start[apps] - end[apps])]  # ties: longer first
-        forest = nesting_parents(start[apps], end[apps])  # one sweep serves both columns
-        own = _thread_parents(start[apps], end[apps], pid[apps], tid[apps], forest)
+        s, e = start[apps], end[apps]
+        order = start_order(s, s - e)  # ties: longer first
+        apps, s, e = apps[order], s[order], e[order]
+        del order
+        forest = nesting_parents(s, e)  # one sweep serves both columns
+        own = _thread_parents(s, e, pid[apps], tid[apps], forest)
+        t_s, t_e = start[targets], end[targets]
         for vals, missing in values.values():
             untagged = missing[apps]  # read before a container's tag is cleared below
-            parent, keep = drop_from_forest(forest, untagged)
+            thread_parent, keep = drop_from_forest(own, untagged)
             tagged = apps[keep]
-            thread_parent, _ = drop_from_forest(own, untagged)
             containers = spans_several(thread_parent, vals[tagged])
+            del thread_parent
             missing[tagged[containers]] = True
-            parent, keep = drop_from_forest(parent, containers)
-            tagged = tagged[keep]
-            if not len(targets):
-                continue
-            hit = innermost(start[tagged], end[tagged], start[targets], end[targets], parent)
-            inside = hit >= 0
-            found = targets[inside]
-            vals[found] = vals[tagged[hit[inside]]]  # app rows read, other rows written; ranks' rows disjoint
-            missing[found] = False
+            del tagged
+            parent, _ = drop_from_forest(forest, untagged)
+            del untagged
+            parent, still = drop_from_forest(parent, containers)
+            keep = keep[still]
+            del containers, still
+            if len(targets):
+                hit = innermost(s[keep], e[keep], t_s, t_e, parent)
+                del parent
+                inside = hit >= 0
+                found = targets[inside]
+                vals[found] = vals[apps[keep[hit[inside]]]]  # app rows read, other rows written; ranks' rows disjoint
+                missing[found] = False
+                del hit, inside, found
 
     ranks = list(apps_of)
     # numpy releases the GIL in the sorts, searches and gathers that make up a rank's work

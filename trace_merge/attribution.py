@@ -60,184 +60,6 @@ def layers_to_use(present: Sequence[str], layers: "str | Sequence[str] | None") 
     return list(layers)
 
 
-# ----------------------------------------------------------------------------------------------------------
-# Attribution of wall time
-# ----------------------------------------------------------------------------------------------------------
-
-
-class _Attribution:
-    """Per rank: merged lists (on a rank axis) of each category's self time and raw union.
-
-    Attributes
-    ----------
-    ranks
-        Rank number of each rank code.
-    axis
-        The rank axis (:class:`Axis`) all lists below live on.
-    segments
-        ``(starts, ends, owner)``: each interval's self time on its thread (:func:`self_segments`), on the
-        rank axis, with the index of the owning row.
-    self_time
-        cat -> merged list of instants whose innermost phase (on some thread) has that cat.
-    raw
-        cat -> merged list of the raw intervals of that cat.
-    """
-
-    def __init__(self, frame: pd.DataFrame, keep: "np.ndarray | slice") -> None:
-        """The attribution of ``frame``'s rows where ``keep`` (a mask, or ``slice(None)`` for all; only the arrays it
-        needs are taken out, as numpy arrays: a pandas selection of the rows cost twice as much)."""
-        s = frame["start_ns"].to_numpy(dtype=_I8)[keep]
-        e = frame["end_ns"].to_numpy(dtype=_I8)[keep]
-        rank_codes, ranks = pd.factorize(frame["rank"].to_numpy()[keep], sort=True)
-        self.ranks = np.asarray(ranks, dtype=_I8)
-        self._r = rank_codes.astype(_I8, copy=False)
-        self._s, self._e = s, e
-        self._tags = {k: (frame[k].to_numpy(dtype=_I8, na_value=0)[keep], frame[k].notna().to_numpy()[keep])
-                      for k in ("epoch", "step")}
-        cat_idx = self._cat_index(frame["cat"], keep)
-        self._cat_idx = cat_idx
-        # names by their category codes (no string per row); code -1 (missing) is the trailing None
-        name = frame["name"].astype("category")  # a no-op on the schema's column
-        self._name_codes = name.cat.codes.to_numpy()[keep]  # int8/16/32 as the categories need: read, never written
-        self._names = np.append(name.cat.categories.to_numpy(dtype=object), None)
-        self._is_step_phase = np.append(name.cat.categories == STEP_PHASE, False)[self._name_codes]
-        self.axis = Axis(self._r, s, e, len(self.ranks))
-        rs = self.axis.to_axis(self._r, s)
-        re_ = self.axis.to_axis(self._r, e)
-        self.raw = {c: merge_intervals(rs[cat_idx == i], re_[cat_idx == i]) for i, c in enumerate(PRIORITY)}
-        del rs, re_  # not held through the self-time sweep, the attribution's peak (38 MiB at 2.5 M rows)
-        thread = combined_codes(self._r, frame["pid"].to_numpy()[keep], frame["tid"].to_numpy()[keep])
-        self._thread = thread
-        seg_s, seg_e, owner = self_segments(thread, s, e)
-        seg_r = self._r[owner]
-        self.segments = (self.axis.to_axis(seg_r, seg_s), self.axis.to_axis(seg_r, seg_e), owner)
-        seg_cat = cat_idx[owner]
-        self.self_time = {c: merge_intervals(self.segments[0][seg_cat == i], self.segments[1][seg_cat == i])
-                          for i, c in enumerate(PRIORITY)}
-        self._windows: dict[tuple[str, ...], pd.DataFrame] = {}
-        self._step_rows: Optional[np.ndarray] = None
-        self._consumer: dict[tuple[str, ...], tuple[np.ndarray, np.ndarray]] = {}
-
-    @staticmethod
-    def _cat_index(cats: pd.Series, keep: "np.ndarray | slice") -> np.ndarray:
-        """Index in :data:`PRIORITY` of each kept row's category."""
-        lookup = np.array([PRIORITY.index(str(c)) if str(c) in PRIORITY else PRIORITY.index("other")
-                           for c in cats.cat.categories] + [PRIORITY.index("other")], dtype=np.int8)
-        return lookup[cats.cat.codes.to_numpy()[keep]]  # code -1 (missing) picks the trailing "other"
-
-    def windows(self, keys: Sequence[str]) -> pd.DataFrame:
-        """``[start, end]`` of the rows per ``(rank, *keys)`` (keys non-null), with axis coordinates.
-
-        Returns
-        -------
-        pandas.DataFrame
-            ``_r`` (rank code), ``*keys``, ``start_ns``, ``end_ns``, ``rank``, ``_ws``, ``_we``.
-        """
-        if tuple(keys) in self._windows:
-            return self._windows[tuple(keys)]
-        keep = np.ones(self._s.size, dtype=bool)
-        for k in keys:
-            keep &= self._tags[k][1]
-        data = pd.DataFrame({"_r": self._r[keep], **{k: self._tags[k][0][keep] for k in keys},
-                             "start_ns": self._s[keep], "end_ns": self._e[keep]})
-        w = data.groupby(["_r", *keys], sort=True).agg(start_ns=("start_ns", "min"), end_ns=("end_ns", "max"))
-        w = w.reset_index()
-        r = w["_r"].to_numpy(dtype=_I8)
-        w["rank"] = self.ranks[r] if len(w) else np.zeros(0, dtype=_I8)
-        w["_ws"] = self.axis.to_axis(r, w["start_ns"].to_numpy(dtype=_I8))
-        w["_we"] = self.axis.to_axis(r, w["end_ns"].to_numpy(dtype=_I8))
-        self._windows[tuple(keys)] = w
-        return w
-
-    def step_rows(self) -> np.ndarray:
-        """Rows that mark training steps, per rank, the first kind the rank has: the step phase
-        (``Training Iteration``: a Checkpoint tagged with the current step must not stretch the step); else
-        step-tagged ``compute`` rows (DLIO's ``TFFramework.compute``, pydftracer's ``compute``, a compute phase of
-        any name); else every step-tagged row."""
-        if self._step_rows is not None:
-            return self._step_rows
-        tagged = self._tags["step"][1]
-        marks = np.zeros(self._s.size, dtype=bool)
-        decided = np.zeros(len(self.ranks), dtype=bool)
-        for kind in (tagged & self._is_step_phase, tagged & (self._cat_idx == PRIORITY.index("compute")), tagged):
-            ranks_with = np.zeros(len(self.ranks), dtype=bool)
-            ranks_with[np.unique(self._r[kind])] = True
-            take = ranks_with & ~decided
-            marks |= kind & take[self._r]
-            decided |= take
-        self._step_rows = marks
-        return marks
-
-    def step_marks(self) -> pd.DataFrame:
-        """One window per training step of every rank, in start order per rank: consecutive marking rows
-        (:meth:`step_rows`) with the same ``(epoch, step)`` tags are one step. Consecutive, not grouped: DLIO
-        restarts its step numbers each epoch and leaves ``epoch`` stale on its compute events.
-
-        Returns
-        -------
-        pandas.DataFrame
-            ``_r``, ``epoch``, ``step`` (Int64), ``start_ns``, ``end_ns``, ``rank``, ``_ws``, ``_we``.
-        """
-        rows = np.flatnonzero(self.step_rows())
-        r, s = self._r[rows], self._s[rows]
-        order = np.lexsort((s, r))
-        rows, r = rows[order], r[order]
-        ep_val, ep_has = self._tags["epoch"]
-        st_val = self._tags["step"][0]
-        ep = np.where(ep_has[rows], ep_val[rows], np.iinfo(np.int64).min)
-        st = st_val[rows]
-        new = np.r_[True, (r[1:] != r[:-1]) | (ep[1:] != ep[:-1]) | (st[1:] != st[:-1])] if rows.size \
-            else np.zeros(0, dtype=bool)
-        g = np.cumsum(new) - 1
-        w = pd.DataFrame({"g": g, "s": self._s[rows], "e": self._e[rows]}).groupby("g", sort=True).agg(
-            start_ns=("s", "min"), end_ns=("e", "max"))
-        first = rows[new]
-        rr = self._r[first]
-        epoch = pd.array(np.where(ep_has[first], ep_val[first], 0), dtype="Int64")
-        epoch[~ep_has[first]] = pd.NA
-        out = pd.DataFrame({"_r": rr, "epoch": epoch, "step": pd.array(st_val[first], dtype="Int64"),
-                            "start_ns": w["start_ns"].to_numpy(dtype=_I8), "end_ns": w["end_ns"].to_numpy(dtype=_I8)})
-        out["rank"] = self.ranks[rr] if len(out) else np.zeros(0, dtype=_I8)
-        out["_ws"] = self.axis.to_axis(rr, out["start_ns"].to_numpy(dtype=_I8))
-        out["_we"] = self.axis.to_axis(rr, out["end_ns"].to_numpy(dtype=_I8))
-        return out  # in (rank, start) order already: the runs follow the sorted rows
-
-    def consumer_self(self, cats: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
-        """Merged self time of ``cats`` on the consumer threads: the threads whose rows mark the steps (the
-        training loop). A prefetch thread reading while the loop computes is not the loop waiting."""
-        key = tuple(cats)
-        if key not in self._consumer:  # the step series and the verdict ask for the same lists
-            consumer = np.unique(self._thread[self.step_rows()])
-            seg_s, seg_e, owner = self.segments
-            idx = [PRIORITY.index(c) for c in cats]
-            keep = np.isin(self._cat_idx[owner], idx) & np.isin(self._thread[owner], consumer)
-            self._consumer[key] = merge_intervals(seg_s[keep], seg_e[keep])
-        return self._consumer[key]
-
-    def self_union(self, cats: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
-        return union_of(*(self.self_time[c] for c in cats))
-
-    def epoch_cover(self) -> tuple[np.ndarray, np.ndarray]:
-        """Merged list of the epoch windows; a rank without any epoch is covered over its whole window."""
-        ep = self.windows(["epoch"])
-        whole = self.windows([])
-        bare = whole[~whole["_r"].isin(ep["_r"])]
-        return merge_intervals(np.concatenate((ep["_ws"].to_numpy(dtype=_I8), bare["_ws"].to_numpy(dtype=_I8))),
-                               np.concatenate((ep["_we"].to_numpy(dtype=_I8), bare["_we"].to_numpy(dtype=_I8))))
-
-
-def _attribution(frame: pd.DataFrame, layers: "str | Sequence[str] | None") -> Optional[_Attribution]:
-    """The attribution of the rows of ``layers`` (see :func:`breakdown_df`), ``None`` when there are none."""
-    if not len(frame):
-        return None
-    use = _layers_for(frame, layers)
-    keep = frame["layer"].isin(use).to_numpy() & (frame["end_ns"].to_numpy() > frame["start_ns"].to_numpy())
-    if not keep.any():
-        return None
-    # every row kept (the usual case): the arrays are taken as they are, a boolean selection would copy each one
-    return _Attribution(frame, slice(None) if keep.all() else keep)
-
-
 #: What the lower layers saw inside an app phase, in priority order: where they overlap inside a phase, the first
 #: one listed gets the time.
 LOWER_COMPONENTS: tuple[str, ...] = ("fs", "comm", "input_wait", "compute")
@@ -254,113 +76,623 @@ COMPONENT_LABELS: dict[str, str] = {
 _ANCHOR = "timelogger_anchor"
 
 
-def profile_windows(r: np.ndarray, s: np.ndarray, e: np.ndarray, anchor: np.ndarray
-                    ) -> tuple[np.ndarray, np.ndarray]:
-    """Merged list of the windows a framework layer covered, from its rows (on an attribution's rank axis).
+# ----------------------------------------------------------------------------------------------------------
+# Attribution of wall time
+# ----------------------------------------------------------------------------------------------------------
 
-    A profile window is what one profiler session recorded: it starts at the session's TimeLogger anchor marker
-    (``anchor`` rows) and ends with its last event. Without anchors (a profile not opened by TimeLogger) each
-    rank's window spans its first to its last framework event.
+#: Rows per time slab of the attribution (:func:`_slabs`): it holds one slab's per-row arrays at a time, not a
+#: whole rank's (a 2.5 M-event rank: ten slabs).
+SLAB_ROWS = 1 << 18
+_NO_EPOCH = np.iinfo(np.int64).min
+_T_MIN, _T_MAX = np.iinfo(np.int64).min, np.iinfo(np.int64).max
+
+
+@dataclass
+class _Slab:
+    """A time slab of a frame: ``own`` are the rows (frame positions, in frame order) that start in ``[t0, t1)``,
+    ``halo`` the earlier rows still open at ``t0``. Slabs partition time, so the coverage of any window is the sum of
+    its coverage inside each slab, each computed from the slab's own and halo rows alone."""
+
+    own: np.ndarray
+    halo: np.ndarray
+    t0: int
+    t1: int
+
+
+def _slabs(start: np.ndarray, end: np.ndarray, rows_per_slab: int = SLAB_ROWS) -> list[_Slab]:
+    """The time slabs of the rows ``(start, end)``: about ``rows_per_slab`` rows each, cut where the start changes
+    (all rows of one start in one slab). One slab when the halos would outgrow the rows (everything open at once)."""
+    n = start.size
+    whole = [_Slab(np.arange(n, dtype=_I8), _EMPTY, _T_MIN, _T_MAX)]
+    if n <= rows_per_slab:
+        return whole
+    order = None if bool(np.all(start[1:] >= start[:-1])) else np.argsort(start, kind="stable")
+    ss = start if order is None else start[order]
+    cuts = [0]
+    at = rows_per_slab
+    while at < n:
+        cut = int(np.searchsorted(ss, ss[at], "left"))
+        if cut <= cuts[-1]:
+            cut = int(np.searchsorted(ss, ss[at], "right"))
+        if cut >= n:
+            break
+        cuts.append(cut)
+        at = cut + rows_per_slab
+    cuts.append(n)
+    bounds = ss[cuts[1:-1]]  # t0 of every slab but the first
+    t = np.concatenate(([_T_MIN], bounds, [_T_MAX]))
+    halos: list[list[np.ndarray]] = [[] for _ in range(len(cuts) - 1)]
+    held = 0
+    owns = []
+    for k in range(len(cuts) - 1):
+        pos = np.arange(cuts[k], cuts[k + 1], dtype=_I8)
+        rows = pos if order is None else np.sort(order[pos])
+        owns.append(rows)
+        e = end[rows]
+        crossing = e > t[k + 1]
+        if crossing.any():
+            rows_x = rows[crossing]
+            last = np.searchsorted(bounds, e[crossing], "left")  # the last slab each one is open in
+            for j in range(k + 1, int(last.max()) + 1):
+                halos[j].append(rows_x[last >= j])
+                held += int(halos[j][-1].size)
+        if held > n:
+            return whole
+    return [_Slab(own, np.sort(np.concatenate(h)) if h else _EMPTY, int(t[k]), int(t[k + 1]))
+            for k, (own, h) in enumerate(zip(owns, halos))]
+
+
+def _categorical(col: pd.Series) -> pd.Series:
+    return col if isinstance(col.dtype, pd.CategoricalDtype) else col.astype("category")
+
+
+def _lookup(col: pd.Series, predicate) -> tuple[np.ndarray, np.ndarray]:
+    """``(codes, hit)`` of a categorical column: ``hit[codes]`` is ``predicate(category)`` per row (missing: the
+    trailing False)."""
+    col = _categorical(col)
+    return col.cat.codes.to_numpy(), np.array([bool(predicate(str(c))) for c in col.cat.categories] + [False])
+
+
+def _tag(col: pd.Series, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(values, present)`` of a nullable integer column at ``rows``: values as int64, 0 where missing."""
+    part = col.array[rows]
+    return np.asarray(part.to_numpy(dtype=_I8, na_value=0), dtype=_I8), ~np.asarray(part.isna(), dtype=bool)
+
+
+def _groups_min_max(parts: list[pd.DataFrame], keys: list[str]) -> pd.DataFrame:
+    """Per ``keys``: the least ``s`` and the greatest ``e`` over ``parts`` (slabs' partial reductions), sorted."""
+    data = pd.concat(parts, ignore_index=True)
+    return data.groupby(keys, sort=True).agg(s=("s", "min"), e=("e", "max")).reset_index()
+
+
+class _Frame:
+    """The columns the attribution reads, as numpy views where the frame has them so (no per-row copies); rows
+    are taken from them slab by slab."""
+
+    def __init__(self, frame: pd.DataFrame, use: Sequence[str]) -> None:
+        self.frame = frame
+        self.start = frame["start_ns"].to_numpy(dtype=_I8)
+        self.end = frame["end_ns"].to_numpy(dtype=_I8)
+        self.rank = frame["rank"].to_numpy(dtype=_I8)
+        self.pid, self.tid = frame["pid"].to_numpy(), frame["tid"].to_numpy()
+        self.layer, self.in_use = _lookup(frame["layer"], lambda x: x in use)
+        self.is_app = _lookup(frame["layer"], lambda x: x == "app")[1]
+        self.is_fw = _lookup(frame["layer"], lambda x: x == "framework")[1]
+        self.is_comm = _lookup(frame["layer"], lambda x: x == "comm")[1]
+        self.is_fs = _lookup(frame["layer"], lambda x: x in FS_LAYERS)[1]
+        self.layer_names = np.append(np.asarray([str(x) for x in _categorical(frame["layer"]).cat.categories],
+                                                dtype=object), None)
+        cats = _categorical(frame["cat"])
+        self.cat = cats.cat.codes.to_numpy()
+        # index in PRIORITY of each category (unknown and missing: "other")
+        self.cat_priority = np.array([PRIORITY.index(str(c)) if str(c) in PRIORITY else PRIORITY.index("other")
+                                      for c in cats.cat.categories] + [PRIORITY.index("other")], dtype=np.int8)
+        self.cat_names = np.append(np.asarray([str(c) for c in cats.cat.categories], dtype=object), None)
+        name = _categorical(frame["name"])
+        self.name = name.cat.codes.to_numpy()  # int8/16/32 as the categories need: read, never written
+        self.names = np.append(name.cat.categories.to_numpy(dtype=object), None)
+        self.is_step_phase = np.append(name.cat.categories == STEP_PHASE, False)
+        self.is_anchor = np.append(name.cat.categories == _ANCHOR, False)
+        self.is_collective = np.array([bool(_COLLECTIVE.match(str(c))) for c in name.cat.categories] + [False])
+
+    def cat_is(self, name: str) -> np.ndarray:
+        """Per category code (missing: the trailing False): is the row's category ``name``?"""
+        return self.cat_names == name
+
+    def kept(self, rows: np.ndarray) -> np.ndarray:
+        """The rows of ``rows`` the attribution counts: of its layers, positive duration."""
+        return self.in_use[self.layer[rows]] & (self.end[rows] > self.start[rows])
+
+    def lower(self, rows: np.ndarray) -> np.ndarray:
+        """The rows of ``rows`` below the app layer with a positive duration (their rank is checked by the caller)."""
+        return ~self.is_app[self.layer[rows]] & (self.end[rows] > self.start[rows])
+
+    def tag(self, key: str, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return _tag(self.frame[key], rows)
+
+
+class _Attribution:
+    """The attribution of a frame's rows of some layers, per rank: every table's numbers, computed slab by slab.
+
+    Two sweeps of the slabs take the rank facts no slab can know alone (each rank's window and epoch windows, its
+    steps and the threads that mark them, the windows a TF profile covered). A last sweep builds, per slab, the
+    merged lists on a rank axis -- each category's self time (the innermost phase per thread, :func:`self_segments`)
+    and raw union, the consumer threads' self time, the lower layers' lists (:class:`_LowerSlab`) -- and adds up how
+    much of every window (epochs, step cycles) and of every phase each covers. Sums of integer ns: the tables are
+    the same whatever the slabs.
+
+    Attributes
+    ----------
+    ranks
+        Rank number of each rank code.
+    axis
+        The rank axis (:class:`Axis`): each rank's time from its first kept start to its last kept end.
     """
-    if not s.size:
-        return _EMPTY, _EMPTY
-    order = np.argsort(s[anchor], kind="stable")  # on the axis, ranks occupy disjoint ranges in rank order
-    a_r, a_s = r[anchor][order], s[anchor][order]
-    # session of a row: the last anchor of its rank at or before it (rows before a rank's first anchor: -1)
-    sess = np.full(s.size, -1, dtype=_I8)
-    if a_s.size:
-        k = np.searchsorted(a_s, s, side="right") - 1
-        ok = k >= 0
-        ok[ok] = a_r[k[ok]] == r[ok]
-        sess[ok] = k[ok]
-    grp = combined_codes(r, sess)
-    w = pd.DataFrame({"g": grp, "s": s, "e": e}).groupby("g", sort=False).agg(s=("s", "min"), e=("e", "max"))
-    return merge_intervals(w["s"].to_numpy(dtype=_I8), w["e"].to_numpy(dtype=_I8))
+
+    def __init__(self, frame: pd.DataFrame, use: Sequence[str], lower: bool,
+                 shared: "Optional[SharedCollectives]", sums: bool = True, slab_rows: Optional[int] = None) -> None:
+        cols = _Frame(frame, use)
+        self._names = cols.names
+        self._lower = lower
+        slabs = _slabs(cols.start, cols.end, slab_rows or SLAB_ROWS)
+        self._facts(cols, slabs, shared)
+        if self.empty:
+            return
+        if lower:
+            self._step_and_profile_facts(cols, slabs)
+        if not sums:
+            return
+        self._queries()
+        for slab in slabs:
+            self._add_slab(cols, slab)
+        self._finish_layered()
+
+    # -- facts: sweeps one and two ---------------------------------------------------------------------------
+
+    def _facts(self, c: _Frame, slabs: list[_Slab], shared: "Optional[SharedCollectives]") -> None:
+        whole, epochs, kinds = [], [], [[], [], []]
+        layers, anchors, collectives = [], [], []
+        for slab in slabs:
+            rows = slab.own[c.kept(slab.own)]
+            rank, s, e = c.rank[rows], c.start[rows], c.end[rows]
+            whole.append(pd.DataFrame({"rank": rank, "s": s, "e": e}).groupby("rank").agg(
+                s=("s", "min"), e=("e", "max")).reset_index())
+            ep, ep_has = c.tag("epoch", rows)
+            epochs.append(pd.DataFrame({"rank": rank[ep_has], "epoch": ep[ep_has], "s": s[ep_has], "e": e[ep_has]})
+                          .groupby(["rank", "epoch"]).agg(s=("s", "min"), e=("e", "max")).reset_index())
+            tagged = c.tag("step", rows)[1]
+            for i, kind in enumerate((tagged & c.is_step_phase[c.name[rows]],
+                                      tagged & (c.cat_priority[c.cat[rows]] == PRIORITY.index("compute")), tagged)):
+                kinds[i].append(np.unique(rank[kind]))
+            if self._lower:
+                low = slab.own[c.lower(slab.own)]
+                lay = c.layer[low]
+                layers.append(pd.DataFrame({"rank": c.rank[low], "layer": lay}).drop_duplicates())
+                a = low[c.is_fw[lay] & c.is_anchor[c.name[low]]]
+                anchors.append((c.rank[a], c.start[a]))
+                x = low[c.is_comm[lay] & c.is_collective[c.name[low]]]
+                collectives.append((c.rank[x], c.start[x], c.end[x]))
+        w = _groups_min_max(whole, ["rank"])
+        self.ranks = w["rank"].to_numpy(dtype=_I8)
+        self.empty = not len(self.ranks)
+        if self.empty:
+            return
+        n = len(self.ranks)
+        self.axis = Axis(np.arange(n, dtype=_I8), w["s"].to_numpy(dtype=_I8), w["e"].to_numpy(dtype=_I8), n)
+        self._windows = {(): self._window_frame(w, []), ("epoch",): self._window_frame(
+            _groups_min_max(epochs, ["rank", "epoch"]), ["epoch"])}
+        self._kinds = [np.unique(np.concatenate(k)) for k in kinds]
+        if not self._lower:
+            return
+        lays = pd.concat(layers, ignore_index=True).drop_duplicates()
+        lays = lays[np.isin(lays["rank"].to_numpy(dtype=_I8), self.ranks) & (lays["layer"].to_numpy() >= 0)]
+        self.layers = {int(r): sorted(c.layer_names[g["layer"].to_numpy()].tolist()) for r, g in lays.groupby("rank")}
+        a_rank = np.concatenate([a for a, _ in anchors])
+        a_s = np.concatenate([s for _, s in anchors])
+        mine = np.isin(a_rank, self.ranks)
+        a_r = np.searchsorted(self.ranks, a_rank[mine])
+        a_s = self.axis.to_axis(a_r, a_s[mine])
+        order = np.argsort(a_s, kind="stable")  # on the axis, ranks occupy disjoint ranges in rank order
+        self._anchors = (a_r[order], a_s[order])
+        x_rank = np.concatenate([r for r, _, _ in collectives])
+        mine = np.isin(x_rank, self.ranks)
+        own = set(x_rank[mine].tolist())
+        if shared is None:
+            shared = SharedCollectives(np.concatenate([s for _, s, _ in collectives])[mine],
+                                       np.concatenate([e for _, _, e in collectives])[mine], n)
+        self._shared = shared if shared.starts.size and shared.ranks > 1 else None
+        #: rank codes that count the shared collectives as their communication (the ranks without their own)
+        self._sharing = np.asarray([k for k in range(n) if int(self.ranks[k]) not in own], dtype=_I8)
+
+    def _window_frame(self, w: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+        """``_r``, ``*keys``, ``start_ns``, ``end_ns``, ``rank``, ``_ws``, ``_we`` of per-rank reductions ``w``."""
+        r = np.searchsorted(self.ranks, w["rank"].to_numpy(dtype=_I8)).astype(_I8)
+        out = pd.DataFrame({"_r": r, **{k: w[k].to_numpy(dtype=_I8) for k in keys},
+                            "start_ns": w["s"].to_numpy(dtype=_I8), "end_ns": w["e"].to_numpy(dtype=_I8)})
+        out["rank"] = self.ranks[r] if len(out) else np.zeros(0, dtype=_I8)
+        out["_ws"] = self.axis.to_axis(r, out["start_ns"].to_numpy(dtype=_I8))
+        out["_we"] = self.axis.to_axis(r, out["end_ns"].to_numpy(dtype=_I8))
+        return out
+
+    def windows(self, keys: Sequence[str]) -> pd.DataFrame:
+        """``[start, end]`` of the kept rows per ``(rank, *keys)`` (keys non-null), with axis coordinates.
+
+        Returns
+        -------
+        pandas.DataFrame
+            ``_r`` (rank code), ``*keys``, ``start_ns``, ``end_ns``, ``rank``, ``_ws``, ``_we``.
+        """
+        return self._windows[tuple(keys)]
+
+    def _mark_kind(self, c: _Frame, rows: np.ndarray, r: np.ndarray) -> np.ndarray:
+        """Rows that mark training steps: per rank, the first kind the rank has -- the step phase (``Training
+        Iteration``: a Checkpoint tagged with the current step must not stretch the step); else step-tagged
+        ``compute`` rows (DLIO's ``TFFramework.compute``, pydftracer's ``compute``, a compute phase of any name);
+        else every step-tagged row."""
+        tagged = c.tag("step", rows)[1]
+        kinds = (tagged & c.is_step_phase[c.name[rows]],
+                 tagged & (c.cat_priority[c.cat[rows]] == PRIORITY.index("compute")), tagged)
+        marks = np.zeros(rows.size, dtype=bool)
+        decided = np.zeros(len(self.ranks), dtype=bool)
+        for have, kind in zip(self._kinds, kinds):
+            with_kind = np.zeros(len(self.ranks), dtype=bool)
+            with_kind[np.searchsorted(self.ranks, have)] = True
+            take = with_kind & ~decided
+            marks |= kind & take[r]
+            decided |= take
+        return marks
+
+    def _step_and_profile_facts(self, c: _Frame, slabs: list[_Slab]) -> None:
+        """The steps (:meth:`step_marks`), the consumer threads (those whose rows mark the steps) and ``covered``: the
+        merged list of the windows a framework layer covered. A profile window is what one profiler session
+        recorded: it starts at the session's TimeLogger anchor marker and ends with its last event. Without anchors
+        (a profile not opened by TimeLogger) each rank's window spans its first to its last framework event."""
+        runs, threads, profiled = [], [], []
+        a_r, a_s = self._anchors
+        for slab in slabs:
+            rows = slab.own[c.kept(slab.own)]
+            r = np.searchsorted(self.ranks, c.rank[rows])
+            mark = self._mark_kind(c, rows, r)
+            m = rows[mark]
+            threads.append(pd.DataFrame({"r": r[mark], "pid": c.pid[m], "tid": c.tid[m]}).drop_duplicates())
+            runs.append(self._runs(c, m, r[mark]))
+            # framework rows: the windows a TF profile covered (see covered)
+            low = slab.own[c.lower(slab.own)]
+            low = low[c.is_fw[c.layer[low]] & np.isin(c.rank[low], self.ranks)]
+            fr = np.searchsorted(self.ranks, c.rank[low])
+            s, e = self.axis.to_axis(fr, c.start[low]), self.axis.to_axis(fr, c.end[low])
+            sess = np.full(s.size, -1, dtype=_I8)  # the last anchor of its rank at or before it
+            if a_s.size:
+                k = np.searchsorted(a_s, s, side="right") - 1
+                ok = k >= 0
+                ok[ok] = a_r[k[ok]] == fr[ok]
+                sess[ok] = k[ok]
+            profiled.append(pd.DataFrame({"r": fr, "sess": sess, "s": s, "e": e}).groupby(["r", "sess"]).agg(
+                s=("s", "min"), e=("e", "max")).reset_index())
+        self._marks = self._join_runs(pd.concat(runs, ignore_index=True))
+        self._consumers = pd.concat(threads, ignore_index=True).drop_duplicates()
+        p = _groups_min_max(profiled, ["r", "sess"])
+        self.covered = merge_intervals(p["s"].to_numpy(dtype=_I8), p["e"].to_numpy(dtype=_I8))
+        self.present_framework = self.covered[0].size > 0
+
+    def _runs(self, c: _Frame, rows: np.ndarray, r: np.ndarray) -> pd.DataFrame:
+        """Runs of consecutive marking ``rows`` (one slab's) with the same ``(epoch, step)`` tags, per rank in start
+        order: ``r``, ``ep`` (``_NO_EPOCH`` for none), ``st``, ``s`` (first start), ``e`` (last end)."""
+        s = c.start[rows]
+        order = np.lexsort((s, r))
+        rows, r, s = rows[order], r[order], s[order]
+        ep_val, ep_has = c.tag("epoch", rows)
+        ep = np.where(ep_has, ep_val, _NO_EPOCH)
+        st = c.tag("step", rows)[0]
+        return self._collapse(pd.DataFrame({"r": r, "ep": ep, "st": st, "s": s, "e": c.end[rows]}))
+
+    @staticmethod
+    def _collapse(rows: pd.DataFrame) -> pd.DataFrame:
+        """Consecutive entries of ``rows`` with the same ``(r, ep, st)`` as one: the first start, the last end."""
+        if not len(rows):
+            return rows
+        r, ep, st = (rows[k].to_numpy(dtype=_I8) for k in ("r", "ep", "st"))
+        new = np.r_[True, (r[1:] != r[:-1]) | (ep[1:] != ep[:-1]) | (st[1:] != st[:-1])]
+        g = np.cumsum(new) - 1
+        agg = pd.DataFrame({"g": g, "s": rows["s"].to_numpy(dtype=_I8), "e": rows["e"].to_numpy(dtype=_I8)}).groupby(
+            "g", sort=True).agg(s=("s", "min"), e=("e", "max"))
+        return pd.DataFrame({"r": r[new], "ep": ep[new], "st": st[new], "s": agg["s"].to_numpy(dtype=_I8),
+                             "e": agg["e"].to_numpy(dtype=_I8)})
+
+    def _join_runs(self, runs: pd.DataFrame) -> pd.DataFrame:
+        """The slabs' runs (in slab order) as the steps: per rank in start order, runs split by a slab boundary
+        joined again."""
+        runs = runs.iloc[np.argsort(runs["r"].to_numpy(dtype=_I8), kind="stable")].reset_index(drop=True) \
+            if len(runs) else runs
+        return self._collapse(runs)
+
+    def step_marks(self) -> pd.DataFrame:
+        """One window per training step of every rank, in start order per rank: consecutive marking rows
+        (:meth:`_mark_kind`) with the same ``(epoch, step)`` tags are one step. Consecutive, not grouped: DLIO
+        restarts its step numbers each epoch and leaves ``epoch`` stale on its compute events.
+
+        Returns
+        -------
+        pandas.DataFrame
+            ``_r``, ``epoch``, ``step`` (Int64), ``start_ns``, ``end_ns``, ``rank``, ``_ws``, ``_we``.
+        """
+        m = self._marks
+        rr = m["r"].to_numpy(dtype=_I8) if len(m) else _EMPTY
+        ep = m["ep"].to_numpy(dtype=_I8) if len(m) else _EMPTY
+        epoch = pd.array(np.where(ep == _NO_EPOCH, 0, ep), dtype="Int64")
+        epoch[ep == _NO_EPOCH] = pd.NA
+        out = pd.DataFrame({"_r": rr, "epoch": epoch,
+                            "step": pd.array(m["st"].to_numpy(dtype=_I8) if len(m) else _EMPTY, dtype="Int64"),
+                            "start_ns": m["s"].to_numpy(dtype=_I8) if len(m) else _EMPTY,
+                            "end_ns": m["e"].to_numpy(dtype=_I8) if len(m) else _EMPTY})
+        out["rank"] = self.ranks[rr] if len(out) else np.zeros(0, dtype=_I8)
+        out["_ws"] = self.axis.to_axis(rr, out["start_ns"].to_numpy(dtype=_I8))
+        out["_we"] = self.axis.to_axis(rr, out["end_ns"].to_numpy(dtype=_I8))
+        return out
+
+    def epoch_cover(self) -> tuple[np.ndarray, np.ndarray]:
+        """Merged list of the epoch windows; a rank without any epoch is covered over its whole window."""
+        ep = self.windows(["epoch"])
+        whole = self.windows([])
+        bare = whole[~whole["_r"].isin(ep["_r"])]
+        return merge_intervals(np.concatenate((ep["_ws"].to_numpy(dtype=_I8), bare["_ws"].to_numpy(dtype=_I8))),
+                               np.concatenate((ep["_we"].to_numpy(dtype=_I8), bare["_we"].to_numpy(dtype=_I8))))
+
+    # -- the windows every sum is taken over ----------------------------------------------------------------
+
+    def _queries(self) -> None:
+        if self.empty:
+            return
+        totals = self.windows([]).assign(epoch=pd.array([pd.NA] * len(self.windows([])), dtype="Int64"))
+        #: breakdown and exposed-input windows: each rank's epochs, then each rank's whole time
+        self._w = pd.concat([self.windows(["epoch"]), totals], ignore_index=True)
+        self._sums: dict[str, np.ndarray] = {}
+        if not self._lower:
+            return
+        w = self.step_marks()
+        r = w["_r"].to_numpy(dtype=_I8)
+        step_start = w["_ws"].to_numpy(dtype=_I8)
+        own_end = w["_we"].to_numpy(dtype=_I8)
+        we = _cycle_ends(r, w["epoch"], step_start, own_end)
+        first = np.r_[True, r[1:] != r[:-1]] if len(r) else np.zeros(0, dtype=bool)
+        n_of_rank = np.bincount(r, minlength=len(self.ranks))
+        warmup = first & (n_of_rank[r] > 1)
+        # DLIO's "first step excluded": the first step itself (graph tracing, first file opens), not what follows it
+        # until the next step starts (the fetch of the next batch, a barrier): that part of its cycle counts
+        ws = np.where(warmup, np.minimum(own_end, we), step_start)
+        self._cycles = dict(marks=w, r=r, ws=ws, we=we, step_start=step_start, warmup=warmup)
+        # ranks without steps: epoch windows, then the whole traced time (app evidence), each merged
+        self._fallback = []
+        no_steps = np.flatnonzero(n_of_rank == 0)
+        for label, keys in (("epoch", ["epoch"]), ("run", [])):
+            if not no_steps.size:
+                break
+            fw = self.windows(keys)
+            fw = fw[fw["_r"].isin(no_steps)]
+            if not len(fw):
+                continue
+            ms, me = merge_intervals(fw["_ws"].to_numpy(dtype=_I8), fw["_we"].to_numpy(dtype=_I8))
+            rr = self.axis.group_of(ms)
+            self._fallback.append((label, ms, me, rr))
+            no_steps = np.setdiff1d(no_steps, rr)
+        self._groups: dict[tuple, int] = {}  # (rank code, epoch or _NO_EPOCH, name code) -> group, in first-row order
+        self._group_first: list[list] = []  # per group: [frame position, rank code, epoch, name code, cat index]
+
+    def _add(self, key: str, values: np.ndarray, size: Optional[int] = None) -> None:
+        """Adds one slab's ``values`` to the sum ``key`` (grown to ``size`` entries when given)."""
+        have = self._sums.get(key)
+        if have is None:
+            self._sums[key] = values.copy()
+            return
+        if size is not None and have.size < size:
+            have = self._sums[key] = np.concatenate((have, np.zeros(size - have.size, dtype=have.dtype)))
+        have[:values.size] += values
+
+    def _clipped(self, r: np.ndarray, ws: np.ndarray, we: np.ndarray, slab: _Slab) -> tuple[np.ndarray, np.ndarray]:
+        """Windows ``[ws, we)`` of rank codes ``r`` cut to ``slab``'s time on the axis."""
+        return (np.maximum(ws, self.axis.to_axis(r, np.full(r.size, slab.t0, dtype=_I8))),
+                np.minimum(we, self.axis.to_axis(r, np.full(r.size, slab.t1, dtype=_I8))))
+
+    # -- sweep three: the sums ------------------------------------------------------------------------------
+
+    def _add_slab(self, c: _Frame, slab: _Slab) -> None:
+        if self.empty:
+            return
+        rows = np.concatenate((slab.halo, slab.own))
+        kept = c.kept(rows)
+        own = (np.arange(rows.size) >= slab.halo.size)[kept]
+        rows = rows[kept]
+        r = np.searchsorted(self.ranks, c.rank[rows]).astype(_I8)
+        s, e = c.start[rows], c.end[rows]
+        cat = c.cat_priority[c.cat[rows]]
+        thread = combined_codes(r, c.pid[rows], c.tid[rows])
+        seg_s, seg_e, owner = self_segments(thread, s, e)
+        np.maximum(seg_s, slab.t0, out=seg_s)  # the slab's part of each segment, row and window
+        np.minimum(seg_e, slab.t1, out=seg_e)
+        inside = seg_e > seg_s
+        seg_s, seg_e, owner = seg_s[inside], seg_e[inside], owner[inside]
+        seg_r = r[owner]
+        seg_s, seg_e = self.axis.to_axis(seg_r, seg_s), self.axis.to_axis(seg_r, seg_e)
+        del seg_r
+        seg_cat = cat[owner]
+        self_time = {x: merge_intervals(seg_s[seg_cat == i], seg_e[seg_cat == i]) for i, x in enumerate(PRIORITY)}
+        cs = self.axis.to_axis(r, np.maximum(s, slab.t0))
+        ce = self.axis.to_axis(r, np.minimum(e, slab.t1))
+        raw = {x: merge_intervals(cs[cat == i], ce[cat == i]) for i, x in enumerate(PRIORITY)}
+        del cs, ce
+        ws, we = self._clipped(self._w["_r"].to_numpy(dtype=_I8), self._w["_ws"].to_numpy(dtype=_I8),
+                               self._w["_we"].to_numpy(dtype=_I8), slab)
+        epochs = self._epochs if hasattr(self, "_epochs") else self._set_epochs()
+        acc = (_EMPTY, _EMPTY)
+        for x in PRIORITY[:-1]:
+            acc = union_of(acc, self_time[x])
+            self._add(f"share_{x}", covered_ns(*intersect_intervals(*acc, *epochs), ws, we))
+        for x in PRIORITY:
+            self._add(f"raw_{x}", covered_ns(*raw[x], ws, we))
+        inp = union_of(self_time["io"], self_time["wait"])
+        comp = self_time["compute"]
+        self._add("input", covered_ns(*inp, ws, we))
+        self._add("overlap", covered_ns(*intersect_intervals(*inp, *comp), ws, we))
+        self._add("compute", covered_ns(*comp, ws, we))
+        if not self._lower:
+            return
+        lower = _LowerSlab(self, c, np.concatenate((slab.halo, slab.own)), slab)
+        # the step cycles: input wait and compute inside each (see step_series_df)
+        consumer = self._consumer_threads(c, rows, r, thread)[owner]
+        def consumer_self(cats: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+            m = consumer & np.isin(seg_cat, [PRIORITY.index(x) for x in cats])
+            return merge_intervals(seg_s[m], seg_e[m])
+        app_busy = consumer_self(["compute", "comm"])
+        # a wait on one consumer thread while another computes is hidden behind it (exposed input only)
+        loop_wait = consumer_self(["io", "wait"])
+        wait_ev = union_of(lower.raw["input_wait"], subtract_intervals(*loop_wait, *app_busy))
+        busy = union_of(lower.raw["compute"], lower.raw["comm"], app_busy)
+        cy = self._cycles
+        cws, cwe = self._clipped(cy["r"], cy["ws"], cy["we"], slab)
+        self._add("wait", covered_ns(*wait_ev, cws, cwe))
+        self._add("busy", covered_ns(*subtract_intervals(*busy, *wait_ev), cws, cwe))
+        self._add("loop_wait", covered_ns(*loop_wait, cws, cwe))
+        exposed = subtract_intervals(*inp, *comp)
+        for i, (_, ms, me, rr) in enumerate(self._fallback):
+            fs, fe = self._clipped(rr, ms, me, slab)
+            self._add(f"fallback_wait_{i}", covered_ns(*exposed, fs, fe))
+            self._add(f"fallback_compute_{i}", covered_ns(*comp, fs, fe))
+        self._add_phases(c, rows, r, own, (seg_s, seg_e, owner), lower)
+
+    def _set_epochs(self) -> tuple[np.ndarray, np.ndarray]:
+        self._epochs = self.epoch_cover()
+        return self._epochs
+
+    def _consumer_threads(self, c: _Frame, rows: np.ndarray, r: np.ndarray, thread: np.ndarray) -> np.ndarray:
+        """Per row of ``rows`` (codes ``thread``): is its thread a consumer thread, one whose rows mark the steps
+        (the training loop)? A prefetch thread reading while the loop computes is not the loop waiting."""
+        codes, first = np.unique(thread, return_index=True)
+        triples = pd.MultiIndex.from_arrays([r[first], c.pid[rows[first]], c.tid[rows[first]]])
+        cons = pd.MultiIndex.from_frame(self._consumers[["r", "pid", "tid"]]) if len(self._consumers) else None
+        hit = np.zeros(int(codes.max()) + 1 if codes.size else 0, dtype=bool)
+        if cons is not None:
+            hit[codes] = triples.isin(cons)
+        return hit[thread]
+
+    def _add_phases(self, c: _Frame, rows: np.ndarray, r: np.ndarray, own: np.ndarray, segments: tuple,
+                    lower: "_LowerSlab") -> None:
+        """The layered breakdown's sums of one slab: per app phase (rank, epoch, name) its calls, the calls a
+        profile window saw, its self time and each component's part of it."""
+        ep_val, ep_has = c.tag("epoch", rows)
+        ep = np.where(ep_has, ep_val, _NO_EPOCH)
+        name = c.name[rows]
+        local = combined_codes(r, ep, name)
+        ngroups_local = int(local.max()) + 1 if local.size else 0
+        to_group = np.full(ngroups_local, -1, dtype=_I8)
+        first_any = np.full(ngroups_local, rows.size, dtype=_I8)
+        np.minimum.at(first_any, local, np.arange(rows.size, dtype=_I8))
+        own_at = np.flatnonzero(own)
+        first_own = np.full(ngroups_local, rows.size, dtype=_I8)
+        np.minimum.at(first_own, local[own_at], own_at)
+        cat = c.cat_priority[c.cat[rows]]
+        for g in range(ngroups_local):
+            i = int(first_any[g])
+            key = (int(r[i]), int(ep[i]), int(name[i]))
+            code = self._groups.get(key)
+            j = int(first_own[g])
+            if code is None:
+                code = self._groups[key] = len(self._group_first)
+                self._group_first.append([int(rows[j]), int(r[j]), int(ep[j]), int(name[j]), int(cat[j])])
+            elif j < rows.size and int(rows[j]) < self._group_first[code][0]:  # a frame not in start order
+                self._group_first[code] = [int(rows[j]), int(r[j]), int(ep[j]), int(name[j]), int(cat[j])]
+            to_group[g] = code
+        key = to_group[local]
+        n = len(self._group_first)
+        self._add("calls", np.bincount(key[own], minlength=n), n)
+        s_ax = self.axis.to_axis(r[own], c.start[rows[own]])
+        e_ax = self.axis.to_axis(r[own], c.end[rows[own]])
+        seen = covered_ns(*self.covered, s_ax, e_ax) > 0
+        self._add("observed_calls", np.bincount(key[own], weights=seen, minlength=n).astype(np.float64), n)
+        seg_s, seg_e, owner = segments
+        gseg = key[owner]
+        gaxis = Axis(gseg, seg_s, seg_e, n)  # a phase's intervals on several threads may overlap: union
+        ms, me = merge_intervals(gaxis.to_axis(gseg, seg_s), gaxis.to_axis(gseg, seg_e))
+        g = gaxis.group_of(ms)
+        shift = gaxis.lo[g] - gaxis.offset[g]
+        ms, me = ms + shift, me + shift
+
+        def per_group(lengths: np.ndarray) -> np.ndarray:
+            out = np.zeros(n, dtype=_I8)
+            np.add.at(out, g, lengths)
+            return out
+
+        self._add("phase_time", per_group(me - ms), n)
+        for x in LOWER_COMPONENTS:
+            self._add(f"phase_{x}", per_group(covered_ns(*lower.exclusive[x], ms, me)), n)
+        self._add("phase_python", per_group(covered_ns(*lower.unclaimed_covered, ms, me)), n)
+
+    def _finish_layered(self) -> None:
+        """The groups in the order of their first row (as a single pass over the frame finds them)."""
+        if self.empty or not self._lower:
+            return
+        self._group_order = np.argsort(np.asarray([f[0] for f in self._group_first], dtype=_I8), kind="stable")
+
+    def sum(self, key: str, size: int) -> np.ndarray:
+        """The sum ``key`` over every slab (zeros when no slab added to it)."""
+        have = self._sums.get(key)
+        if have is None:
+            return np.zeros(size, dtype=_I8)
+        return have if have.size == size else np.concatenate((have, np.zeros(size - have.size, dtype=have.dtype)))
 
 
-class LowerLayers:
-    """What the layers below the app did, per rank, as merged lists on an attribution's rank axis.
+class _LowerSlab:
+    """What the layers below the app did in one slab, as merged lists on an attribution's rank axis.
 
     ``raw[c]`` for each of :data:`LOWER_COMPONENTS`: ``fs`` = every call of a file-system layer
     (:data:`~trace_merge.schema.FS_LAYERS`, cat ``io``: reads, writes, opens, metadata; not the process control
-    DFTracer also traces) of the rank's processes, forked
-    workers included; ``comm`` = the ``comm`` layer (Horovod timeline, rank 0) and framework ``comm`` events
-    (Horovod ops where a TF profile times them; TF 2.15's host profile does not). Horovod writes its timeline on
-    rank 0 only, so the collectives it shows *executing* (``ALLREDUCE``, ``MPI_ALLREDUCE``, ``BROADCAST``, ...;
-    not the per-rank ``NEGOTIATE_*``) count as communication on every rank: a collective runs on all ranks at
-    once (to within Horovod's cycle time and the clock alignment); ``input_wait`` = framework ``wait`` events (the consumer side
-    of tf.data: ``IteratorGetNext`` and the pipeline it pulls inline); ``compute`` = framework ``compute``
-    and ``other`` events (kernels, the step function around them). tf.data producer threads' work
-    (framework ``io``/``preprocess``) is no component: it runs the user's Python (``py_function``,
-    generators) or decodes, which is what the remainder stands for. ``exclusive`` resolves overlaps by
-    :data:`LOWER_COMPONENTS` order. ``covered`` is the framework layer's coverage (:func:`profile_windows`):
-    only inside it can the remainder be called Python.
+    DFTracer also traces) of the rank's processes, forked workers included; ``comm`` = the ``comm`` layer (Horovod
+    timeline, rank 0) and framework ``comm`` events (Horovod ops where a TF profile times them; TF 2.15's host
+    profile does not). Horovod writes its timeline on rank 0 only, so the collectives it shows *executing*
+    (``ALLREDUCE``, ``MPI_ALLREDUCE``, ``BROADCAST``, ...; not the per-rank ``NEGOTIATE_*``) count as communication
+    on every rank: a collective runs on all ranks at once (to within Horovod's cycle time and the clock
+    alignment); ``input_wait`` = framework ``wait`` events (the consumer side of tf.data: ``IteratorGetNext`` and
+    the pipeline it pulls inline); ``compute`` = framework ``compute`` and ``other`` events (kernels, the step
+    function around them). tf.data producer threads' work (framework ``io``/``preprocess``) is no component: it
+    runs the user's Python (``py_function``, generators) or decodes, which is what the remainder stands for.
+    ``exclusive`` resolves overlaps by :data:`LOWER_COMPONENTS` order. ``unclaimed_covered`` is the framework
+    layer's coverage (:attr:`_Attribution.covered`) no component claimed: only there can the remainder be called Python.
+    Rows are clipped to their rank's window and to the slab.
     """
 
-    def __init__(self, raw: dict[str, tuple[np.ndarray, np.ndarray]], covered: tuple[np.ndarray, np.ndarray],
-                 layers: dict[int, list[str]]) -> None:
-        self.raw = raw
-        self.covered = covered
-        self.present_framework = covered[0].size > 0
-        self.layers = layers
-        self.exclusive: dict[str, tuple[np.ndarray, np.ndarray]] = {}
-        taken = (_EMPTY, _EMPTY)
-        for c in LOWER_COMPONENTS:
-            self.exclusive[c] = subtract_intervals(*raw[c], *taken)
-            taken = union_of(taken, raw[c])
-        #: covered time no lower layer claimed: what Python / decoding / IPC did while the profiler watched
-        self.unclaimed_covered = subtract_intervals(*covered, *taken)
-
-    @classmethod
-    def of(cls, frame: pd.DataFrame, att: Optional[_Attribution],
-           shared: "Optional[SharedCollectives]" = None) -> "LowerLayers":
-        """The non-app rows of ``frame`` whose rank ``att`` attributes, clipped to each rank's window.
-
-        ``shared``: the job's executing collectives (:func:`shared_collectives`) when ``frame`` is one partition
-        of it; by default they are ``frame``'s own."""
-        empty = {c: (_EMPTY, _EMPTY) for c in LOWER_COMPONENTS}
-        if att is None or not len(frame):
-            return cls(empty, (_EMPTY, _EMPTY), {})
-        layer = frame["layer"]
-        keep = (layer != "app").to_numpy() & (frame["end_ns"].to_numpy() > frame["start_ns"].to_numpy())
-        rank = frame["rank"].to_numpy(dtype=_I8)
-        pos = np.clip(np.searchsorted(att.ranks, rank), 0, max(len(att.ranks) - 1, 0))
-        keep &= att.ranks[pos] == rank if len(att.ranks) else False
-        rows = frame.loc[keep, ["layer", "cat", "name", "rank", "start_ns", "end_ns"]]
-        r = pos[keep]
-        s = att.axis.to_axis(r, rows["start_ns"].to_numpy(dtype=_I8))
-        e = att.axis.to_axis(r, rows["end_ns"].to_numpy(dtype=_I8))
-        lay, cat = rows["layer"], rows["cat"]  # category comparisons: codes, not strings per row
-        is_comm = (lay == "comm").to_numpy()
-        in_fw = (lay == "framework").to_numpy()
-        anchor = in_fw & (rows["name"] == _ANCHOR).to_numpy()
-        fw = in_fw & ~anchor
-        covered = profile_windows(r[in_fw], s[in_fw], e[in_fw], anchor[in_fw])
+    def __init__(self, att: _Attribution, c: _Frame, rows: np.ndarray, slab: _Slab) -> None:
+        rows = rows[c.lower(rows)]
+        rows = rows[np.isin(c.rank[rows], att.ranks)]
+        r = np.searchsorted(att.ranks, c.rank[rows]).astype(_I8)
+        s = att.axis.to_axis(r, np.maximum(c.start[rows], slab.t0))
+        e = att.axis.to_axis(r, np.minimum(c.end[rows], slab.t1))
+        lay, cat = c.layer[rows], c.cat[rows]
+        in_fw = c.is_fw[lay]
+        fw = in_fw & ~c.is_anchor[c.name[rows]]
         masks = {
-            "fs": lay.isin(FS_LAYERS).to_numpy() & (cat == "io").to_numpy(),
-            "comm": is_comm | (fw & (cat == "comm").to_numpy()),
-            "input_wait": fw & (cat == "wait").to_numpy(),
-            "compute": fw & cat.isin(("compute", "other")).to_numpy(),
+            "fs": c.is_fs[lay] & c.cat_is("io")[cat],
+            "comm": c.is_comm[lay] | (fw & c.cat_is("comm")[cat]),
+            "input_wait": fw & c.cat_is("wait")[cat],
+            "compute": fw & (c.cat_is("compute")[cat] | c.cat_is("other")[cat]),
         }
         # Horovod writes its timeline on rank 0 only, but a collective it shows executing (not negotiating)
         # runs on every rank at once: other ranks get those activities as their communication time.
-        if shared is None:
-            shared = shared_collectives(rows, len(att.ranks))
-        own = set(rows["rank"].to_numpy(dtype=_I8)[is_comm & _collective_rows(rows)].tolist())
-        if shared.starts.size and shared.ranks > 1:
-            other = [k for k in range(len(att.ranks)) if int(att.ranks[k]) not in own]
-            src_s, src_e = shared.starts, shared.ends
-            ks = np.repeat(np.asarray(other, dtype=_I8), src_s.size)
-            s = np.concatenate((s, att.axis.to_axis(ks, np.tile(src_s, len(other)))))
-            e = np.concatenate((e, att.axis.to_axis(ks, np.tile(src_e, len(other)))))
-            masks = {c: np.concatenate((m, np.full(ks.size, c == "comm"))) for c, m in masks.items()}
-        raw = {c: merge_intervals(s[m], e[m]) for c, m in masks.items()}
-        present = rows.groupby(["rank", "layer"], observed=True).size().index
-        layers: dict[int, list[str]] = {}
-        for rank, layer in present:
-            layers.setdefault(int(rank), []).append(str(layer))
-        layers = {k: sorted(v) for k, v in layers.items()}
-        return cls(raw, covered, layers)
+        if att._shared is not None and att._sharing.size:
+            src_s = np.maximum(att._shared.starts, slab.t0)
+            src_e = np.minimum(att._shared.ends, slab.t1)
+            part = src_e > src_s
+            src_s, src_e = src_s[part], src_e[part]
+            ks = np.repeat(att._sharing, src_s.size)
+            s = np.concatenate((s, att.axis.to_axis(ks, np.tile(src_s, att._sharing.size))))
+            e = np.concatenate((e, att.axis.to_axis(ks, np.tile(src_e, att._sharing.size))))
+            masks = {x: np.concatenate((m, np.full(ks.size, x == "comm"))) for x, m in masks.items()}
+        self.raw = {x: merge_intervals(s[m], e[m]) for x, m in masks.items()}
+        self.exclusive: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        taken = (_EMPTY, _EMPTY)
+        for x in LOWER_COMPONENTS:
+            self.exclusive[x] = subtract_intervals(*self.raw[x], *taken)
+            taken = union_of(taken, self.raw[x])
+        #: covered time no lower layer claimed: what Python / decoding / IPC did while the profiler watched
+        self.unclaimed_covered = subtract_intervals(*att.covered, *taken)
 
 
 #: Horovod timeline activities that are a collective executing (on every rank at once), not a negotiation
@@ -391,12 +723,24 @@ def shared_collectives(rows: pd.DataFrame, attributed_ranks: int) -> SharedColle
                              attributed_ranks)
 
 
+def _attribution(frame: pd.DataFrame, layers: "str | Sequence[str] | None", lower: bool = False,
+                 shared: "Optional[SharedCollectives]" = None, sums: bool = True) -> Optional[_Attribution]:
+    """The attribution of the rows of ``layers`` (see :func:`breakdown_df`), ``None`` when there are none.
+    ``lower``: also what the layers below did (steps, input wait, the layered breakdown); ``shared``: the job's
+    executing collectives (:func:`shared_collectives`) when ``frame`` is one partition of it, by default
+    ``frame``'s own; ``sums``: the facts only (the steps), not the tables' sums."""
+    if not len(frame):
+        return None
+    att = _Attribution(frame, _layers_for(frame, layers), lower, shared, sums)
+    return None if att.empty else att
+
+
 def layered_breakdown_df(frame: pd.DataFrame) -> pd.DataFrame:
     """What the lower layers of the same rank did inside each app phase, per rank × epoch × phase.
 
     Each app phase's time is its self time (innermost phase per thread, as in :func:`breakdown_df`), the
     union over the phase's intervals on the rank. Inside it, each instant goes to the first of
-    :data:`COMPONENTS` whose :class:`LowerLayers` list covers it (file system, then communication, then
+    :data:`COMPONENTS` whose :class:`_LowerSlab` list covers it (file system, then communication, then
     framework input wait, then framework compute). The rest is ``python`` (Python, decoding and IPC that no lower
     layer saw) only inside the windows a framework profile covered; outside them it is ``not_observed``: no layer
     that could tell framework work from Python was watching. Every row sums to its phase's time.
@@ -409,8 +753,7 @@ def layered_breakdown_df(frame: pd.DataFrame) -> pd.DataFrame:
         overlapped: the sample behind the ``python``/``compute`` split), ``time_s``, ``<component>_s`` for each of
         :data:`COMPONENTS` (seconds, summing to ``time_s``), ``layers`` (lower layers captured on the rank).
     """
-    att = _attribution(frame, ["app"])
-    return _layered(att, LowerLayers.of(frame, att))
+    return _layered(_attribution(frame, ["app"], lower=True))
 
 
 def _empty_layered() -> pd.DataFrame:
@@ -419,51 +762,29 @@ def _empty_layered() -> pd.DataFrame:
     return pd.DataFrame({k: pd.Series(dtype=v) for k, v in cols.items()})
 
 
-def _layered(att: Optional[_Attribution], lower: LowerLayers) -> pd.DataFrame:
+def _layered(att: Optional[_Attribution]) -> pd.DataFrame:
     if att is None:
         return _empty_layered()
-    seg_s, seg_e, owner = att.segments
-    ep_val, ep_has = att._tags["epoch"]
-    no_epoch = np.iinfo(np.int64).min
-    key = combined_codes(att._r, np.where(ep_has, ep_val, no_epoch), att._name_codes)
-    ngroups = int(key.max()) + 1
-    calls = np.bincount(key, minlength=ngroups)
-    first = np.zeros(ngroups, dtype=_I8)
-    first[key[::-1]] = np.arange(len(key) - 1, -1, -1)  # first interval of each group
-    gseg = key[owner]
-    gaxis = Axis(gseg, seg_s, seg_e, ngroups)  # a phase's intervals on several threads may overlap: union
-    ms, me = merge_intervals(gaxis.to_axis(gseg, seg_s), gaxis.to_axis(gseg, seg_e))
-    g = gaxis.group_of(ms)
-    shift = gaxis.lo[g] - gaxis.offset[g]
-    ms, me = ms + shift, me + shift
-
-    def per_group(lengths: np.ndarray) -> np.ndarray:
-        out = np.zeros(ngroups, dtype=_I8)
-        np.add.at(out, g, lengths)
-        return out
-
-    time_ns = per_group(me - ms)
-    parts = {c: per_group(covered_ns(*lower.exclusive[c], ms, me)) for c in LOWER_COMPONENTS}
-    parts["python"] = per_group(covered_ns(*lower.unclaimed_covered, ms, me))
+    n = len(att._group_first)
+    order = att._group_order
+    first = np.asarray(att._group_first, dtype=_I8).reshape(n, 5)[order]
+    r, ep, name, cat = first[:, 1], first[:, 2], first[:, 3], first[:, 4]
+    time_ns = att.sum("phase_time", n)[order]
+    parts = {c: att.sum(f"phase_{c}", n)[order] for c in (*LOWER_COMPONENTS, "python")}
     parts["not_observed"] = time_ns - sum(parts.values())
-    # calls of the phase a framework profile saw (any part of): the sample behind the python/compute split
-    rs, re_ = att.axis.to_axis(att._r, att._s), att.axis.to_axis(att._r, att._e)
-    observed_calls = np.bincount(key, weights=(covered_ns(*lower.covered, rs, re_) > 0), minlength=ngroups)
-    r = att._r[first]
     ranks = att.ranks[r]
-    cats = np.asarray(PRIORITY, dtype=object)[att._cat_idx[first]]
     out = pd.DataFrame({
         "rank": ranks,
-        "epoch": pd.array(np.where(ep_has[first], ep_val[first], 0), dtype="Int64"),
-        "phase": np.asarray(att._names, dtype=object)[att._name_codes[first]],
-        "cat": cats,
-        "calls": calls.astype(_I8),
-        "observed_calls": observed_calls.astype(_I8),
+        "epoch": pd.array(np.where(ep == _NO_EPOCH, 0, ep), dtype="Int64"),
+        "phase": np.asarray(att._names, dtype=object)[name],
+        "cat": np.asarray(PRIORITY, dtype=object)[cat],
+        "calls": att.sum("calls", n)[order].astype(_I8),
+        "observed_calls": att.sum("observed_calls", n)[order].astype(_I8),
         "time_s": time_ns / 1e9,
         **{f"{c}_s": parts[c] / 1e9 for c in COMPONENTS},
-        "layers": [",".join(lower.layers.get(int(x), [])) or "-" for x in ranks],
+        "layers": [",".join(att.layers.get(int(x), [])) or "-" for x in ranks],
     })
-    out.loc[~ep_has[first], "epoch"] = pd.NA
+    out.loc[ep == _NO_EPOCH, "epoch"] = pd.NA
     return out.sort_values(["rank", "epoch", "time_s"], ascending=[True, True, False], na_position="first",
                            kind="stable").reset_index(drop=True)
 
@@ -508,16 +829,7 @@ def breakdown_df(frame: pd.DataFrame, layers: "str | Sequence[str] | None" = Non
 def _breakdown(att: Optional[_Attribution], include_total: bool = True) -> pd.DataFrame:
     if att is None:
         return _empty_breakdown()
-    windows = att.windows(["epoch"])
-    if include_total:
-        windows = pd.concat([windows, _total_windows(att)], ignore_index=True)
-    return _shares(att, windows)
-
-
-def _total_windows(att: _Attribution) -> pd.DataFrame:
-    """One window per rank over all of its rows, tagged with a missing epoch."""
-    w = att.windows([])
-    return w.assign(epoch=pd.array([pd.NA] * len(w), dtype="Int64"))
+    return _shares(att, len(att._w) if include_total else len(att.windows(["epoch"])))
 
 
 def _empty_breakdown() -> pd.DataFrame:
@@ -528,7 +840,9 @@ def _empty_breakdown() -> pd.DataFrame:
     return pd.DataFrame({k: pd.Series(dtype=v) for k, v in cols.items()})
 
 
-def _shares(att: _Attribution, w: pd.DataFrame) -> pd.DataFrame:
+def _shares(att: _Attribution, rows: int) -> pd.DataFrame:
+    """The breakdown of the first ``rows`` of the attribution's windows (the epochs, then the totals)."""
+    w = att._w.iloc[:rows]
     ws = w["_ws"].to_numpy(dtype=_I8)
     we = w["_we"].to_numpy(dtype=_I8)
     wall = (we - ws).astype(np.float64)
@@ -541,14 +855,11 @@ def _shares(att: _Attribution, w: pd.DataFrame) -> pd.DataFrame:
         "wall_s": wall / 1e9,
     })
     # time outside every epoch window (start-up, imports, teardown) is its own share, not "other"
-    epochs = att.epoch_cover()
-    in_epochs = covered_ns(*epochs, ws, we)
+    in_epochs = covered_ns(*att.epoch_cover(), ws, we)
     covered_before = np.zeros(len(w), dtype=_I8)
-    acc = (_EMPTY, _EMPTY)
     shares = {}
-    for c in PRIORITY[:-1]:
-        acc = union_of(acc, att.self_time[c])
-        covered = covered_ns(*intersect_intervals(*acc, *epochs), ws, we)
+    for c in PRIORITY[:-1]:  # the cumulative union of the categories before and this one, inside the epochs
+        covered = att.sum(f"share_{c}", len(att._w))[:rows]
         shares[f"{c}_pct"] = 100.0 * (covered - covered_before) / safe
         covered_before = covered
     for c in PRIORITY[:-1]:
@@ -556,7 +867,7 @@ def _shares(att: _Attribution, w: pd.DataFrame) -> pd.DataFrame:
     out["outside_epochs_pct"] = np.nan_to_num(100.0 * (we - ws - in_epochs) / safe)
     out["other_pct"] = 100.0 - out[[f"{c}_pct" for c in PRIORITY[:-1]]].sum(axis=1) - out["outside_epochs_pct"]
     for c in PRIORITY:
-        out[f"{c}_s"] = covered_ns(*att.raw[c], ws, we) / 1e9
+        out[f"{c}_s"] = att.sum(f"raw_{c}", len(att._w))[:rows] / 1e9
     return out.sort_values(["rank", "epoch"], na_position="last", kind="stable").reset_index(drop=True)
 
 
@@ -580,25 +891,23 @@ def _exposed(att: Optional[_Attribution]) -> pd.DataFrame:
     cols = ["rank", "epoch", "wall_s", "input_s", "compute_s", "overlap_s", "exposed_s", "exposed_pct"]
     if att is None:
         return pd.DataFrame({c: pd.Series(dtype="Int64" if c == "epoch" else "float64") for c in cols})
-    w = pd.concat([att.windows(["epoch"]), _total_windows(att)], ignore_index=True)
+    w = att._w
     ws, we = w["_ws"].to_numpy(dtype=_I8), w["_we"].to_numpy(dtype=_I8)
-    inp = att.self_union(["io", "wait"])
-    comp = att.self_time["compute"]
-    both = intersect_intervals(*inp, *comp)
-    input_ns = covered_ns(*inp, ws, we)
-    overlap_ns = covered_ns(*both, ws, we)
+    input_ns = att.sum("input", len(w))
+    overlap_ns = att.sum("overlap", len(w))
     wall = (we - ws).astype(np.float64)
     out = pd.DataFrame({
         "rank": w["rank"].to_numpy(dtype=_I8),
         "epoch": pd.array(w["epoch"], dtype="Int64"),
         "wall_s": wall / 1e9,
         "input_s": input_ns / 1e9,
-        "compute_s": covered_ns(*comp, ws, we) / 1e9,
+        "compute_s": att.sum("compute", len(w)) / 1e9,
         "overlap_s": overlap_ns / 1e9,
         "exposed_s": (input_ns - overlap_ns) / 1e9,
         "exposed_pct": np.nan_to_num(100.0 * (input_ns - overlap_ns) / np.where(wall > 0, wall, np.nan)),
     })
     return out.sort_values(["rank", "epoch"], na_position="last", kind="stable").reset_index(drop=True)
+
 
 
 def verdict_label(input_pct: float) -> str:
@@ -628,8 +937,7 @@ def input_bound_df(frame: pd.DataFrame, layers: "str | Sequence[str] | None" = N
         ``excluded_s`` (the warm-up step left out), ``input_visible`` (False: no counted cycle has any wait
         evidence -- Keras batches timed whole, no TF profile -- so input wait cannot be seen), ``verdict``.
     """
-    att = _attribution(frame, layers)
-    return _input_bound(att, LowerLayers.of(frame, att))
+    return _input_bound(_attribution(frame, layers, lower=True))
 
 
 #: the step series' columns on the attribution's rank axis: the kernel's own, left out of every table it gives
@@ -664,15 +972,14 @@ def step_series_df(frame: pd.DataFrame) -> pd.DataFrame:
         rank: the step itself is left out, ``excluded_s``, and its cycle starts where it ended), ``counted``
         (used by the verdict).
     """
-    att = _attribution(frame, None)
-    return _step_series(att, LowerLayers.of(frame, att)).drop(columns=STEP_AXIS_COLUMNS)
+    return _step_series(_attribution(frame, None, lower=True)).drop(columns=STEP_AXIS_COLUMNS)
 
 
 def step_marks_df(frame: pd.DataFrame) -> pd.DataFrame:
     """One row per training step of every rank, as :func:`step_series_df` finds them (:meth:`_Attribution.step_marks`:
     the step phase, else step-tagged compute rows, else step-tagged rows; consecutive ones with the same tags are one
     step): ``rank``, ``epoch``, ``step`` (Int64), ``start_ns``, ``end_ns`` (first start and last end of its rows)."""
-    att = _attribution(frame, None)
+    att = _attribution(frame, None, lower=True, sums=False)
     if att is None:
         return pd.DataFrame({"rank": pd.Series(dtype="int64"), "epoch": pd.Series(dtype="Int64"),
                              "step": pd.Series(dtype="Int64"), "start_ns": pd.Series(dtype="int64"),
@@ -692,42 +999,26 @@ def _cycle_ends(r: np.ndarray, epoch: pd.Series, ws: np.ndarray, we: np.ndarray)
     return ends
 
 
-def _step_series(att: Optional[_Attribution], lower: "LowerLayers") -> pd.DataFrame:
+def _step_series(att: Optional[_Attribution]) -> pd.DataFrame:
     cols = {"_r": "int64", "rank": "int64", "epoch": "Int64", "step": "Int64", "start_ns": "int64",
             "end_ns": "int64", "_ws": "int64", "_we": "int64", "step_s": "float64", "input_wait_s": "float64",
             "compute_s": "float64", "other_s": "float64", "excluded_s": "float64", "basis": "object",
             "warmup": "bool", "counted": "bool"}
     if att is None:
         return pd.DataFrame({k: pd.Series(dtype=v) for k, v in cols.items()})
-    w = att.step_marks()
-    r = w["_r"].to_numpy(dtype=_I8)
-    step_start = w["_ws"].to_numpy(dtype=_I8)
-    own_end = w["_we"].to_numpy(dtype=_I8)
-    we = _cycle_ends(r, w["epoch"], step_start, own_end)
-    first = np.r_[True, r[1:] != r[:-1]] if len(r) else np.zeros(0, dtype=bool)
-    n_of_rank = np.bincount(r, minlength=len(att.ranks))
-    warmup = first & (n_of_rank[r] > 1)
-    # DLIO's "first step excluded": the first step itself (graph tracing, first file opens), not what follows it
-    # until the next step starts (the fetch of the next batch, a barrier): that part of its cycle counts
-    ws = np.where(warmup, np.minimum(own_end, we), step_start)
+    cy = att._cycles
+    w, r, ws, we, warmup = cy["marks"], cy["r"], cy["ws"], cy["we"], cy["warmup"]
     length = we - ws
-    by_fw = (lower.present_framework & (2 * covered_ns(*lower.covered, ws, we) >= length)) if len(w) \
+    by_fw = (att.present_framework & (2 * covered_ns(*att.covered, ws, we) >= length)) if len(w) \
         else np.zeros(0, dtype=bool)
-    app_busy = att.consumer_self(["compute", "comm"])
-    # a wait on one consumer thread while another computes is hidden behind it (exposed input only)
-    loop_wait = att.consumer_self(["io", "wait"])
-    app_wait = subtract_intervals(*loop_wait, *app_busy)
-    wait_ev = union_of(lower.raw["input_wait"], app_wait)
-    busy = union_of(lower.raw["compute"], lower.raw["comm"], app_busy)
-    wait = covered_ns(*wait_ev, ws, we)
-    comp = covered_ns(*subtract_intervals(*busy, *wait_ev), ws, we)
+    wait = att.sum("wait", len(w))
+    comp = att.sum("busy", len(w))
     # a rank whose app layer shows no wait in its cycles (Keras batches timed whole) can only be judged where a
     # profile window looked inside its steps; a rank with app wait evidence counts every cycle
-    app_seen = np.bincount(r, weights=covered_ns(*loop_wait, ws, we),
-                           minlength=len(att.ranks)) > 0
+    app_seen = np.bincount(r, weights=att.sum("loop_wait", len(w)), minlength=len(att.ranks)) > 0
     fw_ranks = np.unique(r[by_fw])
     counted = (length > 0) & (by_fw | app_seen[r] | ~np.isin(r, fw_ranks))
-    excluded = ws - step_start
+    excluded = ws - cy["step_start"]
     start_ns = w["start_ns"].to_numpy(dtype=_I8) + excluded
     return pd.DataFrame({
         "_r": r, "rank": att.ranks[r] if len(r) else r, "epoch": pd.array(w["epoch"], dtype="Int64"),
@@ -742,8 +1033,7 @@ def _step_series(att: Optional[_Attribution], lower: "LowerLayers") -> pd.DataFr
 MIN_EXPLAINED_PCT = 50.0
 
 
-def _input_bound(att: Optional[_Attribution], lower: "LowerLayers",
-                 series: Optional[pd.DataFrame] = None) -> pd.DataFrame:
+def _input_bound(att: Optional[_Attribution], series: Optional[pd.DataFrame] = None) -> pd.DataFrame:
     """Per-rank sums of :func:`_step_series` (``series`` when the caller has it already)."""
     cols = ["rank", "basis", "steps", "steps_total", "step_s", "input_wait_s", "input_pct", "compute_s",
             "au_pct", "other_s", "excluded_s", "input_visible", "verdict"]
@@ -751,9 +1041,10 @@ def _input_bound(att: Optional[_Attribution], lower: "LowerLayers",
         return pd.DataFrame({c: pd.Series(dtype="object" if c in ("basis", "verdict") else "float64")
                              for c in cols})
     if series is None:
-        series = _step_series(att, lower)
+        series = _step_series(att)
     n = len(att.ranks)
-    used = series[series["counted"]]
+    counted = series["counted"].to_numpy(dtype=bool)
+    used = series[counted]
     r_used = used["_r"].to_numpy(dtype=_I8)
 
     def per_rank(values: np.ndarray, rows: np.ndarray = r_used) -> np.ndarray:
@@ -768,26 +1059,15 @@ def _input_bound(att: Optional[_Attribution], lower: "LowerLayers",
     excluded_s = per_rank(series["excluded_s"].to_numpy(), series["_r"].to_numpy(dtype=_I8))
     basis = np.where(fw_steps > 0, "framework", "app").astype(object)
     # wait phases of the loop inside the counted cycles (hidden or not): input wait could have been seen
-    seen = covered_ns(*att.consumer_self(["io", "wait"]), used["_ws"].to_numpy(dtype=_I8),
-                      used["_we"].to_numpy(dtype=_I8))
+    seen = att.sum("loop_wait", len(series))[counted]
     visible = (basis == "framework") | (per_rank(seen.astype(np.float64)) > 0)
     # ranks without steps: epoch windows, then the whole traced time (app evidence)
-    no_steps = np.flatnonzero(steps_total == 0)
-    if no_steps.size:
-        exposed = subtract_intervals(*att.self_union(["io", "wait"]), *att.self_time["compute"])
-        for label, keys in (("epoch", ["epoch"]), ("run", [])):
-            w = att.windows(keys)
-            w = w[w["_r"].isin(no_steps)]
-            if not len(w):
-                continue
-            ms, me = merge_intervals(w["_ws"].to_numpy(dtype=_I8), w["_we"].to_numpy(dtype=_I8))
-            rr = att.axis.group_of(ms)
-            step_s += per_rank((me - ms) / 1e9, rr)
-            wait_s += per_rank(covered_ns(*exposed, ms, me) / 1e9, rr)
-            comp_s += per_rank(covered_ns(*att.self_time["compute"], ms, me) / 1e9, rr)
-            basis[np.unique(rr)] = label
-            visible[np.unique(rr)] = True
-            no_steps = np.setdiff1d(no_steps, rr)
+    for i, (label, ms, me, rr) in enumerate(att._fallback):
+        step_s += per_rank((me - ms) / 1e9, rr)
+        wait_s += per_rank(att.sum(f"fallback_wait_{i}", ms.size) / 1e9, rr)
+        comp_s += per_rank(att.sum(f"fallback_compute_{i}", ms.size) / 1e9, rr)
+        basis[np.unique(rr)] = label
+        visible[np.unique(rr)] = True
     safe = np.where(step_s > 0, step_s, np.nan)
     input_pct = np.nan_to_num(100.0 * wait_s / safe)
     au_pct = np.nan_to_num(100.0 * comp_s / safe)

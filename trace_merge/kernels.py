@@ -351,18 +351,17 @@ def rank_parts(frame: pd.DataFrame, job: JobFacts, layers: "str | Sequence[str] 
                    data_files=bw_.data_file_names(reads),
                    span=(int(frame["start_ns"].min()), int(frame["end_ns"].max())) if len(frame) else None)
     del reads
-    att = att_._attribution(frame, use)
-    base = att if base_layers == use else att_._attribution(frame, base_layers)
-    lower = att_.LowerLayers.of(frame, base, job.shared(layers))
+    base = att_._attribution(frame, base_layers, lower=True, shared=job.shared(layers))
+    att = base if base_layers == use else att_._attribution(frame, use)
     del frame
-    series = att_._step_series(base, lower)
+    series = att_._step_series(base)
     return RankParts(
         breakdown=att_._breakdown(att),
         exposed_io=att_._exposed(att),
         # dropped here, not in the reduction: a fifth less to send and for the driver to hold
         steps=series.drop(columns=att_.STEP_AXIS_COLUMNS),
-        input_bound=att_._input_bound(base, lower, series),
-        layered=att_._layered(base if job.has_app else None, lower),
+        input_bound=att_._input_bound(base, series),
+        layered=att_._layered(base if job.has_app else None),
         **of_rows,
     )
 
