@@ -21,6 +21,7 @@ from trace_merge import align as al
 from trace_merge.merge import merge_sources
 from trace_merge import intervals as I
 from trace_merge.readers import read_any
+from trace_merge.schema import to_frame
 from trace_merge.schema import concat_frames
 
 READ_LOOP = textwrap.dedent(
@@ -231,3 +232,34 @@ def test_thread_forest_from_the_cross_thread_forest_equals_a_sweep_per_thread(se
     forest = I.nesting_parents(s, e)
     got = al._thread_parents(s, e, np.full(n, 7), t, forest)
     assert got.tolist() == _thread_parents_by_loop(s, e, t).tolist()
+
+
+def _random_piece(rng: np.random.Generator, n: int) -> pd.DataFrame:
+    """Rows of one piece: few distinct starts (ties across pieces), layers and names from piece-specific sets
+    (categories the pieces do not share), some without a layer or a tag."""
+    layers = rng.choice(["app", "posix", "framework", None], n)
+    return to_frame({"layer": list(layers), "cat": list(rng.choice(["io", "compute", "wait"], n)),
+                     "name": [f"op{int(k)}" for k in rng.integers(0, 40, n)], "rank": 0,
+                     "pid": 1, "tid": list(rng.integers(1, 4, n)),
+                     "start_ns": rng.integers(0, 60, n) + 10**18, "end_ns": rng.integers(60, 90, n) + 10**18,
+                     "epoch": pd.array([None if k < 0 else int(k) for k in rng.integers(-1, 3, n)], dtype="Int64")})
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_time_ordered_is_the_time_order_of_the_concatenation_asking_each_part_for_one_column_at_a_time(seed):
+    from trace_merge.schema import concat_frames
+
+    rng = np.random.default_rng(seed)
+    pieces = [_random_piece(rng, int(rng.integers(1, 50))) for _ in range(int(rng.integers(1, 5)))]
+    asked: list = []
+
+    def part(i: int):
+        def column(name: str) -> pd.Series:
+            asked.append((i, name))
+            return pieces[i][name]
+        return column
+
+    columns = list(pieces[0].columns)
+    got = al.time_ordered([part(i) for i in range(len(pieces))], columns)
+    pd.testing.assert_frame_equal(got, al.time_order(concat_frames(pieces)), check_exact=True)
+    assert sorted(asked) == sorted((i, c) for i in range(len(pieces)) for c in columns)  # each once, one at a time

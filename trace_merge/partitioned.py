@@ -139,6 +139,15 @@ class Piece:
     def load(self) -> pd.DataFrame:
         return self.frame if self.path is None else read_arrow(self.path)
 
+    def resolved(self, names: dict) -> pd.DataFrame:
+        """The piece's rows, DFTracer file hashes resolved by ``names`` (hash -> path)."""
+        return resolve_names(self.load(), names) if self.kind == "dftracer" else self.load()
+
+    def column(self, names: dict, name: str) -> pd.Series:
+        """One column of :meth:`resolved` (read from the piece's file alone)."""
+        col = (self.frame if self.path is None else read_arrow(self.path, [name]))[name]
+        return resolve_names(col.to_frame(), names)[name] if name == "file" and self.kind == "dftracer" else col
+
     def store(self, frame: pd.DataFrame) -> None:
         """Replace the piece's rows."""
         if self.path is None:
@@ -334,28 +343,25 @@ class RankResult:
 def merge_rank(task: RankTask) -> RankResult:
     """One rank: its pieces merged, ordered and tagged, written as its partition, and summarised (wave 4)."""
 
-    # comprehensions only: no loop variable keeps a piece's rows alive past the `del` below
-    pieces = [(p, resolve_names(p.load(), task.names) if p.kind == "dftracer" else p.load()) for p in task.pieces]
     warnings: list[str] = []
     clocks = []
-    frames = [f for p, f in pieces if p.kind != "darshan"]
-    darshan = {source: [f for p, f in pieces if p.kind == "darshan" and p.source == source]
-               for source in dict.fromkeys(p.source for p, _ in pieces if p.kind == "darshan")}
+    parts = [functools.partial(p.column, task.names) for p in task.pieces if p.kind != "darshan" and p.rows]
+    darshan = [p for p in task.pieces if p.kind == "darshan"]
     if darshan:  # DXT segments are placed against the rank's app and POSIX rows (copies made only for that)
-        app = concat_frames([f for p, f in pieces if p.kind in A.APP_KINDS])
-        posix = concat_frames([f[(f["layer"] == "posix").to_numpy()] for p, f in pieces if p.kind == "dftracer"])
-        for source, parts in darshan.items():
-            placed, found, notes = place_source(source, concat_frames(parts), app, posix)
-            frames.append(placed)
+        app = concat_frames([p.load() for p in task.pieces if p.kind in A.APP_KINDS])
+        posix = concat_frames([f[(f["layer"] == "posix").to_numpy()] for f in
+                               (p.resolved(task.names) for p in task.pieces if p.kind == "dftracer")])
+        for source in dict.fromkeys(p.source for p in darshan):
+            placed, found, notes = place_source(source, concat_frames([p.load() for p in darshan if p.source == source]),
+                                                app, posix)
+            if len(placed):
+                parts.append(placed.__getitem__)
             clocks += [c.as_dict() for c in found]
             warnings += [] if task.darshan_alone else notes
-        del app, posix, parts, placed
-    del pieces, darshan
-    # the pieces are let go before the copy in time order: the rank is held twice at most, not three times
-    merged = concat_frames(frames)
-    del frames
-    frame = A.time_order(merged)
-    del merged
+        del app, posix
+    columns = [c for c in FRAME_COLUMNS if c in task.columns] if task.pieces else []
+    frame = A.time_ordered(parts, columns)
+    del parts
     warnings += A.check_layer_overlap(frame)
     residual = A.residual_parts(frame, task.residual_basis)
     frame = A.propagate_steps(frame)
