@@ -159,6 +159,14 @@ def _tag(col: pd.Series, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return np.asarray(part.to_numpy(dtype=_I8, na_value=0), dtype=_I8), ~np.asarray(part.isna(), dtype=bool)
 
 
+def _distinct_rows(*keys: np.ndarray) -> pd.DataFrame:
+    """The distinct tuples of ``keys`` (columns ``k0``, ``k1``, ...), in order of first appearance (hashing)."""
+    codes = combined_codes(*keys) if keys[0].size else _EMPTY
+    seen = np.maximum.accumulate(codes) if codes.size else codes  # codes are numbered in order of first appearance
+    first = np.flatnonzero(np.r_[True, seen[1:] > seen[:-1]]) if codes.size else _EMPTY
+    return pd.DataFrame({f"k{i}": k[first] for i, k in enumerate(keys)})
+
+
 def _groups_min_max(parts: list[pd.DataFrame], keys: list[str]) -> pd.DataFrame:
     """Per ``keys``: the least ``s`` and the greatest ``e`` over ``parts`` (slabs' partial reductions), sorted."""
     data = pd.concat(parts, ignore_index=True)
@@ -263,11 +271,11 @@ class _Attribution:
             tagged = c.tag("step", rows)[1]
             for i, kind in enumerate((tagged & c.is_step_phase[c.name[rows]],
                                       tagged & (c.cat_priority[c.cat[rows]] == PRIORITY.index("compute")), tagged)):
-                kinds[i].append(np.unique(rank[kind]))
+                kinds[i].append(pd.unique(rank[kind]))  # hashing: a sort of every row was a tenth of the kernel
             if self._lower:
                 low = slab.own[c.lower(slab.own)]
                 lay = c.layer[low]
-                layers.append(pd.DataFrame({"rank": c.rank[low], "layer": lay}).drop_duplicates())
+                layers.append(_distinct_rows(c.rank[low], lay))
                 a = low[c.is_fw[lay] & c.is_anchor[c.name[low]]]
                 anchors.append((c.rank[a], c.start[a]))
                 x = low[c.is_comm[lay] & c.is_collective[c.name[low]]]
@@ -284,13 +292,14 @@ class _Attribution:
         self._kinds = [np.unique(np.concatenate(k)) for k in kinds]
         if not self._lower:
             return
-        lays = pd.concat(layers, ignore_index=True).drop_duplicates()
-        lays = lays[np.isin(lays["rank"].to_numpy(dtype=_I8), self.ranks) & (lays["layer"].to_numpy() >= 0)]
-        self.layers = {int(r): sorted(c.layer_names[g["layer"].to_numpy()].tolist()) for r, g in lays.groupby("rank")}
+        lays = pd.concat(layers, ignore_index=True)
+        lays = _distinct_rows(lays["k0"].to_numpy(), lays["k1"].to_numpy())
+        lays = lays[np.isin(lays["k0"].to_numpy(dtype=_I8), self.ranks) & (lays["k1"].to_numpy() >= 0)]
+        self.layers = {int(r): sorted(c.layer_names[g["k1"].to_numpy()].tolist()) for r, g in lays.groupby("k0")}
         a_rank = np.concatenate([a for a, _ in anchors])
         a_s = np.concatenate([s for _, s in anchors])
         mine = np.isin(a_rank, self.ranks)
-        a_r = np.searchsorted(self.ranks, a_rank[mine])
+        a_r = self.rank_codes(a_rank[mine])
         a_s = self.axis.to_axis(a_r, a_s[mine])
         order = np.argsort(a_s, kind="stable")  # on the axis, ranks occupy disjoint ranges in rank order
         self._anchors = (a_r[order], a_s[order])
@@ -313,6 +322,12 @@ class _Attribution:
         out["_ws"] = self.axis.to_axis(r, out["start_ns"].to_numpy(dtype=_I8))
         out["_we"] = self.axis.to_axis(r, out["end_ns"].to_numpy(dtype=_I8))
         return out
+
+    def rank_codes(self, rank: np.ndarray) -> np.ndarray:
+        """The rank code of each of ``rank`` (ranks the attribution has)."""
+        if self.ranks.size == 1:  # a rank's partition: no search
+            return np.zeros(rank.size, dtype=_I8)
+        return np.searchsorted(self.ranks, rank).astype(_I8)
 
     def windows(self, keys: Sequence[str]) -> pd.DataFrame:
         """``[start, end]`` of the kept rows per ``(rank, *keys)`` (keys non-null), with axis coordinates.
@@ -351,15 +366,15 @@ class _Attribution:
         a_r, a_s = self._anchors
         for slab in slabs:
             rows = slab.own[c.kept(slab.own)]
-            r = np.searchsorted(self.ranks, c.rank[rows])
+            r = self.rank_codes(c.rank[rows])
             mark = self._mark_kind(c, rows, r)
             m = rows[mark]
-            threads.append(pd.DataFrame({"r": r[mark], "pid": c.pid[m], "tid": c.tid[m]}).drop_duplicates())
+            threads.append(_distinct_rows(r[mark], c.pid[m], c.tid[m]))
             runs.append(self._runs(c, m, r[mark]))
             # framework rows: the windows a TF profile covered (see covered)
             low = slab.own[c.lower(slab.own)]
             low = low[c.is_fw[c.layer[low]] & np.isin(c.rank[low], self.ranks)]
-            fr = np.searchsorted(self.ranks, c.rank[low])
+            fr = self.rank_codes(c.rank[low])
             s, e = self.axis.to_axis(fr, c.start[low]), self.axis.to_axis(fr, c.end[low])
             sess = np.full(s.size, -1, dtype=_I8)  # the last anchor of its rank at or before it
             if a_s.size:
@@ -370,7 +385,9 @@ class _Attribution:
             profiled.append(pd.DataFrame({"r": fr, "sess": sess, "s": s, "e": e}).groupby(["r", "sess"]).agg(
                 s=("s", "min"), e=("e", "max")).reset_index())
         self._marks = self._join_runs(pd.concat(runs, ignore_index=True))
-        self._consumers = pd.concat(threads, ignore_index=True).drop_duplicates()
+        threads = pd.concat(threads, ignore_index=True)
+        self._consumers = _distinct_rows(*(threads[k].to_numpy() for k in ("k0", "k1", "k2"))).set_axis(
+            ["r", "pid", "tid"], axis=1)
         p = _groups_min_max(profiled, ["r", "sess"])
         self.covered = merge_intervals(p["s"].to_numpy(dtype=_I8), p["e"].to_numpy(dtype=_I8))
         self.present_framework = self.covered[0].size > 0
@@ -502,7 +519,7 @@ class _Attribution:
         kept = c.kept(rows)
         own = (np.arange(rows.size) >= slab.halo.size)[kept]
         rows = rows[kept]
-        r = np.searchsorted(self.ranks, c.rank[rows]).astype(_I8)
+        r = self.rank_codes(c.rank[rows])
         s, e = c.start[rows], c.end[rows]
         cat = c.cat_priority[c.cat[rows]]
         thread = combined_codes(r, c.pid[rows], c.tid[rows])
@@ -662,7 +679,7 @@ class _LowerSlab:
     def __init__(self, att: _Attribution, c: _Frame, rows: np.ndarray, slab: _Slab) -> None:
         rows = rows[c.lower(rows)]
         rows = rows[np.isin(c.rank[rows], att.ranks)]
-        r = np.searchsorted(att.ranks, c.rank[rows]).astype(_I8)
+        r = att.rank_codes(c.rank[rows])
         s = att.axis.to_axis(r, np.maximum(c.start[rows], slab.t0))
         e = att.axis.to_axis(r, np.minimum(c.end[rows], slab.t1))
         lay, cat = c.layer[rows], c.cat[rows]

@@ -124,6 +124,18 @@ def read_arrow(path: "str | os.PathLike[str]", columns: Optional[Sequence[str]] 
     return _schema_dtypes(table)
 
 
+def _read_arrow_column(path: str, name: str) -> pd.Series:
+    """One column of a spilled piece with the schema's dtype: the column alone converted (a table's conversion with
+    its pandas metadata cost twice a whole piece's read when done column by column)."""
+    import pyarrow as pa
+
+    with pa.memory_map(path, "r") as source:
+        chunks = pa.ipc.open_file(source).read_all().column(name)
+    dtype = FRAME_DTYPES[name]
+    col = chunks.to_pandas(types_mapper={pa.int64(): pd.Int64Dtype()}.get if dtype == "Int64" else None)
+    return col if str(col.dtype) == dtype else col.astype(dtype)
+
+
 @dataclass
 class Piece:
     """Rows of one rank from one source: spilled to ``path``, or kept in memory (``frame``, the inline engine)."""
@@ -145,7 +157,7 @@ class Piece:
 
     def column(self, names: dict, name: str) -> pd.Series:
         """One column of :meth:`resolved` (read from the piece's file alone)."""
-        col = (self.frame if self.path is None else read_arrow(self.path, [name]))[name]
+        col = self.frame[name] if self.path is None else _read_arrow_column(self.path, name)
         return resolve_names(col.to_frame(), names)[name] if name == "file" and self.kind == "dftracer" else col
 
     def store(self, frame: pd.DataFrame) -> None:
