@@ -238,11 +238,11 @@ class _Attribution:
     """
 
     def __init__(self, frame: pd.DataFrame, use: Sequence[str], lower: bool,
-                 shared: "Optional[SharedCollectives]", sums: bool = True, slab_rows: Optional[int] = None) -> None:
+                 shared: "Optional[SharedCollectives]", sums: bool = True) -> None:
         cols = _Frame(frame, use)
         self._names = cols.names
         self._lower = lower
-        slabs = _slabs(cols.start, cols.end, slab_rows or SLAB_ROWS)
+        slabs = _slabs(cols.start, cols.end, SLAB_ROWS)
         self._facts(cols, slabs, shared)
         if self.empty:
             return
@@ -463,6 +463,7 @@ class _Attribution:
         totals = self.windows([]).assign(epoch=pd.array([pd.NA] * len(self.windows([])), dtype="Int64"))
         #: breakdown and exposed-input windows: each rank's epochs, then each rank's whole time
         self._w = pd.concat([self.windows(["epoch"]), totals], ignore_index=True)
+        self._epochs = self.epoch_cover()
         self._sums: dict[str, np.ndarray] = {}
         if not self._lower:
             return
@@ -539,7 +540,7 @@ class _Attribution:
         del cs, ce
         ws, we = self._clipped(self._w["_r"].to_numpy(dtype=_I8), self._w["_ws"].to_numpy(dtype=_I8),
                                self._w["_we"].to_numpy(dtype=_I8), slab)
-        epochs = self._epochs if hasattr(self, "_epochs") else self._set_epochs()
+        epochs = self._epochs
         acc = (_EMPTY, _EMPTY)
         for x in PRIORITY[:-1]:
             acc = union_of(acc, self_time[x])
@@ -575,10 +576,6 @@ class _Attribution:
             self._add(f"fallback_wait_{i}", covered_ns(*exposed, fs, fe))
             self._add(f"fallback_compute_{i}", covered_ns(*comp, fs, fe))
         self._add_phases(c, rows, r, own, (seg_s, seg_e, owner), lower)
-
-    def _set_epochs(self) -> tuple[np.ndarray, np.ndarray]:
-        self._epochs = self.epoch_cover()
-        return self._epochs
 
     def _consumer_threads(self, c: _Frame, rows: np.ndarray, r: np.ndarray, thread: np.ndarray) -> np.ndarray:
         """Per row of ``rows`` (codes ``thread``): is its thread a consumer thread, one whose rows mark the steps
