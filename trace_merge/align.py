@@ -38,7 +38,7 @@ import pandas as pd
 from .intervals import (Axis, combined_codes, drop_from_forest, innermost, narrow, nesting_parents, spans_several,
                         start_order)
 from .readers import rank_from_name
-from .schema import DIFFERENT_DAY_NS, FRAME_DTYPES, STEP_PHASE, SourceData, empty_frame
+from .schema import DIFFERENT_DAY_NS, STEP_PHASE, SourceData, concat_column, empty_frame
 
 log = logging.getLogger(__name__)
 
@@ -462,13 +462,8 @@ def time_ordered(parts: "Sequence[Callable[[str], pd.Series]]", columns: Sequenc
     united), each part a function giving one of its columns by name. Put together one column at a time, each part's
     column asked for when that column's turn comes: a rank merged from spilled pieces is held once, not as its pieces
     and their concatenation and then that and its copy in time order (a 2.48 M-row rank: 211 MiB, not 422)."""
-    from pandas.api.types import union_categoricals
-
     def column(name: str) -> Any:
-        got = [part(name) for part in parts]
-        if FRAME_DTYPES.get(name) == "category":
-            return union_categoricals([g.array for g in got], ignore_order=True)
-        return pd.concat(got, ignore_index=True).array if len(got) > 1 else got[0].reset_index(drop=True).array
+        return concat_column([part(name) for part in parts], name)
 
     if not parts:
         return empty_frame()

@@ -371,8 +371,7 @@ def merge_rank(task: RankTask) -> RankResult:
             clocks += [c.as_dict() for c in found]
             warnings += [] if task.darshan_alone else notes
         del app, posix
-    columns = [c for c in FRAME_COLUMNS if c in task.columns] if task.pieces else []
-    frame = A.time_ordered(parts, columns)
+    frame = A.time_ordered(parts, [c for c in FRAME_COLUMNS if c in task.columns])
     del parts
     warnings += A.check_layer_overlap(frame)
     residual = A.residual_parts(frame, task.residual_basis)

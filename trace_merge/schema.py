@@ -177,6 +177,15 @@ def empty_counters() -> pd.DataFrame:
     return to_counters({"layer": [], "rank": [], "file": [], "counter": [], "value": []})
 
 
+def concat_column(parts: "list[pd.Series]", name: str) -> Any:
+    """One schema column of several frames as one array (categories united, in order of first appearance)."""
+    from pandas.api.types import union_categoricals
+
+    if FRAME_DTYPES.get(name) == "category":
+        return union_categoricals([p.array for p in parts], ignore_order=True)
+    return pd.concat(parts, ignore_index=True).array if len(parts) > 1 else parts[0].reset_index(drop=True).array
+
+
 def concat_frames(frames: list[pd.DataFrame]) -> pd.DataFrame:
     """Concatenate schema frames keeping category dtypes (union of categories)."""
     frames = [f for f in frames if len(f)]
@@ -184,12 +193,8 @@ def concat_frames(frames: list[pd.DataFrame]) -> pd.DataFrame:
         return empty_frame()
     from concurrent.futures import ThreadPoolExecutor
 
-    from pandas.api.types import union_categoricals
-
     def column(name: str) -> Any:
-        if FRAME_DTYPES[name] == "category":
-            return union_categoricals([f[name].array for f in frames], ignore_order=True)
-        return pd.concat([f[name] for f in frames], ignore_index=True).array
+        return concat_column([f[name] for f in frames], name)
 
     # the schema's columns the frames have (a partition may hold a subset)
     columns = [c for c in FRAME_COLUMNS if c in frames[0].columns]
