@@ -159,18 +159,50 @@ def _tag(col: pd.Series, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return np.asarray(part.to_numpy(dtype=_I8, na_value=0), dtype=_I8), ~np.asarray(part.isna(), dtype=bool)
 
 
-def _distinct_rows(*keys: np.ndarray) -> pd.DataFrame:
-    """The distinct tuples of ``keys`` (columns ``k0``, ``k1``, ...), in order of first appearance (hashing)."""
-    codes = combined_codes(*keys) if keys[0].size else _EMPTY
-    seen = np.maximum.accumulate(codes) if codes.size else codes  # codes are numbered in order of first appearance
-    first = np.flatnonzero(np.r_[True, seen[1:] > seen[:-1]]) if codes.size else _EMPTY
-    return pd.DataFrame({f"k{i}": k[first] for i, k in enumerate(keys)})
+def _distinct_rows(*keys: np.ndarray) -> list[np.ndarray]:
+    """The distinct tuples of ``keys``, as one array per key, in order of first appearance (hashing)."""
+    if not keys[0].size:
+        return list(keys)
+    seen = np.maximum.accumulate(combined_codes(*keys))  # codes are numbered in order of first appearance
+    first = np.flatnonzero(np.r_[True, seen[1:] > seen[:-1]])
+    return [k[first] for k in keys]
 
 
-def _groups_min_max(parts: list[pd.DataFrame], keys: list[str]) -> pd.DataFrame:
-    """Per ``keys``: the least ``s`` and the greatest ``e`` over ``parts`` (slabs' partial reductions), sorted."""
-    data = pd.concat(parts, ignore_index=True)
-    return data.groupby(keys, sort=True).agg(s=("s", "min"), e=("e", "max")).reset_index()
+def _min_max_by(keys: Sequence[np.ndarray], s: np.ndarray, e: np.ndarray
+                ) -> tuple[list[np.ndarray], np.ndarray, np.ndarray]:
+    """Per distinct tuple of ``keys``: the least ``s`` and the greatest ``e`` (in order of first appearance)."""
+    if not s.size:
+        return [k[:0] for k in keys], s[:0], e[:0]
+    codes = combined_codes(*keys)
+    seen = np.maximum.accumulate(codes)
+    first = np.flatnonzero(np.r_[True, seen[1:] > seen[:-1]])
+    lo = np.full(first.size, _T_MAX, dtype=_I8)
+    hi = np.full(first.size, _T_MIN, dtype=_I8)
+    np.minimum.at(lo, codes, s)
+    np.maximum.at(hi, codes, e)
+    return [k[first] for k in keys], lo, hi
+
+
+class _MinMax:
+    """Per key tuple, the least start and the greatest end over every slab: each slab's partial reduction is kept
+    (one entry per key) and reduced again at the end, sorted by the keys."""
+
+    def __init__(self, nkeys: int) -> None:
+        self._parts: list[tuple[list[np.ndarray], np.ndarray, np.ndarray]] = []
+        self._nkeys = nkeys
+
+    def add(self, keys: Sequence[np.ndarray], s: np.ndarray, e: np.ndarray) -> None:
+        if s.size:
+            self._parts.append(_min_max_by(keys, s, e))
+
+    def result(self) -> tuple[list[np.ndarray], np.ndarray, np.ndarray]:
+        if not self._parts:
+            return [_EMPTY] * self._nkeys, _EMPTY, _EMPTY
+        keys = [np.concatenate([p[0][i] for p in self._parts]).astype(_I8) for i in range(self._nkeys)]
+        keys, lo, hi = _min_max_by(keys, np.concatenate([p[1] for p in self._parts]),
+                                   np.concatenate([p[2] for p in self._parts]))
+        order = np.lexsort(keys[::-1])
+        return [k[order] for k in keys], lo[order], hi[order]
 
 
 class _Frame:
@@ -258,16 +290,14 @@ class _Attribution:
     # -- facts: sweeps one and two ---------------------------------------------------------------------------
 
     def _facts(self, c: _Frame, slabs: list[_Slab], shared: "Optional[SharedCollectives]") -> None:
-        whole, epochs, kinds = [], [], [[], [], []]
+        whole, epochs, kinds = _MinMax(1), _MinMax(2), [[], [], []]
         layers, anchors, collectives = [], [], []
         for slab in slabs:
             rows = slab.own[c.kept(slab.own)]
             rank, s, e = c.rank[rows], c.start[rows], c.end[rows]
-            whole.append(pd.DataFrame({"rank": rank, "s": s, "e": e}).groupby("rank").agg(
-                s=("s", "min"), e=("e", "max")).reset_index())
+            whole.add([rank], s, e)
             ep, ep_has = c.tag("epoch", rows)
-            epochs.append(pd.DataFrame({"rank": rank[ep_has], "epoch": ep[ep_has], "s": s[ep_has], "e": e[ep_has]})
-                          .groupby(["rank", "epoch"]).agg(s=("s", "min"), e=("e", "max")).reset_index())
+            epochs.add([rank[ep_has], ep[ep_has]], s[ep_has], e[ep_has])
             tagged = c.tag("step", rows)[1]
             for i, kind in enumerate((tagged & c.is_step_phase[c.name[rows]],
                                       tagged & (c.cat_priority[c.cat[rows]] == PRIORITY.index("compute")), tagged)):
@@ -280,22 +310,24 @@ class _Attribution:
                 anchors.append((c.rank[a], c.start[a]))
                 x = low[c.is_comm[lay] & c.is_collective[c.name[low]]]
                 collectives.append((c.rank[x], c.start[x], c.end[x]))
-        w = _groups_min_max(whole, ["rank"])
-        self.ranks = w["rank"].to_numpy(dtype=_I8)
+        (self.ranks,), ws, we = whole.result()
         self.empty = not len(self.ranks)
         if self.empty:
             return
         n = len(self.ranks)
-        self.axis = Axis(np.arange(n, dtype=_I8), w["s"].to_numpy(dtype=_I8), w["e"].to_numpy(dtype=_I8), n)
-        self._windows = {(): self._window_frame(w, []), ("epoch",): self._window_frame(
-            _groups_min_max(epochs, ["rank", "epoch"]), ["epoch"])}
+        self.axis = Axis(np.arange(n, dtype=_I8), ws, we, n)
+        self._windows = {(): self._window_frame({}, self.ranks, ws, we)}
+        (ep_rank, ep), ws, we = epochs.result()
+        self._windows[("epoch",)] = self._window_frame({"epoch": ep}, ep_rank, ws, we)
         self._kinds = [np.unique(np.concatenate(k)) for k in kinds]
         if not self._lower:
             return
-        lays = pd.concat(layers, ignore_index=True)
-        lays = _distinct_rows(lays["k0"].to_numpy(), lays["k1"].to_numpy())
-        lays = lays[np.isin(lays["k0"].to_numpy(dtype=_I8), self.ranks) & (lays["k1"].to_numpy() >= 0)]
-        self.layers = {int(r): sorted(c.layer_names[g["k1"].to_numpy()].tolist()) for r, g in lays.groupby("k0")}
+        l_rank, l_layer = _distinct_rows(np.concatenate([r for r, _ in layers]), np.concatenate([x for _, x in layers]))
+        mine = np.isin(l_rank, self.ranks) & (l_layer >= 0)
+        self.layers: dict[int, list[str]] = {}
+        for r, x in zip(l_rank[mine].tolist(), c.layer_names[l_layer[mine]].tolist()):
+            self.layers.setdefault(int(r), []).append(x)
+        self.layers = {r: sorted(self.layers[r]) for r in sorted(self.layers)}
         a_rank = np.concatenate([a for a, _ in anchors])
         a_s = np.concatenate([s for _, s in anchors])
         mine = np.isin(a_rank, self.ranks)
@@ -313,15 +345,11 @@ class _Attribution:
         #: rank codes that count the shared collectives as their communication (the ranks without their own)
         self._sharing = np.asarray([k for k in range(n) if int(self.ranks[k]) not in own], dtype=_I8)
 
-    def _window_frame(self, w: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
-        """``_r``, ``*keys``, ``start_ns``, ``end_ns``, ``rank``, ``_ws``, ``_we`` of per-rank reductions ``w``."""
-        r = np.searchsorted(self.ranks, w["rank"].to_numpy(dtype=_I8)).astype(_I8)
-        out = pd.DataFrame({"_r": r, **{k: w[k].to_numpy(dtype=_I8) for k in keys},
-                            "start_ns": w["s"].to_numpy(dtype=_I8), "end_ns": w["e"].to_numpy(dtype=_I8)})
-        out["rank"] = self.ranks[r] if len(out) else np.zeros(0, dtype=_I8)
-        out["_ws"] = self.axis.to_axis(r, out["start_ns"].to_numpy(dtype=_I8))
-        out["_we"] = self.axis.to_axis(r, out["end_ns"].to_numpy(dtype=_I8))
-        return out
+    def _window_frame(self, keys: dict, rank: np.ndarray, s: np.ndarray, e: np.ndarray) -> pd.DataFrame:
+        """``_r``, ``*keys``, ``start_ns``, ``end_ns``, ``rank``, ``_ws``, ``_we`` of per-rank reductions."""
+        r = self.rank_codes(rank)
+        return pd.DataFrame({"_r": r, **keys, "start_ns": s, "end_ns": e, "rank": self.ranks[r],
+                             "_ws": self.axis.to_axis(r, s), "_we": self.axis.to_axis(r, e)})
 
     def rank_codes(self, rank: np.ndarray) -> np.ndarray:
         """The rank code of each of ``rank`` (ranks the attribution has)."""
@@ -362,7 +390,7 @@ class _Attribution:
         merged list of the windows a framework layer covered. A profile window is what one profiler session
         recorded: it starts at the session's TimeLogger anchor marker and ends with its last event. Without anchors
         (a profile not opened by TimeLogger) each rank's window spans its first to its last framework event."""
-        runs, threads, profiled = [], [], []
+        runs, threads, profiled = [], [], _MinMax(2)
         a_r, a_s = self._anchors
         for slab in slabs:
             rows = slab.own[c.kept(slab.own)]
@@ -382,46 +410,40 @@ class _Attribution:
                 ok = k >= 0
                 ok[ok] = a_r[k[ok]] == fr[ok]
                 sess[ok] = k[ok]
-            profiled.append(pd.DataFrame({"r": fr, "sess": sess, "s": s, "e": e}).groupby(["r", "sess"]).agg(
-                s=("s", "min"), e=("e", "max")).reset_index())
-        self._marks = self._join_runs(pd.concat(runs, ignore_index=True))
-        threads = pd.concat(threads, ignore_index=True)
-        self._consumers = _distinct_rows(*(threads[k].to_numpy() for k in ("k0", "k1", "k2"))).set_axis(
-            ["r", "pid", "tid"], axis=1)
-        p = _groups_min_max(profiled, ["r", "sess"])
-        self.covered = merge_intervals(p["s"].to_numpy(dtype=_I8), p["e"].to_numpy(dtype=_I8))
+            profiled.add([fr, sess], s, e)
+        self._marks = self._join_runs(runs)
+        self._consumers = _distinct_rows(*(np.concatenate([t[i] for t in threads]) for i in range(3)))
+        _, s, e = profiled.result()
+        self.covered = merge_intervals(s, e)
         self.present_framework = self.covered[0].size > 0
 
-    def _runs(self, c: _Frame, rows: np.ndarray, r: np.ndarray) -> pd.DataFrame:
+    def _runs(self, c: _Frame, rows: np.ndarray, r: np.ndarray) -> tuple[np.ndarray, ...]:
         """Runs of consecutive marking ``rows`` (one slab's) with the same ``(epoch, step)`` tags, per rank in start
-        order: ``r``, ``ep`` (``_NO_EPOCH`` for none), ``st``, ``s`` (first start), ``e`` (last end)."""
+        order: rank code, epoch (``_NO_EPOCH`` for none), step, first start, last end."""
         s = c.start[rows]
         order = np.lexsort((s, r))
         rows, r, s = rows[order], r[order], s[order]
         ep_val, ep_has = c.tag("epoch", rows)
         ep = np.where(ep_has, ep_val, _NO_EPOCH)
         st = c.tag("step", rows)[0]
-        return self._collapse(pd.DataFrame({"r": r, "ep": ep, "st": st, "s": s, "e": c.end[rows]}))
+        return self._collapse((r, ep, st, s, c.end[rows]))
 
     @staticmethod
-    def _collapse(rows: pd.DataFrame) -> pd.DataFrame:
-        """Consecutive entries of ``rows`` with the same ``(r, ep, st)`` as one: the first start, the last end."""
-        if not len(rows):
-            return rows
-        r, ep, st = (rows[k].to_numpy(dtype=_I8) for k in ("r", "ep", "st"))
-        new = np.r_[True, (r[1:] != r[:-1]) | (ep[1:] != ep[:-1]) | (st[1:] != st[:-1])]
-        g = np.cumsum(new) - 1
-        agg = pd.DataFrame({"g": g, "s": rows["s"].to_numpy(dtype=_I8), "e": rows["e"].to_numpy(dtype=_I8)}).groupby(
-            "g", sort=True).agg(s=("s", "min"), e=("e", "max"))
-        return pd.DataFrame({"r": r[new], "ep": ep[new], "st": st[new], "s": agg["s"].to_numpy(dtype=_I8),
-                             "e": agg["e"].to_numpy(dtype=_I8)})
+    def _collapse(runs: tuple[np.ndarray, ...]) -> tuple[np.ndarray, ...]:
+        """Consecutive entries of ``runs`` (``r, ep, st, s, e``) with the same ``(r, ep, st)`` as one: the first start,
+        the last end."""
+        r, ep, st, s, e = runs
+        if not r.size:
+            return runs
+        at = np.flatnonzero(np.r_[True, (r[1:] != r[:-1]) | (ep[1:] != ep[:-1]) | (st[1:] != st[:-1])])
+        return r[at], ep[at], st[at], np.minimum.reduceat(s, at), np.maximum.reduceat(e, at)
 
-    def _join_runs(self, runs: pd.DataFrame) -> pd.DataFrame:
+    def _join_runs(self, runs: list[tuple[np.ndarray, ...]]) -> tuple[np.ndarray, ...]:
         """The slabs' runs (in slab order) as the steps: per rank in start order, runs split by a slab boundary
         joined again."""
-        runs = runs.iloc[np.argsort(runs["r"].to_numpy(dtype=_I8), kind="stable")].reset_index(drop=True) \
-            if len(runs) else runs
-        return self._collapse(runs)
+        joined = [np.concatenate([x[i] for x in runs]).astype(_I8) for i in range(5)]
+        order = np.argsort(joined[0], kind="stable")
+        return self._collapse(tuple(x[order] for x in joined))
 
     def step_marks(self) -> pd.DataFrame:
         """One window per training step of every rank, in start order per rank: consecutive marking rows
@@ -433,19 +455,12 @@ class _Attribution:
         pandas.DataFrame
             ``_r``, ``epoch``, ``step`` (Int64), ``start_ns``, ``end_ns``, ``rank``, ``_ws``, ``_we``.
         """
-        m = self._marks
-        rr = m["r"].to_numpy(dtype=_I8) if len(m) else _EMPTY
-        ep = m["ep"].to_numpy(dtype=_I8) if len(m) else _EMPTY
+        rr, ep, st, s, e = self._marks
         epoch = pd.array(np.where(ep == _NO_EPOCH, 0, ep), dtype="Int64")
         epoch[ep == _NO_EPOCH] = pd.NA
-        out = pd.DataFrame({"_r": rr, "epoch": epoch,
-                            "step": pd.array(m["st"].to_numpy(dtype=_I8) if len(m) else _EMPTY, dtype="Int64"),
-                            "start_ns": m["s"].to_numpy(dtype=_I8) if len(m) else _EMPTY,
-                            "end_ns": m["e"].to_numpy(dtype=_I8) if len(m) else _EMPTY})
-        out["rank"] = self.ranks[rr] if len(out) else np.zeros(0, dtype=_I8)
-        out["_ws"] = self.axis.to_axis(rr, out["start_ns"].to_numpy(dtype=_I8))
-        out["_we"] = self.axis.to_axis(rr, out["end_ns"].to_numpy(dtype=_I8))
-        return out
+        return pd.DataFrame({"_r": rr, "epoch": epoch, "step": pd.array(st, dtype="Int64"), "start_ns": s,
+                             "end_ns": e, "rank": self.ranks[rr], "_ws": self.axis.to_axis(rr, s),
+                             "_we": self.axis.to_axis(rr, e)})
 
     def epoch_cover(self) -> tuple[np.ndarray, np.ndarray]:
         """Merged list of the epoch windows; a rank without any epoch is covered over its whole window."""
@@ -581,11 +596,11 @@ class _Attribution:
         """Per row of ``rows`` (codes ``thread``): is its thread a consumer thread, one whose rows mark the steps
         (the training loop)? A prefetch thread reading while the loop computes is not the loop waiting."""
         codes, first = np.unique(thread, return_index=True)
-        triples = pd.MultiIndex.from_arrays([r[first], c.pid[rows[first]], c.tid[rows[first]]])
-        cons = pd.MultiIndex.from_frame(self._consumers[["r", "pid", "tid"]]) if len(self._consumers) else None
+        cr, cpid, ctid = self._consumers
+        # one code per (rank code, pid, tid) over the consumers and this slab's threads
+        both = combined_codes(np.r_[cr, r[first]], np.r_[cpid, c.pid[rows[first]]], np.r_[ctid, c.tid[rows[first]]])
         hit = np.zeros(int(codes.max()) + 1 if codes.size else 0, dtype=bool)
-        if cons is not None:
-            hit[codes] = triples.isin(cons)
+        hit[codes] = np.isin(both[cr.size:], both[:cr.size])
         return hit[thread]
 
     def _add_phases(self, c: _Frame, rows: np.ndarray, r: np.ndarray, own: np.ndarray, segments: tuple,
