@@ -234,6 +234,53 @@ def test_thread_forest_from_the_cross_thread_forest_equals_a_sweep_per_thread(se
     assert got.tolist() == _thread_parents_by_loop(s, e, t).tolist()
 
 
+def _random_forest(rng: np.random.Generator, n: int) -> np.ndarray:
+    """A nesting forest of ``n`` intervals in start order: each one's parent an earlier interval or none."""
+    return np.array([-1 if i == 0 or rng.random() < 0.2 else int(rng.integers(0, i)) for i in range(n)], dtype=np.int64)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_forest_edits_equal_their_definitions(seed: int) -> None:
+    """drop_from_forest: each kept node's nearest kept ancestor, re-indexed; spans_several: an interval with a
+    descendant of another value (checked against walks up the forest, one node at a time)."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 300))
+    parent = _random_forest(rng, n)
+    drop = rng.random(n) < (0.1, 0.5, 0.9)[seed % 3]
+
+    def ancestors(i):
+        while parent[i] >= 0:
+            i = parent[i]
+            yield i
+
+    new_parent, keep = I.drop_from_forest(parent, drop)
+    assert keep.tolist() == [i for i in range(n) if not drop[i]]
+    where = {int(k): j for j, k in enumerate(keep)}
+    assert new_parent.tolist() == [next((where[a] for a in ancestors(int(k)) if not drop[a]), -1) for k in keep]
+    values = rng.integers(0, 3, n) if seed % 2 else (rng.random(n) < 0.05).astype(np.int64)  # few differ: most don't
+    several = np.zeros(n, dtype=bool)
+    for i in range(n):
+        for a in ancestors(i):
+            several[a] |= values[a] != values[i]
+    assert I.spans_several(parent, values).tolist() == several.tolist()
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_propagate_steps_in_place_equals_the_copy_and_writes_into_the_frame(seed: int) -> None:
+    """``in_place`` writes the tags into the frame's own columns; without it the frame is left as it was."""
+    rng = np.random.default_rng(seed)
+    frame = concat_frames([_random_piece(rng, 60) for _ in range(3)])
+    frame["step"] = pd.array([None if k < 0 else int(k) for k in rng.integers(-1, 5, len(frame))], dtype="Int64")
+    before = frame.copy(deep=True)
+    copied = al.propagate_steps(frame)
+    pd.testing.assert_frame_equal(frame, before)
+    assert not copied["step"].equals(before["step"]) or not copied["epoch"].equals(before["epoch"])
+    step_buffer = frame["step"].array._data
+    got = al.propagate_steps(frame, in_place=True)
+    pd.testing.assert_frame_equal(got, copied, check_exact=True)
+    assert got is frame and frame["step"].array._data is step_buffer
+
+
 def _random_piece(rng: np.random.Generator, n: int) -> pd.DataFrame:
     """Rows of one piece: few distinct starts (ties across pieces), layers and names from piece-specific sets
     (categories the pieces do not share), some without a layer or a tag."""

@@ -1028,6 +1028,10 @@ def _cycle_ends(r: np.ndarray, epoch: pd.Series, ws: np.ndarray, we: np.ndarray)
     return ends
 
 
+#: a step's basis, one object per value: a million steps hold two strings, not a million copies (and pickle them once)
+_BASIS = np.array(["app", "framework"], dtype=object)
+
+
 def _step_series(att: Optional[_Attribution]) -> pd.DataFrame:
     cols = {"_r": "int64", "rank": "int64", "epoch": "Int64", "step": "Int64", "start_ns": "int64",
             "end_ns": "int64", "_ws": "int64", "_we": "int64", "step_s": "float64", "input_wait_s": "float64",
@@ -1054,7 +1058,7 @@ def _step_series(att: Optional[_Attribution]) -> pd.DataFrame:
         "step": pd.array(w["step"], dtype="Int64"), "start_ns": start_ns, "end_ns": start_ns + length,
         "_ws": ws, "_we": we, "step_s": length / 1e9, "input_wait_s": wait / 1e9, "compute_s": comp / 1e9,
         "other_s": (length - wait - comp) / 1e9, "excluded_s": excluded / 1e9,
-        "basis": np.where(by_fw, "framework", "app").astype(object), "warmup": warmup, "counted": counted,
+        "basis": _BASIS[by_fw.astype(np.int8)], "warmup": warmup, "counted": counted,
     })
 
 
@@ -1086,7 +1090,7 @@ def _input_bound(att: Optional[_Attribution], series: Optional[pd.DataFrame] = N
     steps = np.bincount(r_used, minlength=n)
     steps_total = np.bincount(series["_r"].to_numpy(dtype=_I8), minlength=n)
     excluded_s = per_rank(series["excluded_s"].to_numpy(), series["_r"].to_numpy(dtype=_I8))
-    basis = np.where(fw_steps > 0, "framework", "app").astype(object)
+    basis = _BASIS[(fw_steps > 0).astype(np.int8)]
     # wait phases of the loop inside the counted cycles (hidden or not): input wait could have been seen
     seen = att.sum("loop_wait", len(series))[counted]
     visible = (basis == "framework") | (per_rank(seen.astype(np.float64)) > 0)

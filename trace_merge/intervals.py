@@ -353,8 +353,11 @@ def spans_several(parent: np.ndarray, values: np.ndarray) -> np.ndarray:
     carries the last step it saw; such a tag says nothing about the rows inside it.
     """
     several = np.zeros(len(values), dtype=bool)
-    child = np.flatnonzero(parent >= 0)
-    several[parent[child[values[child] != values[parent[child]]]]] = True
+    up = np.maximum(parent, 0)
+    differs = values[up] != values  # a root compares with interval 0: masked out next
+    differs &= parent >= 0
+    several[up[differs]] = True
+    del up, differs
     marked = np.flatnonzero(several)
     while len(marked):  # an ancestor with the same value as a marked interval contains the same mismatch
         up = parent[marked]
@@ -371,16 +374,17 @@ def drop_from_forest(parent: np.ndarray, drop: np.ndarray) -> "tuple[np.ndarray,
 
     A kept node's new parent is its nearest kept ancestor, so the forest need not be swept again.
     """
-    up = parent.copy()
+    keep = np.flatnonzero(~drop)
+    up = parent[keep]  # only the kept nodes climb
     while True:
-        climb = (up >= 0) & drop[np.maximum(up, 0)]
-        if not climb.any():
+        climb = np.flatnonzero(drop[up] & (up >= 0))  # up == -1 reads drop's last entry: masked out
+        if not climb.size:
             break
         up[climb] = parent[up[climb]]
-    keep = np.flatnonzero(~drop)
     new_index = np.full(len(parent) + 1, -1, dtype=np.int64)
     new_index[keep] = np.arange(len(keep))
-    return new_index[up[keep]], keep  # up == -1 maps through the extra last slot to -1
+    up = new_index[up]  # up == -1 maps through the extra last slot to -1
+    return up, keep
 
 
 

@@ -375,7 +375,7 @@ def merge_rank(task: RankTask) -> RankResult:
     del parts
     warnings += A.check_layer_overlap(frame)
     residual = A.residual_parts(frame, task.residual_basis)
-    frame = A.propagate_steps(frame)
+    frame = A.propagate_steps(frame, in_place=True)  # the rows are this task's own (time_ordered made them)
     frame = _only(frame, [c for c in FRAME_COLUMNS if c in task.columns])
     partition: "str | pd.DataFrame | None" = frame if task.keep else None
     if task.keep and task.out is not None:
