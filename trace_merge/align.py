@@ -471,29 +471,47 @@ def _time_order(start: np.ndarray, layer: pd.Categorical) -> "np.ndarray | None"
     return None if np.array_equal(order, np.arange(len(order))) else order
 
 
-def time_ordered(parts: "Sequence[Callable[[str], pd.Series]]", columns: Sequence[str]) -> pd.DataFrame:
+#: columns no step of a rank task reads before the kernels (:func:`propagate_steps` and the checks do not): put in
+#: time order after the steps, so a 2.48 M-row rank's 60 MiB of them are not held through ``propagate_steps``' peak
+LATE_COLUMNS = ("dur_ns", "bytes", "offset", "args")
+
+
+class TimeOrdered:
     """:func:`time_order` of the concatenation of ``parts`` (:func:`~trace_merge.schema.concat_frames`: categories
     united), each part a function giving one of its columns by name. Put together one column at a time, each part's
     column asked for when that column's turn comes: a rank merged from spilled pieces is held once, not as its pieces
-    and their concatenation and then that and its copy in time order (a 2.48 M-row rank: 211 MiB, not 422)."""
-    def column(name: str) -> Any:
-        return concat_column([part(name) for part in parts], name)
+    and their concatenation and then that and its copy in time order (a 2.48 M-row rank: 211 MiB, not 422). The order
+    is taken once (from ``layer`` and ``start_ns``); :meth:`frame` puts any columns in it, when they are needed."""
 
-    if not parts:
-        return empty_frame()
-    layer = column("layer")
-    start = column("start_ns")
-    order = _time_order(np.asarray(start, dtype=np.int64), layer)
-    placed = {"layer": layer, "start_ns": start}
+    def __init__(self, parts: "Sequence[Callable[[str], pd.Series]]") -> None:
+        self._parts = list(parts)
+        self._placed: dict = {}
+        self.order = None
+        if self._parts:
+            self._placed = {"layer": self._column("layer"), "start_ns": self._column("start_ns")}
+            self.order = _time_order(np.asarray(self._placed["start_ns"], dtype=np.int64), self._placed["layer"])
 
-    def in_order(name: str) -> Any:
-        values = placed.pop(name) if name in placed else column(name)
-        return values if order is None else values.take(order)
+    def _column(self, name: str) -> Any:
+        return concat_column([part(name) for part in self._parts], name)
 
-    # two columns at a time: the gathers release the GIL, and the rank is held once plus a few columns
-    with ThreadPoolExecutor(max_workers=min(2, os.cpu_count() or 1)) as pool:
-        arrays = list(pool.map(in_order, columns))
-    return pd.DataFrame(dict(zip(columns, arrays)), columns=list(columns), copy=False)
+    def frame(self, columns: Sequence[str]) -> pd.DataFrame:
+        """``columns`` of the rows, in time order (each column taken once: the parts are asked for it now)."""
+        if not self._parts:
+            return empty_frame()[list(columns)]
+
+        def in_order(name: str) -> Any:
+            values = self._placed.pop(name) if name in self._placed else self._column(name)
+            return values if self.order is None else values.take(self.order)
+
+        # two columns at a time: the gathers release the GIL, and the rank is held once plus a few columns
+        with ThreadPoolExecutor(max_workers=min(2, os.cpu_count() or 1)) as pool:
+            arrays = list(pool.map(in_order, columns))
+        return pd.DataFrame(dict(zip(columns, arrays)), columns=list(columns), copy=False)
+
+
+def time_ordered(parts: "Sequence[Callable[[str], pd.Series]]", columns: Sequence[str]) -> pd.DataFrame:
+    """``columns`` of :class:`TimeOrdered` ``parts``, all at once."""
+    return TimeOrdered(parts).frame(columns) if parts else empty_frame()
 
 
 #: a rank's app layer further than this from the other ranks' (start and end alike), or from its own lower

@@ -345,11 +345,12 @@ def rank_parts(frame: pd.DataFrame, job: JobFacts, layers: "str | Sequence[str] 
     """The kernel: one rank's rows (``frame``) in, its share of every summary table out. The tables of rows come
     first, then the attribution's; the rows are let go in between (freed when the caller kept no reference)."""
     use, base_layers = job.use(layers), job.base(layers)
-    reads = bw_.classified_reads(frame, job.app_files)
-    of_rows = dict(bandwidth=bw_.interval_bandwidth(reads), epoch_bandwidth=bw_.epoch_bandwidth_df(frame, reads),
-                   study_view=study_view_df(frame), event_stats=event_stat_parts(frame),
-                   data_files=bw_.data_file_names(reads),
+    # the tables of the frame's own rows before the read rows are copied out, so their peaks do not add up
+    of_rows = dict(study_view=study_view_df(frame), event_stats=event_stat_parts(frame),
                    span=(int(frame["start_ns"].min()), int(frame["end_ns"].max())) if len(frame) else None)
+    reads = bw_.classified_reads(frame, job.app_files)
+    of_rows.update(bandwidth=bw_.interval_bandwidth(reads), epoch_bandwidth=bw_.epoch_bandwidth_df(frame, reads),
+                   data_files=bw_.data_file_names(reads))
     del reads
     base = att_._attribution(frame, base_layers, lower=True, shared=job.shared(layers))
     att = base if base_layers == use else att_._attribution(frame, use)

@@ -371,12 +371,17 @@ def merge_rank(task: RankTask) -> RankResult:
             clocks += [c.as_dict() for c in found]
             warnings += [] if task.darshan_alone else notes
         del app, posix
-    frame = A.time_ordered(parts, [c for c in FRAME_COLUMNS if c in task.columns])
+    columns = [c for c in FRAME_COLUMNS if c in task.columns]
+    rows = A.TimeOrdered(parts)
     del parts
+    frame = rows.frame([c for c in columns if c not in A.LATE_COLUMNS])
     warnings += A.check_layer_overlap(frame)
     residual = A.residual_parts(frame, task.residual_basis)
-    frame = A.propagate_steps(frame, in_place=True)  # the rows are this task's own (time_ordered made them)
-    frame = _only(frame, [c for c in FRAME_COLUMNS if c in task.columns])
+    frame = A.propagate_steps(frame, in_place=True)  # the rows are this task's own (TimeOrdered made them)
+    late = rows.frame([c for c in columns if c in A.LATE_COLUMNS])
+    del rows
+    frame = pd.DataFrame({c: late[c] if c in late.columns else frame[c] for c in columns}, copy=False)
+    del late
     partition: "str | pd.DataFrame | None" = frame if task.keep else None
     if task.keep and task.out is not None:
         _write_arrow(frame, Path(task.out))
