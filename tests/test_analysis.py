@@ -234,6 +234,33 @@ def test_event_stats_exact():
     assert row["bytes"] == 100 and pd.isna(st.loc[("posix", "close"), "bytes"])
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_event_stat_parts_equal_a_group_by(seed):
+    """The dense-code reduction against the group-by it replaces: missing keys dropped, bytes missing where no row
+    of a group has any, sums exact past 2**53."""
+    from trace_merge.kernels import event_stat_parts
+    from trace_merge.schema import as_text, to_frame
+
+    rng = np.random.default_rng(seed)
+    n = 500
+    pick = lambda values: [values[i] for i in rng.integers(0, len(values), n)]  # noqa: E731
+    dur = rng.integers(0, 2**50, n) if seed % 2 else rng.integers(0, 1000, n)
+    names = pick([f"op{i}" for i in range(12)] + [None])
+    nbytes = [None if name in ("op0", "op1") or b < 2**38 else int(b) for name, b in zip(names, rng.integers(0, 2**40, n))]
+    frame = to_frame({"layer": pick(["app", "posix", None]), "cat": pick(["io", "compute", None]), "name": names,
+                      "rank": 0, "start_ns": np.zeros(n, dtype=np.int64), "end_ns": dur, "dur_ns": dur,
+                      "bytes": pd.array(nbytes, dtype="Int64")})  # op0, op1: no bytes in any row
+    for by in (["layer", "cat", "name"], ["name"]):
+        g = frame.groupby(by, observed=True)
+        want = pd.DataFrame({"count": g.size(), "sum_ns": g["dur_ns"].sum(), "min_ns": g["dur_ns"].min(),
+                             "max_ns": g["dur_ns"].max(), "bytes": g["bytes"].sum(min_count=1)}).reset_index()
+        for c in by:
+            want[c] = as_text(want[c])
+        want["bytes"] = pd.array(want["bytes"], dtype="Int64")
+        got = event_stat_parts(frame, by).sort_values(by).reset_index(drop=True)
+        pd.testing.assert_frame_equal(got, want.sort_values(by).reset_index(drop=True), check_exact=True)
+
+
 def test_compare_df_puts_runs_side_by_side():
     table = A.compare_df([nested_frame(), bytes_frame()], ["nested", "bytes"])
     assert list(table.columns) == ["nested", "bytes", "delta bytes", "ratio bytes"]

@@ -120,15 +120,18 @@ def read_rows(frame: pd.DataFrame, columns: Optional[Sequence[str]] = None) -> p
     """
     if not len(frame):
         return frame
-    mask = _read_mask(frame) & frame["bytes"].notna().to_numpy()
+    at = np.flatnonzero(_read_mask(frame) & frame["bytes"].notna().to_numpy())
     cols = list(frame.columns) if columns is None else list(dict.fromkeys(["layer", "rank", *columns]))
-    rows = frame.loc[mask, cols]
-    if not len(rows):
-        return rows
-    level_of = {layer: i for i, group in enumerate(READ_LAYER_ORDER) for layer in group}
-    level = rows["layer"].map(lambda x: level_of.get(str(x), len(READ_LAYER_ORDER))).astype("int64")
-    best = level.groupby(rows["rank"].to_numpy()).transform("min")
-    return rows[(level == best).to_numpy()]
+    if at.size:  # each rank's best layer chosen before any row is copied: the rows are copied once, only those
+        level_of = {layer: i for i, group in enumerate(READ_LAYER_ORDER) for layer in group}
+        layer = frame["layer"].astype("category").array
+        level = np.array([level_of.get(str(x), len(READ_LAYER_ORDER)) for x in layer.categories]
+                         + [len(READ_LAYER_ORDER)])[layer.codes[at]]
+        rank, ranks = pd.factorize(frame["rank"].to_numpy()[at])
+        best = np.full(len(ranks), len(READ_LAYER_ORDER))
+        np.minimum.at(best, rank, level)
+        at = at[level == best[rank]]
+    return pd.DataFrame({c: frame[c].array.take(at) for c in cols}, index=frame.index[at], columns=cols, copy=False)
 
 
 #: ``files`` values of :func:`bandwidth_df`, data first.

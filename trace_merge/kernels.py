@@ -367,6 +367,10 @@ def rank_parts(frame: pd.DataFrame, job: JobFacts, layers: "str | Sequence[str] 
     )
 
 
+#: combinations of categorical keys up to which :func:`event_stat_parts` reduces over a dense code (beyond: a group-by)
+_DENSE_GROUPS = 1 << 22
+
+
 def event_stat_parts(frame: pd.DataFrame, by: Sequence[str] = ("layer", "cat", "name")) -> pd.DataFrame:
     """Per group of ``by``: ``count``, ``sum_ns``, ``min_ns``, ``max_ns`` (integers, so sums reduce exactly) and
     ``bytes`` (Σ of the known bytes, missing when no row has any)."""
@@ -375,14 +379,52 @@ def event_stat_parts(frame: pd.DataFrame, by: Sequence[str] = ("layer", "cat", "
         return pd.DataFrame({c: pd.Series(dtype="object") for c in by} |
                             {c: pd.Series(dtype="int64") for c in ("count", "sum_ns", "min_ns", "max_ns")} |
                             {"bytes": pd.Series(dtype="Int64")})
-    g = frame.groupby(by, sort=False, observed=True)
-    dur = g["dur_ns"]
-    out = pd.DataFrame({"count": g.size(), "sum_ns": dur.sum(), "min_ns": dur.min(), "max_ns": dur.max(),
-                        "bytes": g["bytes"].sum(min_count=1)}).reset_index()
-    for c in by:
-        out[c] = as_text(out[c])
-    out["bytes"] = pd.array(out["bytes"], dtype="Int64")
-    return out
+    keys = [frame[c].array for c in by]
+    if not all(isinstance(k, pd.Categorical) for k in keys) or \
+            np.prod([len(k.categories) + 1 for k in keys], dtype=np.float64) > _DENSE_GROUPS:
+        g = frame.groupby(by, sort=False, observed=True)
+        dur = g["dur_ns"]
+        out = pd.DataFrame({"count": g.size(), "sum_ns": dur.sum(), "min_ns": dur.min(), "max_ns": dur.max(),
+                            "bytes": g["bytes"].sum(min_count=1)}).reset_index()
+        for c in by:
+            out[c] = as_text(out[c])
+        out["bytes"] = pd.array(out["bytes"], dtype="Int64")
+        return out
+    # categorical keys: one dense code per combination of their codes, reduced with bincount and ufunc.at (no
+    # group-by's sort and copies of every row: a 2.48 M-row rank's peak 70 MiB lower)
+    key = np.zeros(len(frame), dtype=np.int64)
+    size = 1
+    for k in keys:  # missing (code -1) -> 0: dropped below, as a group-by drops missing keys
+        key *= len(k.categories) + 1
+        key += k.codes + 1
+        size *= len(k.categories) + 1
+    count = np.bincount(key, minlength=size)
+    dur = frame["dur_ns"].to_numpy(dtype=np.int64)
+    sums = np.zeros(size, dtype=np.int64)
+    np.add.at(sums, key, dur)
+    lo = np.full(size, np.iinfo(np.int64).max, dtype=np.int64)
+    np.minimum.at(lo, key, dur)
+    hi = np.full(size, np.iinfo(np.int64).min, dtype=np.int64)
+    np.maximum.at(hi, key, dur)
+    del dur
+    nbytes = frame["bytes"].array
+    known = ~np.asarray(nbytes.isna(), dtype=bool)
+    byte_sum = np.zeros(size, dtype=np.int64)
+    np.add.at(byte_sum, key[known], np.asarray(nbytes[known], dtype=np.int64))
+    has_bytes = np.bincount(key[known], minlength=size) > 0
+    del key, known
+    group = np.flatnonzero(count)
+    codes, out = group.copy(), {}
+    for c, k in reversed(list(zip(by, keys))):  # the key's digits, last column first
+        digit = codes % (len(k.categories) + 1) - 1
+        codes //= len(k.categories) + 1
+        out[c] = (np.array([str(x) for x in k.categories] + [None], dtype=object)[digit], digit >= 0)
+    present = np.all([known for _, known in out.values()], axis=0)
+    group = group[present]
+    byte_col = pd.array(byte_sum[group], dtype="Int64")
+    byte_col[~has_bytes[group]] = pd.NA
+    return pd.DataFrame({**{c: out[c][0][present] for c in by}, "count": count[group],
+                         "sum_ns": sums[group], "min_ns": lo[group], "max_ns": hi[group], "bytes": byte_col})
 
 
 def event_stats_of(parts: Sequence[pd.DataFrame], by: Sequence[str] = ("layer", "cat", "name")) -> pd.DataFrame:
