@@ -255,6 +255,9 @@ def test_forest_edits_equal_their_definitions(seed: int) -> None:
 
     new_parent, keep = I.drop_from_forest(parent, drop)
     assert keep.tolist() == [i for i in range(n) if not drop[i]]
+    narrow_parent, narrow_keep = I.drop_from_forest(parent.astype(np.int32), drop)  # int32 forests stay int32
+    assert narrow_parent.dtype == narrow_keep.dtype == np.int32
+    assert narrow_parent.tolist() == new_parent.tolist() and narrow_keep.tolist() == keep.tolist()
     where = {int(k): j for j, k in enumerate(keep)}
     assert new_parent.tolist() == [next((where[a] for a in ancestors(int(k)) if not drop[a]), -1) for k in keep]
     values = rng.integers(0, 3, n) if seed % 2 else (rng.random(n) < 0.05).astype(np.int64)  # few differ: most don't

@@ -221,8 +221,11 @@ def propagate_steps(frame: pd.DataFrame, in_place: bool = False) -> pd.DataFrame
         order = start_order(s, s - e)  # ties: longer first
         apps, s, e = apps[order], s[order], e[order]
         del order
-        forest = nesting_parents(s, e)  # one sweep serves both columns
-        own = _thread_parents(s, e, pid[apps], tid[apps], forest)
+        # one sweep serves both columns; positions in a rank's app rows as int32 where they fit (half the memory of
+        # the forests and their edits at a rank task's high-water mark)
+        index = np.int32 if len(s) < 2**31 else np.int64
+        forest = nesting_parents(s, e).astype(index)
+        own = _thread_parents(s, e, pid[apps], tid[apps], forest).astype(index, copy=False)
         t_s, t_e = start[targets], end[targets]
         for vals, missing in values.values():
             untagged = missing[apps]  # read before a container's tag is cleared below

@@ -374,15 +374,15 @@ def drop_from_forest(parent: np.ndarray, drop: np.ndarray) -> "tuple[np.ndarray,
 
     A kept node's new parent is its nearest kept ancestor, so the forest need not be swept again.
     """
-    keep = np.flatnonzero(~drop)
+    keep = np.flatnonzero(~drop).astype(parent.dtype, copy=False)  # indices of parent's type (int32 or int64)
     up = parent[keep]  # only the kept nodes climb
     while True:
         climb = np.flatnonzero(drop[up] & (up >= 0))  # up == -1 reads drop's last entry: masked out
         if not climb.size:
             break
         up[climb] = parent[up[climb]]
-    new_index = np.full(len(parent) + 1, -1, dtype=np.int64)
-    new_index[keep] = np.arange(len(keep))
+    new_index = np.full(len(parent) + 1, -1, dtype=parent.dtype)
+    new_index[keep] = np.arange(len(keep), dtype=parent.dtype)
     up = new_index[up]  # up == -1 maps through the extra last slot to -1
     return up, keep
 
