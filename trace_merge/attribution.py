@@ -93,17 +93,22 @@ class _Slab:
     ``halo`` the earlier rows still open at ``t0``. Slabs partition time, so the coverage of any window is the sum of
     its coverage inside each slab, each computed from the slab's own and halo rows alone."""
 
-    own: np.ndarray
+    rows: "np.ndarray | range"  # ``own``: as positions, or a range of them (a frame in start order: 20 MiB less)
     halo: np.ndarray
     t0: int
     t1: int
+
+    @property
+    def own(self) -> np.ndarray:
+        rows = self.rows
+        return np.arange(rows.start, rows.stop, dtype=_I8) if isinstance(rows, range) else rows
 
 
 def _slabs(start: np.ndarray, end: np.ndarray, rows_per_slab: int = SLAB_ROWS) -> list[_Slab]:
     """The time slabs of the rows ``(start, end)``: about ``rows_per_slab`` rows each, cut where the start changes
     (all rows of one start in one slab). One slab when the halos would outgrow the rows (everything open at once)."""
     n = start.size
-    whole = [_Slab(np.arange(n, dtype=_I8), _EMPTY, _T_MIN, _T_MAX)]
+    whole = [_Slab(range(n), _EMPTY, _T_MIN, _T_MAX)]
     if n <= rows_per_slab:
         return whole
     order = None if bool(np.all(start[1:] >= start[:-1])) else np.argsort(start, kind="stable")
@@ -125,9 +130,8 @@ def _slabs(start: np.ndarray, end: np.ndarray, rows_per_slab: int = SLAB_ROWS) -
     held = 0
     owns = []
     for k in range(len(cuts) - 1):
-        pos = np.arange(cuts[k], cuts[k + 1], dtype=_I8)
-        rows = pos if order is None else np.sort(order[pos])
-        owns.append(rows)
+        rows = np.arange(cuts[k], cuts[k + 1], dtype=_I8) if order is None else np.sort(order[cuts[k]:cuts[k + 1]])
+        owns.append(range(cuts[k], cuts[k + 1]) if order is None else rows)
         e = end[rows]
         crossing = e > t[k + 1]
         if crossing.any():
