@@ -210,9 +210,12 @@ def propagate_steps(frame: pd.DataFrame, in_place: bool = False) -> pd.DataFrame
     # and a conversion back: inexact above 2**53, and 28 MiB more at the peak of a 2.5 M-row rank)
     values = {c: _tag_arrays(out, c, in_place) for c in ("step", "epoch")}
     tagged_any = is_app & ~(values["step"][1] & values["epoch"][1])
-    apps_of = _by_rank(rank, np.flatnonzero(tagged_any))  # rank -> its rows, still in start order
-    targets_of = _by_rank(rank, np.flatnonzero(~is_app))
-    none = np.zeros(0, dtype=np.int64)
+    # rows, and positions among a rank's app rows below, as int32 where they fit: half the memory of the index
+    # arrays at a rank task's high-water mark
+    index = np.int32 if len(frame) < 2**31 else np.int64
+    apps_of = _by_rank(rank, np.flatnonzero(tagged_any).astype(index))  # rank -> its rows, still in start order
+    targets_of = _by_rank(rank, np.flatnonzero(~is_app).astype(index))
+    none = np.zeros(0, dtype=index)
 
     def one_rank(r: int) -> None:
         # each array is taken once and let go as soon as it is used up: this is a rank task's high-water mark
@@ -221,10 +224,7 @@ def propagate_steps(frame: pd.DataFrame, in_place: bool = False) -> pd.DataFrame
         order = start_order(s, s - e)  # ties: longer first
         apps, s, e = apps[order], s[order], e[order]
         del order
-        # one sweep serves both columns; positions in a rank's app rows as int32 where they fit (half the memory of
-        # the forests and their edits at a rank task's high-water mark)
-        index = np.int32 if len(s) < 2**31 else np.int64
-        forest = nesting_parents(s, e).astype(index)
+        forest = nesting_parents(s, e).astype(index)  # one sweep serves both columns
         own = _thread_parents(s, e, pid[apps], tid[apps], forest).astype(index, copy=False)
         t_s, t_e = start[targets], end[targets]
         for vals, missing in values.values():
