@@ -254,7 +254,7 @@ def propagate_steps(frame: pd.DataFrame, in_place: bool = False) -> pd.DataFrame
     with ThreadPoolExecutor(max_workers=max(1, min(len(ranks), os.cpu_count() or 1))) as pool:
         list(pool.map(one_rank, ranks))
     for col, (vals, missing) in values.items():
-        if out[col].array._data is not vals:
+        if out[col].array._data is not vals:  # copies (not the column's own buffers) become the new column
             out[col] = pd.arrays.IntegerArray(vals, missing)
     return out
 

@@ -163,12 +163,17 @@ def _tag(col: pd.Series, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return np.asarray(part.to_numpy(dtype=_I8, na_value=0), dtype=_I8), ~np.asarray(part.isna(), dtype=bool)
 
 
+def _first_rows(codes: np.ndarray) -> np.ndarray:
+    """The first row of each code of :func:`combined_codes` (numbered in order of first appearance)."""
+    seen = np.maximum.accumulate(codes)
+    return np.flatnonzero(np.r_[True, seen[1:] > seen[:-1]])
+
+
 def _distinct_rows(*keys: np.ndarray) -> list[np.ndarray]:
     """The distinct tuples of ``keys``, as one array per key, in order of first appearance (hashing)."""
     if not keys[0].size:
         return list(keys)
-    seen = np.maximum.accumulate(combined_codes(*keys))  # codes are numbered in order of first appearance
-    first = np.flatnonzero(np.r_[True, seen[1:] > seen[:-1]])
+    first = _first_rows(combined_codes(*keys))
     return [k[first] for k in keys]
 
 
@@ -178,8 +183,7 @@ def _min_max_by(keys: Sequence[np.ndarray], s: np.ndarray, e: np.ndarray
     if not s.size:
         return [k[:0] for k in keys], s[:0], e[:0]
     codes = combined_codes(*keys)
-    seen = np.maximum.accumulate(codes)
-    first = np.flatnonzero(np.r_[True, seen[1:] > seen[:-1]])
+    first = _first_rows(codes)
     lo = np.full(first.size, _T_MAX, dtype=_I8)
     hi = np.full(first.size, _T_MIN, dtype=_I8)
     np.minimum.at(lo, codes, s)
