@@ -310,6 +310,6 @@ def test_time_ordered_is_the_time_order_of_the_concatenation_asking_each_part_fo
         return column
 
     columns = list(pieces[0].columns)
-    got = al.time_ordered([part(i) for i in range(len(pieces))], columns)
+    got = al.TimeOrdered([part(i) for i in range(len(pieces))]).frame(columns)
     pd.testing.assert_frame_equal(got, al.time_order(concat_frames(pieces)), check_exact=True)
     assert sorted(asked) == sorted((i, c) for i in range(len(pieces)) for c in columns)  # each once, one at a time

@@ -512,11 +512,6 @@ class TimeOrdered:
         return pd.DataFrame(dict(zip(columns, arrays)), columns=list(columns), copy=False)
 
 
-def time_ordered(parts: "Sequence[Callable[[str], pd.Series]]", columns: Sequence[str]) -> pd.DataFrame:
-    """``columns`` of :class:`TimeOrdered` ``parts``, all at once."""
-    return TimeOrdered(parts).frame(columns) if parts else empty_frame()
-
-
 #: a rank's app layer further than this from the other ranks' (start and end alike), or from its own lower
 #: layers, is flagged: measured clock offsets are µs to ms, and ranks of one job start and stop together
 SHIFT_WARN_NS = 10 * 10**9

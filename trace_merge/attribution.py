@@ -301,7 +301,8 @@ class _Attribution:
         whole, epochs, kinds = _MinMax(1), _MinMax(2), [[], [], []]
         layers, anchors, collectives = [], [], []
         for slab in slabs:
-            rows = slab.own[c.kept(slab.own)]
+            owned = slab.own
+            rows = owned[c.kept(owned)]
             rank, s, e = c.rank[rows], c.start[rows], c.end[rows]
             whole.add([rank], s, e)
             ep, ep_has = c.tag("epoch", rows)
@@ -311,7 +312,7 @@ class _Attribution:
                                       tagged & (c.cat_priority[c.cat[rows]] == PRIORITY.index("compute")), tagged)):
                 kinds[i].append(pd.unique(rank[kind]))  # hashing: a sort of every row was a tenth of the kernel
             if self._lower:
-                low = slab.own[c.lower(slab.own)]
+                low = owned[c.lower(owned)]
                 lay = c.layer[low]
                 layers.append(_distinct_rows(c.rank[low], lay))
                 a = low[c.is_fw[lay] & c.is_anchor[c.name[low]]]
@@ -401,14 +402,15 @@ class _Attribution:
         runs, threads, profiled = [], [], _MinMax(2)
         a_r, a_s = self._anchors
         for slab in slabs:
-            rows = slab.own[c.kept(slab.own)]
+            owned = slab.own
+            rows = owned[c.kept(owned)]
             r = self.rank_codes(c.rank[rows])
             mark = self._mark_kind(c, rows, r)
             m = rows[mark]
             threads.append(_distinct_rows(r[mark], c.pid[m], c.tid[m]))
             runs.append(self._runs(c, m, r[mark]))
             # framework rows: the windows a TF profile covered (see covered)
-            low = slab.own[c.lower(slab.own)]
+            low = owned[c.lower(owned)]
             low = low[c.is_fw[c.layer[low]] & np.isin(c.rank[low], self.ranks)]
             fr = self.rank_codes(c.rank[low])
             s, e = self.axis.to_axis(fr, c.start[low]), self.axis.to_axis(fr, c.end[low])
@@ -539,10 +541,10 @@ class _Attribution:
     def _add_slab(self, c: _Frame, slab: _Slab) -> None:
         if self.empty:
             return
-        rows = np.concatenate((slab.halo, slab.own))
-        kept = c.kept(rows)
-        own = (np.arange(rows.size) >= slab.halo.size)[kept]
-        rows = rows[kept]
+        in_slab = np.concatenate((slab.halo, slab.own))
+        kept = c.kept(in_slab)
+        own = (np.arange(in_slab.size) >= slab.halo.size)[kept]
+        rows = in_slab[kept]
         r = self.rank_codes(c.rank[rows])
         s, e = c.start[rows], c.end[rows]
         cat = c.cat_priority[c.cat[rows]]
@@ -577,7 +579,7 @@ class _Attribution:
         self._add("compute", covered_ns(*comp, ws, we))
         if not self._lower:
             return
-        lower = _LowerSlab(self, c, np.concatenate((slab.halo, slab.own)), slab)
+        lower = _LowerSlab(self, c, in_slab, slab)
         # the step cycles: input wait and compute inside each (see step_series_df)
         consumer = self._consumer_threads(c, rows, r, thread)[owner]
         def consumer_self(cats: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
