@@ -208,6 +208,25 @@ def test_enclosing_phase_tag_is_not_propagated() -> None:
     assert not I.spans_several(parent, np.full(4, 3.0)).any()
 
 
+@pytest.mark.parametrize("seed", range(20))
+def test_nesting_parents_equal_the_stack_sweep(seed: int) -> None:
+    """The vectorised forest (int32 positions) is the stack sweep's, for shallow traces, for nesting deeper than the
+    level-by-level path takes (a sort by depth) and for crossing intervals the sweep steps repair."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 600))
+    if seed % 2:  # chains nested up to ~40 deep, some crossing their parent's end
+        starts = np.sort(rng.integers(0, 50, n)) * 10 + np.arange(n) % 7
+        ends = starts + rng.integers(1, 400, n)
+    else:
+        starts = rng.integers(0, 5000, n)
+        ends = starts + rng.integers(1, 60, n)
+    order = I.start_order(starts, starts - ends)
+    s, e = starts[order], ends[order]
+    got = I.nesting_parents(s, e)
+    assert got.dtype == np.int32
+    assert got.tolist() == I._nesting_parents_loop(s, e).tolist()
+
+
 def _thread_parents_by_loop(starts: np.ndarray, ends: np.ndarray, threads: np.ndarray) -> np.ndarray:
     """The definition: each thread's own stack sweep over its intervals (in the given order)."""
     parent = np.full(len(starts), -1, dtype=np.int64)
@@ -230,7 +249,7 @@ def test_thread_forest_from_the_cross_thread_forest_equals_a_sweep_per_thread(se
     order = I.start_order(starts, starts - ends)
     s, e, t = starts[order], ends[order], threads[order]
     forest = I.nesting_parents(s, e)
-    got = al._thread_parents(s, e, np.full(n, 7), t, forest)
+    got = al._thread_parents(s, e, I.combined_codes(np.full(n, 7), t), forest)
     assert got.tolist() == _thread_parents_by_loop(s, e, t).tolist()
 
 

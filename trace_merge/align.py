@@ -219,19 +219,20 @@ def propagate_steps(frame: pd.DataFrame, in_place: bool = False) -> pd.DataFrame
 
     def one_rank(r: int) -> None:
         # each array is taken once and let go as soon as it is used up: this is a rank task's high-water mark
-        apps, targets = apps_of[r], targets_of.get(r, none)
-        s, e = start[apps], end[apps]
-        order = start_order(s, s - e)  # ties: longer first
-        apps, s, e = apps[order], s[order], e[order]
+        apps, targets = apps_of.pop(r), targets_of.pop(r, none)
+        s = start[apps]
+        order = start_order(s, s - end[apps])  # ties: longer first
+        s = s[order]  # one reordered array at a time, the old one let go
+        apps = apps[order]
         del order
+        e = end[apps]
         forest = nesting_parents(s, e).astype(index)  # one sweep serves both columns
-        own = _thread_parents(s, e, pid[apps], tid[apps], forest).astype(index, copy=False)
-        t_s, t_e = start[targets], end[targets]
+        own = _thread_parents(s, e, combined_codes(pid[apps], tid[apps]), forest).astype(index, copy=False)
         for vals, missing in values.values():
             untagged = missing[apps]  # read before a container's tag is cleared below
             thread_parent, keep = drop_from_forest(own, untagged)
             tagged = apps[keep]
-            containers = spans_several(thread_parent, vals[tagged])
+            containers = spans_several(thread_parent, narrow_values(vals[tagged]))
             del thread_parent
             missing[tagged[containers]] = True
             del tagged
@@ -241,13 +242,8 @@ def propagate_steps(frame: pd.DataFrame, in_place: bool = False) -> pd.DataFrame
             keep = keep[still]
             del containers, still
             if len(targets):
-                hit = innermost(s[keep], e[keep], t_s, t_e, parent)
-                del parent
-                inside = hit >= 0
-                found = targets[inside]
-                vals[found] = vals[apps[keep[hit[inside]]]]  # app rows read, other rows written; ranks' rows disjoint
-                missing[found] = False
-                del hit, inside, found
+                _tag_targets(targets, start, end, s[keep], e[keep], parent, apps[keep], vals, missing)
+            del parent, keep
 
     ranks = list(apps_of)
     # numpy releases the GIL in the sorts, searches and gathers that make up a rank's work
@@ -257,6 +253,32 @@ def propagate_steps(frame: pd.DataFrame, in_place: bool = False) -> pd.DataFrame
         if out[col].array._data is not vals:  # copies (not the column's own buffers) become the new column
             out[col] = pd.arrays.IntegerArray(vals, missing)
     return out
+
+
+#: target rows looked up at a time (:func:`_tag_targets`): their starts, ends and hits are a few MiB, not a
+#: rank's worth
+TARGET_CHUNK = 1 << 18
+
+
+def _tag_targets(targets: np.ndarray, start: np.ndarray, end: np.ndarray, s: np.ndarray, e: np.ndarray,
+                 parent: np.ndarray, rows: np.ndarray, vals: np.ndarray, missing: np.ndarray) -> None:
+    """Give each of the ``targets`` rows the tag of the innermost of the intervals ``s``/``e`` (rows ``rows``,
+    forest ``parent``) that contains it, where one does; :data:`TARGET_CHUNK` targets at a time. Reads the
+    intervals' rows of ``vals``, writes the targets' (disjoint rows)."""
+    for at in range(0, len(targets), TARGET_CHUNK):
+        chunk = targets[at:at + TARGET_CHUNK]
+        hit = innermost(s, e, start[chunk], end[chunk], parent)
+        inside = hit >= 0
+        found = chunk[inside]
+        vals[found] = vals[rows[hit[inside]]]
+        missing[found] = False
+
+
+def narrow_values(values: np.ndarray) -> np.ndarray:
+    """Tag values as int32 when they fit (only compared for equality): half the memory of int64."""
+    if len(values) and -(2**31) <= values.min() and values.max() < 2**31:
+        return values.astype(np.int32)
+    return values
 
 
 def _tag_arrays(frame: pd.DataFrame, col: str, in_place: bool) -> "tuple[np.ndarray, np.ndarray]":
@@ -269,10 +291,10 @@ def _tag_arrays(frame: pd.DataFrame, col: str, in_place: bool) -> "tuple[np.ndar
     return frame[col].to_numpy(dtype=np.int64, na_value=0), frame[col].isna().to_numpy()
 
 
-def _thread_parents(start: np.ndarray, end: np.ndarray, pid: np.ndarray, tid: np.ndarray, forest: np.ndarray
-                    ) -> np.ndarray:
+def _thread_parents(start: np.ndarray, end: np.ndarray, thread: np.ndarray, forest: np.ndarray) -> np.ndarray:
     """Each interval's parent in the nesting forest of its own thread (-1 for roots); intervals in start order, ties
-    longer first, and ``forest`` their nesting forest across threads. A container holds intervals of its own thread:
+    longer first, ``thread`` their threads' codes (:func:`combined_codes` of pid and tid) and ``forest`` their
+    nesting forest across threads. A container holds intervals of its own thread:
     DLIO's compute step on the main thread overlaps its reader threads' events, whose own step counters say nothing
     about the step it belongs to.
 
@@ -280,7 +302,6 @@ def _thread_parents(start: np.ndarray, end: np.ndarray, pid: np.ndarray, tid: np
     ``forest`` gives one of the interval's own thread (or none) it is the thread's parent too: only the threads of
     intervals whose ``forest`` parent is on another thread are swept again (a 2.5 M-event rank: its 130 k reader-thread
     rows, not also its 1.6 M main-thread rows)."""
-    thread = combined_codes(pid, tid)
     crossing = (forest >= 0) & (thread[np.maximum(forest, 0)] != thread)
     if not crossing.any():
         return forest

@@ -213,8 +213,12 @@ class _MinMax:
         return [k[order] for k in keys], lo[order], hi[order]
 
 
+#: the columns an attribution reads (:class:`_Frame`); the others can be let go before one is made
+ATTRIBUTION_COLUMNS = ("layer", "cat", "name", "rank", "pid", "tid", "start_ns", "end_ns", "epoch", "step")
+
+
 class _Frame:
-    """The columns the attribution reads, as numpy views where the frame has them so (no per-row copies); rows
+    """The columns the attribution reads (:data:`ATTRIBUTION_COLUMNS`), as numpy views where the frame has them so (no per-row copies); rows
     are taken from them slab by slab."""
 
     def __init__(self, frame: pd.DataFrame, use: Sequence[str]) -> None:

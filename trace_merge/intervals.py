@@ -228,10 +228,12 @@ def combined_codes(*keys: np.ndarray) -> np.ndarray:
         if size * len(uniq) >= 2**62:  # re-densify before the product would overflow
             code, first = pd.factorize(code)
             size = len(first)
-        code = code * len(uniq) + kc
+        code *= len(uniq)  # in place: one array of the keys' length at a time besides the factorized key
+        code += kc
+        del kc
         size *= len(uniq)
     code, _ = pd.factorize(code)  # one final pass: the tuple's code, dense, in order of first appearance
-    return code.astype(_I8)
+    return code.astype(_I8, copy=False)
 
 
 def nesting_parents(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
@@ -243,7 +245,7 @@ def nesting_parents(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     sweep's result exactly when ``parent[i]`` is the first interval on that chain still open at
     ``starts[i]`` for every ``i`` (by induction over ``i``). :func:`_candidate_parents` (exact for properly
     nested intervals) gives a first guess; a few vectorised passes of that rule repair what crossing
-    intervals got wrong, and a trace that still does not settle gets the loop.
+    intervals got wrong, and a trace that still does not settle gets the loop. Parents are int32 where they fit.
     """
     n = len(starts)
     if n == 0:
@@ -265,20 +267,30 @@ _PARENT_PASSES = 4
 _SHALLOW = 4
 
 
+def _positions(n: int) -> type:
+    """The integer type of positions among ``n`` intervals: int32 where it holds them (half the memory of the
+    index arrays of a rank's millions of intervals)."""
+    return np.int32 if n < 2**31 else np.int64
+
+
 def _candidate_parents(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     """For properly nested intervals: the last earlier interval one nesting level up (depth = still open)."""
     n = len(starts)
-    index = np.arange(n, dtype=np.int64)
+    pos_t = _positions(n)
+    index = np.arange(n, dtype=pos_t)
     # stable: on the nearly sorted ends of a trace numpy's timsort is 20x faster than its default quicksort
-    depth = index - np.searchsorted(np.sort(ends, kind="stable"), starts, side="right")
+    closed = np.searchsorted(np.sort(ends, kind="stable"), starts, side="right").astype(pos_t)
+    depth = index - closed
+    del closed
     top = int(depth.max())
     if top <= _SHALLOW:  # a trace's usual nesting: per level, the last interval one level up is a running maximum
-        cand = np.full(n, -1, dtype=np.int64)
+        cand = np.full(n, -1, dtype=pos_t)
         for d in range(1, top + 1):
             last = np.maximum.accumulate(np.where(depth == d - 1, index, -1))
             at = depth == d
             cand[at] = last[at]
         return cand
+    depth, index = depth.astype(np.int64), None  # the key below needs 64 bits
     by_depth = np.argsort(narrow(depth), kind="stable")  # (depth, index) order
     key = depth[by_depth] * (n + 1) + by_depth
     pos = np.empty(n, dtype=np.int64)
@@ -286,7 +298,7 @@ def _candidate_parents(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     pos[by_depth] = np.searchsorted(key, key - (n + 1), side="left") - 1
     cand = by_depth[np.maximum(pos, 0)]
     ok = (pos >= 0) & (depth > 0) & (depth[cand] == depth - 1)
-    return np.where(ok, cand, -1)
+    return np.where(ok, cand, -1).astype(pos_t)
 
 
 def _sweep_step(parent: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
@@ -295,8 +307,8 @@ def _sweep_step(parent: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.
     Interval ``i``'s parent is the first of ``i - 1``, ``parent[i - 1]``, ... whose end is after
     ``starts[i]`` (the loop pops intervals that end at or before it). All intervals climb together.
     """
-    out = np.full(len(starts), -1, dtype=np.int64)
-    idx = np.arange(1, len(starts), dtype=np.int64)  # intervals still climbing
+    out = np.full(len(starts), -1, dtype=parent.dtype)
+    idx = np.arange(1, len(starts), dtype=parent.dtype)  # intervals still climbing
     at = idx - 1  # their current candidate on the chain
     while len(idx):
         closed = ends[at] <= starts[idx]
@@ -318,7 +330,7 @@ def _nesting_parents_loop(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
         if stack:
             parent[i] = stack[-1]
         stack.append(i)
-    return np.asarray(parent, dtype=np.int64)
+    return np.asarray(parent, dtype=_positions(len(parent)))
 
 
 def innermost(

@@ -50,7 +50,7 @@ from trace_merge.readers import detect, rank_from_name, read_any
 from trace_merge.readers.darshan import dxt_rows
 from trace_merge.sources import resolve_names
 from trace_merge.schema import (COUNTER_DTYPES, FRAME_COLUMNS, FRAME_DTYPES, SourceData, by_rank, concat_frames,
-                                empty_counters, empty_frame)
+                                empty_counters, empty_frame, only_columns)
 
 log = logging.getLogger(__name__)
 
@@ -173,19 +173,13 @@ class Piece:
             Path(self.path).unlink(missing_ok=True)
 
 
-def _only(frame: pd.DataFrame, columns: Sequence[str]) -> pd.DataFrame:
-    """A new frame of ``frame``'s ``columns``, in that order, sharing their arrays (a selection copied every row; a
-    column assigned to the new frame later leaves ``frame`` as it was)."""
-    return pd.DataFrame({c: frame[c] for c in columns}, copy=False)
-
-
 def _spill(frame: pd.DataFrame, source: str, kind: str, tag: str, spill: Optional[Path], columns: Sequence[str],
            analysis: Optional[Analysis]) -> "tuple[list[Piece], list]":
     """``frame``'s rows rank by rank, written under ``spill`` (None: kept in memory); the pieces and, with an
     ``analysis``, each piece's facts."""
     pieces, facts = [], []
     for rank, rows in by_rank(frame):
-        rows = _only(rows, columns)
+        rows = only_columns(rows, columns)
         piece = Piece(None, source, kind, rank, len(rows), A.residual_flags(rows))
         if spill is not None:
             where = spill / f"rank-{rank}"

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -175,6 +175,13 @@ def to_counters(columns: Mapping[str, Any]) -> pd.DataFrame:
 
 def empty_counters() -> pd.DataFrame:
     return to_counters({"layer": [], "rank": [], "file": [], "counter": [], "value": []})
+
+
+def only_columns(frame: pd.DataFrame, columns: Sequence[str]) -> pd.DataFrame:
+    """A new frame of ``frame``'s ``columns``, in that order, sharing their arrays (a selection copies every row; a
+    column assigned to the new frame later leaves ``frame`` as it was). Once ``frame`` is let go, the columns left
+    out are freed."""
+    return pd.DataFrame({c: frame[c] for c in columns}, copy=False)
 
 
 def concat_column(parts: "list[pd.Series]", name: str) -> Any:
