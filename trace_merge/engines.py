@@ -29,9 +29,13 @@ log = logging.getLogger(__name__)
 
 #: inputs below this size (bytes on disk) are merged in this process: a pool's start-up would cost more
 INLINE_BELOW_BYTES = 32 << 20
-#: memory a rank task holds per row of its partition at its peak, above the worker's own (measured: 558 B on a
-#: 620 k-row rank of a DFTracer set)
-BYTES_PER_ROW = 560
+#: memory a rank task holds at its peak above the worker's own: :data:`TASK_BYTES` plus :data:`BYTES_PER_ROW` per row
+#: of its partition (:func:`task_bytes`). Measured as the peak RSS of a fresh worker's first rank task above its RSS
+#: before it: 112-123 MiB for ranks of 620 k rows and 343-387 MiB for ranks of 2.48 M rows (merge_scale.py's sets,
+#: summary and stored merge alike), 177-180 MiB for one of 988 k rows (tests/test_partitioned.py), about 45 MB plus
+#: 150 B per row; the estimate is 14-29 % above those
+TASK_BYTES = 64 << 20
+BYTES_PER_ROW = 160
 #: seconds to wait for a Dask scheduler to answer
 CONNECT_TIMEOUT_S = 20
 #: memory budget of the local pool's tasks together where the machine's available memory is unknown
@@ -86,6 +90,11 @@ class Inline:
         pass
 
 
+def task_bytes(rows: int) -> int:
+    """The memory a rank task of ``rows`` rows is estimated to hold at its peak, above its worker's own."""
+    return TASK_BYTES + int(rows) * BYTES_PER_ROW
+
+
 class LocalPool:
     """Worker processes on this machine (forked from a clean server process, so they start in milliseconds).
 
@@ -95,8 +104,8 @@ class LocalPool:
         Processes (default: one per core).
     memory_bytes
         Budget of the tasks running at once (default: :func:`default_memory_bytes`, half the available memory):
-        a task of ``n`` rows is estimated at ``n *`` :data:`BYTES_PER_ROW` and a task waits until the running ones
-        leave room for it (one always runs).
+        a task of ``n`` rows is estimated at :func:`task_bytes` and a task waits until the running ones leave room
+        for it (one always runs).
     """
 
     name = "local"
@@ -125,7 +134,7 @@ class LocalPool:
 
     def _map(self, fn: Callable, items: list, sizes: Optional[Sequence[int]]) -> list:
         pool = self._executor()
-        need = [int(n) * BYTES_PER_ROW for n in sizes] if sizes is not None else [0] * len(items)
+        need = [task_bytes(n) for n in sizes] if sizes is not None else [0] * len(items)
         order = sorted(range(len(items)), key=lambda i: -need[i])  # largest first: the tail is short
         results: list = [None] * len(items)
         running: dict = {}
