@@ -35,8 +35,8 @@ from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 import numpy as np
 import pandas as pd
 
-from .intervals import (Axis, combined_codes, drop_from_forest, innermost, narrow, nesting_parents, spans_several,
-                        start_order)
+from .intervals import (Axis, combined_codes, drop_from_forest, innermost, narrow, nesting_parents, position_type,
+                        spans_several, start_order)
 from .readers import rank_from_name
 from .schema import DIFFERENT_DAY_NS, STEP_PHASE, SourceData, concat_column, empty_frame
 
@@ -212,7 +212,7 @@ def propagate_steps(frame: pd.DataFrame, in_place: bool = False) -> pd.DataFrame
     tagged_any = is_app & ~(values["step"][1] & values["epoch"][1])
     # rows, and positions among a rank's app rows below, as int32 where they fit: half the memory of the index
     # arrays at a rank task's high-water mark
-    index = np.int32 if len(frame) < 2**31 else np.int64
+    index = position_type(len(frame))
     apps_of = _by_rank(rank, np.flatnonzero(tagged_any).astype(index))  # rank -> its rows, still in start order
     targets_of = _by_rank(rank, np.flatnonzero(~is_app).astype(index))
     none = np.zeros(0, dtype=index)
@@ -232,7 +232,7 @@ def propagate_steps(frame: pd.DataFrame, in_place: bool = False) -> pd.DataFrame
             untagged = missing[apps]  # read before a container's tag is cleared below
             thread_parent, keep = drop_from_forest(own, untagged)
             tagged = apps[keep]
-            containers = spans_several(thread_parent, narrow_values(vals[tagged]))
+            containers = spans_several(thread_parent, _narrow_tags(vals[tagged]))
             del thread_parent
             missing[tagged[containers]] = True
             del tagged
@@ -274,8 +274,8 @@ def _tag_targets(targets: np.ndarray, start: np.ndarray, end: np.ndarray, s: np.
         missing[found] = False
 
 
-def narrow_values(values: np.ndarray) -> np.ndarray:
-    """Tag values as int32 when they fit (only compared for equality): half the memory of int64."""
+def _narrow_tags(values: np.ndarray) -> np.ndarray:
+    """Tag values as int32 where they fit (:func:`spans_several` only compares them): half the memory of int64."""
     if len(values) and -(2**31) <= values.min() and values.max() < 2**31:
         return values.astype(np.int32)
     return values

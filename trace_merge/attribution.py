@@ -218,8 +218,8 @@ ATTRIBUTION_COLUMNS = ("layer", "cat", "name", "rank", "pid", "tid", "start_ns",
 
 
 class _Frame:
-    """The columns the attribution reads (:data:`ATTRIBUTION_COLUMNS`), as numpy views where the frame has them so (no per-row copies); rows
-    are taken from them slab by slab."""
+    """The columns the attribution reads (:data:`ATTRIBUTION_COLUMNS`), as numpy views where the frame has them so
+    (no per-row copies); rows are taken from them slab by slab."""
 
     def __init__(self, frame: pd.DataFrame, use: Sequence[str]) -> None:
         self.frame = frame

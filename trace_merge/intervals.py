@@ -267,7 +267,7 @@ _PARENT_PASSES = 4
 _SHALLOW = 4
 
 
-def _positions(n: int) -> type:
+def position_type(n: int) -> type:
     """The integer type of positions among ``n`` intervals: int32 where it holds them (half the memory of the
     index arrays of a rank's millions of intervals)."""
     return np.int32 if n < 2**31 else np.int64
@@ -276,7 +276,7 @@ def _positions(n: int) -> type:
 def _candidate_parents(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     """For properly nested intervals: the last earlier interval one nesting level up (depth = still open)."""
     n = len(starts)
-    pos_t = _positions(n)
+    pos_t = position_type(n)
     index = np.arange(n, dtype=pos_t)
     # stable: on the nearly sorted ends of a trace numpy's timsort is 20x faster than its default quicksort
     closed = np.searchsorted(np.sort(ends, kind="stable"), starts, side="right").astype(pos_t)
@@ -330,7 +330,7 @@ def _nesting_parents_loop(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
         if stack:
             parent[i] = stack[-1]
         stack.append(i)
-    return np.asarray(parent, dtype=_positions(len(parent)))
+    return np.asarray(parent, dtype=position_type(len(parent)))
 
 
 def innermost(
