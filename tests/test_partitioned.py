@@ -168,6 +168,11 @@ def test_stored_merge_is_rank_row_groups_and_a_resummary_reads_them(generated: P
     # the whole file still reads as the frame, every column kept
     full = Run.open(run, partitioned=False)
     assert full.cached and len(full.frame) == info["rows"] and full.frame["host"].notna().all()
+    # the partition files are written as they are read (Arrow), rows kept in memory through pandas: the same file
+    in_memory = partitioned.merge_in_memory(generated)
+    assert all(isinstance(p, pd.DataFrame) for p in in_memory.partitions.values())
+    assert partitioned.write_parquet(in_memory, tmp_path / "mem.parquet") == layout
+    assert pq.read_table(tmp_path / "mem.parquet").equals(pq.read_table(run / MERGED), check_metadata=True)
 
 
 def test_a_layers_choice_other_than_the_merges_is_computed_per_partition(real_run, tmp_path: Path) -> None:
