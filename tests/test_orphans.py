@@ -62,31 +62,23 @@ def test_a_worker_that_dies_is_named_in_a_one_line_error():
     assert str(err.value).startswith("7: a merge worker process died while working on it (killed, or out of memory")
 
 
-def test_an_idle_worker_killed_between_tasks_is_named_and_nothing_waits_on_it():
-    """A worker killed while idle (between two waves): the next tasks find the pool broken as they are handed out.
-    That is the same one-line error, and the pool is let go at once (its own shutdown could wait on a dead pool)."""
+def test_a_waves_workers_end_with_it_and_the_next_wave_has_its_own():
+    """No worker outlives its wave (:meth:`LocalPool.map`): none is left idle between waves, holding what its
+    allocators kept of the last wave's tasks (or to be killed there), and the next wave runs in new processes."""
+    import operator
     import os
-    import signal
-    import time
 
     from trace_merge.engines import LocalPool
-    from trace_merge.errors import TraceInputError
 
     pool = LocalPool(2)
     try:
-        assert pool.map(abs, [-1, -2]) == [1, 2]
-        workers = list(pool._pool._processes.values())  # CPython's table of the pool's worker processes
-        os.kill(workers[0].pid, signal.SIGKILL)
-        deadline = time.monotonic() + 10
-        while workers[0].is_alive() and time.monotonic() < deadline:
-            time.sleep(0.05)
-        time.sleep(0.3)  # the executor's thread marks the pool broken
-        started = time.monotonic()
-        with pytest.raises(TraceInputError) as err:
-            pool.map(abs, [-3, -4])
-        assert str(err.value).startswith("-3: a merge worker process died while working on it")
-        assert time.monotonic() - started < 10 and pool._pool is None
-        assert not any(w.is_alive() for w in workers)
+        first = pool.map(operator.call, [os.getpid] * 4)
+        assert pool._pool is None and os.getpid() not in first
+        for pid in set(first):  # gone: not even a zombie (the pool joined them)
+            with pytest.raises(ProcessLookupError):
+                os.kill(pid, 0)
+        second = pool.map(operator.call, [os.getpid] * 4)
+        assert not set(first) & set(second) and os.getpid() not in second
     finally:
         pool.close()
 

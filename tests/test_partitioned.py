@@ -18,7 +18,7 @@ import pytest
 
 from conftest import BIN, make_dftracer_set
 from timelogger.layout import MERGE_INFO, MERGED
-from trace_merge import engines, merge, partitioned
+from trace_merge import engines, kernels, merge, partitioned
 from trace_merge.schema import FRAME_DTYPES
 from trace_merge.run import Run
 
@@ -429,3 +429,44 @@ def test_a_summary_only_merge_lets_a_ranks_rows_go_before_the_attribution_tables
     with pytest.raises(RuntimeError, match="taken once"):
         rows = partitioned.RankRows(pd.DataFrame())
         rows.take(), rows.take()
+
+
+def test_rank_parts_cross_processes_with_their_step_series_packed(generated: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A rank's parts pickled (from a pool worker or a Dask worker to the driver) carry the step series as zstd
+    Arrow IPC and keep it so until it is read: smaller in transit and while the rank wave runs, and read back the
+    same, dtypes and all; a part that was never pickled, or whose series was read, is a plain dataclass."""
+    import dataclasses
+    import pickle
+
+    pm = partitioned.merge_partitioned(generated, engine=engines.Inline(), analysis=kernels.SummaryHook())
+    try:
+        parts = pm.parts
+    finally:
+        pm.cleanup()
+    assert len(parts) == 4 and all(10 < len(p.steps) < kernels.PACK_STEPS_FROM for p in parts)
+    for part in parts:  # a short series travels as pickle has it (packed, it would be larger)
+        assert "steps" in pickle.loads(pickle.dumps(part)).__dict__
+    long = dataclasses.replace(parts[0], steps=pd.concat([parts[0].steps] * 100, ignore_index=True))
+    assert len(long.steps) >= kernels.PACK_STEPS_FROM
+    back = pickle.loads(pickle.dumps(long))
+    assert "steps" not in back.__dict__ and len(back.__dict__["_packed_steps"]) < len(pickle.dumps(long.steps)) / 2
+    again = pickle.loads(pickle.dumps(back))  # a packed part passes through packed
+    assert again.__dict__["_packed_steps"] == back.__dict__["_packed_steps"]
+    pd.testing.assert_frame_equal(back.steps, long.steps, check_exact=True)
+    assert "_packed_steps" not in back.__dict__
+    for other in (back, again):
+        for f in dataclasses.fields(long):
+            mine, theirs = getattr(long, f.name), getattr(other, f.name)
+            if isinstance(mine, pd.DataFrame):
+                pd.testing.assert_frame_equal(theirs, mine, check_exact=True)
+            else:
+                assert theirs == mine
+    with pytest.raises(AttributeError):
+        back.no_such_table
+    # the reduction of parts that crossed processes packed is the reduction of the parts themselves
+    monkeypatch.setattr(kernels, "PACK_STEPS_FROM", 1)
+    crossed = [pickle.loads(pickle.dumps(p)) for p in parts]
+    assert all("_packed_steps" in p.__dict__ for p in crossed)
+    summary = kernels.combine(crossed, pm.job, pm.counters)
+    pd.testing.assert_frame_equal(summary.steps, pm.summary.steps, check_exact=True)
+    assert summary.metrics == pm.summary.metrics

@@ -17,7 +17,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
-import io
 import json
 import logging
 import zipfile
@@ -61,9 +60,9 @@ def write(run_dir: Path, merged: dict, job: kernels.JobFacts, parts: Sequence[ke
         with atomic_output(target, force=True) as tmp, zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_STORED) as zf:
             for i, part in enumerate(parts):
                 for name in _TABLES:
-                    zf.writestr(f"{i}/{name}.arrow", _ipc(pa.Table.from_pandas(getattr(part, name))))
+                    zf.writestr(f"{i}/{name}.arrow", kernels.ipc_bytes(getattr(part, name)))
             collectives = sorted(job.collectives.items())
-            zf.writestr("collectives.arrow", _ipc(pa.table({
+            zf.writestr("collectives.arrow", kernels.ipc_bytes(pa.table({
                 "rank": np.concatenate([np.full(len(s), r, np.int64) for r, (s, _) in collectives] + [_NONE]),
                 "start": np.concatenate([s for _, (s, _) in collectives] + [_NONE]),
                 "end": np.concatenate([e for _, (_, e) in collectives] + [_NONE])})))
@@ -79,15 +78,6 @@ def write(run_dir: Path, merged: dict, job: kernels.JobFacts, parts: Sequence[ke
     except (OSError, OutputWriteError, ValueError, TypeError, pa.ArrowException) as exc:
         log.warning("%s: the summary's parts were not stored (%s); a summary reads the partitions instead", target, exc)
         return None
-
-
-def _ipc(table: "Any") -> bytes:
-    import pyarrow as pa
-
-    sink = io.BytesIO()  # zstd: the step series (a row per step) is most of it, and compresses ~5x
-    with pa.ipc.new_file(sink, table.schema, options=pa.ipc.IpcWriteOptions(compression="zstd")) as writer:
-        writer.write_table(table)
-    return sink.getvalue()
 
 
 def read(run_dir: Path, merged: Optional[dict]) -> "Optional[tuple[kernels.JobFacts, list[kernels.RankParts]]]":
@@ -106,7 +96,7 @@ def read(run_dir: Path, merged: Optional[dict]) -> "Optional[tuple[kernels.JobFa
                 return None
 
             def table(name: str) -> pd.DataFrame:
-                return pa.ipc.open_file(pa.BufferReader(zf.read(name))).read_all().to_pandas()
+                return kernels.ipc_frame(zf.read(name))
 
             j = head["job"]
             coll = table("collectives.arrow")
