@@ -166,11 +166,12 @@ class RankParts:
         self.__dict__.update(state)
 
     def __getattr__(self, name: str) -> Any:  # only for attributes not set: ``steps`` while packed
-        packed = self.__dict__.pop("_packed_steps", None) if name == "steps" else None
+        packed = self.__dict__.get("_packed_steps") if name == "steps" else None
         if packed is None:
             raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
-        self.steps = ipc_frame(packed)
-        return self.steps
+        steps = self.__dict__["steps"] = ipc_frame(packed)  # set before the packed form goes: a second reader
+        self.__dict__.pop("_packed_steps", None)  # finds one of the two
+        return steps
 
 
 def ipc_bytes(frame: "pd.DataFrame | Any") -> bytes:
