@@ -273,11 +273,14 @@ def _one_thread_each() -> None:
 #: 20 M-event set, the summary's peak PSS went from 2.37-2.57 GiB to 2.12-2.14 GiB and was no slower (one arena:
 #: 2.17 GiB)
 WORKER_MALLOC_ARENAS = 2
-#: arrays up to this size come from malloc's heap, not from fresh pages of their own: a rank's column of 2.5 M
-#: rows is 20 MB, and each array mapped afresh paid its page faults again (on a 2.5 M-row rank, half of
-#: ``propagate_steps``' time). What a task freed goes back at its end (:func:`_then_release`). Measured on
-#: merge_scale.py's 20 M-event set (farm-bench, 3 pairs): summary wall 0.92x, peak PSS unchanged (2.05-2.09 GiB)
-WORKER_MMAP_THRESHOLD = 256 << 20
+#: arrays up to this size come from malloc's heap, not from fresh pages of their own: each array mapped afresh pays
+#: its page faults again (with glibc's default threshold, half of ``propagate_steps``' time on a 2.5 M-row rank;
+#: the summary of merge_scale.py's 20 M-event set took 0.92x the time with all arrays from the heap). Larger ones,
+#: a big rank's whole columns (a column of 2.1 M rows or more), are mapped, and go back to the system when freed: a
+#: heap keeps its extent, so a task's heap had reached its largest working set plus the holes between its arrays
+#: (at 256 MiB, the 20 M-event summary's peak PSS was 1039-1058 MiB; at 16 MiB 952-966 MiB, 1.04x the time,
+#: farm-bench, 3 pairs; at 50 M events 1900 MiB against 2104; the 5 M-event summary's columns stay below it: 0.99x)
+WORKER_MMAP_THRESHOLD = 16 << 20
 #: free memory at the top of the heap kept for the task's next arrays instead of being handed back at once
 WORKER_TRIM_THRESHOLD = 128 << 20
 _M_ARENA_MAX, _M_MMAP_THRESHOLD, _M_TRIM_THRESHOLD = -8, -3, -1  # mallopt's parameter numbers (malloc.h)
