@@ -219,7 +219,8 @@ def _workers_skip_main():
 
 def _then_release(fn: Callable, item: Any) -> Any:
     """``fn(item)``, then hand the memory it freed back to the system: a worker's allocators (Arrow's pool,
-    glibc's arenas) otherwise keep the peak of its largest task resident for the rest of the merge."""
+    glibc's arenas) otherwise keep the peak of its largest task resident for the rest of the wave (its workers end
+    with it: :meth:`LocalPool.map`)."""
     try:
         return fn(item)
     finally:

@@ -162,9 +162,6 @@ class RankParts:
             state["_packed_steps"] = ipc_bytes(state.pop("steps"))
         return state
 
-    def __setstate__(self, state: dict) -> None:
-        self.__dict__.update(state)
-
     def __getattr__(self, name: str) -> Any:  # only for attributes not set: ``steps`` while packed
         packed = self.__dict__.get("_packed_steps") if name == "steps" else None
         if packed is None:
