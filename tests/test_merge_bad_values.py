@@ -130,7 +130,7 @@ def test_bad_deflate_data_costs_one_gzip_member(dftracer_set: Path, tmp_path: Pa
 
 
 def test_a_bad_value_in_a_dftracer_file_leaves_the_fast_parser(dftracer_set: Path, tmp_path: Path) -> None:
-    """The bulk (pyarrow) parser finds the negative dur, and the line parser names its line."""
+    """The bulk parser (the native scanner) finds the negative dur, and the line parser names its line."""
     src = sorted(dftracer_set.glob("*.pfw.gz"))[0]
     lines = gzip.decompress(src.read_bytes()).decode().split("\n")
     k = next(i for i, line in enumerate(lines) if re.search(r'"dur":\s*[1-9]', line))
@@ -140,7 +140,7 @@ def test_a_bad_value_in_a_dftracer_file_leaves_the_fast_parser(dftracer_set: Pat
     full, damaged = read_any(src), read_any(bad)
     assert f"{bad}:{k + 1}: negative dur -7; event skipped" in damaged.warnings
     assert len(damaged.frame) == len(full.frame) - 1
-    assert damaged.meta["parser"] == "lines" and full.meta["parser"] == "arrow"
+    assert damaged.meta["parser"] == "lines" and full.meta["parser"] == "scan"
 
 
 def shift_file(path: Path, us: int) -> None:

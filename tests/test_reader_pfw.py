@@ -119,7 +119,7 @@ def test_fake_trace_columns_match_the_json(fake_traces: Path) -> None:
     complete = [e for e in events if e.get("ph") == 1]
     src = pfw.read(path)
     f = src.frame
-    assert src.kind == "dftracer" and src.meta["parser"] == "arrow" and src.warnings == []
+    assert src.kind == "dftracer" and src.meta["parser"] == "scan" and src.warnings == []
     assert dict(f.dtypes.astype(str)) == FRAME_DTYPES
     assert len(f) == len(complete)
     assert Counter(f["name"].astype(str)) == Counter(e["name"] for e in complete)
@@ -148,7 +148,8 @@ def test_fake_trace_columns_match_the_json(fake_traces: Path) -> None:
 
 
 def _read_with(path: Path, duckdb: bool, monkeypatch: pytest.MonkeyPatch):
-    """``path`` read by DuckDB (however small the file) or by pyarrow."""
+    """``path`` read by DuckDB (however small the file) or by pyarrow, the native scanner left out."""
+    monkeypatch.setattr(pfw, "USE_SCANNER", False)
     monkeypatch.setattr(pfw, "USE_DUCKDB", duckdb)
     monkeypatch.setattr(pfw, "DUCKDB_MIN_BYTES", 0)
     return pfw.read(path)
@@ -170,7 +171,10 @@ def test_duckdb_and_pyarrow_read_the_same(fake_traces: Path, preload: "tuple[Pat
         _same_source(duck, arrow)
 
 
-def test_large_bodies_go_to_duckdb_and_small_ones_to_pyarrow(fake_traces: Path, tmp_path: Path) -> None:
+def test_large_bodies_go_to_duckdb_and_small_ones_to_pyarrow(fake_traces: Path, tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without the native scanner (not compiled, or declining)."""
+    monkeypatch.setattr(pfw, "USE_SCANNER", False)
     lines = [ln for ln in gzip.decompress((fake_traces / "rank_0.pfw.gz").read_bytes()).split(b"\n")
              if ln.startswith(b"{")]
     copies = pfw.DUCKDB_MIN_BYTES // sum(len(ln) + 1 for ln in lines) + 1
@@ -225,6 +229,146 @@ def test_each_thread_parses_on_its_own_duckdb_connection(fake_traces: Path, monk
     assert pfw.read(path).meta["parser"] == "duckdb" and pfw._duckdb_local.con is ours
 
 
+# -- the native scanner ---------------------------------------------------------------------------------
+
+
+def test_the_native_scanner_is_built_and_reads_what_duckdb_and_pyarrow_read(
+        fake_traces: Path, preload: "tuple[Path, int, int]", monkeypatch: pytest.MonkeyPatch) -> None:
+    """``make env`` compiles the scanner; on generated and real preload traces it gives the other parsers' frames."""
+    from trace_merge.readers import _pfwscan  # noqa: F401  (an ImportError here: the install did not compile it)
+
+    real = [p for p in sorted(preload[0].glob("*.pfw.gz")) if p.stat().st_size]
+    for path in [fake_traces / "rank_0.pfw.gz", fake_traces / "rank_1.pfw.gz", *real]:
+        scanned = pfw.read(path)
+        duck = _read_with(path, True, monkeypatch)
+        monkeypatch.setattr(pfw, "USE_SCANNER", True)
+        assert (scanned.meta["parser"], duck.meta["parser"]) == ("scan", "duckdb"), path
+        _same_source(scanned, duck)
+
+
+def _schema(ph_is_str: bool = False):
+    import pyarrow as pa
+
+    return pfw._event_schema(ph_is_str, pa.int64())
+
+
+def _both_tables(lines: "list[str | bytes]", monkeypatch: pytest.MonkeyPatch, ph_is_str: bool = False):
+    """``lines`` as one body, read by the scanner and by DuckDB into the fast parsers' schema."""
+    monkeypatch.setattr(pfw, "DUCKDB_MIN_BYTES", 0)
+    body = b"\n".join(ln.encode() if isinstance(ln, str) else ln for ln in lines) + b"\n"
+    return pfw._scanned_table(body, _schema(ph_is_str)), pfw._duckdb_table(body, _schema(ph_is_str))
+
+
+_EVENT = ('{"id":1,"name":"pread","cat":"POSIX","pid":7,"tid":8,"ts":1700000000000000,"dur":15,"ph":1,'
+          '"args":{"hhash":"e6","fhash":"88","ret":4723,"offset":0,"level":2}}')
+
+
+@pytest.mark.parametrize("line", [
+    _EVENT,
+    '{"name":"données_é_日本.h5","cat":"POSIX","ph":1,"ts":1,"dur":2,"args":{"fname":"/d/ü/🎉.h5"}}',  # UTF-8
+    '{ "name" : "read" ,\t"ts" : 5 , "dur":1 , "ph" : 1 , "args" : { "size" : 3 } }\r',  # whitespace, CRLF
+    '{"name":null,"cat":null,"pid":null,"ts":1,"dur":1,"ph":1,"args":{"ret":null,"fhash":null}}',  # nulls
+    '{"name":"x","ts":1,"dur":1,"ph":1}',  # no args
+    '{"name":"x","ts":1,"dur":1,"ph":1,"args":null}',
+    '{}',
+    '{"name":"x","ts":-9223372036854775808,"dur":9223372036854775807,"ph":1,"args":{"offset":-0}}',
+    '{"name":"x","ts":1,"dur":1,"ph":1,"id":[1,2.5,{"a":[true,false,null]},"q\\"\\u00e9"],'
+    '"args":{"cmd":"a\\nb","tags":{"k":[{"x":-0.5}]},"level":1.25,"ok":true}}',  # unknown values of every kind
+], ids=["dftracer", "utf8", "whitespace", "nulls", "no-args", "null-args", "empty", "int64-extremes", "unknown"])
+def test_the_scanner_reads_these_lines_exactly_as_duckdb(line: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    scanned, duck = _both_tables([_EVENT, line, line], monkeypatch)
+    assert scanned is not None and duck is not None
+    assert scanned.equals(duck), (scanned.to_pylist(), duck.to_pylist())
+
+
+def test_the_scanner_reads_string_ph_and_a_last_line_without_newline(monkeypatch: pytest.MonkeyPatch) -> None:
+    line = _EVENT.replace('"ph":1', '"ph":"X"')
+    monkeypatch.setattr(pfw, "DUCKDB_MIN_BYTES", 0)
+    for body in [(line + "\n" + line).encode(), (line + "\n").encode()]:
+        scanned, duck = pfw._scanned_table(body, _schema(True)), pfw._duckdb_table(body, _schema(True))
+        assert scanned is not None and scanned.equals(duck)
+
+
+@pytest.mark.parametrize("edit", [
+    ('"name":"pread"', '"name":"pre\\"ad"'),         # an escape in a wanted string: the next parser decodes it
+    ('"name":"pread"', '"name":7'),                    # a wanted string of another type: DuckDB makes it "7"
+    ('"pid":7', '"pid":"7"'), ('"pid":7', '"pid":7.0'), ('"pid":7', '"pid":true'), ('"pid":7', '"pid":7e0'),
+    ('"pid":7', '"pid":9223372036854775808'),          # beyond int64
+    ('"pid":7', '"pid":07'),                           # not JSON
+    ('"tid":8', '"tid":8,"pid":9'),                    # a wanted key twice
+    ('"level":2', '"level":2},"args":{"ret":1'),       # "args" twice
+    ('"args":{', '"x":{"args":1},"args":{'),           # (an "args" inside an unknown value is not it: read)
+    ('"level":2', '"level":"\\ud800"'),              # a lone surrogate, even where unread
+    ('"level":2', '"level":1e999'),                    # an exponent, even where unread
+    ('"level":2', '"level":' + "[" * 70 + "]" * 70),  # too deep
+    ('"level":2', '"level":"a\tb"'),                  # a control character in a string
+    ('"level":2}}', '"level":2}} x'),                  # after the object
+    ('"level":2}}', '"level":2}'),                     # cut short
+    ('"args":{', '"args":['),
+    ('{"id"', ' {"id"'),                               # indented
+], ids=["escaped", "number-as-name", "string-int", "float", "bool", "exponent", "too-big", "leading-zero",
+        "duplicate", "duplicate-args", "nested-args", "surrogate", "unread-exponent", "deep", "control",
+        "trailing", "truncated", "args-array", "indented"])
+def test_the_scanner_declines_what_it_cannot_read_exactly(edit, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Declined, the body goes to DuckDB, pyarrow or the line parser as before: what the scanner does read is equal
+    to DuckDB's table."""
+    assert edit[0] in _EVENT
+    line = _EVENT.replace(edit[0], edit[1], 1)
+    scanned, duck = _both_tables([_EVENT, line], monkeypatch)
+    if edit[1].startswith('"x":{"args"'):
+        assert scanned is not None and scanned.equals(duck)
+    else:
+        assert scanned is None
+
+
+def test_invalid_utf8_and_long_lines_are_declined(fake_traces: Path, tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    for bad in [b"\xff", b"\xc0\x80", b"\xed\xa0\x80", b"\xe2\x82", b"\xf4\x90\x80\x80"]:
+        line = _EVENT.encode().replace(b'"hhash":"e6"', b'"hhash":"e' + bad + b'"')
+        assert _both_tables([_EVENT, line], monkeypatch)[0] is None, bad
+    monkeypatch.setattr(pfw, "MAX_LINE_BYTES", len(_EVENT))
+    assert _both_tables([_EVENT], monkeypatch)[0] is None
+    monkeypatch.setattr(pfw, "MAX_LINE_BYTES", len(_EVENT) + 1)
+    assert _both_tables([_EVENT], monkeypatch)[0] is not None
+    # and DuckDB, next, declines it too (it raised UnicodeDecodeError out of the reader)
+    text = gzip.decompress((fake_traces / "rank_0.pfw.gz").read_bytes())
+    k = text.index(b'"hhash":"') + 9
+    (tmp_path / "rank_0.pfw").write_bytes(text[:k] + b"\xff" + text[k:])
+    assert pfw.read(tmp_path / "rank_0.pfw").meta["parser"] not in ("scan", "duckdb")
+    assert _read_with(tmp_path / "rank_0.pfw", True, monkeypatch).meta["parser"] != "duckdb"
+
+
+def test_what_the_scanner_reads_of_damaged_lines_duckdb_reads_the_same(fake_traces: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """Bytes changed, dropped and repeated at random in real DFTracer lines: where the scanner gives a table,
+    DuckDB gives the same one; and it never fails otherwise than by declining."""
+    import random
+
+    lines = [ln for ln in gzip.decompress((fake_traces / "rank_0.pfw.gz").read_bytes()).split(b"\n")
+             if ln.startswith(b"{")][:400]
+    rng = random.Random(20)
+    read = 0
+    for _ in range(300):
+        chunk = rng.sample(lines, 12)
+        k = rng.randrange(len(chunk))
+        b = bytearray(chunk[k])
+        for _ in range(rng.randint(1, 3)):
+            i = rng.randrange(len(b))
+            what = rng.random()
+            if what < 0.4:
+                b[i] = rng.choice(b'{}[]",:0123456789-.eE \\tnul\x00\xc3\xa9x')
+            elif what < 0.7:
+                del b[i]
+            else:
+                b[i:i] = b[i:i + rng.randint(1, 8)]
+        chunk[k] = bytes(b).replace(b"\n", b" ")
+        scanned, duck = _both_tables(chunk, monkeypatch)
+        if scanned is not None:
+            read += 1
+            assert duck is not None and scanned.equals(duck), chunk[k]
+    assert 20 < read < 280  # both kinds of outcome were tried
+
+
 def test_preload_trace_posix_stdio_and_python_events(preload: "tuple[Path, int, int]") -> None:
     trace, t0, t1 = preload
     files = sorted(trace.glob("*.pfw.gz"))
@@ -232,7 +376,7 @@ def test_preload_trace_posix_stdio_and_python_events(preload: "tuple[Path, int, 
     src = pfw.read(app_file)
     f = src.frame
     events = [e for e in _events(app_file) if e.get("ph") == 1 and e.get("cat") != "dftracer"]
-    assert len(f) == len(events) and src.meta["parser"] == "arrow"
+    assert len(f) == len(events) and src.meta["parser"] == "scan"
     assert f["start_ns"].between(t0, t1).all()
     # POSIX reads/writes of the HDF5 file (pread64 or pread, depending on the HDF5 build): bytes = ret
     rw = [e for e in events if e["cat"] == "POSIX" and e["name"] in pfw.RW_CALLS]
@@ -288,7 +432,7 @@ def test_garbage_line_falls_back_to_the_line_parser_with_the_same_frame(
     bad = tmp_path / clean.name.replace(".gz", "")
     lineno = _with_garbage_line(clean, garbage, bad)
     fast, slow = pfw.read(clean), pfw.read(bad)
-    assert fast.meta["parser"] == "arrow" and slow.meta["parser"] == "lines"
+    assert fast.meta["parser"] == "scan" and slow.meta["parser"] == "lines"
     assert slow.warnings == [f"{bad}: line {lineno}: not a JSON object, skipped"]
     _assert_same_frames(fast.frame, slow.frame)
     assert {k: v for k, v in fast.meta.items() if k != "parser"} == {k: v for k, v in slow.meta.items() if k != "parser"}
@@ -301,7 +445,7 @@ def test_commas_and_closing_bracket(fake_traces: Path, tmp_path: Path) -> None:
     chrome = tmp_path / "rank_1.pfw"
     chrome.write_bytes(b"[\n" + b",\n".join(lines[1:-1]) + b"\n]\n")
     a, b = pfw.read(clean), pfw.read(chrome)
-    assert b.meta["parser"] == "arrow" and b.warnings == []
+    assert b.meta["parser"] == "scan" and b.warnings == []
     _assert_same_frames(a.frame, b.frame)
 
 

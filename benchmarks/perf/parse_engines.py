@@ -11,11 +11,14 @@ after another, into Arrow columns in memory, with every core it wants:
   :mod:`trace_merge.readers.pfw` does on each block, without building the frame;
 - ``duckdb .gz``: ``read_json`` of the ``.gz`` files themselves (its own gunzip), the same columns,
   ``fetch_arrow_table``: what a reader that hands the files to DuckDB would do;
-- ``duckdb lines``: gunzip and the reader's body span in Python (as ``pyarrow``), then what the reader does now
-  (:func:`trace_merge.readers.pfw._event_table`): each line a JSON document for DuckDB's ``from_json``, integers
-  as their JSON text cast strictly by Arrow, without building the frame;
+- ``duckdb lines``: gunzip and the reader's body span in Python (as ``pyarrow``), then what the reader did before
+  the native scanner: each line a JSON document for DuckDB's ``from_json``, integers as their JSON text cast
+  strictly by Arrow, without building the frame;
+- ``scan lines``: the same bodies read by what the reader does now (:func:`trace_merge.readers.pfw._event_table`):
+  the native scanner (``trace_merge/readers/_pfwscan.c``), straight into Arrow buffers;
 - ``reader``: the whole of :func:`trace_merge.readers.pfw.read` (parse, event and metadata handling, frame);
-  ``reader, pyarrow`` the same with ``TRACE_MERGE_PARSER=pyarrow`` (the parser before DuckDB);
+  ``reader, duckdb`` and ``reader, pyarrow`` the same with ``TRACE_MERGE_PARSER=duckdb`` (the parser before the
+  scanner) and ``=pyarrow`` (the one before DuckDB);
 - ``duckdb per-name``: issue 20's reference, ``merge_scale.py``'s DuckDB query (count, sum, min and max of ``dur``
   per ``name``: two columns only).
 
@@ -62,6 +65,23 @@ def bodies():
         yield _arrow_input(raw, start, end)
 """
 
+
+def _lines_program(parser: str) -> str:
+    """The reader's bodies parsed by its ``_event_table`` with ``parser`` (``scan`` or ``duckdb``) first."""
+    return _BODIES + f"""
+import pyarrow.compute as pc
+from trace_merge.readers import pfw
+pfw.DUCKDB_MIN_BYTES = 0  # DuckDB however small the files (the reader hands small bodies to pyarrow)
+pfw.USE_SCANNER = {parser == "scan"}
+n = 0
+for body in bodies():
+    table, _, engine = pfw._event_table(body)
+    assert engine == {parser!r}, engine
+    n += pc.sum(pc.equal(table.column("ph"), 1)).as_py() or 0
+print(n)
+"""
+
+
 #: the child programs: argv[1:] are the files; each prints the number of events (complete events) it parsed
 PROGRAMS = {
     "pyarrow": _BODIES + """
@@ -95,19 +115,16 @@ for path in sys.argv[1:]:
     n += pc.sum(pc.equal(table.column("ph"), 1)).as_py() or 0
 print(n)
 """,
-    "duckdb lines": _BODIES + """
-import pyarrow.compute as pc
-from trace_merge.readers import pfw
-pfw.DUCKDB_MIN_BYTES = 0  # DuckDB however small the files (the reader hands small bodies to pyarrow)
-n = 0
-for body in bodies():
-    table, _, engine = pfw._event_table(body)
-    assert engine == "duckdb", engine
-    n += pc.sum(pc.equal(table.column("ph"), 1)).as_py() or 0
-print(n)
-""",
+    "duckdb lines": _lines_program("duckdb"),
+    "scan lines": _lines_program("scan"),
     "reader": """
 import sys
+from trace_merge.readers import pfw
+print(sum(len(pfw.read(p).frame) for p in sys.argv[1:]))
+""",
+    "reader, duckdb": """
+import os, sys
+os.environ["TRACE_MERGE_PARSER"] = "duckdb"
 from trace_merge.readers import pfw
 print(sum(len(pfw.read(p).frame) for p in sys.argv[1:]))
 """,

@@ -993,6 +993,24 @@ def _parse_arrow(body: "bytes | memoryview", state: _State) -> "tuple[Optional[_
         return None, "lines"
 
 
+def _event_schema(ph_is_str: bool, number: "pa.DataType") -> "pa.Schema":
+    """The fields the fast parsers read of each event line, ``ts`` and ``dur`` as ``number``."""
+    import pyarrow as pa
+
+    args_type = pa.struct(
+        [(k, pa.int64()) for k in _INT_ARGS]
+        + [(k, pa.string()) for k in _STR_ARGS]
+        + [("name", pa.string()), ("value", pa.string())]
+    )
+    return pa.schema(
+        [
+            ("name", pa.string()), ("cat", pa.string()), ("ph", pa.string() if ph_is_str else pa.int64()),
+            ("pid", pa.int64()), ("tid", pa.int64()),
+            ("ts", number), ("dur", number), ("args", args_type),
+        ]
+    )
+
+
 def _event_table(body: "bytes | memoryview") -> "tuple[pa.Table, bool, str]":
     """The event lines as a table of the reader's fixed schema, whether ``ph`` is a string, and the engine."""
     import pyarrow as pa
@@ -1001,20 +1019,9 @@ def _event_table(body: "bytes | memoryview") -> "tuple[pa.Table, bool, str]":
     head = bytes(body[:65536])
     at = head.find(b'"ph":')
     ph_is_str = at != -1 and head[at + 5 : at + 7].lstrip()[:1] == b'"'
-    args_type = pa.struct(
-        [(k, pa.int64()) for k in _INT_ARGS]
-        + [(k, pa.string()) for k in _STR_ARGS]
-        + [("name", pa.string()), ("value", pa.string())]
-    )
 
     def schema(number: "pa.DataType") -> "pa.Schema":
-        return pa.schema(
-            [
-                ("name", pa.string()), ("cat", pa.string()), ("ph", pa.string() if ph_is_str else pa.int64()),
-                ("pid", pa.int64()), ("tid", pa.int64()),
-                ("ts", number), ("dur", number), ("args", args_type),
-            ]
-        )
+        return _event_schema(ph_is_str, number)
 
     def parse(number: "pa.DataType") -> "pa.Table":
         return pj.read_json(
@@ -1023,9 +1030,12 @@ def _event_table(body: "bytes | memoryview") -> "tuple[pa.Table, bool, str]":
             parse_options=pj.ParseOptions(explicit_schema=schema(number), unexpected_field_behavior="ignore"),
         )
 
-    # DFTracer writes integer ts/dur: DuckDB parses those with 23 % less CPU than pyarrow (docs/partitioned.md).
-    # What it cannot read exactly goes to pyarrow: int64 first (~10 % faster than exact decimals, no cast),
-    # then decimals for fractional or huge values.
+    # DFTracer writes integer ts/dur: the native scanner reads those at a fifth of DuckDB's CPU time, and DuckDB
+    # with 23 % less than pyarrow (docs/partitioned.md). What one cannot read exactly goes to the next: pyarrow
+    # last, int64 first (~10 % faster than exact decimals, no cast), then decimals for fractional or huge values.
+    table = _scanned_table(body, schema(pa.int64()))
+    if table is not None:
+        return table, ph_is_str, "scan"
     table = _duckdb_table(body, schema(pa.int64()))
     if table is not None:
         return table, ph_is_str, "duckdb"
@@ -1113,9 +1123,54 @@ def _arrow_columns(table: "pa.Table", ph_is_str: bool, state: _State) -> Optiona
     )
 
 
-#: ``False`` when ``duckdb`` is not installed, or with ``TRACE_MERGE_PARSER=pyarrow`` in the environment (pool
-#: workers inherit it; benchmarks/perf/parse_engines.py compares the two)
-USE_DUCKDB = os.environ.get("TRACE_MERGE_PARSER", "duckdb") != "pyarrow"
+#: the first parser to try: ``scan`` (the native scanner, then DuckDB, then pyarrow), ``duckdb`` or ``pyarrow``,
+#: from ``TRACE_MERGE_PARSER`` in the environment (pool workers inherit it; benchmarks/perf/parse_engines.py
+#: compares them)
+_FIRST_PARSER = os.environ.get("TRACE_MERGE_PARSER", "scan")
+#: ``False`` when the scanner was not compiled (no C compiler at install), or another parser is asked for first
+USE_SCANNER = _FIRST_PARSER == "scan"
+#: ``False`` when ``duckdb`` is not installed, or with ``TRACE_MERGE_PARSER=pyarrow``
+USE_DUCKDB = _FIRST_PARSER != "pyarrow"
+
+
+def _scanned_table(body: "bytes | memoryview", schema: "pa.Schema") -> "Optional[pa.Table]":
+    """The event lines of ``body`` in ``schema``, read by the native scanner (``_pfwscan.c``), or ``None`` where
+    it declines: anything it cannot read exactly as DuckDB and pyarrow would (an escaped string, a wanted field of
+    another JSON type, a number that is not a plain int64 integer, a line that is not one JSON object...).
+
+    The scanner validates every line as JSON and keeps only the schema's fields, as Arrow buffers wrapped here
+    without a copy.
+    """
+    global USE_SCANNER
+    if not USE_SCANNER:
+        return None
+    try:
+        from trace_merge.readers import _pfwscan
+    except ImportError:  # installed without a C compiler
+        USE_SCANNER = False
+        return None
+    import pyarrow as pa
+
+    top = [f for f in schema if f.name != "args"]
+    args_type = schema.field("args").type
+
+    def wanted(fields: "list[pa.Field]") -> "tuple[tuple[bytes, bool], ...]":
+        return tuple((f.name.encode(), pa.types.is_string(f.type)) for f in fields)
+
+    scanned = _pfwscan.scan(body, wanted(top), wanted(list(args_type)), MAX_LINE_BYTES)
+    if scanned is None:
+        return None
+    rows, top_columns, args_bitmap, args_nulls, args_columns = scanned
+
+    def array(kind: "pa.DataType", bitmap: bytes, nulls: int, *buffers: bytes, children=None) -> "pa.Array":
+        validity = pa.py_buffer(bitmap) if nulls else None
+        return pa.Array.from_buffers(kind, rows, [validity, *map(pa.py_buffer, buffers)], null_count=nulls,
+                                     children=children)
+
+    columns = {f.name: array(f.type, *c) for f, c in zip(top, top_columns)}
+    columns["args"] = array(args_type, args_bitmap, args_nulls,
+                            children=[array(f.type, *c) for f, c in zip(args_type, args_columns)])
+    return pa.Table.from_arrays([columns[f.name] for f in schema], schema=schema)
 #: bodies smaller than this go to pyarrow: a DuckDB call costs ~12 ms before its first line (a connection, the
 #: query), pyarrow is faster below ~4 MB of text (measured), and a small run does not import DuckDB at all
 DUCKDB_MIN_BYTES = 8 << 20
@@ -1161,7 +1216,7 @@ def _duckdb_table(body: "bytes | memoryview", schema: "pa.Schema") -> "Optional[
         parsed = con.sql(f"SELECT unnest(from_json(line, '{as_text(pa.struct(list(schema)))}')) FROM lines"
                          ).fetch_arrow_table()
         return parsed.cast(schema)
-    except (duckdb.Error, pa.ArrowInvalid, pa.ArrowNotImplementedError) as err:
+    except (duckdb.Error, pa.ArrowInvalid, pa.ArrowNotImplementedError, UnicodeDecodeError) as err:  # invalid UTF-8
         log.debug("DuckDB cannot read these lines exactly (%s); using pyarrow", err)
         return None
     finally:

@@ -1,0 +1,412 @@
+/* The DFTracer event lines of a text block, scanned straight into Arrow buffers.
+ *
+ * A DFTracer trace is one JSON object per line, and the reader wants a dozen fields of each: integers (pid, tid,
+ * ts, dur, args.size...) and strings (name, cat, args.fhash...). A general JSON parser builds every value and then
+ * the reader picks; this scanner validates each line as JSON and keeps only the wanted fields, as Arrow buffers
+ * (int64 values, string offsets and data, validity bitmaps) that pyarrow wraps without a copy.
+ *
+ * It is exact or it declines: whatever it cannot read exactly as the reader's other parsers would (a line that is
+ * not one JSON object, an escaped string or key, a wanted field of another JSON type, a number that is not a plain
+ * int64 integer, a wanted key twice, invalid UTF-8, a line too long) makes scan() return None, and the reader
+ * parses the block as before (DuckDB, then pyarrow, then line by line, each naming what it skips).
+ *
+ * scan(body, top_fields, arg_fields, max_line) -> None | (rows, top_columns, args_bitmap, args_nulls, arg_columns)
+ *   top_fields / arg_fields: tuples of (key: bytes, is_string: bool), the columns wanted at the top level and in
+ *   "args"; each column comes back as (bitmap, nulls, values) for an integer, (bitmap, nulls, offsets, data) for a
+ *   string (int32 offsets), all bytes.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_FIELDS 32
+#define MAX_DEPTH 64
+
+typedef struct {
+    const char *key;
+    Py_ssize_t key_len;
+    int is_string;
+    PyObject *bitmap, *values;  /* bytes: validity bitmap; int64 values or int32 offsets */
+    uint8_t *bits;
+    int64_t *ints;
+    int32_t *offsets;
+    char *data;                 /* string data, grown by realloc, copied out at the end */
+    Py_ssize_t data_len, data_cap, nulls;
+    Py_ssize_t last_row;        /* the row this column was last set in: a key twice on a line declines */
+} Column;
+
+typedef struct {
+    Column cols[MAX_FIELDS];
+    int n;
+} Columns;
+
+/* plain[c]: a byte a string holds as itself (printable ASCII but '"' and '\\'), filled by the module's init */
+static unsigned char plain[256];
+
+static inline const char *skip_ws(const char *p, const char *e) {
+    while (p < e && (*p == ' ' || *p == '\t' || *p == '\r')) p++;
+    return p;
+}
+
+/* A JSON string starting at *pp (on the quote). Sets its contents [*s, *s + *len) and whether it holds an
+ * escape; returns 0 when it is not valid JSON (unterminated, control character, bad escape, invalid UTF-8). */
+static int scan_string(const char **pp, const char *e, const char **s, Py_ssize_t *len, int *escaped) {
+    const unsigned char *p = (const unsigned char *)*pp + 1, *end = (const unsigned char *)e;
+    const unsigned char *start = p;
+    *escaped = 0;
+    while (p < end) {
+        while (p < end && plain[*p]) p++;  /* the common case: printable ASCII */
+        if (p >= end) break;
+        unsigned char c = *p;
+        if (c == '"') {
+            *s = (const char *)start;
+            *len = (const char *)p - (const char *)start;
+            *pp = (const char *)p + 1;
+            return 1;
+        }
+        if (c < 0x20) return 0;
+        if (c == '\\') {
+            *escaped = 1;
+            if (p + 1 >= end) return 0;
+            c = p[1];
+            if (c == 'u') {
+                unsigned code = 0;
+                if (p + 6 > end) return 0;
+                for (int i = 2; i < 6; i++) {
+                    unsigned h = p[i];
+                    if (h >= '0' && h <= '9') code = code * 16 + (h - '0');
+                    else if ((h | 32) >= 'a' && (h | 32) <= 'f') code = code * 16 + ((h | 32) - 'a' + 10);
+                    else return 0;
+                }
+                if (code >= 0xD800 && code <= 0xDFFF) return 0;  /* parsers differ on a lone surrogate */
+                p += 6;
+            } else if (c == '"' || c == '\\' || c == '/' || c == 'b' || c == 'f' || c == 'n' || c == 'r' || c == 't') {
+                p += 2;
+            } else {
+                return 0;
+            }
+            continue;
+        }
+        if (c < 0x80) { p++; continue; }
+        /* UTF-8: the lead byte's sequence length, continuation bytes, no overlongs, surrogates or > U+10FFFF */
+        int n;
+        uint32_t cp;
+        if (c >= 0xC2 && c <= 0xDF) { n = 1; cp = c & 0x1F; }
+        else if (c >= 0xE0 && c <= 0xEF) { n = 2; cp = c & 0x0F; }
+        else if (c >= 0xF0 && c <= 0xF4) { n = 3; cp = c & 0x07; }
+        else return 0;
+        if (p + n >= end) return 0;
+        for (int i = 1; i <= n; i++) {
+            if ((p[i] & 0xC0) != 0x80) return 0;
+            cp = (cp << 6) | (p[i] & 0x3F);
+        }
+        if ((n == 2 && (cp < 0x800 || (cp >= 0xD800 && cp <= 0xDFFF))) || (n == 3 && (cp < 0x10000 || cp > 0x10FFFF)))
+            return 0;
+        p += n + 1;
+    }
+    return 0;
+}
+
+/* A JSON number at *pp. Sets *is_int (no fraction nor exponent, and fits int64) and *value; 0 when invalid. */
+static int scan_number(const char **pp, const char *e, int *is_int, int64_t *value) {
+    const char *p = *pp;
+    int negative = 0, overflow = 0;
+    uint64_t v = 0;
+    if (p < e && *p == '-') { negative = 1; p++; }
+    if (p >= e || *p < '0' || *p > '9') return 0;
+    if (*p == '0') {
+        p++;
+    } else {
+        while (p < e && *p >= '0' && *p <= '9') {
+            unsigned d = (unsigned)(*p - '0');
+            if (v > (UINT64_MAX - d) / 10) overflow = 1; else v = v * 10 + d;
+            p++;
+        }
+    }
+    *is_int = 1;
+    if (p < e && *p == '.') {
+        *is_int = 0;
+        p++;
+        if (p >= e || *p < '0' || *p > '9') return 0;
+        while (p < e && *p >= '0' && *p <= '9') p++;
+    }
+    if (p < e && (*p == 'e' || *p == 'E')) return 0;  /* parsers differ on 1e999: the others decide */
+    if (overflow || (!negative && v > (uint64_t)INT64_MAX) || (negative && v > (uint64_t)INT64_MAX + 1)) *is_int = 0;
+    if (*is_int) *value = negative ? (int64_t)(0 - v) : (int64_t)v;
+    *pp = p;
+    return 1;
+}
+
+static int literal(const char **pp, const char *e, const char *word, size_t n) {
+    if ((size_t)(e - *pp) < n || memcmp(*pp, word, n) != 0) return 0;
+    *pp += n;
+    return 1;
+}
+
+/* Any JSON value at *pp, validated and passed over; 0 when invalid or nested deeper than MAX_DEPTH. */
+static int skip_value(const char **pp, const char *e, int depth) {
+    const char *p = skip_ws(*pp, e);
+    if (p >= e) return 0;
+    const char *s;
+    Py_ssize_t len;
+    int flag;
+    int64_t v;
+    switch (*p) {
+    case '"':
+        if (!scan_string(&p, e, &s, &len, &flag)) return 0;
+        break;
+    case '{':
+    case '[': {
+        char close = *p == '{' ? '}' : ']';
+        if (depth >= MAX_DEPTH) return 0;
+        p = skip_ws(p + 1, e);
+        if (p < e && *p == close) { p++; break; }
+        for (;;) {
+            if (close == '}') {
+                if (p >= e || *p != '"' || !scan_string(&p, e, &s, &len, &flag)) return 0;
+                p = skip_ws(p, e);
+                if (p >= e || *p != ':') return 0;
+                p++;
+            }
+            if (!skip_value(&p, e, depth + 1)) return 0;
+            p = skip_ws(p, e);
+            if (p < e && *p == ',') { p = skip_ws(p + 1, e); continue; }
+            if (p < e && *p == close) { p++; break; }
+            return 0;
+        }
+        break;
+    }
+    case 't': if (!literal(&p, e, "true", 4)) return 0; break;
+    case 'f': if (!literal(&p, e, "false", 5)) return 0; break;
+    case 'n': if (!literal(&p, e, "null", 4)) return 0; break;
+    default:
+        if (!scan_number(&p, e, &flag, &v)) return 0;
+    }
+    *pp = p;
+    return 1;
+}
+
+static Column *find(Columns *cs, const char *key, Py_ssize_t len) {
+    for (int i = 0; i < cs->n; i++) {
+        const Column *c = &cs->cols[i];
+        if (c->key_len != len || c->key[0] != key[0]) continue;
+        Py_ssize_t k = 1;
+        while (k < len && c->key[k] == key[k]) k++;
+        if (k == len) return &cs->cols[i];
+    }
+    return NULL;
+}
+
+/* The value of a wanted field into its column, row `row`; 0 declines (another type, escaped, not int64...). */
+static int take(Column *c, const char **pp, const char *e, Py_ssize_t row) {
+    const char *p = *pp;
+    if (c->last_row == row) return 0;
+    c->last_row = row;
+    if (p < e && *p == 'n') {
+        if (!literal(&p, e, "null", 4)) return 0;
+        *pp = p;
+        return 1;  /* its validity bit stays 0 */
+    }
+    if (c->is_string) {
+        const char *s;
+        Py_ssize_t len;
+        int escaped;
+        if (p >= e || *p != '"' || !scan_string(&p, e, &s, &len, &escaped) || escaped) return 0;
+        if (c->data_len + len > INT32_MAX) return 0;
+        if (c->data_len + len > c->data_cap) {
+            Py_ssize_t cap = c->data_cap * 2 > c->data_len + len ? c->data_cap * 2 : c->data_len + len + 4096;
+            char *grown = realloc(c->data, (size_t)cap);
+            if (grown == NULL) return 0;
+            c->data = grown;
+            c->data_cap = cap;
+        }
+        memcpy(c->data + c->data_len, s, (size_t)len);
+        c->data_len += len;
+    } else {
+        int is_int;
+        int64_t v;
+        if (!scan_number(&p, e, &is_int, &v) || !is_int) return 0;
+        c->ints[row] = v;
+    }
+    c->bits[row >> 3] |= (uint8_t)(1u << (row & 7));
+    *pp = p;
+    return 1;
+}
+
+/* Closes row `row` of every column: a column not set on it is null. */
+static void end_row(Columns *cs, Py_ssize_t row) {
+    for (int i = 0; i < cs->n; i++) {
+        Column *c = &cs->cols[i];
+        if (!(c->bits[row >> 3] & (1u << (row & 7)))) {
+            c->nulls++;
+            if (!c->is_string) c->ints[row] = 0;
+        }
+        if (c->is_string) c->offsets[row + 1] = (int32_t)c->data_len;
+    }
+}
+
+/* One object's members at *pp (just after its '{'), wanted ones into `cs`, row `row`. With `args` given, the
+ * member "args" is scanned into it (an object, or null). 0 declines. */
+static int scan_object(const char **pp, const char *e, Columns *cs, Columns *args, uint8_t *args_bits,
+                       Py_ssize_t *args_seen, Py_ssize_t row) {
+    const char *p = skip_ws(*pp, e), *key;
+    Py_ssize_t key_len;
+    int escaped;
+    if (p < e && *p == '}') { *pp = p + 1; return 1; }
+    for (;;) {
+        if (p >= e || *p != '"' || !scan_string(&p, e, &key, &key_len, &escaped) || escaped) return 0;
+        p = skip_ws(p, e);
+        if (p >= e || *p != ':') return 0;
+        p = skip_ws(p + 1, e);
+        Column *c = find(cs, key, key_len);
+        if (c != NULL) {
+            if (!take(c, &p, e, row)) return 0;
+        } else if (args != NULL && key_len == 4 && memcmp(key, "args", 4) == 0) {
+            if (*args_seen == row) return 0;
+            *args_seen = row;
+            if (p < e && *p == '{') {
+                p++;
+                if (!scan_object(&p, e, args, NULL, NULL, NULL, row)) return 0;
+                args_bits[row >> 3] |= (uint8_t)(1u << (row & 7));
+            } else if (!literal(&p, e, "null", 4)) {
+                return 0;
+            }
+        } else if (!skip_value(&p, e, 1)) {
+            return 0;
+        }
+        p = skip_ws(p, e);
+        if (p < e && *p == ',') { p = skip_ws(p + 1, e); continue; }
+        if (p < e && *p == '}') { *pp = p + 1; return 1; }
+        return 0;
+    }
+}
+
+static void release(Columns *cs) {
+    for (int i = 0; i < cs->n; i++) {
+        Py_XDECREF(cs->cols[i].bitmap);
+        Py_XDECREF(cs->cols[i].values);
+        free(cs->cols[i].data);
+    }
+}
+
+/* The columns for `fields` ((key, is_string) pairs), with room for `rows` rows; 0 on error (exception set). */
+static int setup(Columns *cs, PyObject *fields, Py_ssize_t rows) {
+    if (!PyTuple_Check(fields) || PyTuple_GET_SIZE(fields) > MAX_FIELDS) {
+        PyErr_SetString(PyExc_ValueError, "fields: a tuple of at most 32 (key, is_string) pairs");
+        return 0;
+    }
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(fields); i++) {
+        Column *c = &cs->cols[cs->n];
+        PyObject *pair = PyTuple_GET_ITEM(fields, i);
+        char *key;
+        if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2 ||
+            PyBytes_AsStringAndSize(PyTuple_GET_ITEM(pair, 0), &key, &c->key_len) < 0) {
+            PyErr_SetString(PyExc_ValueError, "fields: (key: bytes, is_string: bool) pairs");
+            return 0;
+        }
+        c->key = key;
+        c->is_string = PyObject_IsTrue(PyTuple_GET_ITEM(pair, 1));
+        c->last_row = -1;
+        cs->n++;
+        c->bitmap = PyBytes_FromStringAndSize(NULL, (rows + 7) / 8);
+        c->values = PyBytes_FromStringAndSize(NULL, c->is_string ? (rows + 1) * 4 : rows * 8);
+        if (c->bitmap == NULL || c->values == NULL) return 0;
+        c->bits = (uint8_t *)PyBytes_AS_STRING(c->bitmap);
+        memset(c->bits, 0, (size_t)(rows + 7) / 8);
+        if (c->is_string) {
+            c->offsets = (int32_t *)PyBytes_AS_STRING(c->values);
+            c->offsets[0] = 0;
+        } else {
+            c->ints = (int64_t *)PyBytes_AS_STRING(c->values);
+        }
+    }
+    return 1;
+}
+
+static PyObject *results(Columns *cs, Py_ssize_t rows) {
+    PyObject *out = PyTuple_New(cs->n);
+    if (out == NULL) return NULL;
+    for (int i = 0; i < cs->n; i++) {
+        Column *c = &cs->cols[i];
+        PyObject *col;
+        if (c->is_string) {
+            PyObject *data = PyBytes_FromStringAndSize(c->data ? c->data : "", c->data_len);
+            if (data == NULL) { Py_DECREF(out); return NULL; }
+            col = Py_BuildValue("(OnON)", c->bitmap, c->nulls, c->values, data);
+        } else {
+            col = Py_BuildValue("(OnO)", c->bitmap, c->nulls, c->values);
+        }
+        if (col == NULL) { Py_DECREF(out); return NULL; }
+        PyTuple_SET_ITEM(out, i, col);
+    }
+    (void)rows;
+    return out;
+}
+
+static PyObject *scan(PyObject *self, PyObject *args_in) {
+    (void)self;
+    Py_buffer view;
+    PyObject *top_fields, *arg_fields, *out = NULL;
+    Py_ssize_t max_line;
+    if (!PyArg_ParseTuple(args_in, "y*OOn", &view, &top_fields, &arg_fields, &max_line)) return NULL;
+    const char *text = view.buf, *end = text + view.len;
+    Py_ssize_t rows = 0;
+    for (const char *p = text; p < end; rows++) {
+        const char *nl = memchr(p, '\n', (size_t)(end - p));
+        p = nl ? nl + 1 : end;
+    }
+    Columns top, args;
+    PyObject *args_bitmap = NULL;
+    memset(&top, 0, sizeof top);
+    memset(&args, 0, sizeof args);
+    int ok = setup(&top, top_fields, rows) && setup(&args, arg_fields, rows);
+    if (ok) {
+        args_bitmap = PyBytes_FromStringAndSize(NULL, (rows + 7) / 8);
+        ok = args_bitmap != NULL;
+    }
+    if (!ok) goto done;
+    uint8_t *args_bits = (uint8_t *)PyBytes_AS_STRING(args_bitmap);
+    memset(args_bits, 0, (size_t)(rows + 7) / 8);
+    Py_ssize_t args_seen = -1, args_nulls = 0, row = 0;
+    int declined = view.len == 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (const char *p = text; p < end && !declined; row++) {
+        const char *nl = memchr(p, '\n', (size_t)(end - p)), *e = nl ? nl : end;
+        if ((nl ? nl + 1 : end) - p > max_line || *p != '{') { declined = 1; break; }
+        p++;
+        if (!scan_object(&p, e, &top, &args, args_bits, &args_seen, row) || skip_ws(p, e) != e) { declined = 1; break; }
+        end_row(&top, row);
+        end_row(&args, row);
+        if (!(args_bits[row >> 3] & (1u << (row & 7)))) args_nulls++;
+        p = nl ? nl + 1 : end;
+    }
+    Py_END_ALLOW_THREADS
+    if (declined) {
+        out = Py_None;
+        Py_INCREF(out);
+        goto done;
+    }
+    PyObject *top_out = results(&top, rows), *args_out = top_out ? results(&args, rows) : NULL;
+    if (top_out && args_out) out = Py_BuildValue("(nNOnN)", rows, top_out, args_bitmap, args_nulls, args_out);
+    else { Py_XDECREF(top_out); Py_XDECREF(args_out); }
+done:
+    release(&top);
+    release(&args);
+    Py_XDECREF(args_bitmap);
+    PyBuffer_Release(&view);
+    return out;
+}
+
+static PyMethodDef methods[] = {
+    {"scan", scan, METH_VARARGS, "The wanted fields of a block of DFTracer event lines as Arrow buffers, or None."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_pfwscan", NULL, -1, methods};
+
+PyMODINIT_FUNC PyInit__pfwscan(void) {
+    for (int c = 0x20; c < 0x80; c++) plain[c] = c != '"' && c != '\\';
+    return PyModule_Create(&module);
+}
