@@ -40,7 +40,16 @@ typedef struct {
 typedef struct {
     Column cols[MAX_FIELDS];
     int n;
+    /* by_hash[key_hash(key)]: 0 no wanted key has that hash (the key is passed over), c + 1 column c, or
+     * COLLIDED: look through them all */
+    unsigned char by_hash[256];
 } Columns;
+
+#define COLLIDED 255
+
+static inline unsigned key_hash(const char *key, Py_ssize_t len) {
+    return len ? ((unsigned)len * 7u + (unsigned char)key[0] + (unsigned char)key[len - 1] * 3u) & 255u : 0u;
+}
 
 /* plain[c]: a byte a string holds as itself (printable ASCII but '"' and '\\'), filled by the module's init */
 static unsigned char plain[256];
@@ -188,14 +197,20 @@ static int skip_value(const char **pp, const char *e, int depth) {
     return 1;
 }
 
+static inline int same_key(const Column *c, const char *key, Py_ssize_t len) {
+    if (c->key_len != len) return 0;
+    for (Py_ssize_t k = 0; k < len; k++)
+        if (c->key[k] != key[k]) return 0;
+    return 1;
+}
+
+/* The wanted column of this key, or NULL: most keys are told apart by their hash alone. */
 static Column *find(Columns *cs, const char *key, Py_ssize_t len) {
-    for (int i = 0; i < cs->n; i++) {
-        const Column *c = &cs->cols[i];
-        if (c->key_len != len || c->key[0] != key[0]) continue;
-        Py_ssize_t k = 1;
-        while (k < len && c->key[k] == key[k]) k++;
-        if (k == len) return &cs->cols[i];
-    }
+    unsigned slot = cs->by_hash[key_hash(key, len)];
+    if (slot == 0) return NULL;
+    if (slot != COLLIDED) return same_key(&cs->cols[slot - 1], key, len) ? &cs->cols[slot - 1] : NULL;
+    for (int i = 0; i < cs->n; i++)
+        if (same_key(&cs->cols[i], key, len)) return &cs->cols[i];
     return NULL;
 }
 
@@ -307,6 +322,8 @@ static int setup(Columns *cs, PyObject *fields, Py_ssize_t rows) {
             return 0;
         }
         c->key = key;
+        unsigned h = key_hash(key, c->key_len);
+        cs->by_hash[h] = cs->by_hash[h] ? COLLIDED : (unsigned char)(cs->n + 1);
         c->is_string = PyObject_IsTrue(PyTuple_GET_ITEM(pair, 1));
         c->last_row = -1;
         cs->n++;
