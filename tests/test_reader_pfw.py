@@ -273,7 +273,8 @@ _EVENT = ('{"id":1,"name":"pread","cat":"POSIX","pid":7,"tid":8,"ts":17000000000
     '{}',
     '{"name":"x","ts":-9223372036854775808,"dur":9223372036854775807,"ph":1,"args":{"offset":-0}}',
     '{"name":"x","ts":1,"dur":1,"ph":1,"id":[1,2.5,{"a":[true,false,null]},"q\\"\\u00e9"],'
-    '"args":{"cmd":"a\\nb","tags":{"k":[{"x":-0.5}]},"level":1.25,"ok":true}}',  # unknown values of every kind
+    '"args":{"cmd":"a\\nb","tags":{"k":[{"x":-0.5}]},"level":1.25,"ok":true,"image_size":1.04858e+06,'
+    '"tiny":-2E-07,"big":12345678901234567890123}}',  # unknown values of every kind (DLIO writes sizes as 1e+06)
 ], ids=["dftracer", "utf8", "whitespace", "nulls", "no-args", "null-args", "empty", "int64-extremes", "unknown"])
 def test_the_scanner_reads_these_lines_exactly_as_duckdb(line: str, monkeypatch: pytest.MonkeyPatch) -> None:
     scanned, duck = _both_tables([_EVENT, line, line], monkeypatch)
@@ -299,7 +300,8 @@ def test_the_scanner_reads_string_ph_and_a_last_line_without_newline(monkeypatch
     ('"level":2', '"level":2},"args":{"ret":1'),       # "args" twice
     ('"args":{', '"x":{"args":1},"args":{'),           # (an "args" inside an unknown value is not it: read)
     ('"level":2', '"level":"\\ud800"'),              # a lone surrogate, even where unread
-    ('"level":2', '"level":1e999'),                    # an exponent, even where unread
+    ('"level":2', '"level":1e999'),                    # where a double may overflow, even where unread
+    ('"level":2', '"level":' + "9" * 201 + 'e1'),
     ('"level":2', '"level":' + "[" * 70 + "]" * 70),  # too deep
     ('"level":2', '"level":"a\tb"'),                  # a control character in a string
     ('"level":2}}', '"level":2}} x'),                  # after the object
@@ -307,7 +309,7 @@ def test_the_scanner_reads_string_ph_and_a_last_line_without_newline(monkeypatch
     ('"args":{', '"args":['),
     ('{"id"', ' {"id"'),                               # indented
 ], ids=["escaped", "number-as-name", "string-int", "float", "bool", "exponent", "too-big", "leading-zero",
-        "duplicate", "duplicate-args", "nested-args", "surrogate", "unread-exponent", "deep", "control",
+        "duplicate", "duplicate-args", "nested-args", "surrogate", "unread-1e999", "unread-long-1e1", "deep", "control",
         "trailing", "truncated", "args-array", "indented"])
 def test_the_scanner_declines_what_it_cannot_read_exactly(edit, monkeypatch: pytest.MonkeyPatch) -> None:
     """Declined, the body goes to DuckDB, pyarrow or the line parser as before: what the scanner does read is equal

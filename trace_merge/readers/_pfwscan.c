@@ -125,6 +125,7 @@ static int scan_number(const char **pp, const char *e, int *is_int, int64_t *val
     uint64_t v = 0;
     if (p < e && *p == '-') { negative = 1; p++; }
     if (p >= e || *p < '0' || *p > '9') return 0;
+    const char *first = p;
     if (*p == '0') {
         p++;
     } else {
@@ -134,6 +135,7 @@ static int scan_number(const char **pp, const char *e, int *is_int, int64_t *val
             p++;
         }
     }
+    Py_ssize_t int_digits = p - first;
     *is_int = 1;
     if (p < e && *p == '.') {
         *is_int = 0;
@@ -141,7 +143,16 @@ static int scan_number(const char **pp, const char *e, int *is_int, int64_t *val
         if (p >= e || *p < '0' || *p > '9') return 0;
         while (p < e && *p >= '0' && *p <= '9') p++;
     }
-    if (p < e && (*p == 'e' || *p == 'E')) return 0;  /* parsers differ on 1e999: the others decide */
+    if (p < e && (*p == 'e' || *p == 'E')) {
+        /* DLIO writes sizes as 1.04858e+06. Parsers differ where a double overflows (1e999): an exponent of more
+         * than two digits, or more than 200 digits before the point, declines */
+        *is_int = 0;
+        p++;
+        if (p < e && (*p == '+' || *p == '-')) p++;
+        const char *digits = p;
+        while (p < e && *p >= '0' && *p <= '9') p++;
+        if (p == digits || p - digits > 2 || int_digits > 200) return 0;
+    }
     if (overflow || (!negative && v > (uint64_t)INT64_MAX) || (negative && v > (uint64_t)INT64_MAX + 1)) *is_int = 0;
     if (*is_int) *value = negative ? (int64_t)(0 - v) : (int64_t)v;
     *pp = p;
