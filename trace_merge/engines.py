@@ -116,12 +116,13 @@ class LocalPool:
         self.memory_bytes = memory_bytes or default_memory_bytes()
         self._pool: Optional[ProcessPoolExecutor] = None
 
-    def _executor(self) -> ProcessPoolExecutor:
+    def _executor(self, mmap_threshold: int) -> ProcessPoolExecutor:
         if self._pool is None:
             ctx = multiprocessing.get_context("forkserver")
             # the server dies with this process (kill -9 included), its workers with it (_one_thread_each)
             ctx.set_forkserver_preload(["trace_merge._lifeline", "trace_merge.partitioned", "trace_merge.analysis"])
-            self._pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=ctx, initializer=_one_thread_each)
+            self._pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=ctx, initializer=_one_thread_each,
+                                             initargs=(mmap_threshold,))
         return self._pool
 
     def map(self, fn: Callable, items: Sequence[Any], sizes: Optional[Sequence[int]] = None) -> list:
@@ -141,7 +142,9 @@ class LocalPool:
                 self.close()
 
     def _map(self, fn: Callable, items: list, sizes: Optional[Sequence[int]]) -> list:
-        pool = self._executor()
+        # tasks sized by rows (a rank each) hold whole columns, mapped when large; the others (a file each) stream
+        # blocks, reused from the heap (its workers end with the wave: the heap they keep is not the rank wave's)
+        pool = self._executor(WORKER_MMAP_THRESHOLD if sizes is not None else STREAMING_MMAP_THRESHOLD)
         need = [task_bytes(n) for n in sizes] if sizes is not None else [0] * len(items)
         order = sorted(range(len(items)), key=lambda i: -need[i])  # largest first: the tail is short
         results: list = [None] * len(items)
@@ -246,10 +249,11 @@ def _worker_died(item: Any) -> TraceInputError:
                                  "--workers 1 or --memory-limit lowers the memory in use)")
 
 
-def _one_thread_each() -> None:
+def _one_thread_each(mmap_threshold: int = 0) -> None:
     """In a pool worker: die with the forkserver, Arrow parses with one thread (the pool's processes already use
     every core; measured on a DFTracer trace, threads cost 18 % more CPU for the same parse), and glibc's malloc
-    keeps at most :data:`WORKER_MALLOC_ARENAS` arenas and reuses what a task freed (:data:`WORKER_MMAP_THRESHOLD`)."""
+    keeps at most :data:`WORKER_MALLOC_ARENAS` arenas and reuses what a task freed below ``mmap_threshold`` bytes
+    (default :data:`WORKER_MMAP_THRESHOLD`; :data:`STREAMING_MMAP_THRESHOLD` for the ingest wave)."""
     import ctypes
 
     import pyarrow as pa
@@ -263,7 +267,7 @@ def _one_thread_each() -> None:
     try:
         libc = ctypes.CDLL("libc.so.6")
         libc.mallopt(_M_ARENA_MAX, WORKER_MALLOC_ARENAS)
-        libc.mallopt(_M_MMAP_THRESHOLD, WORKER_MMAP_THRESHOLD)
+        libc.mallopt(_M_MMAP_THRESHOLD, mmap_threshold or WORKER_MMAP_THRESHOLD)
         libc.mallopt(_M_TRIM_THRESHOLD, WORKER_TRIM_THRESHOLD)
     except (OSError, AttributeError):  # not glibc
         pass
@@ -282,6 +286,9 @@ WORKER_MALLOC_ARENAS = 2
 #: (at 256 MiB, the 20 M-event summary's peak PSS was 1039-1058 MiB; at 16 MiB 952-966 MiB, 1.04x the time,
 #: farm-bench, 3 pairs; at 50 M events 1900 MiB against 2104; the 5 M-event summary's columns stay below it: 0.99x)
 WORKER_MMAP_THRESHOLD = 16 << 20
+#: the same for the tasks that read a file in blocks of 16 MiB and more (the ingest wave, unsized): each block mapped
+#: afresh paid its page faults again, 7 % of an ingest task's CPU (0.59 CPU-s against 0.635 for a 620 k-event file)
+STREAMING_MMAP_THRESHOLD = 256 << 20
 #: free memory at the top of the heap kept for the task's next arrays instead of being handed back at once
 WORKER_TRIM_THRESHOLD = 128 << 20
 _M_ARENA_MAX, _M_MMAP_THRESHOLD, _M_TRIM_THRESHOLD = -8, -3, -1  # mallopt's parameter numbers (malloc.h)
