@@ -295,6 +295,7 @@ def test_the_scanner_reads_string_ph_and_a_last_line_without_newline(monkeypatch
     ('"name":"pread"', '"name":7'),                    # a wanted string of another type: DuckDB makes it "7"
     ('"pid":7', '"pid":"7"'), ('"pid":7', '"pid":7.0'), ('"pid":7', '"pid":true'), ('"pid":7', '"pid":7e0'),
     ('"pid":7', '"pid":9223372036854775808'),          # beyond int64
+    ('"pid":7', '"pid":-9223372036854775809'), ('"pid":7', '"pid":18446744073709551616'),  # (2^64 wraps to 0)
     ('"pid":7', '"pid":07'),                           # not JSON
     ('"tid":8', '"tid":8,"pid":9'),                    # a wanted key twice
     ('"level":2', '"level":2},"args":{"ret":1'),       # "args" twice
@@ -308,7 +309,7 @@ def test_the_scanner_reads_string_ph_and_a_last_line_without_newline(monkeypatch
     ('"level":2}}', '"level":2}'),                     # cut short
     ('"args":{', '"args":['),
     ('{"id"', ' {"id"'),                               # indented
-], ids=["escaped", "number-as-name", "string-int", "float", "bool", "exponent", "too-big", "leading-zero",
+], ids=["escaped", "number-as-name", "string-int", "float", "bool", "exponent", "too-big", "below-int64", "2^64", "leading-zero",
         "duplicate", "duplicate-args", "nested-args", "surrogate", "unread-1e999", "unread-long-1e1", "deep", "control",
         "trailing", "truncated", "args-array", "indented"])
 def test_the_scanner_declines_what_it_cannot_read_exactly(edit, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -21,12 +21,17 @@
 #include <stdlib.h>
 #include <string.h>
 
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "the key words of same_key() assume a little-endian machine"
+#endif
+
 #define MAX_FIELDS 32
 #define MAX_DEPTH 64
 
 typedef struct {
     const char *key;
     Py_ssize_t key_len;
+    uint64_t prefix;            /* the key's bytes as a little word, zero-padded (keys of up to 8 bytes) */
     int is_string;
     PyObject *bitmap, *values;  /* bytes: validity bitmap; int64 values or int32 offsets */
     uint8_t *bits;
@@ -55,6 +60,7 @@ static inline unsigned key_hash(const char *key, Py_ssize_t len) {
 static unsigned char plain[256];
 
 static inline const char *skip_ws(const char *p, const char *e) {
+    if (p < e && (unsigned char)*p > ' ') return p;  /* the common case: compact JSON */
     while (p < e && (*p == ' ' || *p == '\t' || *p == '\r')) p++;
     return p;
 }
@@ -130,12 +136,18 @@ static int scan_number(const char **pp, const char *e, int *is_int, int64_t *val
         p++;
     } else {
         while (p < e && *p >= '0' && *p <= '9') {
-            unsigned d = (unsigned)(*p - '0');
-            if (v > (UINT64_MAX - d) / 10) overflow = 1; else v = v * 10 + d;
+            v = v * 10 + (unsigned)(*p - '0');  /* exact up to 19 digits; longer ones are checked below */
             p++;
         }
     }
     Py_ssize_t int_digits = p - first;
+    if (int_digits > 19) {
+        overflow = 1;
+    } else if (int_digits == 19) {  /* 1e18 <= v < 1e19 < 2^64: wrapped past 2^64 if the leading digits say so */
+        uint64_t top = 0;
+        for (const char *q = first; q < p - 1; q++) top = top * 10 + (unsigned)(*q - '0');
+        if (top > (UINT64_MAX - (unsigned)(p[-1] - '0')) / 10) overflow = 1;
+    }
     *is_int = 1;
     if (p < e && *p == '.') {
         *is_int = 0;
@@ -208,20 +220,28 @@ static int skip_value(const char **pp, const char *e, int depth) {
     return 1;
 }
 
-static inline int same_key(const Column *c, const char *key, Py_ssize_t len) {
+/* Whether ``key`` (``len`` bytes, inside a line that goes on to ``e``) is column ``c``'s: a key of up to 8 bytes
+ * with room after it in the line is compared as one word */
+static inline int same_key(const Column *c, const char *key, Py_ssize_t len, const char *e) {
     if (c->key_len != len) return 0;
+    if (len <= 8 && e - key >= 8) {
+        uint64_t word;
+        memcpy(&word, key, 8);
+        if (len < 8) word &= ((uint64_t)1 << (8 * len)) - 1;  /* little-endian: the key's bytes are the low ones */
+        return word == c->prefix;
+    }
     for (Py_ssize_t k = 0; k < len; k++)
         if (c->key[k] != key[k]) return 0;
     return 1;
 }
 
 /* The wanted column of this key, or NULL: most keys are told apart by their hash alone. */
-static Column *find(Columns *cs, const char *key, Py_ssize_t len) {
+static Column *find(Columns *cs, const char *key, Py_ssize_t len, const char *e) {
     unsigned slot = cs->by_hash[key_hash(key, len)];
     if (slot == 0) return NULL;
-    if (slot != COLLIDED) return same_key(&cs->cols[slot - 1], key, len) ? &cs->cols[slot - 1] : NULL;
+    if (slot != COLLIDED) return same_key(&cs->cols[slot - 1], key, len, e) ? &cs->cols[slot - 1] : NULL;
     for (int i = 0; i < cs->n; i++)
-        if (same_key(&cs->cols[i], key, len)) return &cs->cols[i];
+        if (same_key(&cs->cols[i], key, len, e)) return &cs->cols[i];
     return NULL;
 }
 
@@ -286,7 +306,7 @@ static int scan_object(const char **pp, const char *e, Columns *cs, Columns *arg
         p = skip_ws(p, e);
         if (p >= e || *p != ':') return 0;
         p = skip_ws(p + 1, e);
-        Column *c = find(cs, key, key_len);
+        Column *c = find(cs, key, key_len, e);
         if (c != NULL) {
             if (!take(c, &p, e, row)) return 0;
         } else if (args != NULL && key_len == 4 && memcmp(key, "args", 4) == 0) {
@@ -333,6 +353,8 @@ static int setup(Columns *cs, PyObject *fields, Py_ssize_t rows) {
             return 0;
         }
         c->key = key;
+        c->prefix = 0;
+        for (Py_ssize_t k = 0; k < c->key_len && k < 8; k++) c->prefix |= (uint64_t)(unsigned char)key[k] << (8 * k);
         unsigned h = key_hash(key, c->key_len);
         cs->by_hash[h] = cs->by_hash[h] ? COLLIDED : (unsigned char)(cs->n + 1);
         c->is_string = PyObject_IsTrue(PyTuple_GET_ITEM(pair, 1));
@@ -400,15 +422,20 @@ static PyObject *scan(PyObject *self, PyObject *args_in) {
     Py_ssize_t args_seen = -1, args_nulls = 0, row = 0;
     int declined = view.len == 0;
     Py_BEGIN_ALLOW_THREADS
+    /* A line's end needs no search of its own: nothing in a JSON object takes a newline (a string holding one
+     * raw is not JSON), so the scan of the object stops at it */
     for (const char *p = text; p < end && !declined; row++) {
-        const char *nl = memchr(p, '\n', (size_t)(end - p)), *e = nl ? nl : end;
-        if ((nl ? nl + 1 : end) - p > max_line || *p != '{') { declined = 1; break; }
+        const char *line = p;
+        if (*p != '{') { declined = 1; break; }
         p++;
-        if (!scan_object(&p, e, &top, &args, args_bits, &args_seen, row) || skip_ws(p, e) != e) { declined = 1; break; }
+        if (!scan_object(&p, end, &top, &args, args_bits, &args_seen, row)) { declined = 1; break; }
+        p = skip_ws(p, end);
+        if (p < end && *p != '\n') { declined = 1; break; }
+        p = p < end ? p + 1 : end;
+        if (p - line > max_line) { declined = 1; break; }
         end_row(&top, row);
         end_row(&args, row);
         if (!(args_bits[row >> 3] & (1u << (row & 7)))) args_nulls++;
-        p = nl ? nl + 1 : end;
     }
     Py_END_ALLOW_THREADS
     if (declined) {
