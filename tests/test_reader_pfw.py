@@ -252,11 +252,17 @@ def _schema(ph_is_str: bool = False):
     return pfw._event_schema(ph_is_str, pa.int64())
 
 
+def _scanned(body: bytes, ph_is_str: bool = False):
+    """The scanner's table of ``body``, its dictionary-encoded strings decoded (to compare with DuckDB's)."""
+    table = pfw._scanned_table(body, _schema(ph_is_str))
+    return None if table is None else table.cast(_schema(ph_is_str))
+
+
 def _both_tables(lines: "list[str | bytes]", monkeypatch: pytest.MonkeyPatch, ph_is_str: bool = False):
     """``lines`` as one body, read by the scanner and by DuckDB into the fast parsers' schema."""
     monkeypatch.setattr(pfw, "DUCKDB_MIN_BYTES", 0)
     body = b"\n".join(ln.encode() if isinstance(ln, str) else ln for ln in lines) + b"\n"
-    return pfw._scanned_table(body, _schema(ph_is_str)), pfw._duckdb_table(body, _schema(ph_is_str))
+    return _scanned(body, ph_is_str), pfw._duckdb_table(body, _schema(ph_is_str))
 
 
 _EVENT = ('{"id":1,"name":"pread","cat":"POSIX","pid":7,"tid":8,"ts":1700000000000000,"dur":15,"ph":1,'
@@ -286,7 +292,7 @@ def test_the_scanner_reads_string_ph_and_a_last_line_without_newline(monkeypatch
     line = _EVENT.replace('"ph":1', '"ph":"X"')
     monkeypatch.setattr(pfw, "DUCKDB_MIN_BYTES", 0)
     for body in [(line + "\n" + line).encode(), (line + "\n").encode()]:
-        scanned, duck = pfw._scanned_table(body, _schema(True)), pfw._duckdb_table(body, _schema(True))
+        scanned, duck = _scanned(body, True), pfw._duckdb_table(body, _schema(True))
         assert scanned is not None and scanned.equals(duck)
 
 
@@ -322,6 +328,23 @@ def test_the_scanner_declines_what_it_cannot_read_exactly(edit, monkeypatch: pyt
         assert scanned is not None and scanned.equals(duck)
     else:
         assert scanned is None
+
+
+def test_the_scanners_categories_are_in_the_order_arrow_encoding_gives() -> None:
+    """The scanner hands names over encoded, in order of first appearance: the reader's categories, missing values
+    filled or not, are the same as from Arrow's encoding of the plain strings (a fill first seen at the first
+    missing value, or earlier, or never before)."""
+    import pyarrow as pa
+
+    cases = [["b", None, "a", "b", "", None, "c"], ["", "b", None, "a"], ["b", "a", None, "", "a"], [None, "x"],
+             ["x", "y"], [None, None], ["a", "b", "c", None, "c"]]
+    for values in cases:
+        plain = pa.array(values, pa.string())
+        encoded = plain.dictionary_encode()
+        for fill in (None, ""):
+            want, got = pfw._categorical(plain, fill), pfw._categorical(encoded, fill)
+            assert list(got.categories) == list(want.categories), (values, fill)
+            assert got.codes.tolist() == want.codes.tolist(), (values, fill)
 
 
 def test_invalid_utf8_and_long_lines_are_declined(fake_traces: Path, tmp_path: Path,

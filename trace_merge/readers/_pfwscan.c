@@ -11,9 +11,11 @@
  * parses the block as before (DuckDB, then pyarrow, then line by line, each naming what it skips).
  *
  * scan(body, top_fields, arg_fields, max_line) -> None | (rows, top_columns, args_bitmap, args_nulls, arg_columns)
- *   top_fields / arg_fields: tuples of (key: bytes, is_string: bool), the columns wanted at the top level and in
- *   "args"; each column comes back as (bitmap, nulls, values) for an integer, (bitmap, nulls, offsets, data) for a
- *   string (int32 offsets), all bytes.
+ *   top_fields / arg_fields: tuples of (key: bytes, kind: INTEGER, STRING or DICTIONARY), the columns wanted at the
+ *   top level and in "args"; each column comes back as (bitmap, nulls, values) for an integer (int64),
+ *   (bitmap, nulls, offsets, data) for a string (int32 offsets), (bitmap, nulls, indices, offsets, data) for a
+ *   dictionary-encoded string (int32 indices into its distinct strings, in order of first appearance, as Arrow's
+ *   dictionary_encode gives them), all bytes.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -26,19 +28,23 @@
 #endif
 
 #define MAX_FIELDS 32
+enum { INTEGER = 0, STRING = 1, DICTIONARY = 2 };
 #define MAX_DEPTH 64
 
 typedef struct {
     const char *key;
     Py_ssize_t key_len;
     uint64_t prefix;            /* the key's bytes as a little word, zero-padded (keys of up to 8 bytes) */
-    int is_string;
-    PyObject *bitmap, *values;  /* bytes: validity bitmap; int64 values or int32 offsets */
+    int kind;
+    PyObject *bitmap, *values;  /* bytes: validity bitmap; int64 values, int32 offsets or int32 indices */
     uint8_t *bits;
     int64_t *ints;
-    int32_t *offsets;
+    int32_t *offsets;           /* a string's, or a dictionary's distinct strings' (grown by realloc) */
+    int32_t *indices;
     char *data;                 /* string data, grown by realloc, copied out at the end */
     Py_ssize_t data_len, data_cap, nulls;
+    int32_t *slots;             /* DICTIONARY: open addressing, -1 empty, else an index into the distinct strings */
+    Py_ssize_t n_slots, distinct, offsets_cap;
     Py_ssize_t last_row;        /* the row this column was last set in: a key twice on a line declines */
 } Column;
 
@@ -245,6 +251,63 @@ static Column *find(Columns *cs, const char *key, Py_ssize_t len, const char *e)
     return NULL;
 }
 
+/* `len` bytes at `s` added to the column's string data; 0 when it cannot grow. */
+static int append(Column *c, const char *s, Py_ssize_t len) {
+    if (c->data_len + len > INT32_MAX) return 0;
+    if (c->data_len + len > c->data_cap) {
+        Py_ssize_t cap = c->data_cap * 2 > c->data_len + len ? c->data_cap * 2 : c->data_len + len + 4096;
+        char *grown = realloc(c->data, (size_t)cap);
+        if (grown == NULL) return 0;
+        c->data = grown;
+        c->data_cap = cap;
+    }
+    memcpy(c->data + c->data_len, s, (size_t)len);
+    c->data_len += len;
+    return 1;
+}
+
+static inline uint64_t fnv1a(const char *s, Py_ssize_t len) {
+    uint64_t h = 1469598103934665603ull;
+    for (Py_ssize_t i = 0; i < len; i++) h = (h ^ (unsigned char)s[i]) * 1099511628211ull;
+    return h;
+}
+
+/* The index of the string `s` among the column's distinct strings, added when new; -1 when memory runs out. */
+static int32_t intern(Column *c, const char *s, Py_ssize_t len) {
+    if (2 * (c->distinct + 1) > c->n_slots) {  /* at most half full: grow, and place every string again */
+        Py_ssize_t n = c->n_slots ? 2 * c->n_slots : 64;
+        int32_t *slots = malloc((size_t)n * sizeof *slots);
+        if (slots == NULL || c->distinct >= INT32_MAX - 1) { free(slots); return -1; }
+        memset(slots, 0xff, (size_t)n * sizeof *slots);
+        for (int32_t d = 0; d < c->distinct; d++) {
+            uint64_t at = fnv1a(c->data + c->offsets[d], c->offsets[d + 1] - c->offsets[d]) & (uint64_t)(n - 1);
+            while (slots[at] >= 0) at = (at + 1) & (uint64_t)(n - 1);
+            slots[at] = d;
+        }
+        free(c->slots);
+        c->slots = slots;
+        c->n_slots = n;
+    }
+    uint64_t at = fnv1a(s, len) & (uint64_t)(c->n_slots - 1);
+    for (;; at = (at + 1) & (uint64_t)(c->n_slots - 1)) {
+        int32_t d = c->slots[at];
+        if (d < 0) break;
+        if (c->offsets[d + 1] - c->offsets[d] == len && memcmp(c->data + c->offsets[d], s, (size_t)len) == 0) return d;
+    }
+    if (c->distinct + 2 > c->offsets_cap) {
+        Py_ssize_t cap = c->offsets_cap * 2 + 64;
+        int32_t *grown = realloc(c->offsets, (size_t)cap * sizeof *grown);
+        if (grown == NULL) return -1;
+        c->offsets = grown;
+        c->offsets_cap = cap;
+    }
+    if (!append(c, s, len)) return -1;
+    int32_t d = (int32_t)c->distinct++;
+    c->offsets[d + 1] = (int32_t)c->data_len;
+    c->slots[at] = d;
+    return d;
+}
+
 /* The value of a wanted field into its column, row `row`; 0 declines (another type, escaped, not int64...). */
 static int take(Column *c, const char **pp, const char *e, Py_ssize_t row) {
     const char *p = *pp;
@@ -255,21 +318,18 @@ static int take(Column *c, const char **pp, const char *e, Py_ssize_t row) {
         *pp = p;
         return 1;  /* its validity bit stays 0 */
     }
-    if (c->is_string) {
+    if (c->kind != INTEGER) {
         const char *s;
         Py_ssize_t len;
         int escaped;
         if (p >= e || *p != '"' || !scan_string(&p, e, &s, &len, &escaped) || escaped) return 0;
-        if (c->data_len + len > INT32_MAX) return 0;
-        if (c->data_len + len > c->data_cap) {
-            Py_ssize_t cap = c->data_cap * 2 > c->data_len + len ? c->data_cap * 2 : c->data_len + len + 4096;
-            char *grown = realloc(c->data, (size_t)cap);
-            if (grown == NULL) return 0;
-            c->data = grown;
-            c->data_cap = cap;
+        if (c->kind == DICTIONARY) {
+            int32_t index = intern(c, s, len);
+            if (index < 0) return 0;
+            c->indices[row] = index;
+        } else if (!append(c, s, len)) {
+            return 0;
         }
-        memcpy(c->data + c->data_len, s, (size_t)len);
-        c->data_len += len;
     } else {
         int is_int;
         int64_t v;
@@ -287,9 +347,10 @@ static void end_row(Columns *cs, Py_ssize_t row) {
         Column *c = &cs->cols[i];
         if (!(c->bits[row >> 3] & (1u << (row & 7)))) {
             c->nulls++;
-            if (!c->is_string) c->ints[row] = 0;
+            if (c->kind == INTEGER) c->ints[row] = 0;
+            else if (c->kind == DICTIONARY) c->indices[row] = 0;
         }
-        if (c->is_string) c->offsets[row + 1] = (int32_t)c->data_len;
+        if (c->kind == STRING) c->offsets[row + 1] = (int32_t)c->data_len;
     }
 }
 
@@ -334,13 +395,15 @@ static void release(Columns *cs) {
         Py_XDECREF(cs->cols[i].bitmap);
         Py_XDECREF(cs->cols[i].values);
         free(cs->cols[i].data);
+        free(cs->cols[i].slots);
+        if (cs->cols[i].kind == DICTIONARY) free(cs->cols[i].offsets);
     }
 }
 
-/* The columns for `fields` ((key, is_string) pairs), with room for `rows` rows; 0 on error (exception set). */
+/* The columns for `fields` ((key, kind) pairs), with room for `rows` rows; 0 on error (exception set). */
 static int setup(Columns *cs, PyObject *fields, Py_ssize_t rows) {
     if (!PyTuple_Check(fields) || PyTuple_GET_SIZE(fields) > MAX_FIELDS) {
-        PyErr_SetString(PyExc_ValueError, "fields: a tuple of at most 32 (key, is_string) pairs");
+        PyErr_SetString(PyExc_ValueError, "fields: a tuple of at most 32 (key, kind) pairs");
         return 0;
     }
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(fields); i++) {
@@ -349,7 +412,7 @@ static int setup(Columns *cs, PyObject *fields, Py_ssize_t rows) {
         char *key;
         if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2 ||
             PyBytes_AsStringAndSize(PyTuple_GET_ITEM(pair, 0), &key, &c->key_len) < 0) {
-            PyErr_SetString(PyExc_ValueError, "fields: (key: bytes, is_string: bool) pairs");
+            PyErr_SetString(PyExc_ValueError, "fields: (key: bytes, kind: 0, 1 or 2) pairs");
             return 0;
         }
         c->key = key;
@@ -357,16 +420,27 @@ static int setup(Columns *cs, PyObject *fields, Py_ssize_t rows) {
         for (Py_ssize_t k = 0; k < c->key_len && k < 8; k++) c->prefix |= (uint64_t)(unsigned char)key[k] << (8 * k);
         unsigned h = key_hash(key, c->key_len);
         cs->by_hash[h] = cs->by_hash[h] ? COLLIDED : (unsigned char)(cs->n + 1);
-        c->is_string = PyObject_IsTrue(PyTuple_GET_ITEM(pair, 1));
+        long kind = PyLong_AsLong(PyTuple_GET_ITEM(pair, 1));
+        if (kind < INTEGER || kind > DICTIONARY) {
+            if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "fields: kind 0 (integer), 1 or 2 (string)");
+            return 0;
+        }
+        c->kind = (int)kind;
         c->last_row = -1;
         cs->n++;
         c->bitmap = PyBytes_FromStringAndSize(NULL, (rows + 7) / 8);
-        c->values = PyBytes_FromStringAndSize(NULL, c->is_string ? (rows + 1) * 4 : rows * 8);
+        c->values = PyBytes_FromStringAndSize(NULL, c->kind == STRING ? (rows + 1) * 4 : rows * (c->kind ? 4 : 8));
         if (c->bitmap == NULL || c->values == NULL) return 0;
         c->bits = (uint8_t *)PyBytes_AS_STRING(c->bitmap);
         memset(c->bits, 0, (size_t)(rows + 7) / 8);
-        if (c->is_string) {
+        if (c->kind == STRING) {
             c->offsets = (int32_t *)PyBytes_AS_STRING(c->values);
+            c->offsets[0] = 0;
+        } else if (c->kind == DICTIONARY) {
+            c->indices = (int32_t *)PyBytes_AS_STRING(c->values);
+            c->offsets = malloc(64 * sizeof *c->offsets);
+            if (c->offsets == NULL) { PyErr_NoMemory(); return 0; }
+            c->offsets_cap = 64;
             c->offsets[0] = 0;
         } else {
             c->ints = (int64_t *)PyBytes_AS_STRING(c->values);
@@ -381,10 +455,16 @@ static PyObject *results(Columns *cs, Py_ssize_t rows) {
     for (int i = 0; i < cs->n; i++) {
         Column *c = &cs->cols[i];
         PyObject *col;
-        if (c->is_string) {
+        if (c->kind != INTEGER) {
             PyObject *data = PyBytes_FromStringAndSize(c->data ? c->data : "", c->data_len);
             if (data == NULL) { Py_DECREF(out); return NULL; }
-            col = Py_BuildValue("(OnON)", c->bitmap, c->nulls, c->values, data);
+            if (c->kind == DICTIONARY) {
+                PyObject *offsets = PyBytes_FromStringAndSize((const char *)c->offsets, (c->distinct + 1) * 4);
+                if (offsets == NULL) { Py_DECREF(data); Py_DECREF(out); return NULL; }
+                col = Py_BuildValue("(OnONN)", c->bitmap, c->nulls, c->values, offsets, data);
+            } else {
+                col = Py_BuildValue("(OnON)", c->bitmap, c->nulls, c->values, data);
+            }
         } else {
             col = Py_BuildValue("(OnO)", c->bitmap, c->nulls, c->values);
         }

@@ -1112,9 +1112,7 @@ def _arrow_columns(table: "pa.Table", ph_is_str: bool, state: _State) -> Optiona
         return values[keep], arr.is_null().to_numpy(zero_copy_only=False)[keep]
 
     def categorical(arr: "pa.Array", fill: Optional[str] = None) -> pd.Categorical:
-        if fill is not None:
-            arr = pc.fill_null(arr, fill)
-        cat = _categorical(arr)
+        cat = _categorical(arr, fill)
         return cat if isinstance(keep, slice) else cat[keep]
 
     return _Cols(
@@ -1139,13 +1137,20 @@ USE_SCANNER = _FIRST_PARSER == "scan"
 USE_DUCKDB = _FIRST_PARSER != "pyarrow"
 
 
+#: string fields the scanner hands over dictionary-encoded (the reader makes categories of them: encoding while
+#: scanning saves Arrow's dictionary_encode, 6 % of a file's read)
+_ENCODED = frozenset({"name", "cat"})
+_ENCODED_ARGS = frozenset(_STR_ARGS)
+
+
 def _scanned_table(body: "bytes | memoryview", schema: "pa.Schema") -> "Optional[pa.Table]":
     """The event lines of ``body`` in ``schema``, read by the native scanner (``_pfwscan.c``), or ``None`` where
     it declines: anything it cannot read exactly as DuckDB and pyarrow would (an escaped string, a wanted field of
     another JSON type, a number that is not a plain int64 integer, a line that is not one JSON object...).
 
     The scanner validates every line as JSON and keeps only the schema's fields, as Arrow buffers wrapped here
-    without a copy.
+    without a copy; the strings of :data:`_ENCODED` and :data:`_ENCODED_ARGS` come dictionary-encoded (their
+    decoded table equals DuckDB's).
     """
     global USE_SCANNER
     if not USE_SCANNER:
@@ -1160,23 +1165,30 @@ def _scanned_table(body: "bytes | memoryview", schema: "pa.Schema") -> "Optional
     top = [f for f in schema if f.name != "args"]
     args_type = schema.field("args").type
 
-    def wanted(fields: "list[pa.Field]") -> "tuple[tuple[bytes, bool], ...]":
-        return tuple((f.name.encode(), pa.types.is_string(f.type)) for f in fields)
+    def wanted(fields: "list[pa.Field]", encoded: "frozenset[str]") -> "tuple[tuple[bytes, int], ...]":
+        return tuple((f.name.encode(), (2 if f.name in encoded else 1) if pa.types.is_string(f.type) else 0)
+                     for f in fields)
 
-    scanned = _pfwscan.scan(body, wanted(top), wanted(list(args_type)), MAX_LINE_BYTES)
+    scanned = _pfwscan.scan(body, wanted(top, _ENCODED), wanted(list(args_type), _ENCODED_ARGS), MAX_LINE_BYTES)
     if scanned is None:
         return None
     rows, top_columns, args_bitmap, args_nulls, args_columns = scanned
 
-    def array(kind: "pa.DataType", bitmap: bytes, nulls: int, *buffers: bytes, children=None) -> "pa.Array":
+    def array(kind: "pa.DataType", bitmap: bytes, nulls: int, *buffers: bytes) -> "pa.Array":
         validity = pa.py_buffer(bitmap) if nulls else None
-        return pa.Array.from_buffers(kind, rows, [validity, *map(pa.py_buffer, buffers)], null_count=nulls,
-                                     children=children)
+        if len(buffers) == 3:  # a dictionary: indices, and its distinct strings' offsets and data
+            indices, offsets, data = map(pa.py_buffer, buffers)
+            strings = pa.Array.from_buffers(kind, len(offsets) // 4 - 1, [None, offsets, data])
+            return pa.DictionaryArray.from_arrays(
+                pa.Array.from_buffers(pa.int32(), rows, [validity, indices], null_count=nulls), strings)
+        return pa.Array.from_buffers(kind, rows, [validity, *map(pa.py_buffer, buffers)], null_count=nulls)
 
     columns = {f.name: array(f.type, *c) for f, c in zip(top, top_columns)}
-    columns["args"] = array(args_type, args_bitmap, args_nulls,
-                            children=[array(f.type, *c) for f, c in zip(args_type, args_columns)])
-    return pa.Table.from_arrays([columns[f.name] for f in schema], schema=schema)
+    children = [array(f.type, *c) for f, c in zip(args_type, args_columns)]
+    columns["args"] = pa.StructArray.from_buffers(
+        pa.struct([(f.name, child.type) for f, child in zip(args_type, children)]), rows,
+        [pa.py_buffer(args_bitmap) if args_nulls else None], null_count=args_nulls, children=children)
+    return pa.Table.from_arrays([columns[f.name] for f in schema], names=schema.names)
 #: bodies smaller than this go to pyarrow: a DuckDB call costs ~12 ms before its first line (a connection, the
 #: query), pyarrow is faster below ~4 MB of text (measured), and a small run does not import DuckDB at all
 DUCKDB_MIN_BYTES = 8 << 20
@@ -1283,6 +1295,8 @@ def _longer_than(arr: "pa.Array", limit: int) -> bool:
     import pyarrow as pa
     import pyarrow.compute as pc
 
+    if pa.types.is_dictionary(arr.type):
+        arr = arr.dictionary
     if len(arr) == 0:
         return False
     wide = pa.types.is_large_string(arr.type)
@@ -1293,12 +1307,36 @@ def _longer_than(arr: "pa.Array", limit: int) -> bool:
     return (pc.max(pc.utf8_length(arr)).as_py() or 0) > limit
 
 
-def _categorical(arr: "pa.Array") -> pd.Categorical:
+def _categorical(arr: "pa.Array", fill: Optional[str] = None) -> pd.Categorical:
+    """``arr`` (strings, or the scanner's dictionary of them) as categories in order of first appearance, missing
+    values as ``fill`` where given (else missing)."""
+    import pyarrow as pa
     import pyarrow.compute as pc
 
-    enc = pc.dictionary_encode(arr)
-    codes = pc.fill_null(enc.indices, -1).to_numpy(zero_copy_only=False).astype(np.int32, copy=False)
-    return pd.Categorical.from_codes(codes, categories=pd.Index(enc.dictionary.to_pylist(), dtype=object))
+    if not pa.types.is_dictionary(arr.type):
+        enc = pc.dictionary_encode(arr if fill is None else pc.fill_null(arr, fill))
+        codes = pc.fill_null(enc.indices, -1).to_numpy(zero_copy_only=False).astype(np.int32, copy=False)
+        return pd.Categorical.from_codes(codes, categories=pd.Index(enc.dictionary.to_pylist(), dtype=object))
+    # already encoded, its strings in order of first appearance: a fill is placed where it first appears (at the
+    # first missing value, unless it was seen before), as encoding the filled strings would place it
+    categories = arr.dictionary.to_pylist()
+    codes = pc.fill_null(arr.indices, -1).to_numpy(zero_copy_only=False).astype(np.int32, copy=True)
+    if fill is not None and arr.null_count:
+        missing = codes < 0
+        first = int(np.argmax(missing))
+        seen = int(codes[:first].max()) + 1 if first else 0  # categories first seen before it: 0 .. seen-1
+        at = categories.index(fill) if fill in categories else len(categories)
+        if at == len(categories):
+            categories.append(fill)
+        if at >= seen:  # the fill moves to place ``seen``; the categories from there up to it move one along
+            remap = np.arange(len(categories), dtype=np.int32)
+            remap[seen:at] += 1
+            remap[at] = seen
+            codes[~missing] = remap[codes[~missing]]
+            categories.insert(seen, categories.pop(at))
+            at = seen
+        codes[missing] = at
+    return pd.Categorical.from_codes(codes, categories=pd.Index(categories, dtype=object))
 
 
 # ----------------------------------------------------------------------------------------------
