@@ -104,3 +104,15 @@ def test_the_merge_layer_imports_no_analysis_or_reporting_module():
 
 def test_the_check_sees_a_cycle():
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_the_command_line_imports_no_data_library_before_it_has_its_arguments():
+    """``trace-merge`` starts the local pool's fork server (which imports pandas, pyarrow and the analysis) before
+    the command imports them for itself: ``trace_merge.cli`` alone must not import them."""
+    import subprocess
+    import sys
+
+    code = ("import sys, trace_merge.cli; "
+            "print(sorted(m for m in ('pandas', 'numpy', 'pyarrow', 'duckdb') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

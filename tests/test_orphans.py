@@ -96,3 +96,34 @@ def test_a_tls_scheduler_without_a_tls_config_is_a_one_line_error(tmp_path, caps
     err = [line for line in capsys.readouterr().err.splitlines() if "warning" not in line]
     assert len(err) == 1 and err[0].startswith("trace-merge: error: tls://127.0.0.1:1: cannot reach the Dask "
                                                "scheduler (TypeError: TLS expects"), err
+
+
+def test_the_fork_server_started_early_serves_the_pools_waves(tmp_path: Path) -> None:
+    """``trace-merge`` starts the fork server while it imports the analysis; the pool's waves then fork from that
+    server, not from another. The size test that decides it counts every file, and stops at the threshold."""
+    from trace_merge import engines
+
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "x.pfw.gz").write_bytes(b"x" * 3000)
+    (tmp_path / "y.bin").write_bytes(b"y" * 2000)
+    assert engines.holds_at_least(tmp_path, 5000) and not engines.holds_at_least(tmp_path, 5001)
+    assert engines.holds_at_least(tmp_path / "y.bin", 2000) and not engines.holds_at_least(tmp_path / "none", 1)
+    (tmp_path / "early_task.py").write_text("import os\n\ndef parent(_):\n    return os.getppid()\n")
+    script = tmp_path / "early.py"
+    script.write_text(textwrap.dedent("""
+        import multiprocessing.forkserver as fs
+        from trace_merge import engines
+        import early_task
+
+        engines.start_fork_server()
+        first = fs._forkserver._forkserver_pid
+        pool = engines.LocalPool(2)
+        try:
+            parents = {p for wave in range(2) for p in pool.map(early_task.parent, [1, 2, 3])}
+        finally:
+            pool.close()
+        print(first, fs._forkserver._forkserver_pid, *sorted(parents))
+    """))
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, check=True,
+                         cwd=tmp_path).stdout.split()
+    assert out[0] == out[1] == out[2] and len(out) == 3, out

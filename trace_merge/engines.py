@@ -118,11 +118,8 @@ class LocalPool:
 
     def _executor(self, mmap_threshold: int) -> ProcessPoolExecutor:
         if self._pool is None:
-            ctx = multiprocessing.get_context("forkserver")
-            # the server dies with this process (kill -9 included), its workers with it (_one_thread_each)
-            ctx.set_forkserver_preload(["trace_merge._lifeline", "trace_merge.partitioned", "trace_merge.analysis"])
-            self._pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=ctx, initializer=_one_thread_each,
-                                             initargs=(mmap_threshold,))
+            self._pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=_fork_server(),
+                                             initializer=_one_thread_each, initargs=(mmap_threshold,))
         return self._pool
 
     def map(self, fn: Callable, items: Sequence[Any], sizes: Optional[Sequence[int]] = None) -> list:
@@ -192,6 +189,51 @@ class LocalPool:
         for p in workers:
             with contextlib.suppress(OSError, ValueError, AttributeError, AssertionError):
                 p.join(timeout=5)
+
+
+#: sources of at least this many bytes on disk are merged partition by partition (:func:`trace_merge.run.Run.open`)
+PARTITION_ABOVE_BYTES = 64 << 20
+#: what the fork server imports before it forks a worker: the server dies with this process (kill -9 included),
+#: its workers with it (:func:`_one_thread_each`), and the tasks' modules are imported once, not by every worker
+_SERVER_PRELOAD = ["trace_merge._lifeline", "trace_merge.partitioned", "trace_merge.analysis"]
+
+
+def _fork_server() -> Any:
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(_SERVER_PRELOAD)
+    return ctx
+
+
+def start_fork_server() -> None:
+    """Start the local pool's fork server now rather than at the first wave: it imports its preloads (0.3-0.4 s)
+    while this process is still importing the same modules for itself, on the other core. Without effect after the
+    server has started (every wave's workers are forked from the one server)."""
+    import multiprocessing.forkserver
+
+    _fork_server()
+    with _workers_skip_main():
+        multiprocessing.forkserver.ensure_running()
+
+
+def holds_at_least(path: "str | os.PathLike[str]", size: int) -> bool:
+    """Whether the files under ``path`` (or the file) add up to ``size`` bytes: an upper bound of its sources' bytes
+    (every file counts, trace or not), read without importing the readers; the walk stops once it is reached."""
+    todo, total = [os.fspath(path)], 0
+    while todo:
+        try:
+            with os.scandir(todo.pop()) as entries:
+                for entry in entries:
+                    if entry.is_dir(follow_symlinks=False):
+                        todo.append(entry.path)
+                    elif entry.is_file():
+                        total += entry.stat().st_size
+                        if total >= size:
+                            return True
+        except NotADirectoryError:
+            return os.path.getsize(path) >= size
+        except OSError:
+            continue
+    return False
 
 
 @contextlib.contextmanager

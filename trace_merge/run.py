@@ -22,6 +22,7 @@ import pandas as pd
 from timelogger.layout import COUNTERS, MERGED
 from trace_merge import analysis, kernels, sources, store, stored_summary
 from trace_merge.align import Residual
+from trace_merge.engines import PARTITION_ABOVE_BYTES
 from trace_merge.errors import TraceInputError
 from trace_merge.readers.darshan import dxt_rows
 from trace_merge.schema import COUNTER_DTYPES, FRAME_COLUMNS, concat_frames, empty_frame, layer_order
@@ -447,8 +448,6 @@ class Run:
         }
 
 
-#: sources at least this large (bytes on disk) are merged partition by partition (:meth:`Run.open`)
-PARTITION_ABOVE_BYTES = 64 << 20
 #: a stored merge of at least this many rows is summarised partition by partition (:meth:`Run.open`)
 PARTITION_ABOVE_ROWS = 1_000_000
 
