@@ -326,7 +326,8 @@ WORKER_MALLOC_ARENAS = 2
 #: a big rank's whole columns (a column of 2.1 M rows or more), are mapped, and go back to the system when freed: a
 #: heap keeps its extent, so a task's heap had reached its largest working set plus the holes between its arrays
 #: (at 256 MiB, the 20 M-event summary's peak PSS was 1039-1058 MiB; at 16 MiB 952-966 MiB, 1.04x the time,
-#: farm-bench, 3 pairs; at 50 M events 1900 MiB against 2104; the 5 M-event summary's columns stay below it: 0.99x)
+#: 3 interleaved pairs of whole-process runs; at 50 M events 1900 MiB against 2104; the 5 M-event summary's columns
+#: stay below it: 0.99x)
 WORKER_MMAP_THRESHOLD = 16 << 20
 #: the same for the tasks that read a file in blocks of 16 MiB and more (the ingest wave, unsized): each block mapped
 #: afresh paid its page faults again, 7 % of an ingest task's CPU (0.59 CPU-s against 0.635 for a 620 k-event file)
