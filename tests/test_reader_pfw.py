@@ -315,7 +315,8 @@ def test_the_scanner_reads_string_ph_and_a_last_line_without_newline(monkeypatch
     ('"level":2}}', '"level":2}'),                     # cut short
     ('"args":{', '"args":['),
     ('{"id"', ' {"id"'),                               # indented
-], ids=["escaped", "number-as-name", "string-int", "float", "bool", "exponent", "too-big", "below-int64", "2^64", "leading-zero",
+], ids=["escaped", "number-as-name", "string-int", "float", "bool", "exponent", "too-big", "below-int64", "2^64",
+        "leading-zero",
         "duplicate", "duplicate-args", "nested-args", "surrogate", "unread-1e999", "unread-long-1e1", "deep", "control",
         "trailing", "truncated", "args-array", "indented"])
 def test_the_scanner_declines_what_it_cannot_read_exactly(edit, monkeypatch: pytest.MonkeyPatch) -> None:
