@@ -291,11 +291,11 @@ def _worker_died(item: Any) -> TraceInputError:
                                  "--workers 1 or --memory-limit lowers the memory in use)")
 
 
-def _one_thread_each(mmap_threshold: int = 0) -> None:
+def _one_thread_each(mmap_threshold: int) -> None:
     """In a pool worker: die with the forkserver, Arrow parses with one thread (the pool's processes already use
     every core; measured on a DFTracer trace, threads cost 18 % more CPU for the same parse), and glibc's malloc
     keeps at most :data:`WORKER_MALLOC_ARENAS` arenas and reuses what a task freed below ``mmap_threshold`` bytes
-    (default :data:`WORKER_MMAP_THRESHOLD`; :data:`STREAMING_MMAP_THRESHOLD` for the ingest wave)."""
+    (:data:`WORKER_MMAP_THRESHOLD` for the rank waves, :data:`STREAMING_MMAP_THRESHOLD` for the ingest waves)."""
     import ctypes
 
     import pyarrow as pa
@@ -309,7 +309,7 @@ def _one_thread_each(mmap_threshold: int = 0) -> None:
     try:
         libc = ctypes.CDLL("libc.so.6")
         libc.mallopt(_M_ARENA_MAX, WORKER_MALLOC_ARENAS)
-        libc.mallopt(_M_MMAP_THRESHOLD, mmap_threshold or WORKER_MMAP_THRESHOLD)
+        libc.mallopt(_M_MMAP_THRESHOLD, mmap_threshold)
         libc.mallopt(_M_TRIM_THRESHOLD, WORKER_TRIM_THRESHOLD)
     except (OSError, AttributeError):  # not glibc
         pass

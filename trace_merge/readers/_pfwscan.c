@@ -449,7 +449,7 @@ static int setup(Columns *cs, PyObject *fields, Py_ssize_t rows) {
     return 1;
 }
 
-static PyObject *results(Columns *cs, Py_ssize_t rows) {
+static PyObject *results(Columns *cs) {
     PyObject *out = PyTuple_New(cs->n);
     if (out == NULL) return NULL;
     for (int i = 0; i < cs->n; i++) {
@@ -471,7 +471,6 @@ static PyObject *results(Columns *cs, Py_ssize_t rows) {
         if (col == NULL) { Py_DECREF(out); return NULL; }
         PyTuple_SET_ITEM(out, i, col);
     }
-    (void)rows;
     return out;
 }
 
@@ -523,7 +522,7 @@ static PyObject *scan(PyObject *self, PyObject *args_in) {
         Py_INCREF(out);
         goto done;
     }
-    PyObject *top_out = results(&top, rows), *args_out = top_out ? results(&args, rows) : NULL;
+    PyObject *top_out = results(&top), *args_out = top_out ? results(&args) : NULL;
     if (top_out && args_out) out = Py_BuildValue("(nNOnN)", rows, top_out, args_bitmap, args_nulls, args_out);
     else { Py_XDECREF(top_out); Py_XDECREF(args_out); }
 done:
