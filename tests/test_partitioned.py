@@ -394,6 +394,30 @@ def test_a_summary_only_merge_writes_no_partition_and_gives_the_same_summary(
     assert not [p for p in written if "partition-rank-" in str(p)]
 
 
+def test_a_rank_task_removes_its_spilled_pieces_when_it_is_done(generated: Path, monkeypatch: pytest.MonkeyPatch
+                                                                 ) -> None:
+    """A rank's task unlinks its pieces' spill files itself (beside the other ranks' work, not in the driver after
+    the wave): they are there when it starts and gone when it returns, and the merge's numbers are unchanged."""
+    seen = []
+    real = partitioned.merge_rank
+
+    def merge_rank(task):
+        files = [Path(p.path) for p in task.pieces]
+        assert files and all(f.is_file() for f in files)
+        out = real(task)
+        seen.append([f.exists() for f in files])
+        return out
+
+    monkeypatch.setattr(partitioned, "merge_rank", merge_rank)
+    done = partitioned.merge_partitioned(generated, engine=engines.Inline(), analysis=kernels.SummaryHook(),
+                                         keep_rows=False)
+    try:
+        assert len(seen) == len(done.rows) > 1 and not any(any(s) for s in seen)
+        assert not list(done.spill.rglob("*.arrow"))
+    finally:
+        done.cleanup()
+
+
 def test_a_summary_only_merge_lets_a_ranks_rows_go_before_the_attribution_tables(
         generated: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The kernel reads the rows for the tables of rows and the attribution, then lets them go: nothing the merge
