@@ -195,6 +195,10 @@ class Axis:
         self.lo, self.hi = lo, hi
 
     def to_axis(self, groups: np.ndarray, t: np.ndarray) -> np.ndarray:
+        if self.lo.size == 1 and np.shape(t) == np.shape(groups):  # one group (a rank task's own rank): no gathers
+            out = np.clip(np.asarray(t, dtype=_I8), self.lo[0], self.hi[0])
+            out += self.offset[0] - self.lo[0]
+            return out
         lo = self.lo[groups]
         return np.clip(t, lo, self.hi[groups]) - lo + self.offset[groups]
 
@@ -221,6 +225,9 @@ def grouped_union_ns(groups: np.ndarray, starts: np.ndarray, ends: np.ndarray,
 
 def combined_codes(*keys: np.ndarray) -> np.ndarray:
     """One dense int64 code per distinct tuple of the key arrays (hash-based, O(n)), in order of first appearance."""
+    packed = _packed(keys)
+    if packed is not None:  # one hash pass instead of one per key and one for the tuple
+        return pd.factorize(packed)[0].astype(_I8, copy=False)
     code = np.zeros(keys[0].size, dtype=_I8)
     size = 1  # distinct values ``code`` can take
     for k in keys:
@@ -234,6 +241,25 @@ def combined_codes(*keys: np.ndarray) -> np.ndarray:
         size *= len(uniq)
     code, _ = pd.factorize(code)  # one final pass: the tuple's code, dense, in order of first appearance
     return code.astype(_I8, copy=False)
+
+
+def _packed(keys: "tuple[np.ndarray, ...]") -> Optional[np.ndarray]:
+    """The tuples of integer ``keys`` as one int64 each, ``sum((k - min k) * radix)`` (one-to-one, so its first
+    appearances are the tuples'), or None when a key is not integer or the spans' product reaches 2**62."""
+    if not keys or keys[0].size == 0 or not all(k.dtype.kind in "iub" and k.dtype != np.uint64 for k in keys):
+        return None
+    lows, spans = [], []
+    for k in keys:
+        lo, hi = int(k.min()), int(k.max())
+        lows.append(lo)
+        spans.append(hi - lo + 1)
+    if int(np.prod(np.asarray(spans, dtype=object))) >= 2**62:
+        return None
+    code = np.zeros(keys[0].size, dtype=_I8)
+    for k, lo, span in zip(keys, lows, spans):
+        code *= span
+        code += np.subtract(k, lo, dtype=_I8)  # in int64: k - lo < span, whatever k's own type holds
+    return code
 
 
 def nesting_parents(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
