@@ -409,3 +409,37 @@ def test_layer_activity_is_union_per_layer_and_rank_over_job_wall() -> None:
     assert got.loc[("comm", 0), "busy_pct"] == pytest.approx(30.0)  # 30 ms of the 100 ms job
     assert len(got) == 4
     assert list(A.layer_activity_df(frame.iloc[:0]).columns) == ["layer", "rank", "events", "busy_s", "busy_pct"]
+
+
+def test_combined_codes_packed_keys_give_the_per_key_codes() -> None:
+    """Integer keys packed into one int64 give the codes of factorising key by key (dense, in order of first
+    appearance), whatever their types and ranges; keys whose spans cannot be packed take the per-key path."""
+    def per_key(*keys: np.ndarray) -> np.ndarray:
+        code = np.zeros(keys[0].size, dtype=np.int64)
+        for k in keys:
+            kc, uniq = pd.factorize(k)
+            code = code * len(uniq) + kc
+        return pd.factorize(code)[0]
+
+    rng = np.random.default_rng(7)
+    packed = 0
+    for _ in range(150):
+        n = int(rng.integers(1, 1500))
+        keys = []
+        for _ in range(int(rng.integers(1, 4))):
+            dtype = rng.choice([np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint32, np.uint64, bool])
+            if dtype is bool:
+                keys.append(rng.integers(0, 2, n).astype(bool))
+                continue
+            info = np.iinfo(dtype)
+            base = int(rng.integers(max(info.min, -10**12), min(info.max, 10**12) - 50))
+            k = (base + rng.integers(0, int(rng.choice([2, 7, 40])), n)).astype(dtype)
+            if rng.random() < 0.15:  # the type's extremes: int64's span cannot be packed
+                k[0], k[-1] = info.min, info.max
+            keys.append(k)
+        packed += I._packed(tuple(keys)) is not None
+        got = I.combined_codes(*keys)
+        assert got.dtype == np.int64 and np.array_equal(got, per_key(*keys))
+    assert 50 < packed < 150  # both paths were taken
+    names = np.array(["b", "a", "b"], dtype=object)  # not integers: the per-key path
+    assert I._packed((names,)) is None and I.combined_codes(names, np.array([1, 1, 1])).tolist() == [0, 1, 0]
