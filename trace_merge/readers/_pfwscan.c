@@ -28,6 +28,7 @@
 #endif
 
 #define MAX_FIELDS 32
+#define MAX_MEMBERS 32
 enum { INTEGER = 0, STRING = 1, DICTIONARY = 2 };
 #define MAX_DEPTH 64
 
@@ -54,7 +55,15 @@ typedef struct {
     /* by_hash[key_hash(key)]: 0 no wanted key has that hash (the key is passed over), c + 1 column c, or
      * COLLIDED: look through them all */
     unsigned char by_hash[256];
+    /* The members of the last object scanned, by position: where its `"key":` bytes are in the body, how long, and
+     * what they named (column c + 1, ARGS_MEMBER, or 0: passed over). A line whose member i starts with the same
+     * bytes names the same thing: they were read and validated then, and the body does not change while it is
+     * scanned, so the key is neither scanned nor looked up again (DFTracer writes every line's keys in one order). */
+    const char *member_at[MAX_MEMBERS];
+    unsigned char member_len[MAX_MEMBERS], member_is[MAX_MEMBERS];
 } Columns;
+
+#define ARGS_MEMBER 254
 
 #define COLLIDED 255
 
@@ -362,15 +371,33 @@ static int scan_object(const char **pp, const char *e, Columns *cs, Columns *arg
     Py_ssize_t key_len;
     int escaped;
     if (p < e && *p == '}') { *pp = p + 1; return 1; }
-    for (;;) {
-        if (p >= e || *p != '"' || !scan_string(&p, e, &key, &key_len, &escaped) || escaped) return 0;
-        p = skip_ws(p, e);
-        if (p >= e || *p != ':') return 0;
-        p = skip_ws(p + 1, e);
-        Column *c = find(cs, key, key_len, e);
+    for (int member = 0;; member++) {
+        Column *c = NULL;
+        int is_args = 0;
+        unsigned len = member < MAX_MEMBERS ? cs->member_len[member] : 0;
+        if (len && (Py_ssize_t)len <= e - p && memcmp(p, cs->member_at[member], len) == 0) {
+            unsigned is = cs->member_is[member];  /* the same `"key":` as the last object's at this position */
+            p = skip_ws(p + len, e);
+            if (is == ARGS_MEMBER) is_args = 1;
+            else if (is) c = &cs->cols[is - 1];
+        } else {
+            const char *at = p;
+            if (p >= e || *p != '"' || !scan_string(&p, e, &key, &key_len, &escaped) || escaped) return 0;
+            p = skip_ws(p, e);
+            if (p >= e || *p != ':') return 0;
+            p++;
+            c = find(cs, key, key_len, e);
+            is_args = c == NULL && args != NULL && key_len == 4 && memcmp(key, "args", 4) == 0;
+            if (member < MAX_MEMBERS && p - at < 256) {
+                cs->member_at[member] = at;
+                cs->member_len[member] = (unsigned char)(p - at);
+                cs->member_is[member] = c != NULL ? (unsigned char)(c - cs->cols + 1) : is_args ? ARGS_MEMBER : 0;
+            }
+            p = skip_ws(p, e);
+        }
         if (c != NULL) {
             if (!take(c, &p, e, row)) return 0;
-        } else if (args != NULL && key_len == 4 && memcmp(key, "args", 4) == 0) {
+        } else if (is_args) {
             if (*args_seen == row) return 0;
             *args_seen = row;
             if (p < e && *p == '{') {
