@@ -15,6 +15,7 @@ from collections import Counter
 from decimal import Decimal
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -244,6 +245,20 @@ def test_the_native_scanner_is_built_and_reads_what_duckdb_and_pyarrow_read(
         monkeypatch.setattr(pfw, "USE_SCANNER", True)
         assert (scanned.meta["parser"], duck.meta["parser"]) == ("scan", "duckdb"), path
         _same_source(scanned, duck)
+
+
+def test_newlines_are_counted_as_bytes_count_counts_them(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The scanner's count of a block's newlines (the reader numbers lines with it) is ``bytes.count``'s, for any
+    bytes-like text, and so is numpy's where the scanner is not built."""
+    rng = np.random.default_rng(3)
+    texts = [b"", b"\n", b"x", b"\n" * 9, b"a\nb\n\nc", bytes(rng.integers(0, 256, 100_000, dtype=np.uint8)),
+             (_EVENT + "\n").encode() * 1000]
+    for text in texts:
+        want = text.count(b"\n")
+        assert pfw._pfwscan.newlines(text) == pfw._newlines(text) == want
+        assert pfw._pfwscan.newlines(memoryview(text)) == pfw._pfwscan.newlines(bytearray(text)) == want
+    monkeypatch.setattr(pfw, "_pfwscan", None)
+    assert [pfw._newlines(t, chunk=7) for t in texts] == [t.count(b"\n") for t in texts]
 
 
 def _schema(ph_is_str: bool = False):
