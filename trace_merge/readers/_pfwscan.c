@@ -501,6 +501,13 @@ static PyObject *results(Columns *cs) {
     return out;
 }
 
+/* The newline bytes in [p, end): one pass of memchr. */
+static Py_ssize_t count_newlines(const char *p, const char *end) {
+    Py_ssize_t n = 0;
+    for (const char *nl; p < end && (nl = memchr(p, '\n', (size_t)(end - p))) != NULL; p = nl + 1) n++;
+    return n;
+}
+
 static PyObject *scan(PyObject *self, PyObject *args_in) {
     (void)self;
     Py_buffer view;
@@ -508,11 +515,8 @@ static PyObject *scan(PyObject *self, PyObject *args_in) {
     Py_ssize_t max_line;
     if (!PyArg_ParseTuple(args_in, "y*OOn", &view, &top_fields, &arg_fields, &max_line)) return NULL;
     const char *text = view.buf, *end = text + view.len;
-    Py_ssize_t rows = 0;
-    for (const char *p = text; p < end; rows++) {
-        const char *nl = memchr(p, '\n', (size_t)(end - p));
-        p = nl ? nl + 1 : end;
-    }
+    /* a row per line, the last one whether or not a newline ends it */
+    Py_ssize_t rows = count_newlines(text, end) + (view.len > 0 && end[-1] != '\n');
     Columns top, args;
     PyObject *args_bitmap = NULL;
     memset(&top, 0, sizeof top);
@@ -566,10 +570,10 @@ static PyObject *newlines(PyObject *self, PyObject *args_in) {
     (void)self;
     Py_buffer view;
     if (!PyArg_ParseTuple(args_in, "y*", &view)) return NULL;
-    const char *p = view.buf, *end = p + view.len;
-    Py_ssize_t n = 0;
+    const char *p = view.buf;
+    Py_ssize_t n;
     Py_BEGIN_ALLOW_THREADS
-    for (const char *nl; p < end && (nl = memchr(p, '\n', (size_t)(end - p))) != NULL; p = nl + 1) n++;
+    n = count_newlines(p, p + view.len);
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&view);
     return PyLong_FromSsize_t(n);
