@@ -21,6 +21,7 @@ Nesting
 """
 from __future__ import annotations
 
+import math
 from typing import Iterable, Optional
 
 import numpy as np
@@ -253,7 +254,7 @@ def _packed(keys: "tuple[np.ndarray, ...]") -> Optional[np.ndarray]:
         lo, hi = int(k.min()), int(k.max())
         lows.append(lo)
         spans.append(hi - lo + 1)
-    if int(np.prod(np.asarray(spans, dtype=object))) >= 2**62:
+    if math.prod(spans) >= 2**62:  # Python ints: exact
         return None
     code = np.zeros(keys[0].size, dtype=_I8)
     for k, lo, span in zip(keys, lows, spans):
