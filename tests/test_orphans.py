@@ -110,21 +110,24 @@ def _faults_of_a_block(size: int) -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
 
 
-def test_a_file_wave_worker_keeps_its_heap_for_the_next_file_and_a_rank_wave_worker_hands_it_back() -> None:
-    """A worker of a wave of files (unsized tasks: blocks of text, their columns) keeps what a task freed for the
-    next task's blocks: handing it back made every 620 k-event file pay its 28 k page faults again. A worker of a
-    wave of ranks (sized tasks) hands it back, so that a big rank's heap does not sit under the next one."""
-    from trace_merge.engines import LocalPool
+def test_a_worker_keeps_its_heap_for_the_next_task_but_after_a_big_rank() -> None:
+    """A pool worker keeps what a task freed for its next task, which needs as much: a file's blocks (handing it
+    back made every 620 k-event file pay its 28 k page faults again), a rank whose columns all come from the heap.
+    After a big rank's task (its whole columns mapped) it hands the heap back, so that it does not sit under the
+    next rank's columns."""
+    from trace_merge.engines import RELEASE_AFTER_ROWS, LocalPool
 
-    size = 48 << 20  # above glibc's default mmap threshold, below the file waves' (from the heap: 12 k pages)
+    size = 12 << 20  # from the heap in both kinds of wave (3 k pages)
     pool = LocalPool(1)
     try:
         files = pool.map(_faults_of_a_block, [size] * 3)
-        ranks = pool.map(_faults_of_a_block, [size // 4] * 3, sizes=[1, 1, 1])  # under the rank waves' threshold
+        ranks = pool.map(_faults_of_a_block, [size] * 3, sizes=[1000] * 3)
+        big_ranks = pool.map(_faults_of_a_block, [size] * 3, sizes=[RELEASE_AFTER_ROWS] * 3)
     finally:
         pool.close()
-    assert files[0] > 10_000 and max(files[1:]) < 1_000, files
-    assert min(ranks) > 2_500, ranks
+    assert files[0] > 2_500 and max(files[1:]) < 500, files
+    assert ranks[0] > 2_500 and max(ranks[1:]) < 500, ranks
+    assert min(big_ranks) > 2_500, big_ranks
 
 
 def test_a_tls_scheduler_without_a_tls_config_is_a_one_line_error(tmp_path, capsys):

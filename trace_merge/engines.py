@@ -143,11 +143,12 @@ class LocalPool:
         # tasks sized by rows (a rank each) hold whole columns, mapped when large; the others (a file each) stream
         # blocks, reused from the heap (its workers end with the wave: the heap they keep is not the rank wave's)
         pool = self._executor(WORKER_MMAP_THRESHOLD if sizes is not None else STREAMING_MMAP_THRESHOLD)
-        # a rank task's worker hands back what the task freed before the next (a big rank's heap would otherwise
-        # sit under the next one's columns); a file task's keeps it for the next file's blocks, which need as much
-        # (its workers end with the wave): handed back, each 620 k-event file's blocks paid 28 k page faults again,
-        # 0.04-0.05 system CPU-s a task
-        call = functools.partial(_then_release, fn) if sizes is not None else fn
+        # a big rank's task hands back what it freed before the worker's next task (its heap would otherwise sit
+        # under the next one's columns); other tasks leave it for the next, which needs as much: a file's blocks
+        # (the wave's workers end with it), or a rank whose columns all come from the heap. Handed back, each
+        # 620 k-event file's blocks paid 28 k page faults again (0.04-0.05 system CPU-s), and each 620 k-row rank
+        # 8-16 k
+        released = functools.partial(_then_release, fn)
         need = [task_bytes(n) for n in sizes] if sizes is not None else [0] * len(items)
         order = sorted(range(len(items)), key=lambda i: -need[i])  # largest first: the tail is short
         results: list = [None] * len(items)
@@ -157,7 +158,8 @@ class LocalPool:
             while order and len(running) < self.workers and (not running or used + need[order[0]] <= self.memory_bytes):
                 i = order.pop(0)
                 try:
-                    running[pool.submit(call, items[i])] = i
+                    big = sizes is not None and sizes[i] >= RELEASE_AFTER_ROWS
+                    running[pool.submit(released if big else fn, items[i])] = i
                 except (BrokenProcessPool, OSError):  # a worker died before this task went out (OSError: the
                     # executor was tearing down its queues as it spawned a worker for it)
                     self._abandon()
@@ -314,7 +316,7 @@ def _one_thread_each(mmap_threshold: int) -> None:
     _lifeline.die_with_parent(_lifeline.SERVER if _lifeline.SERVER != os.getpid() else None)
     pa.set_cpu_count(1)
     # what the worker was forked with (the preloaded modules: 62 k objects) is never garbage: left out of its
-    # collections, the collection after each task (_then_release) walks only what the tasks made (14-28 ms a task
+    # collections, a collection (after a big rank, _then_release) walks only what the tasks made (14-28 ms a task
     # before, 0 now) and writes nothing to the pages it shares with the fork server (the 5 M-event summary took
     # 0.95x the time, 6 interleaved pairs of whole-process runs)
     gc.freeze()
@@ -341,6 +343,9 @@ WORKER_MALLOC_ARENAS = 2
 #: 3 interleaved pairs of whole-process runs; at 50 M events 1900 MiB against 2104; the 5 M-event summary's columns
 #: stay below it: 0.99x)
 WORKER_MMAP_THRESHOLD = 16 << 20
+#: a rank task of this many rows or more hands back the memory it freed when it is done (:meth:`LocalPool.map`):
+#: its int64 columns are mapped (:data:`WORKER_MMAP_THRESHOLD`), and the heap it leaves is the holes between them
+RELEASE_AFTER_ROWS = WORKER_MMAP_THRESHOLD // 8
 #: the same for the tasks that read a file in blocks of 16 MiB and more (the ingest wave, unsized): each block mapped
 #: afresh paid its page faults again, 7 % of an ingest task's CPU (0.59 CPU-s against 0.635 for a 620 k-event file)
 STREAMING_MMAP_THRESHOLD = 256 << 20
