@@ -2,6 +2,7 @@
 with their driver (kill -9 included), and the next merge removes the spill directory a killed one left."""
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -128,6 +129,35 @@ def test_a_worker_keeps_its_heap_for_the_next_task_but_after_a_big_rank() -> Non
     assert files[0] > 2_500 and max(files[1:]) < 500, files
     assert ranks[0] > 2_500 and max(ranks[1:]) < 500, ranks
     assert min(big_ranks) > 2_500, big_ranks
+
+
+def test_pool_processes_load_openblas_with_one_thread_and_the_user_environment_is_left_as_it_was(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fork server and its workers start with ``OPENBLAS_NUM_THREADS=1`` (OpenBLAS' threads spun 0.08-0.15
+    CPU-s of each process' start); this process' environment, which the commands it runs for the user inherit,
+    is as it was before and after."""
+    from timelogger import TimeLogger
+    from trace_merge import engines
+    from trace_merge.cli import main as trace_merge
+
+    monkeypatch.delenv("OPENBLAS_NUM_THREADS", raising=False)
+    pool = engines.LocalPool(1)
+    try:
+        seen = pool.map(os.getenv, ["OPENBLAS_NUM_THREADS"] * 2)
+    finally:
+        pool.close()
+    assert seen == ["1", "1"]
+    assert "OPENBLAS_NUM_THREADS" not in os.environ
+    tl = TimeLogger(tmp_path / "run", rank=0, world_size=1)
+    with tl.phase("x", cat="compute"):
+        pass
+    tl.close()
+    assert trace_merge(["summary", str(tmp_path / "run")]) == 0
+    assert "OPENBLAS_NUM_THREADS" not in os.environ
+    monkeypatch.setenv("OPENBLAS_NUM_THREADS", "3")
+    with engines.one_blas_thread():
+        assert os.environ["OPENBLAS_NUM_THREADS"] == "1"
+    assert os.environ["OPENBLAS_NUM_THREADS"] == "3"
 
 
 def test_a_tls_scheduler_without_a_tls_config_is_a_one_line_error(tmp_path, capsys):

@@ -119,6 +119,7 @@ class LocalPool:
 
     def _executor(self, mmap_threshold: int) -> ProcessPoolExecutor:
         if self._pool is None:
+            start_fork_server()  # started here if not before: with one BLAS thread
             self._pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=_fork_server(),
                                              initializer=_one_thread_each, initargs=(mmap_threshold,))
         return self._pool
@@ -212,6 +213,28 @@ def _fork_server() -> Any:
     return ctx
 
 
+#: OpenBLAS, numpy's BLAS, starts a thread per core when it is loaded, which spins (``sched_yield``) for a while:
+#: 0.08-0.15 CPU-s of every process that imports numpy, taken from the cores the driver and the fork server import
+#: on side by side. Nothing here uses BLAS.
+_BLAS_THREADS = "OPENBLAS_NUM_THREADS"
+
+
+@contextlib.contextmanager
+def one_blas_thread():
+    """Within: processes started, and numpy when first imported, load OpenBLAS with one thread. The variable is
+    set for that time only, so that the commands this process runs for the user (``advise``, ``noise``) get the
+    user's environment."""
+    saved = os.environ.get(_BLAS_THREADS)
+    os.environ[_BLAS_THREADS] = "1"
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop(_BLAS_THREADS, None)
+        else:
+            os.environ[_BLAS_THREADS] = saved
+
+
 def start_fork_server() -> None:
     """Start the local pool's fork server now rather than at the first wave: it imports its preloads (0.3-0.4 s)
     while this process is still importing the same modules for itself, on the other core. Without effect after the
@@ -219,7 +242,7 @@ def start_fork_server() -> None:
     import multiprocessing.forkserver
 
     _fork_server()
-    with _workers_skip_main():
+    with _workers_skip_main(), one_blas_thread():
         multiprocessing.forkserver.ensure_running()
 
 
