@@ -216,6 +216,23 @@ def test_a_worker_does_not_rerun_an_unguarded_script(generated: Path, tmp_path: 
     assert "Warning" not in out.stderr, out.stderr  # nothing printed by the workers' start (runpy)
 
 
+def test_merge_scale_interleaves_its_cold_runs_and_takes_the_median_of_their_ratios() -> None:
+    """``merge_scale.py --runs N``: each tool's cold run N times, interleaved (A B A B ...), each after its
+    ``prepare`` (a cold cache); the wall time is the median, the ratio the median of the rounds' ratios."""
+    from benchmarks.perf.merge_scale import measured, paired_ratio
+
+    order: list = []
+    slow = [sys.executable, "-c", "import time; time.sleep(0.3)"]
+    fast = [sys.executable, "-c", "pass"]
+    got = measured({"slow": (slow, lambda: order.append("slow")), "fast": (fast, lambda: order.append("fast"))},
+                   runs=3)
+    assert order == ["slow", "fast"] * 4  # three rounds alone, then one sampled run each
+    assert len(got["slow"].walls) == 3 and got["slow"].wall_s == sorted(got["slow"].walls)[1]
+    ratio, lo, hi = paired_ratio(got["slow"], got["fast"])
+    assert 1 < lo <= ratio <= hi
+    assert got["slow"].sampled_wall_s >= 0.3 and got["slow"].cpu_s >= 0
+
+
 @pytest.mark.timeout(900)
 def test_bounded_memory_a_set_larger_than_the_limit_is_summarised(tmp_path: Path, tool_env) -> None:
     """~4.8 M events in 32 ranks: the in-memory merge needs ~2.3 GiB (484 B per event); the partitioned summary

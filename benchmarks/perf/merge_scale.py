@@ -1,7 +1,7 @@
 """``trace-merge summary --json`` against ``dftracer_stats`` on generated DFTracer traces; one JSON line per set.
 
 Run: ``python benchmarks/perf/merge_scale.py [--small | --sets 0.6M,5M,20M,50M] [--scheduler ADDRESS|local]
-[--cache DIR] [--keep]``.
+[--cache DIR] [--keep] [--runs N]``.
 
 Trace sets (``dftracer_gen_fake_trace``, 8 ranks x 20 epochs, 2 hosts): ``0.6M`` (200 steps), ``5M`` (1630),
 ``20M`` (6520), ``50M`` (16300); ``--small`` is one ~15 k-event set. For each set it
@@ -24,10 +24,12 @@ Trace sets (``dftracer_gen_fake_trace``, 8 ranks x 20 epochs, 2 hosts): ``0.6M``
    agree exactly between the two tools (``stats_equal``; mismatches are listed, and the exit status is 1);
 7. prints wall seconds, CPU seconds (user + sys, workers included) and the peak memory of each tool's whole
    process tree (PSS: shared pages split between the processes that share them; and the RSS sum, an upper bound),
-   ``ratio`` = trace-merge ÷ dftracer_stats, and the load average. Each cold run (trace-merge, ``dftracer_stats``,
-   DuckDB) is made twice, cold each time: the wall time is that of the run alone, the CPU time and peaks those of
-   the second run, sampled (reading /proc every 50 ms slows the sampled tool: 15 % for trace-merge at 20 M events,
-   7 % for ``dftracer_stats``; its wall time is printed too, ``*_sampled_s``).
+   ``ratio`` = trace-merge ÷ dftracer_stats, and the load average. The cold runs (trace-merge, ``dftracer_stats``,
+   DuckDB) are made ``--runs N`` times each (default 1), interleaved, cold each time: the wall times are those of
+   the runs alone (their median; ``ratio`` is the median of the runs' ratios, ``ratio_range`` their least and
+   greatest), the CPU time and peaks those of one more run, sampled (reading /proc every 50 ms slows the sampled
+   tool: 15 % for trace-merge at 20 M events, 7 % for ``dftracer_stats``; its wall time is printed too,
+   ``*_sampled_s``).
 
 Targets (issue 20): cold ``ratio <= 0.5`` (trace-merge at most half of ``dftracer_stats``' wall time) and
 ``duckdb_ratio <= 2`` (within 2x of the DuckDB per-name query) at 5 M and 20 M events; peak memory (PSS of the
@@ -44,6 +46,7 @@ import json
 import os
 import resource
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -139,19 +142,36 @@ class Timed:
     peak_rss_mib: float  # largest sum of the tree's resident sets (shared pages counted in every process)
     stdout: str
     sampled_wall_s: "float | None" = None  # :func:`measured`: the wall time of the run whose memory was sampled
+    walls: "list[float] | None" = None  # :func:`measured`: the wall times of the runs alone (``wall_s``: median)
 
 
-def measured(cmd: Sequence[str], prepare: Callable[[], None]) -> Timed:
-    """``cmd`` run twice, ``prepare()`` (a cold page cache, no index) before each: once alone for its wall time,
-    once sampled for its CPU time and peaks. Reading /proc every 50 ms is work on the same two cores and holds the
-    sampled processes' memory maps: it took 15 % of ``trace-merge summary``'s wall time at 20 M events (22.1-22.3 s
-    against 18.9-19.6) and 7 % of ``dftracer_stats``' (37.4-38.2 s against 35.1-35.8). (The CPU time needs the
-    samples: the pool's workers are the fork server's children, whose ``rusage`` never reaches this process.)"""
-    prepare()
-    alone = timed(cmd, sample=False)
-    prepare()
-    sampled = timed(cmd)
-    return replace(sampled, wall_s=alone.wall_s, sampled_wall_s=sampled.wall_s)
+def measured(tools: "Mapping[str, tuple[Sequence[str], Callable[[], None]]]", runs: int = 1) -> "dict[str, Timed]":
+    """Each tool's ``(cmd, prepare)``: the commands run alone ``runs`` times, interleaved (A B C A B C ...: a drift
+    of the machine's speed reaches every tool alike), ``prepare()`` (a cold page cache, no index) before each run,
+    for their wall times (in ``Timed.walls``; ``wall_s`` is their median); then once more each, sampled, for CPU
+    time and peaks. Reading /proc every 50 ms is work on the same two cores and holds the sampled processes' memory
+    maps: it took 15 % of ``trace-merge summary``'s wall time at 20 M events (22.1-22.3 s against 18.9-19.6) and 7 %
+    of ``dftracer_stats``' (37.4-38.2 s against 35.1-35.8). (The CPU time needs the samples: the pool's workers are
+    the fork server's children, whose ``rusage`` never reaches this process.)"""
+    walls: dict = {name: [] for name in tools}
+    for _ in range(runs):
+        for name, (cmd, prepare) in tools.items():
+            prepare()
+            walls[name].append(timed(cmd, sample=False).wall_s)
+    out = {}
+    for name, (cmd, prepare) in tools.items():
+        prepare()
+        sampled = timed(cmd)
+        out[name] = replace(sampled, wall_s=statistics.median(walls[name]), sampled_wall_s=sampled.wall_s,
+                            walls=walls[name])
+    return out
+
+
+def paired_ratio(a: Timed, b: Timed) -> "tuple[float, float, float]":
+    """The median, least and greatest of ``a``'s wall time over ``b``'s, run by run (the runs of one round side by
+    side, as :func:`measured` interleaves them)."""
+    ratios = [x / y for x, y in zip(a.walls, b.walls)]
+    return statistics.median(ratios), min(ratios), max(ratios)
 
 
 def timed(cmd: Sequence[str], env: "Mapping[str, str] | None" = None, sample: bool = True) -> Timed:
@@ -267,7 +287,8 @@ def mismatches(ours: Mapping[str, dict], theirs: Mapping[str, dict]) -> list[str
 # -- driver ----------------------------------------------------------------------------------------------
 
 
-def measure(ts: TraceSet, cache: Path, work: Path, scheduler: "str | None" = None, cold_only: bool = False) -> dict:
+def measure(ts: TraceSet, cache: Path, work: Path, scheduler: "str | None" = None, cold_only: bool = False,
+            runs: int = 1) -> dict:
     from benchmarks.common.node_cache import evict  # one page-cache helper for the benchmarks
 
     def cold(d: Path) -> None:
@@ -278,7 +299,6 @@ def measure(ts: TraceSet, cache: Path, work: Path, scheduler: "str | None" = Non
     theirs_dir = fresh_copy(src, work / f"{ts.name}-dftracer-stats")
     load_before = os.getloadavg()[0]
     summary_cmd = [sys.executable, "-m", "trace_merge", "summary", str(ours_dir), "--json"]
-    ours = measured(summary_cmd, lambda: cold(ours_dir))
     index = theirs_dir / ".dftindex"
     stats_cmd = [tool("dftracer_stats"), "-d", str(theirs_dir), "--index-dir", str(index), "--report", "detailed",
                  "--json", "--log-level", "off"]
@@ -287,13 +307,17 @@ def measure(ts: TraceSet, cache: Path, work: Path, scheduler: "str | None" = Non
         shutil.rmtree(index, ignore_errors=True)
         cold(theirs_dir)
 
-    theirs = measured(stats_cmd, no_index)
-    indexed = index.is_dir() and any(index.iterdir())
-    duck = None
+    tools: dict = {"ours": (summary_cmd, lambda: cold(ours_dir)), "theirs": (stats_cmd, no_index)}
+    duck_dir = None
     if importlib.util.find_spec("duckdb") is not None:
         duck_dir = fresh_copy(src, work / f"{ts.name}-duckdb")
-        duck = measured([sys.executable, "-c", DUCKDB_QUERY, str(duck_dir)], lambda: cold(duck_dir))
+        tools["duck"] = ([sys.executable, "-c", DUCKDB_QUERY, str(duck_dir)], lambda: cold(duck_dir))
+    timings = measured(tools, runs)
+    ours, theirs, duck = timings["ours"], timings["theirs"], timings.get("duck")
+    if duck_dir is not None:
         shutil.rmtree(duck_dir, ignore_errors=True)
+    indexed = index.is_dir() and any(index.iterdir())
+    ratio, ratio_lo, ratio_hi = paired_ratio(ours, theirs)
     summary = json.loads(ours.stdout)
     bad = mismatches(summary_by_name(summary), dftracer_stats_by_name(json.loads(theirs.stdout)))
     if cold_only:
@@ -310,10 +334,15 @@ def measure(ts: TraceSet, cache: Path, work: Path, scheduler: "str | None" = Non
         "files": len(list(src.glob("*.pfw*"))),
         "trace_merge_s": round(ours.wall_s, 3),
         "dftracer_stats_cold_s": round(theirs.wall_s, 3),
-        "timing": "wall of runs alone; CPU and peaks of a second run, sampled (its wall: *_sampled_s)",
+        "runs": runs,
+        "timing": "wall: median of the runs alone, interleaved; ratios: median of the runs' (range: least, greatest);"
+                  " CPU and peaks of one more run, sampled (its wall: *_sampled_s)",
         "trace_merge_sampled_s": round(ours.sampled_wall_s, 3),
         "dftracer_stats_cold_sampled_s": round(theirs.sampled_wall_s, 3),
-        "ratio": round(ours.wall_s / theirs.wall_s, 3),
+        "ratio": round(ratio, 3),
+        "ratio_range": [round(ratio_lo, 3), round(ratio_hi, 3)],
+        "trace_merge_walls_s": [round(w, 3) for w in ours.walls],
+        "dftracer_stats_cold_walls_s": [round(w, 3) for w in theirs.walls],
         "trace_merge_cpu_s": round(ours.cpu_s, 3),
         "dftracer_stats_cold_cpu_s": round(theirs.cpu_s, 3),
         "trace_merge_peak_pss_MiB": round(ours.peak_pss_mib, 1),
@@ -332,7 +361,9 @@ def measure(ts: TraceSet, cache: Path, work: Path, scheduler: "str | None" = Non
                        "duckdb_cpu_s": round(duck.cpu_s, 3),
                        "duckdb_peak_pss_MiB": round(duck.peak_pss_mib, 1),
                        "duckdb_events": sum(v["count"] for v in per_name.values()),
-                       "duckdb_ratio": round(ours.wall_s / duck.wall_s, 3)})
+                       "duckdb_walls_s": [round(w, 3) for w in duck.walls],
+                       "duckdb_ratio": round(paired_ratio(ours, duck)[0], 3),
+                       "duckdb_ratio_range": [round(x, 3) for x in paired_ratio(ours, duck)[1:]]})
     else:
         result["duckdb_s"] = "not measured: duckdb is not installed (make bench installs it)"
     if not cold_only:
@@ -394,7 +425,11 @@ def main(argv: "Sequence[str] | None" = None) -> int:
                         help="only the cold summaries (no merge, re-summary or indexed dftracer_stats): the 50M set")
     parser.add_argument("--scheduler", metavar="ADDRESS", default=None,
                         help="also summarise on this Dask scheduler; 'local' starts a LocalCluster of 2 workers")
+    parser.add_argument("--runs", type=int, default=1, metavar="N",
+                        help="cold runs of each tool, interleaved; times and ratios are their medians (default: 1)")
     args = parser.parse_args(argv)
+    if args.runs < 1:
+        raise BenchmarkError(f"--runs: {args.runs}: at least 1")
     unknown = [x for x in args.sets.split(",") if x not in SETS]
     if unknown:
         raise BenchmarkError(f"--sets: unknown set(s) {', '.join(unknown)} (known: {', '.join(SETS)})")
@@ -403,7 +438,7 @@ def main(argv: "Sequence[str] | None" = None) -> int:
     ok = True
     try:
         for ts in SMALL if args.small else [SETS[x] for x in args.sets.split(",")]:
-            result = measure(ts, args.cache, work, args.scheduler, args.cold_only)
+            result = measure(ts, args.cache, work, args.scheduler, args.cold_only, args.runs)
             ok = ok and result["stats_equal"]
             print(json.dumps(result), flush=True)
     finally:
