@@ -223,3 +223,18 @@ def test_merge_needs_a_directory(capsys, darshan_logs):
     log = darshan_logs / "dxt.darshan"
     assert main(["merge", str(log)]) == 2
     one_line_error(capsys.readouterr().err, str(log), "not a directory")
+
+
+def test_the_program_freezes_what_is_left_before_exit_and_main_alone_does_not(run_copy):
+    """``trace-merge`` (``cli.run``) freezes the objects left when the command is done, so that the interpreter's
+    exit does not walk them all for garbage once more; :func:`main`, which a program may call many times, does not."""
+    import gc
+
+    before = gc.get_freeze_count()
+    assert main(["summary", str(run_copy), "--json"]) == 0
+    assert gc.get_freeze_count() == before
+    code = ("import gc, sys; from trace_merge import cli; sys.argv = ['trace-merge', 'summary', sys.argv[1]]; "
+            "status = cli.run(); print(status, gc.get_freeze_count(), file=sys.stderr)")
+    out = subprocess.run([sys.executable, "-c", code, str(run_copy)], capture_output=True, text=True, timeout=300)
+    status, frozen = out.stderr.split()[-2:]
+    assert status == "0" and int(frozen) > 10_000, out.stderr
