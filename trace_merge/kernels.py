@@ -510,9 +510,19 @@ def _concat(tables: Sequence[pd.DataFrame], sort: Sequence[str] = ("rank",)) -> 
     if not full:
         return tables[0].iloc[:0].reset_index(drop=True) if tables else pd.DataFrame()
     out = pd.concat(full, ignore_index=True) if len(full) > 1 else full[0].reset_index(drop=True)
-    if len(full) > 1 and sort:
+    if len(full) > 1 and sort and not (len(sort) == 1 and _ascending(out[sort[0]])):
+        # (the partitions come in rank order: a stable sort by rank alone would leave them as they are, and took
+        # 10-40 ms of the driver's reduction of a 5 M-event set's 260 k steps)
         out = out.sort_values(list(sort), kind="stable").reset_index(drop=True)
     return out
+
+
+def _ascending(col: pd.Series) -> bool:
+    """Whether ``col`` is in ascending order, with no missing value (values that do not compare: not)."""
+    try:
+        return bool(col.is_monotonic_increasing)
+    except TypeError:
+        return False
 
 
 def combine(parts: Sequence[RankParts], job: JobFacts, counters: Optional[pd.DataFrame] = None):
