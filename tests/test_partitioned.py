@@ -487,7 +487,8 @@ def test_rank_parts_cross_processes_with_their_step_series_packed(generated: Pat
     assert len(parts) == 4 and all(10 < len(p.steps) < kernels.PACK_STEPS_FROM for p in parts)
     for part in parts:  # a short series travels as pickle has it (packed, it would be larger)
         assert "steps" in pickle.loads(pickle.dumps(part)).__dict__
-    long = dataclasses.replace(parts[0], steps=pd.concat([parts[0].steps] * 100, ignore_index=True))
+    copies = kernels.PACK_STEPS_FROM // len(parts[0].steps) + 1
+    long = dataclasses.replace(parts[0], steps=pd.concat([parts[0].steps] * copies, ignore_index=True))
     assert len(long.steps) >= kernels.PACK_STEPS_FROM
     back = pickle.loads(pickle.dumps(long))
     assert "steps" not in back.__dict__ and len(back.__dict__["_packed_steps"]) < len(pickle.dumps(long.steps)) / 2
