@@ -100,7 +100,7 @@ def _verdict_finding(a: "Summary") -> Finding:
     label = v.label
     wait, au = v.input_pct, v.au_pct
     cycles = f"{v.cycles} of {v.cycles_total} step cycles, basis {v.basis}"
-    wait_s = _sum(_counted_steps(a), "input_wait_s")
+    wait_s = _counted_wait_s(a)
     inputs = _input_phases(a.layered)
     # the file-system layer sees every call (no sampling window), so its share is of the input phases' whole time
     fs, seen = _sum(inputs, "fs_s"), _sum(inputs, "time_s")
@@ -315,7 +315,7 @@ def _producers_idle_finding(a: "Summary") -> Optional[Finding]:
         busy.append((fs_step / step_s) / (fs_in / _sum(inputs, "time_s")))
     if not busy or max(busy) >= PRODUCERS_ACTIVE_RATIO:
         return None
-    wait_s = _sum(_counted_steps(a), "input_wait_s")
+    wait_s = _counted_wait_s(a)
     seen = (f"app input phases ran during {100 * busy[0]:.1f} % of the compute time" if compute_s > 0 else "")
     if has_fs and fs_in > 0:
         seen += ("; " if seen else "") + (f"file-system calls took {fs_step:.3g} s inside the steps against "
@@ -329,9 +329,13 @@ def _producers_idle_finding(a: "Summary") -> Optional[Finding]:
         "a hand-written loader reads on a producer thread or process into a bounded queue", wait_s)
 
 
-def _counted_steps(a: "Summary") -> pd.DataFrame:
-    """The step cycles the verdict counts (the warm-up step left out)."""
-    return a.steps[a.steps["counted"] & ~a.steps["warmup"]] if len(a.steps) else a.steps
+def _counted_wait_s(a: "Summary") -> float:
+    """Seconds of input wait in the step cycles the verdict counts (the warm-up step left out): that column alone
+    is filtered (the whole series of a 5 M-event run, 260 k rows, took 15 ms)."""
+    if not len(a.steps):
+        return 0.0
+    counted = (a.steps["counted"] & ~a.steps["warmup"]).to_numpy()
+    return _sum(a.steps.loc[counted, ["input_wait_s"]], "input_wait_s")
 
 
 def _is_input_bound(a: "Summary") -> bool:
