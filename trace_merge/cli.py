@@ -576,8 +576,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "advise":
         args.cmd = command
+    _start_pool_early(args)
     with engines.one_blas_thread():
-        _start_pool_early(args)
         import numpy  # noqa: F401  (every command's analysis imports it: loaded here with one BLAS thread)
     handler = _configure_logging(args.debug)
     # SIGTERM (``kill``, Slurm at the time limit) would end the process before any ``finally``, leaving

@@ -119,8 +119,8 @@ class LocalPool:
 
     def _executor(self, mmap_threshold: int) -> ProcessPoolExecutor:
         if self._pool is None:
-            start_fork_server()  # started here if not before: with one BLAS thread
-            self._pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=_fork_server(),
+            server = start_fork_server()  # started here if not before: with one BLAS thread
+            self._pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=server,
                                              initializer=_one_thread_each, initargs=(mmap_threshold,))
         return self._pool
 
@@ -235,15 +235,16 @@ def one_blas_thread():
             os.environ[_BLAS_THREADS] = saved
 
 
-def start_fork_server() -> None:
+def start_fork_server() -> Any:
     """Start the local pool's fork server now rather than at the first wave: it imports its preloads (0.3-0.4 s)
     while this process is still importing the same modules for itself, on the other core. Without effect after the
-    server has started (every wave's workers are forked from the one server)."""
+    server has started (every wave's workers are forked from the one server). Returns its multiprocessing context."""
     import multiprocessing.forkserver
 
-    _fork_server()
+    ctx = _fork_server()
     with _workers_skip_main(), one_blas_thread():
         multiprocessing.forkserver.ensure_running()
+    return ctx
 
 
 def holds_at_least(path: "str | os.PathLike[str]", size: int) -> bool:

@@ -365,13 +365,14 @@ def measure(ts: TraceSet, cache: Path, work: Path, scheduler: "str | None" = Non
     }
     if duck is not None:
         per_name = json.loads(duck.stdout)
+        duck_ratio, duck_lo, duck_hi = paired_ratio(ours, duck)
         result.update({"duckdb_s": round(duck.wall_s, 3), "duckdb_sampled_s": round(duck.sampled_wall_s, 3),
                        "duckdb_cpu_s": round(duck.cpu_s, 3),
                        "duckdb_peak_pss_MiB": round(duck.peak_pss_mib, 1),
                        "duckdb_events": sum(v["count"] for v in per_name.values()),
                        "duckdb_walls_s": [round(w, 3) for w in duck.walls],
-                       "duckdb_ratio": round(paired_ratio(ours, duck)[0], 3),
-                       "duckdb_ratio_range": [round(x, 3) for x in paired_ratio(ours, duck)[1:]]})
+                       "duckdb_ratio": round(duck_ratio, 3),
+                       "duckdb_ratio_range": [round(duck_lo, 3), round(duck_hi, 3)]})
     else:
         result["duckdb_s"] = "not measured: duckdb is not installed (make bench installs it)"
     if not cold_only:
