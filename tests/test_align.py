@@ -332,3 +332,25 @@ def test_time_ordered_is_the_time_order_of_the_concatenation_asking_each_part_fo
     got = al.TimeOrdered([part(i) for i in range(len(pieces))]).frame(columns)
     pd.testing.assert_frame_equal(got, al.time_order(concat_frames(pieces)), check_exact=True)
     assert sorted(asked) == sorted((i, c) for i in range(len(pieces)) for c in columns)  # each once, one at a time
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_start_order_takes_the_tie_key_of_tied_rows_alone(seed: int) -> None:
+    """The tie key as a function of the tied rows' positions gives the order the whole key gives, on sorted starts
+    (not sorted again) and on shuffled ones; the function sees only rows whose start is shared."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(2, 500))
+    starts = rng.integers(0, 40, n) * 10
+    if seed % 2:
+        starts = np.sort(starts)
+    ends = starts + rng.integers(1, 50, n)
+    asked = []
+
+    def key(at: np.ndarray) -> np.ndarray:
+        asked.append(at)
+        return starts[at] - ends[at]
+
+    got = I.start_order(starts, key)
+    assert got.tolist() == I.start_order(starts, starts - ends).tolist() == np.lexsort((starts - ends, starts)).tolist()
+    seen = np.concatenate(asked) if asked else np.zeros(0, dtype=np.int64)
+    assert all((starts == starts[i]).sum() > 1 for i in seen)

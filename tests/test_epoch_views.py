@@ -77,3 +77,44 @@ def test_component_view_of_a_real_run(real_run) -> None:
                              "Training Iteration")
     assert view["load_pct"].iloc[0] + view["training_pct"].iloc[0] == pytest.approx(100)
     assert 0 < view["load_pct"].iloc[0] < 100
+
+
+def test_epoch_bandwidth_by_rank_and_epoch_against_its_definition() -> None:
+    """Several ranks, epochs out of order, two layers of one rank's reads (a group names both), reads without a file
+    (not of a data file: left out) and outside every epoch (left out): each (rank, epoch) as the definition says."""
+    rng = np.random.default_rng(3)
+    n = 4000
+    rank = rng.integers(0, 3, n)
+    start = np.sort(rng.integers(0, 10**9, n))
+    end = start + rng.integers(1, 10**6, n)
+    epoch = pd.array(np.where(rng.random(n) < 0.1, None, rng.integers(-1, 4, n)), dtype="Int64")
+    layer = np.where((rank == 2) & (rng.random(n) < 0.5), "stdio", "posix")
+    file = np.where(rng.random(n) < 0.05, None, np.array([f"/data/f{i}.h5" for i in range(7)])[rng.integers(0, 7, n)])
+    frame = to_frame({"layer": layer, "cat": ["io"] * n, "name": np.where(rng.random(n) < 0.5, "read", "pread64"),
+                      "rank": rank, "pid": rank + 10, "tid": rank + 10, "start_ns": start, "dur_ns": end - start,
+                      "bytes": pd.array(rng.integers(1, 1 << 20, n), dtype="Int64"), "file": file, "epoch": epoch})
+    got = epoch_bandwidth_df(frame)
+    keys = sorted({(int(r), int(e)) for r, e, f in zip(rank, epoch, file) if e is not pd.NA and f is not None})
+    assert list(zip(got["rank"], got["epoch"])) == keys
+    for (r, e), row in zip(keys, got.itertuples()):
+        sel = (rank == r) & np.asarray(epoch.fillna(-99) == e) & (file != None)  # noqa: E711 (elementwise)
+        assert row.reads == sel.sum()
+        assert row.read_bytes == int(frame["bytes"][sel].sum())
+        assert row.files == len(set(file[sel]))
+        assert row.layer == ",".join(sorted(set(layer[sel])))
+        assert row.read_time_s == union_ns(start[sel], end[sel]) / 1e9
+    assert got.dtypes.astype(str).to_dict() == {"rank": "int64", "epoch": "int64", "files": "int64", "reads": "int64",
+                                                "read_bytes": "int64", "read_time_s": "float64",
+                                                "read_bw_MB_per_s": "float64", "layer": "object"}
+
+
+def test_read_rows_leave_the_frame_index_unmaterialised() -> None:
+    """Selecting the reads does not build (and cache on the frame) every label of its RangeIndex: on a 6.2 M-row
+    rank that was 47 MiB held as long as the frame."""
+    from trace_merge.bandwidth import read_rows
+
+    frame = _frame([("HDF5 File Read", i, i + 1, 0) for i in range(100)]).assign(bytes=pd.array([8] * 100, "Int64"))
+    frame.index = pd.RangeIndex(1000, 1200, 2)
+    rows = read_rows(frame)
+    assert list(rows.index) == list(range(1000, 1200, 2))
+    assert "_data" not in frame.index._cache

@@ -221,7 +221,7 @@ def propagate_steps(frame: pd.DataFrame, in_place: bool = False) -> pd.DataFrame
         # each array is taken once and let go as soon as it is used up: this is a rank task's high-water mark
         apps, targets = apps_of.pop(r), targets_of.pop(r, none)
         s = start[apps]
-        order = start_order(s, s - end[apps])  # ties: longer first
+        order = start_order(s, lambda tied: s[tied] - end[apps[tied]])  # ties: longer first
         s = s[order]  # one reordered array at a time, the old one let go
         apps = apps[order]
         del order

@@ -22,7 +22,7 @@ Nesting
 from __future__ import annotations
 
 import math
-from typing import Iterable, Optional
+from typing import Callable, Iterable, Optional
 
 import numpy as np
 import pandas as pd
@@ -64,14 +64,19 @@ def merge_intervals(starts: Iterable[int], ends: Iterable[int]) -> tuple[np.ndar
     return s[first], reach[last]
 
 
-def start_order(starts: np.ndarray, second: np.ndarray) -> np.ndarray:
-    """Stable order by ``starts``, ties by ``second`` ascending (both int64 arrays).
+def start_order(starts: np.ndarray, second: "np.ndarray | Callable[[np.ndarray], np.ndarray]") -> np.ndarray:
+    """Stable order by ``starts``, ties by ``second`` ascending (int64): an array, or a function giving it at the
+    positions of the tied rows alone (a rank's millions of app rows have a few ties: the key is not built for all).
 
     Equal starts are few compared with all rows, so only their runs get the two-key sort (a full
-    :func:`numpy.lexsort` costs about three sorts; the stable sort of nearly sorted input is cheap).
+    :func:`numpy.lexsort` costs about three sorts; the stable sort of nearly sorted input is cheap). Starts already
+    in order (rows of a time-ordered rank) are not sorted or copied at all.
     """
-    order = np.argsort(starts, kind="stable")
-    s = starts[order]
+    if starts.size < 2 or bool(np.all(starts[1:] >= starts[:-1])):
+        order, s = np.arange(starts.size, dtype=_I8), starts
+    else:
+        order = np.argsort(starts, kind="stable")
+        s = starts[order]
     eq = s[1:] == s[:-1]
     if eq.any():
         tied = np.zeros(len(s), dtype=bool)  # members of a run of equal starts
@@ -79,7 +84,7 @@ def start_order(starts: np.ndarray, second: np.ndarray) -> np.ndarray:
         tied[:-1] |= eq
         at = np.flatnonzero(tied)
         sub = order[at]
-        order[at] = sub[_runs_order(s[at], second[sub])]
+        order[at] = sub[_runs_order(s[at], second(sub) if callable(second) else second[sub])]
     return order
 
 
