@@ -26,8 +26,8 @@ from typing import Optional, Sequence
 import numpy as np
 import pandas as pd
 
-from trace_merge.intervals import (Axis, combined_codes, covered_ns, intersect_intervals, merge_intervals,
-                                   self_segments, subtract_intervals, union_of)
+from trace_merge.intervals import (Axis, combined_codes, covered_ns, distinct_rows, first_rows, intersect_intervals,
+                                   merge_intervals, self_segments, subtract_intervals, union_of)
 from trace_merge.schema import FS_LAYERS, LAYERS, STEP_PHASE, as_text, category_mask, layer_order
 
 logger = logging.getLogger(__name__)
@@ -163,27 +163,13 @@ def _tag(col: pd.Series, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return np.asarray(part.to_numpy(dtype=_I8, na_value=0), dtype=_I8), ~np.asarray(part.isna(), dtype=bool)
 
 
-def _first_rows(codes: np.ndarray) -> np.ndarray:
-    """The first row of each code of :func:`combined_codes` (numbered in order of first appearance)."""
-    seen = np.maximum.accumulate(codes)
-    return np.flatnonzero(np.r_[True, seen[1:] > seen[:-1]])
-
-
-def _distinct_rows(*keys: np.ndarray) -> list[np.ndarray]:
-    """The distinct tuples of ``keys``, as one array per key, in order of first appearance (hashing)."""
-    if not keys[0].size:
-        return list(keys)
-    first = _first_rows(combined_codes(*keys))
-    return [k[first] for k in keys]
-
-
 def _min_max_by(keys: Sequence[np.ndarray], s: np.ndarray, e: np.ndarray
                 ) -> tuple[list[np.ndarray], np.ndarray, np.ndarray]:
     """Per distinct tuple of ``keys``: the least ``s`` and the greatest ``e`` (in order of first appearance)."""
     if not s.size:
         return [k[:0] for k in keys], s[:0], e[:0]
     codes = combined_codes(*keys)
-    first = _first_rows(codes)
+    first = first_rows(codes)
     lo = np.full(first.size, _T_MAX, dtype=_I8)
     hi = np.full(first.size, _T_MIN, dtype=_I8)
     np.minimum.at(lo, codes, s)
@@ -318,7 +304,7 @@ class _Attribution:
             if self._lower:
                 low = owned[c.lower(owned)]
                 lay = c.layer[low]
-                layers.append(_distinct_rows(c.rank[low], lay))
+                layers.append(distinct_rows(c.rank[low], lay))
                 a = low[c.is_fw[lay] & c.is_anchor[c.name[low]]]
                 anchors.append((c.rank[a], c.start[a]))
                 x = low[c.is_comm[lay] & c.is_collective[c.name[low]]]
@@ -335,7 +321,7 @@ class _Attribution:
         self._kinds = [np.unique(np.concatenate(k)) for k in kinds]
         if not self._lower:
             return
-        l_rank, l_layer = _distinct_rows(np.concatenate([r for r, _ in layers]), np.concatenate([x for _, x in layers]))
+        l_rank, l_layer = distinct_rows(np.concatenate([r for r, _ in layers]), np.concatenate([x for _, x in layers]))
         mine = np.isin(l_rank, self.ranks) & (l_layer >= 0)
         self.layers: dict[int, list[str]] = {}
         for r, x in zip(l_rank[mine].tolist(), c.layer_names[l_layer[mine]].tolist()):
@@ -411,7 +397,7 @@ class _Attribution:
             r = self.rank_codes(c.rank[rows])
             mark = self._mark_kind(c, rows, r)
             m = rows[mark]
-            threads.append(_distinct_rows(r[mark], c.pid[m], c.tid[m]))
+            threads.append(distinct_rows(r[mark], c.pid[m], c.tid[m]))
             runs.append(self._runs(c, m, r[mark]))
             # framework rows: the windows a TF profile covered (see covered)
             low = owned[c.lower(owned)]
@@ -426,7 +412,7 @@ class _Attribution:
                 sess[ok] = k[ok]
             profiled.add([fr, sess], s, e)
         self._marks = self._join_runs(runs)
-        self._consumers = _distinct_rows(*(np.concatenate([t[i] for t in threads]) for i in range(3)))
+        self._consumers = distinct_rows(*(np.concatenate([t[i] for t in threads]) for i in range(3)))
         _, s, e = profiled.result()
         self.covered = merge_intervals(s, e)
         self.present_framework = self.covered[0].size > 0

@@ -30,7 +30,7 @@ from typing import Optional, Sequence
 import numpy as np
 import pandas as pd
 
-from trace_merge.intervals import grouped_union_ns
+from trace_merge.intervals import distinct_rows, grouped_union_ns
 from trace_merge.schema import as_text, category_mask
 
 logger = logging.getLogger(__name__)
@@ -286,16 +286,16 @@ def epoch_bandwidth_df(frame: pd.DataFrame, reads: "Optional[tuple[pd.DataFrame,
     # groups numbered in (rank, epoch) order
     rank_codes, ranks = pd.factorize(rows["rank"].to_numpy()[at], sort=True)
     epoch_codes, epochs = pd.factorize(rows["epoch"].array[at].to_numpy(dtype=_I8), sort=True)
-    keys, packed = _sorted_codes(rank_codes.astype(_I8) * len(epochs) + epoch_codes)
+    keys, packed = pd.factorize(rank_codes.astype(_I8) * len(epochs) + epoch_codes, sort=True)
     n = len(packed)
     union = grouped_union_ns(keys, rows["start_ns"].to_numpy(dtype=_I8)[at], rows["end_ns"].to_numpy(dtype=_I8)[at], n)
     read_bytes = np.zeros(n, dtype=_I8)
     np.add.at(read_bytes, keys, rows["bytes"].array[at].to_numpy(dtype=_I8))
     file_codes = rows["file"].astype("category").cat.codes.to_numpy()[at].astype(_I8)
     named = file_codes >= 0  # nunique: a missing file is not one
-    files = np.bincount(_distinct(keys[named], file_codes[named])[0], minlength=n).astype(_I8)
+    files = np.bincount(distinct_rows(keys[named], file_codes[named])[0], minlength=n).astype(_I8)
     layer = rows["layer"].astype("category")
-    k, lay = _distinct(keys, layer.cat.codes.to_numpy()[at].astype(_I8) + 1)
+    k, lay = distinct_rows(keys, layer.cat.codes.to_numpy()[at].astype(_I8) + 1)
     names = np.asarray([str(np.nan)] + [str(x) for x in layer.cat.categories], dtype=object)  # code -1: missing
     layers: list[set] = [set() for _ in range(n)]
     for g, x in zip(k.tolist(), lay.tolist()):
@@ -312,21 +312,6 @@ def epoch_bandwidth_df(frame: pd.DataFrame, reads: "Optional[tuple[pd.DataFrame,
     t = out["read_time_s"].to_numpy()
     out["read_bw_MB_per_s"] = np.where(t > 0, out["read_bytes"] / 1e6 / np.where(t > 0, t, 1.0), np.nan)
     return out[cols]
-
-
-def _sorted_codes(values: np.ndarray) -> "tuple[np.ndarray, np.ndarray]":
-    """``(codes, distinct)``: dense codes of ``values`` numbered in ascending order of the value."""
-    codes, distinct = pd.factorize(values, sort=True)
-    return codes.astype(_I8, copy=False), np.asarray(distinct, dtype=_I8)
-
-
-def _distinct(keys: np.ndarray, values: np.ndarray) -> "tuple[np.ndarray, np.ndarray]":
-    """The distinct ``(key, value)`` pairs of two non-negative int64 arrays, as two arrays."""
-    if not keys.size:
-        return keys, values
-    span = int(values.max()) + 1
-    pairs = pd.unique(keys * span + values)
-    return pairs // span, pairs % span
 
 
 def epoch_bandwidth_totals(per_rank_epoch: pd.DataFrame) -> pd.DataFrame:

@@ -249,6 +249,20 @@ def combined_codes(*keys: np.ndarray) -> np.ndarray:
     return code.astype(_I8, copy=False)
 
 
+def first_rows(codes: np.ndarray) -> np.ndarray:
+    """The first row of each code of :func:`combined_codes` (numbered in order of first appearance)."""
+    seen = np.maximum.accumulate(codes)
+    return np.flatnonzero(np.r_[True, seen[1:] > seen[:-1]])
+
+
+def distinct_rows(*keys: np.ndarray) -> list[np.ndarray]:
+    """The distinct tuples of ``keys``, as one array per key, in order of first appearance (hashing)."""
+    if not keys[0].size:
+        return list(keys)
+    first = first_rows(combined_codes(*keys))
+    return [k[first] for k in keys]
+
+
 def _packed(keys: "tuple[np.ndarray, ...]") -> Optional[np.ndarray]:
     """The tuples of integer ``keys`` as one int64 each, ``sum((k - min k) * radix)`` (one-to-one, so its first
     appearances are the tuples'), or None when a key is not integer or the spans' product reaches 2**62."""
