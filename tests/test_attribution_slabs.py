@@ -108,3 +108,30 @@ def test_the_slabs_partition_the_rows_and_their_halos_are_the_rows_open_at_the_c
 def test_a_real_run_is_the_same_in_slabs(run_copy, monkeypatch):
     frame = Run.open(run_copy).frame
     assert_same_in_slabs(frame, monkeypatch, (5, 9))
+
+
+def assert_same_in_windows(frame: pd.DataFrame, monkeypatch, window_rows: tuple[int, ...]) -> None:
+    """Windows of a frame in time order (:class:`trace_merge.attribution._Windows`), each with its own slabs and the
+    rows of earlier windows still open at its start: every table as with the whole frame in one window."""
+    monkeypatch.setattr(A, "WINDOW_ROWS", None)
+    whole = tables(frame)
+    for rows in window_rows:
+        monkeypatch.setattr(A, "WINDOW_ROWS", rows)
+        for slab_rows in (len(frame) + 1, max(2, rows // 3)):  # one slab per window, and several
+            monkeypatch.setattr(A, "SLAB_ROWS", slab_rows)
+            windows = list(A._Windows(frame, ["app", "framework", "posix", "comm"], rows))
+            # cut, with rows of earlier windows open across the cuts
+            assert len(windows) > 2 and any(c.position[0] < c.position[-1] - rows for c, _ in windows[1:])
+            for name, table in tables(frame).items():
+                pd.testing.assert_frame_equal(table, whole[name], check_exact=True,
+                                              obj=f"{name} in windows of {rows} (slabs of {slab_rows})")
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_every_table_is_the_same_however_the_windows_are_cut(seed, monkeypatch):
+    assert_same_in_windows(random_job(seed), monkeypatch, (7, 23, 60))
+
+
+def test_a_real_run_is_the_same_in_windows(run_copy, monkeypatch):
+    frame = Run.open(run_copy).frame
+    assert_same_in_windows(frame, monkeypatch, (5, 9))

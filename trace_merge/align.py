@@ -255,6 +255,119 @@ def propagate_steps(frame: pd.DataFrame, in_place: bool = False) -> pd.DataFrame
     return out
 
 
+_TAGS = ("step", "epoch")
+
+
+@dataclass
+class _AppRows:
+    """App rows with a tag, as plain arrays (a window's, or those carried from earlier windows): bounds, thread,
+    each tag column's values and missing mask as the reader gave them, and ``gid``, the row's number among the
+    rank's app rows with a tag, in time order."""
+
+    s: np.ndarray
+    e: np.ndarray
+    pid: np.ndarray
+    tid: np.ndarray
+    vals: dict
+    missing: dict
+    gid: np.ndarray
+
+    @classmethod
+    def of(cls, frame: pd.DataFrame, first_gid: int) -> "tuple[_AppRows, np.ndarray]":
+        """The app rows of ``frame`` that have a tag, and their positions in it."""
+        is_app = (frame["layer"] == "app").to_numpy()
+        vals = {c: frame[c].to_numpy(dtype=np.int64, na_value=0) for c in _TAGS}
+        missing = {c: frame[c].isna().to_numpy() for c in _TAGS}
+        at = np.flatnonzero(is_app & ~(missing["step"] & missing["epoch"]))
+        rows = cls(frame["start_ns"].to_numpy(dtype=np.int64)[at], frame["end_ns"].to_numpy(dtype=np.int64)[at],
+                   frame["pid"].to_numpy()[at], frame["tid"].to_numpy()[at], {c: vals[c][at] for c in _TAGS},
+                   {c: missing[c][at] for c in _TAGS}, first_gid + np.arange(at.size, dtype=np.int64))
+        return rows, at
+
+    def take(self, idx: np.ndarray) -> "_AppRows":
+        return _AppRows(self.s[idx], self.e[idx], self.pid[idx], self.tid[idx], {c: v[idx] for c, v in self.vals.items()},
+                        {c: m[idx] for c, m in self.missing.items()}, self.gid[idx])
+
+    def after(self, carried: "_AppRows") -> "_AppRows":
+        """``carried`` then these rows, in start order (ties: longer first), as the whole rank orders them."""
+        cat = _AppRows(np.concatenate((carried.s, self.s)), np.concatenate((carried.e, self.e)),
+                       np.concatenate((carried.pid, self.pid)), np.concatenate((carried.tid, self.tid)),
+                       {c: np.concatenate((carried.vals[c], self.vals[c])) for c in _TAGS},
+                       {c: np.concatenate((carried.missing[c], self.missing[c])) for c in _TAGS},
+                       np.concatenate((carried.gid, self.gid)))
+        return cat.take(start_order(cat.s, cat.s - cat.e))
+
+
+def _no_app_rows() -> _AppRows:
+    z = np.zeros(0, dtype=np.int64)
+    return _AppRows(z, z, z, z, {c: z for c in _TAGS}, {c: np.zeros(0, dtype=bool) for c in _TAGS}, z)
+
+
+def _chain(parent: np.ndarray, last: "Iterable[int]") -> np.ndarray:
+    """``last`` and all their ancestors in the forest ``parent``, ascending: what a stack sweep holds after them."""
+    out: set = set()
+    for i in last:
+        i = int(i)
+        while i >= 0 and i not in out:
+            out.add(i)
+            i = int(parent[i])
+    return np.asarray(sorted(out), dtype=np.int64)
+
+
+def propagate_windows(windows: "Callable[[], Iterable[pd.DataFrame]]") -> "Iterable[pd.DataFrame]":
+    """:func:`propagate_steps` of one rank's rows given window by window: ``windows()`` gives the rank's rows as
+    consecutive frames in time order, cut where the start changes, each time it is called (twice). Yields each
+    window with its ``epoch`` and ``step`` tags; the concatenation is ``propagate_steps`` of the whole rank.
+
+    Only a window and what a stack sweep holds at its start are in memory (the ancestors of the last app row, per
+    thread and across threads: the nesting depth), not the rank's app rows: a nesting forest computed over the
+    carried ancestors and a window is the whole forest's on that window. Whether an app row is a container is known
+    only once its last descendant is seen, so a first pass over the windows marks the containers (marks are only
+    ever set: a carried ancestor marked later is marked in the end) and a second tags the rows."""
+    containers = {c: np.zeros(0, dtype=bool) for c in _TAGS}
+    carried, first = _no_app_rows(), 0
+    for frame in windows():  # pass one: the containers, per thread (a container holds rows of its own thread)
+        rows, _ = _AppRows.of(frame, first)
+        first += rows.s.size
+        for c in _TAGS:
+            containers[c] = np.concatenate((containers[c], np.zeros(rows.s.size, dtype=bool)))
+        seq = rows.after(carried)
+        if not seq.s.size:
+            continue
+        thread = combined_codes(seq.pid, seq.tid)
+        own = _thread_parents(seq.s, seq.e, thread, nesting_parents(seq.s, seq.e)).astype(np.int64)
+        for c in _TAGS:
+            parent, keep = drop_from_forest(own, seq.missing[c])
+            containers[c][seq.gid[keep[spans_several(parent, _narrow_tags(seq.vals[c][keep]))]]] = True
+        last_of_thread = np.unique(thread[::-1], return_index=True)[1]
+        carried = seq.take(_chain(own, seq.s.size - 1 - last_of_thread))
+    carried, first = _no_app_rows(), 0
+    for frame in windows():  # pass two: the tags, across threads
+        rows, at = _AppRows.of(frame, first)
+        first += rows.s.size
+        seq = rows.after(carried)
+        out = {c: (frame[c].to_numpy(dtype=np.int64, na_value=0), frame[c].isna().to_numpy()) for c in _TAGS}
+        if seq.s.size:
+            forest = nesting_parents(seq.s, seq.e).astype(np.int64)
+            targets = np.flatnonzero(~(frame["layer"] == "app").to_numpy())
+            start, end = frame["start_ns"].to_numpy(dtype=np.int64), frame["end_ns"].to_numpy(dtype=np.int64)
+            for c in _TAGS:
+                vals, missing = out[c]
+                cont = containers[c][seq.gid]
+                parent, keep = drop_from_forest(forest, seq.missing[c])
+                parent, still = drop_from_forest(parent, cont[keep])
+                keep = keep[still]
+                for a in range(0, len(targets), TARGET_CHUNK):
+                    chunk = targets[a:a + TARGET_CHUNK]
+                    hit = innermost(seq.s[keep], seq.e[keep], start[chunk], end[chunk], parent)
+                    inside = hit >= 0
+                    vals[chunk[inside]] = seq.vals[c][keep[hit[inside]]]
+                    missing[chunk[inside]] = False
+                missing[at[containers[c][rows.gid]]] = True  # a container's own tag says nothing: cleared
+            carried = seq.take(_chain(forest, [seq.s.size - 1]))
+        yield frame.assign(**{c: pd.arrays.IntegerArray(v, m) for c, (v, m) in out.items()})
+
+
 #: target rows looked up at a time (:func:`_tag_targets`): their starts, ends and hits are a few MiB, not a
 #: rank's worth
 TARGET_CHUNK = 1 << 18

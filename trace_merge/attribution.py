@@ -104,11 +104,13 @@ class _Slab:
         return np.arange(rows.start, rows.stop, dtype=_I8) if isinstance(rows, range) else rows
 
 
-def _slabs(start: np.ndarray, end: np.ndarray, rows_per_slab: int = SLAB_ROWS) -> list[_Slab]:
+def _slabs(start: np.ndarray, end: np.ndarray, rows_per_slab: int = SLAB_ROWS, t_lo: int = _T_MIN,
+           t_hi: int = _T_MAX) -> list[_Slab]:
     """The time slabs of the rows ``(start, end)``: about ``rows_per_slab`` rows each, cut where the start changes
-    (all rows of one start in one slab). One slab when the halos would outgrow the rows (everything open at once)."""
+    (all rows of one start in one slab). One slab when the halos would outgrow the rows (everything open at once).
+    ``[t_lo, t_hi)``: the time the rows' slabs cover together (a window of a frame's time: :class:`_Windows`)."""
     n = start.size
-    whole = [_Slab(range(n), _EMPTY, _T_MIN, _T_MAX)]
+    whole = [_Slab(range(n), _EMPTY, t_lo, t_hi)]
     if n <= rows_per_slab:
         return whole
     order = None if bool(np.all(start[1:] >= start[:-1])) else np.argsort(start, kind="stable")
@@ -125,7 +127,7 @@ def _slabs(start: np.ndarray, end: np.ndarray, rows_per_slab: int = SLAB_ROWS) -
         at = cut + rows_per_slab
     cuts.append(n)
     bounds = ss[cuts[1:-1]]  # t0 of every slab but the first
-    t = np.concatenate(([_T_MIN], bounds, [_T_MAX]))
+    t = np.concatenate(([t_lo], bounds, [t_hi]))
     halos: list[list[np.ndarray]] = [[] for _ in range(len(cuts) - 1)]
     held = 0
     owns = []
@@ -207,8 +209,10 @@ class _Frame:
     """The columns the attribution reads (:data:`ATTRIBUTION_COLUMNS`), as numpy views where the frame has them so
     (no per-row copies); rows are taken from them slab by slab."""
 
-    def __init__(self, frame: pd.DataFrame, use: Sequence[str]) -> None:
+    def __init__(self, frame: pd.DataFrame, use: Sequence[str], position: Optional[np.ndarray] = None) -> None:
         self.frame = frame
+        #: each row's position in the whole frame (None: this is the whole frame)
+        self.position = position
         self.start = frame["start_ns"].to_numpy(dtype=_I8)
         self.end = frame["end_ns"].to_numpy(dtype=_I8)
         self.rank = frame["rank"].to_numpy(dtype=_I8)
@@ -249,6 +253,67 @@ class _Frame:
         return _tag(self.frame[key], rows)
 
 
+#: Rows per time window of the attribution (:class:`_Windows`; None: the whole frame is one window)
+WINDOW_ROWS: Optional[int] = None
+
+
+class _Windows:
+    """A frame's rows as the attribution sweeps them: time windows of about ``rows`` rows each, cut where the start
+    changes, each with the earlier rows still open at its start (its halo) and its own slabs (:func:`_slabs`). The
+    whole frame is one window when ``rows`` is None, when it has no more rows, or when it is not in start order.
+    The windows are built again for each sweep, so only one is held at a time."""
+
+    def __init__(self, frame: pd.DataFrame, use: Sequence[str], rows: Optional[int] = None) -> None:
+        self._frame, self._use = frame, use
+        start = frame["start_ns"].to_numpy(dtype=_I8)
+        self._cuts = [0, start.size]
+        if rows is not None and start.size > rows and bool(np.all(start[1:] >= start[:-1])):
+            cuts, at = [0], rows
+            while at < start.size:
+                cut = int(np.searchsorted(start, start[at], "left"))
+                cut = cut if cut > cuts[-1] else int(np.searchsorted(start, start[at], "right"))
+                if cut >= start.size:
+                    break
+                cuts.append(cut)
+                at = cut + rows
+            self._cuts = cuts + [start.size]
+        self._whole: Optional[tuple[_Frame, list[_Slab]]] = None
+
+    def __iter__(self):
+        """``(columns, slabs)`` of each window in time order."""
+        if len(self._cuts) == 2:  # one window: built once, for every sweep
+            if self._whole is None:
+                cols = _Frame(self._frame, self._use)
+                self._whole = (cols, _slabs(cols.start, cols.end, SLAB_ROWS))
+            yield self._whole
+            return
+        start = self._frame["start_ns"].to_numpy(dtype=_I8)
+        end = self._frame["end_ns"].to_numpy(dtype=_I8)
+        held = _EMPTY  # rows of earlier windows still open
+        for k in range(len(self._cuts) - 1):
+            a, b = self._cuts[k], self._cuts[k + 1]
+            t0 = int(start[a]) if k else _T_MIN
+            t1 = int(start[b]) if b < start.size else _T_MAX
+            halo = held[end[held] > t0]
+            rows = np.concatenate((halo, np.arange(a, b, dtype=_I8)))
+            cols = _Frame(self._frame.take(rows), self._use, position=rows)
+            h = halo.size
+            slabs = []
+            for slab in _slabs(cols.start[h:], cols.end[h:], SLAB_ROWS, t0, t1):
+                own = slab.rows
+                own = range(own.start + h, own.stop + h) if isinstance(own, range) else own + h
+                carried = np.flatnonzero(cols.end[:h] > slab.t0)
+                slabs.append(_Slab(own, np.concatenate((carried, slab.halo + h)).astype(_I8), slab.t0, slab.t1))
+            yield cols, slabs
+            held = rows[end[rows] > t1]
+
+    def slabs(self):
+        """``(columns, slab)`` of every slab of every window, in time order."""
+        for cols, slabs in self:
+            for slab in slabs:
+                yield cols, slab
+
+
 class _Attribution:
     """The attribution of a frame's rows of some layers, per rank: every table's numbers, computed slab by slab.
 
@@ -269,28 +334,27 @@ class _Attribution:
 
     def __init__(self, frame: pd.DataFrame, use: Sequence[str], lower: bool,
                  shared: "Optional[SharedCollectives]", sums: bool = True) -> None:
-        cols = _Frame(frame, use)
-        self._names = cols.names
+        windows = _Windows(frame, use, WINDOW_ROWS)
         self._lower = lower
-        slabs = _slabs(cols.start, cols.end, SLAB_ROWS)
-        self._facts(cols, slabs, shared)
+        self._facts(windows, shared)
         if self.empty:
             return
         if lower:
-            self._step_and_profile_facts(cols, slabs)
+            self._step_and_profile_facts(windows)
         if not sums:
             return
         self._queries()
-        for slab in slabs:
+        for cols, slab in windows.slabs():
             self._add_slab(cols, slab)
         self._finish_layered()
 
     # -- facts: sweeps one and two ---------------------------------------------------------------------------
 
-    def _facts(self, c: _Frame, slabs: list[_Slab], shared: "Optional[SharedCollectives]") -> None:
+    def _facts(self, windows: _Windows, shared: "Optional[SharedCollectives]") -> None:
         whole, epochs, kinds = _MinMax(1), _MinMax(2), [[], [], []]
         layers, anchors, collectives = [], [], []
-        for slab in slabs:
+        for c, slab in windows.slabs():
+            self._names = c.names
             owned = slab.own
             rows = owned[c.kept(owned)]
             rank, s, e = c.rank[rows], c.start[rows], c.end[rows]
@@ -384,14 +448,14 @@ class _Attribution:
             decided |= take
         return marks
 
-    def _step_and_profile_facts(self, c: _Frame, slabs: list[_Slab]) -> None:
+    def _step_and_profile_facts(self, windows: _Windows) -> None:
         """The steps (:meth:`step_marks`), the consumer threads (those whose rows mark the steps) and ``covered``: the
         merged list of the windows a framework layer covered. A profile window is what one profiler session
         recorded: it starts at the session's TimeLogger anchor marker and ends with its last event. Without anchors
         (a profile not opened by TimeLogger) each rank's window spans its first to its last framework event."""
         runs, threads, profiled = [], [], _MinMax(2)
         a_r, a_s = self._anchors
-        for slab in slabs:
+        for c, slab in windows.slabs():
             owned = slab.own
             rows = owned[c.kept(owned)]
             r = self.rank_codes(c.rank[rows])
@@ -624,11 +688,12 @@ class _Attribution:
             key = (int(r[i]), int(ep[i]), int(name[i]))
             code = self._groups.get(key)
             j = int(first_own[g])
+            at = -1 if j >= rows.size else int(rows[j] if c.position is None else c.position[rows[j]])
             if code is None:
                 code = self._groups[key] = len(self._group_first)
-                self._group_first.append([int(rows[j]), int(r[j]), int(ep[j]), int(name[j]), int(cat[j])])
-            elif j < rows.size and int(rows[j]) < self._group_first[code][0]:  # a frame not in start order
-                self._group_first[code] = [int(rows[j]), int(r[j]), int(ep[j]), int(name[j]), int(cat[j])]
+                self._group_first.append([at, int(r[j]), int(ep[j]), int(name[j]), int(cat[j])])
+            elif j < rows.size and at < self._group_first[code][0]:  # a frame not in start order
+                self._group_first[code] = [at, int(r[j]), int(ep[j]), int(name[j]), int(cat[j])]
             to_group[g] = code
         key = to_group[local]
         n = len(self._group_first)
