@@ -119,7 +119,7 @@ def assert_same_in_windows(frame: pd.DataFrame, monkeypatch, window_rows: tuple[
         monkeypatch.setattr(A, "WINDOW_ROWS", rows)
         for slab_rows in (len(frame) + 1, max(2, rows // 3)):  # one slab per window, and several
             monkeypatch.setattr(A, "SLAB_ROWS", slab_rows)
-            windows = list(A._Windows(frame, ["app", "framework", "posix", "comm"], rows))
+            windows = list(A._Windows.of(frame, ["app", "framework", "posix", "comm"], rows))
             # cut, with rows of earlier windows open across the cuts
             assert len(windows) > 2 and any(c.position[0] < c.position[-1] - rows for c, _ in windows[1:])
             for name, table in tables(frame).items():

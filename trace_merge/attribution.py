@@ -21,13 +21,13 @@ import logging
 import dataclasses
 import re
 from dataclasses import dataclass, field
-from typing import Optional, Sequence
+from typing import Callable, Iterable, Optional, Sequence
 
 import numpy as np
 import pandas as pd
 
 from trace_merge.intervals import (Axis, combined_codes, covered_ns, distinct_rows, first_rows, intersect_intervals,
-                                   merge_intervals, self_segments, subtract_intervals, union_of)
+                                   merge_intervals, self_segments, subtract_intervals, time_windows, union_of)
 from trace_merge.schema import FS_LAYERS, LAYERS, STEP_PHASE, as_text, category_mask, layer_order
 
 logger = logging.getLogger(__name__)
@@ -258,46 +258,54 @@ WINDOW_ROWS: Optional[int] = None
 
 
 class _Windows:
-    """A frame's rows as the attribution sweeps them: time windows of about ``rows`` rows each, cut where the start
-    changes, each with the earlier rows still open at its start (its halo) and its own slabs (:func:`_slabs`). The
-    whole frame is one window when ``rows`` is None, when it has no more rows, or when it is not in start order.
-    The windows are built again for each sweep, so only one is held at a time."""
+    """A rank's rows as the attribution sweeps them: time windows in start order, each with the earlier rows still
+    open at its start (its halo) and its own slabs (:func:`_slabs`). ``source()`` gives the windows' frames (the
+    same categories in each), every time it is called: one per sweep, so only one window is held at a time. A
+    window's time runs from just after the previous window's last start to just after its own (the whole time for
+    the first and the last), so no window needs the next one; the slabs' sums do not depend on where time is cut."""
 
-    def __init__(self, frame: pd.DataFrame, use: Sequence[str], rows: Optional[int] = None) -> None:
-        self._frame, self._use = frame, use
-        start = frame["start_ns"].to_numpy(dtype=_I8)
-        self._cuts = [0, start.size]
-        if rows is not None and start.size > rows and bool(np.all(start[1:] >= start[:-1])):
-            cuts, at = [0], rows
-            while at < start.size:
-                cut = int(np.searchsorted(start, start[at], "left"))
-                cut = cut if cut > cuts[-1] else int(np.searchsorted(start, start[at], "right"))
-                if cut >= start.size:
-                    break
-                cuts.append(cut)
-                at = cut + rows
-            self._cuts = cuts + [start.size]
+    def __init__(self, source: "Callable[[], Iterable[pd.DataFrame]]", use: Sequence[str]) -> None:
+        self._source, self._use = source, use
         self._whole: Optional[tuple[_Frame, list[_Slab]]] = None
+
+    @classmethod
+    def of(cls, frame: pd.DataFrame, use: Sequence[str], rows: Optional[int] = None) -> "_Windows":
+        """A frame's rows in windows of about ``rows`` rows (:func:`~trace_merge.intervals.time_windows`; None, or a
+        frame not in start order: one window)."""
+        start = frame["start_ns"].to_numpy(dtype=_I8)
+        cuts = time_windows(start, rows) if rows is not None and bool(np.all(start[1:] >= start[:-1])) else []
+        if len(cuts) <= 2:
+            return cls(lambda: iter((frame,)), use)
+        return cls(lambda: (frame.iloc[a:b] for a, b in zip(cuts, cuts[1:])), use)
 
     def __iter__(self):
         """``(columns, slabs)`` of each window in time order."""
-        if len(self._cuts) == 2:  # one window: built once, for every sweep
-            if self._whole is None:
-                cols = _Frame(self._frame, self._use)
-                self._whole = (cols, _slabs(cols.start, cols.end, SLAB_ROWS))
+        if self._whole is not None:
             yield self._whole
             return
-        start = self._frame["start_ns"].to_numpy(dtype=_I8)
-        end = self._frame["end_ns"].to_numpy(dtype=_I8)
-        held = _EMPTY  # rows of earlier windows still open
-        for k in range(len(self._cuts) - 1):
-            a, b = self._cuts[k], self._cuts[k + 1]
-            t0 = int(start[a]) if k else _T_MIN
-            t1 = int(start[b]) if b < start.size else _T_MAX
-            halo = held[end[held] > t0]
-            rows = np.concatenate((halo, np.arange(a, b, dtype=_I8)))
-            cols = _Frame(self._frame.take(rows), self._use, position=rows)
-            h = halo.size
+        held: Optional[pd.DataFrame] = None  # rows of earlier windows still open, with their positions
+        held_at, first, frames = _EMPTY, 0, iter(self._source())
+        frame = next(frames, None)
+        k = 0
+        while frame is not None:
+            following = next(frames, None)
+            if k == 0 and following is None:  # one window: built once, for every sweep
+                cols = _Frame(frame, self._use)
+                self._whole = (cols, _slabs(cols.start, cols.end, SLAB_ROWS))
+                yield self._whole
+                return
+            start = frame["start_ns"].to_numpy(dtype=_I8)
+            t0 = _T_MIN if k == 0 else t1
+            t1 = _T_MAX if following is None else int(start[-1]) + 1
+            own_at = first + np.arange(len(frame), dtype=_I8)
+            if held is not None and len(held):
+                keep = held["end_ns"].to_numpy(dtype=_I8) > t0
+                held, held_at = held[keep], held_at[keep]
+                rows, position = pd.concat((held, frame), ignore_index=True), np.concatenate((held_at, own_at))
+            else:
+                rows, position = frame.reset_index(drop=True), own_at
+            cols = _Frame(rows, self._use, position=position)
+            h = len(rows) - len(frame)
             slabs = []
             for slab in _slabs(cols.start[h:], cols.end[h:], SLAB_ROWS, t0, t1):
                 own = slab.rows
@@ -305,7 +313,10 @@ class _Windows:
                 carried = np.flatnonzero(cols.end[:h] > slab.t0)
                 slabs.append(_Slab(own, np.concatenate((carried, slab.halo + h)).astype(_I8), slab.t0, slab.t1))
             yield cols, slabs
-            held = rows[end[rows] > t1]
+            still = cols.end > t1
+            held, held_at = rows[still], position[still]
+            first += len(frame)
+            frame, k = following, k + 1
 
     def slabs(self):
         """``(columns, slab)`` of every slab of every window, in time order."""
@@ -334,7 +345,7 @@ class _Attribution:
 
     def __init__(self, frame: pd.DataFrame, use: Sequence[str], lower: bool,
                  shared: "Optional[SharedCollectives]", sums: bool = True) -> None:
-        windows = _Windows(frame, use, WINDOW_ROWS)
+        windows = _Windows.of(frame, use, WINDOW_ROWS)
         self._lower = lower
         self._facts(windows, shared)
         if self.empty:

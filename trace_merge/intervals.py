@@ -88,6 +88,20 @@ def start_order(starts: np.ndarray, second: "np.ndarray | Callable[[np.ndarray],
     return order
 
 
+def time_windows(starts: np.ndarray, rows: int) -> list[int]:
+    """Cuts of rows in start order (``starts`` ascending) into windows of about ``rows`` rows, where the start
+    changes (all rows of one start in one window): ``[0, c1, ..., n]``."""
+    cuts, at = [0], rows
+    while at < starts.size:
+        cut = int(np.searchsorted(starts, starts[at], "left"))
+        cut = cut if cut > cuts[-1] else int(np.searchsorted(starts, starts[at], "right"))
+        if cut >= starts.size:
+            break
+        cuts.append(cut)
+        at = cut + rows
+    return cuts + [int(starts.size)]
+
+
 def _runs_order(runs: np.ndarray, second: np.ndarray) -> np.ndarray:
     """Stable order by ``(runs, second)`` when ``runs`` is already ascending: one stable sort of a single int64 key
     (run number, then ``second``), ten times cheaper than :func:`numpy.lexsort` of the two keys."""
