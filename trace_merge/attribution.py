@@ -345,7 +345,7 @@ class _Attribution:
 
     def __init__(self, frame: pd.DataFrame, use: Sequence[str], lower: bool,
                  shared: "Optional[SharedCollectives]", sums: bool = True) -> None:
-        windows = _Windows.of(frame, use, WINDOW_ROWS)
+        windows = frame if isinstance(frame, _Windows) else _Windows.of(frame, use, WINDOW_ROWS)
         self._lower = lower
         self._facts(windows, shared)
         if self.empty:
@@ -826,6 +826,14 @@ def shared_collectives(rows: pd.DataFrame, attributed_ranks: int) -> SharedColle
         (rows["end_ns"].to_numpy() > rows["start_ns"].to_numpy())
     return SharedCollectives(rows["start_ns"].to_numpy(dtype=_I8)[keep], rows["end_ns"].to_numpy(dtype=_I8)[keep],
                              attributed_ranks)
+
+
+def attribution_of_windows(source: "Callable[[], Iterable[pd.DataFrame]]", use: Sequence[str], lower: bool = False,
+                           shared: "Optional[SharedCollectives]" = None) -> "Optional[_Attribution]":
+    """:func:`_attribution` of a rank given window by window (``source()``: its frames in time order, cut where the
+    start changes, with the same categories; ``use``: the layers, a list)."""
+    att = _Attribution(_Windows(source, use), list(use), lower, shared)
+    return None if att.empty else att
 
 
 def _attribution(frame: pd.DataFrame, layers: "str | Sequence[str] | None", lower: bool = False,

@@ -30,7 +30,7 @@ from typing import Optional, Sequence
 import numpy as np
 import pandas as pd
 
-from trace_merge.intervals import distinct_rows, grouped_union_ns
+from trace_merge.intervals import distinct_rows, grouped_union_ns, merge_intervals
 from trace_merge.schema import as_text, category_mask
 
 logger = logging.getLogger(__name__)
@@ -312,6 +312,106 @@ def epoch_bandwidth_df(frame: pd.DataFrame, reads: "Optional[tuple[pd.DataFrame,
     t = out["read_time_s"].to_numpy()
     out["read_bw_MB_per_s"] = np.where(t > 0, out["read_bytes"] / 1e6 / np.where(t > 0, t, 1.0), np.nan)
     return out[cols]
+
+
+class ReadSums:
+    """:func:`interval_bandwidth`, :func:`epoch_bandwidth_df` and :func:`data_file_names` of one rank's
+    :func:`classified_reads`, given the rank's rows window by window in time order (:meth:`add`): sums per layer
+    level of :data:`READ_LAYER_ORDER`, each group's union time with its last merged interval carried to the next
+    window; the rank's level (:func:`read_rows`: the first with reads) is chosen at the end (:meth:`tables`).
+    ``names``: the job's :func:`app_file_names`."""
+
+    def __init__(self, names: frozenset) -> None:
+        self._names = names
+        self._level_of = {layer: i for i, group in enumerate(READ_LAYER_ORDER) for layer in group}
+        self._kinds: dict = {}  # (level, rank, kind) -> [union, last start, last end, bytes, reads, dur, layers]
+        self._epochs: dict = {}  # (level, rank, epoch) -> [union, last start, last end, bytes, reads, files, layers]
+        self._files: dict = {}  # (level, rank) -> data file names
+
+    @staticmethod
+    def _union(acc: list, s: np.ndarray, e: np.ndarray) -> None:
+        """Adds the union time of ``[s, e)`` (in start order) beyond what ``acc`` already counted."""
+        if acc[1] is not None:
+            s, e = np.r_[acc[1], s], np.r_[acc[2], e]
+        ms, me = merge_intervals(s, e)
+        if not ms.size:
+            return
+        acc[0] += int((me - ms).sum()) - (acc[2] - acc[1] if acc[1] is not None else 0)
+        acc[1], acc[2] = int(ms[-1]), int(me[-1])
+
+    def add(self, frame: pd.DataFrame) -> None:
+        if not len(frame):
+            return
+        at = np.flatnonzero(_read_mask(frame) & frame["bytes"].notna().to_numpy())
+        if not at.size:
+            return
+        rows = frame.take(at)
+        data = data_file_mask(rows, frame, self._names)
+        layer = as_text(rows["layer"]).fillna(str(np.nan)).to_numpy()
+        level = np.array([self._level_of.get(x, len(READ_LAYER_ORDER)) for x in layer])
+        rank = rows["rank"].to_numpy(dtype=_I8)
+        s, e = rows["start_ns"].to_numpy(dtype=_I8), rows["end_ns"].to_numpy(dtype=_I8)
+        nbytes = rows["bytes"].to_numpy(dtype=_I8)
+        epoch = rows["epoch"].to_numpy(dtype=_I8, na_value=-1)
+        has_epoch = rows["epoch"].notna().to_numpy()
+        files = as_text(rows["file"]).to_numpy(dtype=object)
+        for lv, r, kind in set(zip(level.tolist(), rank.tolist(), np.where(data, 0, 1).tolist())):
+            m = (level == lv) & (rank == r) & (data == (kind == 0))
+            acc = self._kinds.setdefault((lv, r, kind), [0, None, None, 0, 0, 0, set()])
+            self._union(acc, s[m], e[m])
+            acc[3] += int(nbytes[m].sum())
+            acc[4] += int(m.sum())
+            acc[5] += int((e[m] - s[m]).sum())
+            acc[6].update(layer[m].tolist())
+        for lv, r in set(zip(level[data].tolist(), rank[data].tolist())):
+            m = data & (level == lv) & (rank == r)
+            self._files.setdefault((lv, r), set()).update(f for f in files[m] if isinstance(f, str))
+        ep = data & has_epoch
+        for lv, r, epo in set(zip(level[ep].tolist(), rank[ep].tolist(), epoch[ep].tolist())):
+            m = ep & (level == lv) & (rank == r) & (epoch == epo)
+            acc = self._epochs.setdefault((lv, r, epo), [0, None, None, 0, 0, set(), set()])
+            self._union(acc, s[m], e[m])
+            acc[3] += int(nbytes[m].sum())
+            acc[4] += int(m.sum())
+            acc[5].update(f for f in files[m] if isinstance(f, str))
+            acc[6].update(layer[m].tolist())
+
+    def tables(self) -> "tuple[pd.DataFrame, pd.DataFrame, frozenset]":
+        """``(interval_bandwidth, epoch_bandwidth_df, data_file_names)`` of the rank's reads."""
+        best: dict = {}
+        for lv, r, _ in self._kinds:
+            best[r] = min(best.get(r, lv), lv)
+        kinds = sorted((r, kind, acc) for (lv, r, kind), acc in self._kinds.items() if best[r] == lv)
+        bandwidth = pd.DataFrame() if not kinds else pd.DataFrame({
+            "rank": np.asarray([r for r, _, _ in kinds], dtype=_I8),
+            "files": np.asarray([FILE_KINDS[k] for _, k, _ in kinds], dtype=object),
+            "layer": np.asarray([",".join(sorted(a[6])) for _, _, a in kinds], dtype=object),
+            "basis": "intervals",
+            "read_bytes": np.asarray([a[3] for _, _, a in kinds], dtype=_I8),
+            "reads": np.asarray([a[4] for _, _, a in kinds], dtype=_I8),
+            "read_time_s": np.asarray([a[0] for _, _, a in kinds], dtype=_I8) / 1e9,
+            "read_sum_s": np.asarray([a[5] for _, _, a in kinds], dtype=np.float64) / 1e9,
+        })
+        epochs = sorted((r, epo, acc) for (lv, r, epo), acc in self._epochs.items() if best.get(r) == lv)
+        cols = ["rank", "epoch", "files", "reads", "read_bytes", "read_time_s", "read_bw_MB_per_s", "layer"]
+        if not epochs:
+            per_epoch = pd.DataFrame({c: pd.Series(dtype="object" if c == "layer" else "int64") for c in cols})
+        else:
+            per_epoch = pd.DataFrame({
+                "rank": np.asarray([r for r, _, _ in epochs], dtype=_I8),
+                "epoch": np.asarray([epo for _, epo, _ in epochs], dtype=_I8),
+                "files": np.asarray([len(a[5]) for _, _, a in epochs], dtype=_I8),
+                "reads": np.asarray([a[4] for _, _, a in epochs], dtype=_I8),
+                "read_bytes": np.asarray([a[3] for _, _, a in epochs], dtype=_I8),
+                "read_time_s": np.asarray([a[0] for _, _, a in epochs], dtype=_I8) / 1e9,
+                "layer": np.asarray([",".join(sorted(a[6])) for _, _, a in epochs], dtype=object),
+            })
+            t = per_epoch["read_time_s"].to_numpy()
+            per_epoch["read_bw_MB_per_s"] = np.where(t > 0, per_epoch["read_bytes"] / 1e6 / np.where(t > 0, t, 1.0),
+                                                     np.nan)
+            per_epoch = per_epoch[cols]
+        files = frozenset(f for r, lv in best.items() for f in self._files.get((lv, r), ()))
+        return bandwidth, per_epoch, files
 
 
 def epoch_bandwidth_totals(per_rank_epoch: pd.DataFrame) -> pd.DataFrame:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Iterable, Optional, Sequence
 
 import numpy as np
 import pandas as pd
@@ -28,7 +28,7 @@ import pandas as pd
 from trace_merge import attribution as att_
 from trace_merge import bandwidth as bw_
 from trace_merge.attribution import PRIORITY, component_view_df, verdict_label
-from trace_merge.schema import LAYERS, as_text, empty_frame, only_columns
+from trace_merge.schema import LAYERS, as_text, concat_frames, empty_frame, only_columns
 
 _I8 = np.int64
 #: the columns :func:`rank_parts` reads (a re-summary loads only these)
@@ -418,6 +418,55 @@ def rank_parts(frame: pd.DataFrame, job: JobFacts, layers: "str | Sequence[str] 
         layered=att_._layered(base if job.has_app else None),
         **of_rows,
     )
+
+
+def rank_parts_of_windows(windows: "Callable[[Sequence[str]], Iterable[pd.DataFrame]]", job: JobFacts,
+                          layers: "str | Sequence[str] | None" = None) -> RankParts:
+    """:func:`rank_parts` of a rank given window by window: ``windows(columns)`` gives the rank's rows (only
+    ``columns``) as consecutive frames in time order, cut where the start changes, with the same categories in each,
+    every time it is called. A window is held at a time: the tables of rows are sums carried from window to window
+    (:class:`~trace_merge.bandwidth.ReadSums`), the attribution sweeps the windows
+    (:func:`~trace_merge.attribution.attribution_of_windows`)."""
+    use, base_layers = job.use(layers), job.base(layers)
+    events, study, lo, hi = [], [], None, None
+    reads = bw_.ReadSums(job.app_files)
+    study_names = [STUDY_TOTAL] + [n for _, names in STUDY_COMPONENTS for n in names]
+    for frame in windows(KERNEL_COLUMNS):
+        if not len(frame):
+            continue
+        events.append(event_stat_parts(frame))
+        lo = int(frame["start_ns"].min()) if lo is None else min(lo, int(frame["start_ns"].min()))
+        hi = int(frame["end_ns"].max()) if hi is None else max(hi, int(frame["end_ns"].max()))
+        study.append(frame[((frame["layer"] == "app") & frame["name"].isin(study_names)).to_numpy()])
+        reads.add(frame)
+    bandwidth, epoch_bandwidth, data_files = reads.tables()
+    of_rows = dict(study_view=study_view_df(concat_frames(study) if study else empty_frame()),
+                   event_stats=_event_parts_reduced(events), span=(lo, hi) if lo is not None else None,
+                   bandwidth=bandwidth, epoch_bandwidth=epoch_bandwidth, data_files=data_files)
+
+    def source(columns: Sequence[str]):
+        return lambda: windows(columns)
+
+    base = att_.attribution_of_windows(source(att_.ATTRIBUTION_COLUMNS), base_layers, lower=True,
+                                       shared=job.shared(layers))
+    att = base if base_layers == use else att_.attribution_of_windows(source(att_.ATTRIBUTION_COLUMNS), use)
+    series = att_._step_series(base)
+    return RankParts(
+        breakdown=att_._breakdown(att), exposed_io=att_._exposed(att),
+        steps=series.drop(columns=att_.STEP_AXIS_COLUMNS), input_bound=att_._input_bound(base, series),
+        layered=att_._layered(base if job.has_app else None), **of_rows)
+
+
+def _event_parts_reduced(parts: Sequence[pd.DataFrame], by: Sequence[str] = ("layer", "cat", "name")) -> pd.DataFrame:
+    """:func:`event_stat_parts` of windows of one rank as the rank's own part (exact: counts, sums, least, greatest)."""
+    parts = [p for p in parts if len(p)]
+    if len(parts) <= 1:
+        return parts[0] if parts else event_stat_parts(empty_frame())
+    g = pd.concat(parts, ignore_index=True).groupby(list(by), sort=False)
+    out = pd.DataFrame({"count": g["count"].sum(), "sum_ns": g["sum_ns"].sum(), "min_ns": g["min_ns"].min(),
+                        "max_ns": g["max_ns"].max(), "bytes": g["bytes"].sum(min_count=1)}).reset_index()
+    out["bytes"] = pd.array(out["bytes"], dtype="Int64")
+    return out
 
 
 #: combinations of categorical keys up to which :func:`event_stat_parts` reduces over a dense code (beyond: a group-by)
