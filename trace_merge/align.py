@@ -314,10 +314,16 @@ def _chain(parent: np.ndarray, last: "Iterable[int]") -> np.ndarray:
     return np.asarray(sorted(out), dtype=np.int64)
 
 
-def propagate_windows(windows: "Callable[[], Iterable[pd.DataFrame]]") -> "Iterable[pd.DataFrame]":
-    """:func:`propagate_steps` of one rank's rows given window by window: ``windows()`` gives the rank's rows as
-    consecutive frames in time order, cut where the start changes, each time it is called (twice). Yields each
-    window with its ``epoch`` and ``step`` tags; the concatenation is ``propagate_steps`` of the whole rank.
+#: the columns :func:`propagate_windows` reads in its first pass
+PROPAGATE_COLUMNS = ("layer", "pid", "tid", "start_ns", "end_ns", "epoch", "step")
+
+
+def propagate_windows(windows: "Callable[[Optional[Sequence[str]]], Iterable[pd.DataFrame]]"
+                      ) -> "Iterable[pd.DataFrame]":
+    """:func:`propagate_steps` of one rank's rows given window by window: ``windows(columns)`` gives the rank's rows
+    (only ``columns``; None: every column) as consecutive frames in time order, cut where the start changes, each
+    time it is called (twice). Yields each window with its ``epoch`` and ``step`` tags (every column); the
+    concatenation is ``propagate_steps`` of the whole rank.
 
     Only a window and what a stack sweep holds at its start are in memory (the ancestors of the last app row, per
     thread and across threads: the nesting depth), not the rank's app rows: a nesting forest computed over the
@@ -326,7 +332,7 @@ def propagate_windows(windows: "Callable[[], Iterable[pd.DataFrame]]") -> "Itera
     ever set: a carried ancestor marked later is marked in the end) and a second tags the rows."""
     containers = {c: np.zeros(0, dtype=bool) for c in _TAGS}
     carried, first = _no_app_rows(), 0
-    for frame in windows():  # pass one: the containers, per thread (a container holds rows of its own thread)
+    for frame in windows(PROPAGATE_COLUMNS):  # pass one: the containers, per thread (a container holds rows of its own thread)
         rows, _ = _AppRows.of(frame, first)
         first += rows.s.size
         for c in _TAGS:
@@ -342,7 +348,7 @@ def propagate_windows(windows: "Callable[[], Iterable[pd.DataFrame]]") -> "Itera
         last_of_thread = np.unique(thread[::-1], return_index=True)[1]
         carried = seq.take(_chain(own, seq.s.size - 1 - last_of_thread))
     carried, first = _no_app_rows(), 0
-    for frame in windows():  # pass two: the tags, across threads
+    for frame in windows(None):  # pass two: the tags, across threads
         rows, at = _AppRows.of(frame, first)
         first += rows.s.size
         seq = rows.after(carried)

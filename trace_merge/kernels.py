@@ -626,6 +626,8 @@ class SummaryHook:
     def rank(self, rows: Any, job: JobFacts) -> RankParts:
         """``rows``: :class:`trace_merge.partitioned.RankRows`, taken here so that the kernel holds the only
         reference."""
+        if rows.windows is not None:  # a rank too big to hold whole
+            return rank_parts_of_windows(rows.windows, job, self.layers)
         return rank_parts(rows.take(), job, self.layers)
 
     def combine(self, parts: Sequence[RankParts], job: JobFacts, counters: pd.DataFrame):

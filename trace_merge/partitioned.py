@@ -35,7 +35,7 @@ import tempfile
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional, Protocol, Sequence
+from typing import Any, Callable, Optional, Protocol, Sequence
 
 import numpy as np
 import pandas as pd
@@ -49,7 +49,8 @@ from trace_merge.outputs import pid_alive
 from trace_merge.readers import detect, rank_from_name, read_any
 from trace_merge.readers.darshan import dxt_rows
 from trace_merge.sources import resolve_names
-from trace_merge.schema import (COUNTER_DTYPES, FRAME_COLUMNS, FRAME_DTYPES, SourceData, by_rank, concat_frames,
+from trace_merge.intervals import time_windows
+from trace_merge.schema import (COUNTER_DTYPES, FRAME_COLUMNS, FRAME_DTYPES, SourceData, by_rank, concat_column, concat_frames,
                                 empty_counters, empty_frame, only_columns)
 
 log = logging.getLogger(__name__)
@@ -80,8 +81,11 @@ class RankRows:
     reference: it can let them go as soon as it has read them, where a plain argument stays alive in every caller's
     frame until the hook returns (at 2.5 M rows, 211 MiB under the later tables' peaks)."""
 
-    def __init__(self, frame: pd.DataFrame) -> None:
-        self._frame: Optional[pd.DataFrame] = frame
+    def __init__(self, frame: Optional[pd.DataFrame], windows: Optional[Callable] = None) -> None:
+        self._frame = frame
+        #: a rank too big to hold whole (:data:`WINDOW_ABOVE_ROWS`): ``windows(columns)`` gives its rows as frames in
+        #: time order, cut where the start changes, every time it is called (None: :meth:`take` the rows)
+        self.windows = windows
 
     def take(self) -> pd.DataFrame:
         frame, self._frame = self._frame, None
@@ -346,8 +350,133 @@ class RankResult:
     dxt_segments: int  # Darshan DXT segments among the rows
 
 
+#: a rank of more rows than this is merged and summarised window by window (:func:`_merge_rank_in_windows`), the
+#: others whole
+WINDOW_ABOVE_ROWS = 4 << 20
+#: rows of a window of such a rank
+WINDOW_ROWS = 1 << 19
+
+
+class _RankWindows:
+    """A rank's rows in time order, window by window, gathered from its pieces: the order is taken once from the
+    pieces' starts and layers, the categories of every categorical column united once (each window has them all),
+    and a window's rows read from the pieces it intersects."""
+
+    def __init__(self, parts: "list[Callable[[str], pd.Series]]", columns: Sequence[str], rank: int, rows: int) -> None:
+        self._parts = parts
+        start = np.concatenate([np.asarray(part("start_ns"), dtype=np.int64) for part in parts])
+        layer = concat_column([part("layer") for part in parts], "layer")
+        self._offsets = np.cumsum([0] + [len(part("layer")) for part in parts])
+        end = np.concatenate([np.asarray(part("end_ns"), dtype=np.int64) for part in parts])
+        #: :func:`~trace_merge.align.check_layer_overlap` of the rank (its four columns, not its rows)
+        self.warnings = A.check_layer_overlap(pd.DataFrame(
+            {"layer": layer, "rank": np.full(start.size, rank, dtype=np.int64), "start_ns": start, "end_ns": end},
+            copy=False))
+        del end
+        order = A._time_order(start, layer)
+        del layer
+        self.order = np.arange(start.size, dtype=np.int64) if order is None else order
+        self.cuts = time_windows(start[self.order], rows)
+        del start
+        self._categories = {c: concat_column([part(c) for part in parts], c).categories
+                            for c in columns if FRAME_DTYPES[c] == "category"}
+
+    def categories(self, column: str) -> pd.Index:
+        return self._categories[column]
+
+    def __call__(self, columns: Sequence[str]):
+        for a, b in zip(self.cuts, self.cuts[1:]):
+            yield self.window(self.order[a:b], columns)
+
+    def window(self, rows: np.ndarray, columns: Sequence[str]) -> pd.DataFrame:
+        piece = np.searchsorted(self._offsets, rows, "right") - 1
+        need = np.unique(piece)
+        local = np.zeros(len(self._offsets), dtype=np.int64)
+        local[need] = np.cumsum([0] + [self._offsets[j + 1] - self._offsets[j] for j in need])[:-1] - self._offsets[need]
+        at = rows + local[piece]
+        out = {}
+        for c in columns:
+            cols = [self._parts[j](c) for j in need]
+            if c in self._categories:
+                codes = np.concatenate([col.cat.set_categories(self._categories[c]).cat.codes.to_numpy() for col in cols])
+                out[c] = pd.Categorical.from_codes(codes[at], categories=self._categories[c])
+            else:
+                out[c] = concat_column(cols, c).take(at)
+        return pd.DataFrame(out, columns=list(columns), copy=False)
+
+
+def _merge_rank_in_windows(task: RankTask) -> RankResult:
+    """:func:`merge_rank` of a rank of more than :data:`WINDOW_ABOVE_ROWS` rows, a window of :data:`WINDOW_ROWS`
+    held at a time: ordered once (:class:`_RankWindows`), its steps propagated in two passes
+    (:func:`~trace_merge.align.propagate_windows`), written window by window to its partition file, and summarised
+    from that file window by window. The same rows, tags and tables as :func:`merge_rank`'s (tests)."""
+    import pyarrow as pa
+
+    columns = [c for c in FRAME_COLUMNS if c in task.columns]
+    windows = _RankWindows([functools.partial(p.column, task.names) for p in task.pieces if p.rows], columns,
+                           task.rank, WINDOW_ROWS)
+    n = len(windows.order)
+    warnings = list(windows.warnings)
+    residual_rows: list = []
+
+    def source(cols: Optional[Sequence[str]]):
+        for frame in windows(columns if cols is None else [c for c in columns if c in cols or c == "name"
+                                                             or c == "rank"]):
+            if cols is not None and task.residual_basis.fw and task.residual_basis.app:
+                fw, app = A._residual_rows(frame)  # the readers' tags, before propagation
+                residual_rows.extend(f for f in (fw, app) if len(f))
+            yield frame
+
+    path = Path(task.out)
+    tmp = path.with_name(path.name + ".tmp")
+    layer_rows: dict = {}
+    lo = hi = None
+    dxt = 0
+    schema = None
+    with pa.OSFile(str(tmp), "wb") as sink:
+        writer = None
+        for frame in A.propagate_windows(source):
+            table = pa.Table.from_pandas(frame[columns], preserve_index=False, schema=schema)
+            if writer is None:
+                schema = table.schema
+                writer = pa.ipc.new_file(sink, schema)
+            writer.write_table(table)
+            for k, v in frame["layer"].value_counts(sort=False).items():
+                if v:
+                    layer_rows[str(k)] = layer_rows.get(str(k), 0) + int(v)
+            lo = int(frame["start_ns"].min()) if lo is None else lo
+            hi = int(frame["end_ns"].max()) if hi is None else max(hi, int(frame["end_ns"].max()))
+            dxt += int(dxt_rows(frame).sum())
+        if writer is not None:
+            writer.close()
+    os.replace(tmp, path)
+    # in the order of the layer's categories, as a whole rank's value_counts gives them
+    layer_rows = {str(k): layer_rows[str(k)] for k in windows.categories("layer") if layer_rows.get(str(k))}
+    residual = A.residual_parts(concat_frames(residual_rows), task.residual_basis) if residual_rows else {}
+
+    def stored(cols: Sequence[str]):
+        with pa.memory_map(str(path), "r") as mm:
+            reader = pa.ipc.open_file(mm)
+            for i in range(reader.num_record_batches):
+                batch = reader.get_batch(i)
+                yield _schema_dtypes(pa.Table.from_batches([batch]).select([c for c in cols if c in batch.schema.names]))
+
+    result = RankResult(task.rank, n, str(path) if task.keep else None, lo or 0, hi or 0, residual, [], warnings,
+                        layer_rows, None, dxt)
+    if task.analysis is not None:
+        result.parts = task.analysis.rank(RankRows(None, stored), task.job)
+    if not task.keep:
+        path.unlink(missing_ok=True)
+    for p in task.pieces:
+        p.discard()
+    return result
+
+
 def merge_rank(task: RankTask) -> RankResult:
     """One rank: its pieces merged, ordered and tagged, written as its partition, and summarised (wave 4)."""
+    if (sum(p.rows for p in task.pieces) > WINDOW_ABOVE_ROWS and task.out is not None
+            and not any(p.kind == "darshan" for p in task.pieces)):
+        return _merge_rank_in_windows(task)
 
     warnings: list[str] = []
     clocks = []
