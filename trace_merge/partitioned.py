@@ -455,11 +455,14 @@ def _merge_rank_in_windows(task: RankTask) -> RankResult:
     residual = A.residual_parts(concat_frames(residual_rows), task.residual_basis) if residual_rows else {}
 
     def stored(cols: Sequence[str]):
-        with pa.memory_map(str(path), "r") as mm:
-            reader = pa.ipc.open_file(mm)
+        # read, not mapped: the pages of a mapped file stay in the process while it is mapped (its whole partition
+        # by the end of a sweep)
+        with pa.OSFile(str(path), "rb") as f:
+            reader = pa.ipc.open_file(f)
             for i in range(reader.num_record_batches):
                 batch = reader.get_batch(i)
                 yield _schema_dtypes(pa.Table.from_batches([batch]).select([c for c in cols if c in batch.schema.names]))
+                del batch
 
     result = RankResult(task.rank, n, str(path) if task.keep else None, lo or 0, hi or 0, residual, [], warnings,
                         layer_rows, None, dxt)
