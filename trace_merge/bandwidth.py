@@ -362,10 +362,10 @@ class ReadSums:
             acc[3] += int(nbytes[m].sum())
             acc[4] += int(m.sum())
             acc[5] += int((e[m] - s[m]).sum())
-            acc[6].update(layer[m].tolist())
+            acc[6].update(pd.unique(layer[m]).tolist())
         for lv, r in set(zip(level[data].tolist(), rank[data].tolist())):
             m = data & (level == lv) & (rank == r)
-            self._files.setdefault((lv, r), set()).update(f for f in files[m] if isinstance(f, str))
+            self._files.setdefault((lv, r), set()).update(f for f in pd.unique(files[m]) if isinstance(f, str))
         ep = data & has_epoch
         for lv, r, epo in set(zip(level[ep].tolist(), rank[ep].tolist(), epoch[ep].tolist())):
             m = ep & (level == lv) & (rank == r) & (epoch == epo)
@@ -373,8 +373,8 @@ class ReadSums:
             self._union(acc, s[m], e[m])
             acc[3] += int(nbytes[m].sum())
             acc[4] += int(m.sum())
-            acc[5].update(f for f in files[m] if isinstance(f, str))
-            acc[6].update(layer[m].tolist())
+            acc[5].update(f for f in pd.unique(files[m]) if isinstance(f, str))  # distinct first: rows are many
+            acc[6].update(pd.unique(layer[m]).tolist())
 
     def tables(self) -> "tuple[pd.DataFrame, pd.DataFrame, frozenset]":
         """``(interval_bandwidth, epoch_bandwidth_df, data_file_names)`` of the rank's reads."""
