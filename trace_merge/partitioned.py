@@ -50,8 +50,8 @@ from trace_merge.readers import detect, rank_from_name, read_any
 from trace_merge.readers.darshan import dxt_rows
 from trace_merge.sources import resolve_names
 from trace_merge.intervals import time_windows
-from trace_merge.schema import (COUNTER_DTYPES, FRAME_COLUMNS, FRAME_DTYPES, SourceData, by_rank, concat_column, concat_frames,
-                                empty_counters, empty_frame, only_columns)
+from trace_merge.schema import (COUNTER_DTYPES, FRAME_COLUMNS, FRAME_DTYPES, SourceData, by_rank, concat_column,
+                                concat_frames, empty_counters, empty_frame, only_columns)
 
 log = logging.getLogger(__name__)
 
@@ -83,8 +83,9 @@ class RankRows:
 
     def __init__(self, frame: Optional[pd.DataFrame], windows: Optional[Callable] = None) -> None:
         self._frame = frame
-        #: a rank too big to hold whole (:data:`WINDOW_ABOVE_ROWS`): ``windows(columns)`` gives its rows as frames in
-        #: time order, cut where the start changes, every time it is called (None: :meth:`take` the rows)
+        #: a rank too big to hold whole (:data:`~trace_merge.engines.WINDOW_ABOVE_ROWS`): ``windows(columns)`` gives
+        #: its rows as frames in time order, cut where the start changes, every time it is called (None: :meth:`take`
+        #: the rows)
         self.windows = windows
 
     def take(self) -> pd.DataFrame:
@@ -350,11 +351,8 @@ class RankResult:
     dxt_segments: int  # Darshan DXT segments among the rows
 
 
-#: a rank of more rows than this is merged and summarised window by window (:func:`_merge_rank_in_windows`), the
-#: others whole
-WINDOW_ABOVE_ROWS = 4 << 20
-#: rows of a window of such a rank
-WINDOW_ROWS = 1 << 19
+def _position_dtype(rows: int) -> type:
+    return np.int32 if rows < np.iinfo(np.int32).max else np.int64
 
 
 class _RankWindows:
@@ -364,22 +362,35 @@ class _RankWindows:
 
     def __init__(self, parts: "list[Callable[[str], pd.Series]]", columns: Sequence[str], rank: int, rows: int) -> None:
         self._parts = parts
-        start = np.concatenate([np.asarray(part("start_ns"), dtype=np.int64) for part in parts])
+        start = [np.asarray(part("start_ns"), dtype=np.int64) for part in parts]
+        self._offsets = np.cumsum([0] + [len(s) for s in start])
+        start = np.concatenate(start)
         layer = concat_column([part("layer") for part in parts], "layer")
-        self._offsets = np.cumsum([0] + [len(part("layer")) for part in parts])
-        end = np.concatenate([np.asarray(part("end_ns"), dtype=np.int64) for part in parts])
-        #: :func:`~trace_merge.align.check_layer_overlap` of the rank (its four columns, not its rows)
-        self.warnings = A.check_layer_overlap(pd.DataFrame(
-            {"layer": layer, "rank": np.full(start.size, rank, dtype=np.int64), "start_ns": start, "end_ns": end},
-            copy=False))
-        del end
         order = A._time_order(start, layer)
-        del layer
-        self.order = np.arange(start.size, dtype=np.int64) if order is None else order
+        # int32 positions where they fit: the order is held while the windows are read (a 6.2 M-row rank: 25 MiB)
+        self.order = np.arange(start.size, dtype=_position_dtype(start.size)) if order is None else \
+            order.astype(_position_dtype(start.size))
+        del order
         self.cuts = time_windows(start[self.order], rows)
-        del start
-        self._categories = {c: concat_column([part(c) for part in parts], c).categories
-                            for c in columns if FRAME_DTYPES[c] == "category"}
+        #: :func:`~trace_merge.align.check_layer_overlap` of the rank (from its starts, ends and layers, not its rows)
+        is_app = np.asarray(layer == "app")
+        end = np.concatenate([np.asarray(part("end_ns"), dtype=np.int64)[is_app[a:b]]
+                              for part, a, b in zip(parts, self._offsets, self._offsets[1:])])
+        found = A.rank_layer_overlap(rank, start[is_app], end, start[~is_app], np.asarray(layer)[~is_app])
+        self.warnings = [found] if found else []
+        del start, end, layer
+        # the categories of every categorical column united in order of first appearance, as concat_column does,
+        # from the pieces' own categories
+        self._categories = {}
+        for c in columns:
+            if FRAME_DTYPES[c] == "category":
+                united = None
+                for part in parts:
+                    cats = part(c).cat.categories
+                    united = cats if united is None else united.append(cats[~cats.isin(united)])
+                self._categories[c] = united
+
+        self._held: dict = {}  # (piece, column) -> its values (:meth:`window`)
 
     def categories(self, column: str) -> pd.Index:
         return self._categories[column]
@@ -390,31 +401,43 @@ class _RankWindows:
 
     def window(self, rows: np.ndarray, columns: Sequence[str]) -> pd.DataFrame:
         piece = np.searchsorted(self._offsets, rows, "right") - 1
-        need = np.unique(piece)
+        need = np.unique(piece).tolist()
         local = np.zeros(len(self._offsets), dtype=np.int64)
-        local[need] = np.cumsum([0] + [self._offsets[j + 1] - self._offsets[j] for j in need])[:-1] - self._offsets[need]
+        sizes = [self._offsets[j + 1] - self._offsets[j] for j in need]
+        local[need] = np.cumsum([0] + sizes)[:-1] - self._offsets[need]  # row of the rank -> row of the pieces' concat
         at = rows + local[piece]
+        # a piece's columns are kept while windows need it: windows in time order use the same few pieces in turn
+        self._held = {(j, c): v for (j, c), v in self._held.items() if j in need and c in columns}
         out = {}
         for c in columns:
-            cols = [self._parts[j](c) for j in need]
+            cols = [self._held[j, c] if (j, c) in self._held else self._hold(j, c) for j in need]
             if c in self._categories:
-                codes = np.concatenate([col.cat.set_categories(self._categories[c]).cat.codes.to_numpy() for col in cols])
+                codes = cols[0] if len(cols) == 1 else np.concatenate(cols)
                 out[c] = pd.Categorical.from_codes(codes[at], categories=self._categories[c])
             else:
                 out[c] = concat_column(cols, c).take(at)
         return pd.DataFrame(out, columns=list(columns), copy=False)
 
+    def _hold(self, j: int, column: str) -> Any:
+        """Piece ``j``'s ``column``: the codes of the rank's categories for a categorical one."""
+        col = self._parts[j](column)
+        if column in self._categories:
+            col = col.cat.set_categories(self._categories[column]).cat.codes.to_numpy()
+        self._held[j, column] = col
+        return col
+
 
 def _merge_rank_in_windows(task: RankTask) -> RankResult:
-    """:func:`merge_rank` of a rank of more than :data:`WINDOW_ABOVE_ROWS` rows, a window of :data:`WINDOW_ROWS`
-    held at a time: ordered once (:class:`_RankWindows`), its steps propagated in two passes
-    (:func:`~trace_merge.align.propagate_windows`), written window by window to its partition file, and summarised
-    from that file window by window. The same rows, tags and tables as :func:`merge_rank`'s (tests)."""
+    """:func:`merge_rank` of a rank of more than :data:`~trace_merge.engines.WINDOW_ABOVE_ROWS` rows, a window of
+    :data:`~trace_merge.engines.WINDOW_ROWS` held at a time: ordered once (:class:`_RankWindows`), its steps
+    propagated in two passes (:func:`~trace_merge.align.propagate_windows`), written window by window to its
+    partition file, and summarised from that file window by window. The same rows, tags and tables as
+    :func:`merge_rank`'s (tests/test_windows.py)."""
     import pyarrow as pa
 
     columns = [c for c in FRAME_COLUMNS if c in task.columns]
     windows = _RankWindows([functools.partial(p.column, task.names) for p in task.pieces if p.rows], columns,
-                           task.rank, WINDOW_ROWS)
+                           task.rank, engines.WINDOW_ROWS)
     n = len(windows.order)
     warnings = list(windows.warnings)
     residual_rows: list = []
@@ -461,7 +484,8 @@ def _merge_rank_in_windows(task: RankTask) -> RankResult:
             reader = pa.ipc.open_file(f)
             for i in range(reader.num_record_batches):
                 batch = reader.get_batch(i)
-                yield _schema_dtypes(pa.Table.from_batches([batch]).select([c for c in cols if c in batch.schema.names]))
+                have = [c for c in cols if c in batch.schema.names]
+                yield _schema_dtypes(pa.Table.from_batches([batch]).select(have))
                 del batch
 
     result = RankResult(task.rank, n, str(path) if task.keep else None, lo or 0, hi or 0, residual, [], warnings,
@@ -477,7 +501,7 @@ def _merge_rank_in_windows(task: RankTask) -> RankResult:
 
 def merge_rank(task: RankTask) -> RankResult:
     """One rank: its pieces merged, ordered and tagged, written as its partition, and summarised (wave 4)."""
-    if (sum(p.rows for p in task.pieces) > WINDOW_ABOVE_ROWS and task.out is not None
+    if (sum(p.rows for p in task.pieces) > engines.WINDOW_ABOVE_ROWS and task.out is not None
             and not any(p.kind == "darshan" for p in task.pieces)):
         return _merge_rank_in_windows(task)
 

@@ -1,0 +1,165 @@
+"""Ranks too big to hold whole, merged and summarised window by window (``partitioned._merge_rank_in_windows``):
+step propagation, the tables of rows and the whole merge equal to the whole rank's, however the windows are cut.
+
+The thresholds are lowered here (``engines.WINDOW_ABOVE_ROWS``, ``engines.WINDOW_ROWS``) so that the real runs'
+ranks of a few thousand rows take the windowed path with tens of windows; ``benchmarks/perf/merge_scale.py`` runs it
+at the size it is for (6.2 M-row ranks).
+"""
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from conftest import make_dftracer_set
+from test_attribution_slabs import random_job
+from test_merge_bad_values import app_file, shift_file
+from trace_merge import align as A
+from trace_merge import engines, kernels, partitioned
+from trace_merge.intervals import time_windows
+from trace_merge.merge import merge_path
+
+
+def windows_of(frame: pd.DataFrame, rows: int):
+    """``windows(columns)`` of a rank's frame in time order, cut by :func:`time_windows`."""
+    frame = frame.reset_index(drop=True)
+    cuts = time_windows(frame["start_ns"].to_numpy(), rows)
+    assert len(cuts) - 1 >= min(3, len(frame) // rows)  # cut, where there are rows enough
+
+    def windows(columns):
+        cols = list(frame.columns) if columns is None else [c for c in columns if c in frame.columns]
+        return (frame.iloc[a:b][cols].reset_index(drop=True) for a, b in zip(cuts, cuts[1:]))
+    return windows
+
+
+def ranks_of(frame: pd.DataFrame):
+    return [frame[frame["rank"] == r].reset_index(drop=True) for r in sorted(frame["rank"].unique())]
+
+
+def assert_propagated_alike(rank: pd.DataFrame, rows: int) -> None:
+    whole = A.propagate_steps(rank.copy(deep=True))
+    got = pd.concat(list(A.propagate_windows(windows_of(rank, rows))), ignore_index=True)
+    for col in ("step", "epoch"):
+        pd.testing.assert_series_equal(got[col], whole[col].reset_index(drop=True), check_names=False,
+                                       obj=f"{col} in windows of {rows}")
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_steps_propagated_window_by_window_are_the_whole_ranks(seed: int) -> None:
+    for rank in ranks_of(random_job(seed)):
+        for rows in (3, 7, 20):
+            assert_propagated_alike(rank, rows)
+
+
+def test_steps_propagated_window_by_window_on_a_real_run(real_run) -> None:
+    for rank in ranks_of(merge_path(real_run[0]).frame):
+        for rows in (5, 50, 500):
+            assert_propagated_alike(rank, rows)
+
+
+def job_of(frame: pd.DataFrame) -> kernels.JobFacts:
+    return kernels.JobFacts.of([kernels.rank_facts(rank, int(rank["rank"].iloc[0])) for rank in ranks_of(frame)])
+
+
+def assert_parts_alike(rank: pd.DataFrame, rows: int, job: kernels.JobFacts) -> None:
+    whole = kernels.rank_parts(rank.copy(), job)
+    got = kernels.rank_parts_of_windows(windows_of(rank, rows), job)
+    for f in dataclasses.fields(kernels.RankParts):
+        a, b = getattr(whole, f.name), getattr(got, f.name)
+        if not isinstance(a, pd.DataFrame):
+            assert a == b, (f.name, rows)
+            continue
+        if f.name == "event_stats":  # a sum of windows is in another row order
+            a, b = (t.sort_values(["layer", "cat", "name"]) for t in (a, b))
+        if f.name == "bandwidth" and not len(a) and not len(b):
+            continue
+        pd.testing.assert_frame_equal(b.reset_index(drop=True), a.reset_index(drop=True), check_exact=True,
+                                      obj=f"{f.name} in windows of {rows}")
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_tables_of_rows_summed_window_by_window_are_the_whole_ranks(seed: int) -> None:
+    frame = random_job(seed)
+    read = (frame["name"].astype(str) == "read").to_numpy()
+    frame["bytes"] = pd.array(np.where(read, 4096, None), dtype="Int64")
+    frame["file"] = pd.Categorical(np.where(read, "/data/x.h5", None))
+    job = job_of(frame)
+    for rank in ranks_of(frame):
+        for rows in (5, 17, 60):
+            assert_parts_alike(rank, rows, job)
+
+
+def test_the_tables_of_rows_summed_window_by_window_on_a_real_run(real_run) -> None:
+    frame = merge_path(real_run[0]).frame
+    job = job_of(frame)
+    for rank in ranks_of(frame):
+        for rows in (7, 300):
+            assert_parts_alike(rank, rows, job)
+
+
+def merged(run: Path, monkeypatch, above: int, rows: int) -> tuple:
+    """Everything a partitioned merge gives (summary, residual, warnings, layer rows, rows, DXT, the kept rows)."""
+    monkeypatch.setattr(engines, "WINDOW_ABOVE_ROWS", above)
+    monkeypatch.setattr(engines, "WINDOW_ROWS", rows)
+    pm = partitioned.merge_partitioned(run, engine=engines.Inline(), analysis=kernels.SummaryHook(), keep_rows=True)
+    try:
+        return (pm.summary, pm.residual, sorted(pm.warnings), pm.layer_rows, pm.rows, pm.dxt_segments, pm.load())
+    finally:
+        pm.cleanup()
+
+
+def assert_merged_alike(run: Path, monkeypatch, calls: list) -> None:
+    whole = merged(run, monkeypatch, 1 << 40, 1 << 17)
+    assert not calls
+    for rows in (13, 400):
+        got = merged(run, monkeypatch, 0, rows)
+        assert calls, "the windowed path ran"
+        calls.clear()
+        for f in dataclasses.fields(kernels.Summary):
+            a, b = getattr(got[0], f.name), getattr(whole[0], f.name)
+            if isinstance(a, pd.DataFrame):
+                pd.testing.assert_frame_equal(a, b, check_exact=True, obj=f"{f.name} in windows of {rows}")
+            else:
+                assert repr(a) == repr(b), (f.name, rows)
+        for i, what in enumerate(("residual", "warnings", "layer rows", "rows", "DXT segments"), start=1):
+            assert repr(got[i]) == repr(whole[i]), (what, rows)
+        pd.testing.assert_frame_equal(got[6], whole[6], check_exact=True, obj=f"kept rows in windows of {rows}")
+
+
+@pytest.fixture()
+def windowed_calls(monkeypatch) -> list:
+    calls: list = []
+    real = partitioned._merge_rank_in_windows
+
+    def counted(task):
+        calls.append(task.rank)
+        return real(task)
+    monkeypatch.setattr(partitioned, "_merge_rank_in_windows", counted)
+    return calls
+
+
+def test_a_real_run_merged_window_by_window_is_the_whole_ranks(real_run, monkeypatch, windowed_calls) -> None:
+    assert_merged_alike(real_run[0], monkeypatch, windowed_calls)
+
+
+def test_a_generated_set_merged_window_by_window_is_the_whole_ranks(tmp_path: Path, monkeypatch,
+                                                                     windowed_calls) -> None:
+    assert_merged_alike(make_dftracer_set(tmp_path / "gen", ranks=3, epochs=2, steps=8), monkeypatch,
+                        windowed_calls)
+
+
+def test_a_shifted_layer_is_flagged_alike_window_by_window(run_copy: Path, monkeypatch, windowed_calls) -> None:
+    run = run_copy
+    shift_file(app_file(run), 30_000_000)
+    assert_merged_alike(run, monkeypatch, windowed_calls)
+    got = merged(run, monkeypatch, 0, 50)
+    assert any(w.startswith("rank 0: 100 % of its posix rows lie outside its app layer's") for w in got[2]), got[2]
+
+
+def test_a_windowed_ranks_estimate_is_its_order_and_one_window() -> None:
+    big = engines.WINDOW_ABOVE_ROWS + 1
+    assert engines.task_bytes(big) < engines.task_bytes(engines.WINDOW_ABOVE_ROWS) / 2
+    assert engines.task_bytes(4 * big) - engines.task_bytes(big) == 3 * big * engines.ORDER_BYTES_PER_ROW
