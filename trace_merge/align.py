@@ -734,7 +734,7 @@ def check_layer_overlap(frame: pd.DataFrame) -> list[str]:
     rank = frame["rank"].to_numpy()
     start = frame["start_ns"].to_numpy()
     end = frame["end_ns"].to_numpy()
-    layer = frame["layer"].to_numpy()
+    layer = frame["layer"].array
     lows_of = _by_rank(rank, np.flatnonzero(~is_app))
     found = (rank_layer_overlap(r, start[app], end[app], start[lows_of[r]], layer[lows_of[r]])
              for r, app in _by_rank(rank, np.flatnonzero(is_app)).items() if r in lows_of)
@@ -742,7 +742,7 @@ def check_layer_overlap(frame: pd.DataFrame) -> list[str]:
 
 
 def rank_layer_overlap(rank: int, app_start: np.ndarray, app_end: np.ndarray, low_start: np.ndarray,
-                       low_layer: np.ndarray) -> Optional[str]:
+                       low_layer: "np.ndarray | pd.Categorical") -> Optional[str]:
     """:func:`check_layer_overlap`'s warning for one rank, from its app rows' and lower rows' times (None: none)."""
     if len(low_start) < 5 or not len(app_start):
         return None
@@ -756,22 +756,3 @@ def rank_layer_overlap(rank: int, app_start: np.ndarray, app_end: np.ndarray, lo
     return (f"rank {rank}: {100 * (1 - inside):.0f} % of its {layers} rows lie outside its app "
             f"layer's time span (median {gap / 1e9:+.1f} s apart): a shifted app file or a wrong "
             "clock; times of this rank are suspect")
-    is_app = (frame["layer"] == "app").to_numpy()
-    rank = frame["rank"].to_numpy()
-    start = frame["start_ns"].to_numpy()
-    end = frame["end_ns"].to_numpy()
-    lows_of = _by_rank(rank, np.flatnonzero(~is_app))
-    for r, app in _by_rank(rank, np.flatnonzero(is_app)).items():
-        low = lows_of.get(r)
-        if low is None or len(low) < 5:
-            continue
-        lo, hi = start[app].min() - SHIFT_WARN_NS, end[app].max() + SHIFT_WARN_NS
-        inside = ((start[low] >= lo) & (start[low] <= hi)).mean()
-        # below 10 %: an unfiltered POSIX trace holds many reads from before the logger started (imports)
-        if inside < 0.1:
-            gap = float(np.median(start[low])) - float(np.median(start[app]))
-            layers = ", ".join(sorted({str(x) for x in frame["layer"].to_numpy()[low]}))
-            warnings.append(f"rank {r}: {100 * (1 - inside):.0f} % of its {layers} rows lie outside its app "
-                            f"layer's time span (median {gap / 1e9:+.1f} s apart): a shifted app file or a wrong "
-                            "clock; times of this rank are suspect")
-    return warnings

@@ -457,12 +457,14 @@ def rank_parts_of_windows(windows: "Callable[[Sequence[str]], Iterable[pd.DataFr
         layered=att_._layered(base if job.has_app else None), **of_rows)
 
 
-def _event_parts_reduced(parts: Sequence[pd.DataFrame], by: Sequence[str] = ("layer", "cat", "name")) -> pd.DataFrame:
-    """:func:`event_stat_parts` of windows of one rank as the rank's own part (exact: counts, sums, least, greatest)."""
+def _event_parts_reduced(parts: Sequence[pd.DataFrame], by: Sequence[str] = ("layer", "cat", "name"),
+                         sort: bool = False) -> pd.DataFrame:
+    """:func:`event_stat_parts` of several frames (windows of a rank, or ranks) as one part (exact: counts, sums,
+    least, greatest); groups in order of first appearance, or sorted."""
     parts = [p for p in parts if len(p)]
-    if len(parts) <= 1:
-        return parts[0] if parts else event_stat_parts(empty_frame())
-    g = pd.concat(parts, ignore_index=True).groupby(list(by), sort=False)
+    if not parts or (len(parts) == 1 and not sort):
+        return parts[0] if parts else event_stat_parts(empty_frame(), by)
+    g = pd.concat(parts, ignore_index=True).groupby(list(by), sort=sort)
     out = pd.DataFrame({"count": g["count"].sum(), "sum_ns": g["sum_ns"].sum(), "min_ns": g["min_ns"].min(),
                         "max_ns": g["max_ns"].max(), "bytes": g["bytes"].sum(min_count=1)}).reset_index()
     out["bytes"] = pd.array(out["bytes"], dtype="Int64")
@@ -538,13 +540,9 @@ def event_stats_of(parts: Sequence[pd.DataFrame], by: Sequence[str] = ("layer", 
     """:func:`trace_merge.analysis.event_stats_df` from the :func:`event_stat_parts` of the partitions."""
     by = list(by)
     cols = [*by, "count", "sum_us", "min_us", "max_us", "mean_us", "bytes"]
-    parts = [p for p in parts if len(p)]
-    if not parts:
+    if not any(len(p) for p in parts):
         return pd.DataFrame({c: pd.Series(dtype="float64") for c in cols})
-    allp = pd.concat(parts, ignore_index=True)
-    g = allp.groupby(by, sort=True)
-    out = pd.DataFrame({"count": g["count"].sum(), "sum_ns": g["sum_ns"].sum(), "min_ns": g["min_ns"].min(),
-                        "max_ns": g["max_ns"].max(), "bytes": g["bytes"].sum(min_count=1)}).reset_index()
+    out = _event_parts_reduced(parts, by, sort=True)
     res = out[by].copy()
     res["count"] = out["count"].astype("int64")
     res["sum_us"] = out["sum_ns"].astype(np.float64) / 1e3

@@ -376,7 +376,7 @@ class _RankWindows:
         is_app = np.asarray(layer == "app")
         end = np.concatenate([np.asarray(part("end_ns"), dtype=np.int64)[is_app[a:b]]
                               for part, a, b in zip(parts, self._offsets, self._offsets[1:])])
-        found = A.rank_layer_overlap(rank, start[is_app], end, start[~is_app], np.asarray(layer)[~is_app])
+        found = A.rank_layer_overlap(rank, start[is_app], end, start[~is_app], layer[~is_app])
         self.warnings = [found] if found else []
         del start, end, layer
         # the categories of every categorical column united in order of first appearance, as concat_column does,
