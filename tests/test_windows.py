@@ -163,3 +163,30 @@ def test_a_windowed_ranks_estimate_is_its_order_and_one_window() -> None:
     big = engines.WINDOW_ABOVE_ROWS + 1
     assert engines.task_bytes(big) < engines.task_bytes(engines.WINDOW_ABOVE_ROWS) / 2
     assert engines.task_bytes(4 * big) - engines.task_bytes(big) == 3 * big * engines.ORDER_BYTES_PER_ROW
+
+
+def test_a_stored_merge_is_written_a_row_group_at_a_time(tmp_path: Path, monkeypatch) -> None:
+    """``merged.parquet`` from partitions written window by window (a batch per window): the same rows whatever the
+    row groups' size, each row group of one rank and at most that size."""
+    import pyarrow.parquet as pq
+
+    monkeypatch.setattr(engines, "WINDOW_ABOVE_ROWS", 0)
+    monkeypatch.setattr(engines, "WINDOW_ROWS", 40)
+    traces = make_dftracer_set(tmp_path / "gen", ranks=2, epochs=2, steps=8)
+    pm = partitioned.merge_partitioned(traces, engine=engines.Inline(), analysis=kernels.SummaryHook(), keep_rows=True)
+    try:
+        whole = partitioned.write_parquet(pm, tmp_path / "whole.parquet")
+        small = partitioned.write_parquet(pm, tmp_path / "small.parquet", row_group_rows=64)
+    finally:
+        pm.cleanup()
+    assert [(p["rank"], p["rows"]) for p in small] == [(p["rank"], p["rows"]) for p in whole]
+    assert all(len(p["row_groups"]) == 1 for p in whole)
+    assert all(len(p["row_groups"]) > 3 for p in small), small
+    meta = pq.ParquetFile(tmp_path / "small.parquet").metadata
+    rank_column = pq.read_schema(tmp_path / "small.parquet").names.index("rank")
+    for part in small:
+        for g in part["row_groups"]:
+            group = meta.row_group(g)
+            assert 0 < group.num_rows <= 64
+            assert group.column(rank_column).statistics.min == group.column(rank_column).statistics.max == part["rank"]
+    assert pq.read_table(tmp_path / "small.parquet").equals(pq.read_table(tmp_path / "whole.parquet"))
