@@ -923,7 +923,13 @@ def parquet_schema():
     return schema
 
 
-def write_parquet(pm: Merge, path: Path, row_group_rows: int = 1 << 20) -> list[dict]:
+#: rows of a row group of ``merged.parquet``: Arrow's Parquet writer holds about 0.37 KiB a row of the group it writes
+#: (the 50 M-event set: 384 MiB above the driver's own with groups of 1 Mi rows, 193 with 512 Ki, in 12.3 s against
+#: 11.9; 256 Ki took 15.8-16.1 s and made the file 17 % larger)
+ROW_GROUP_ROWS = 1 << 19
+
+
+def write_parquet(pm: Merge, path: Path, row_group_rows: int = ROW_GROUP_ROWS) -> list[dict]:
     """Write the partitions into one ``merged.parquet``, rank after rank, each rank's rows in row groups of its own,
     a row group in memory at a time (:func:`_partition_tables`). Returns ``[{rank, rows, row_groups}]`` for
     ``merge_info.json``."""
