@@ -242,7 +242,7 @@ def propagate_steps(frame: pd.DataFrame, in_place: bool = False) -> pd.DataFrame
             keep = keep[still]
             del containers, still
             if len(targets):
-                _tag_targets(targets, start, end, s[keep], e[keep], parent, apps[keep], vals, missing)
+                _tag_targets(targets, start, end, s[keep], e[keep], parent, vals, apps[keep], vals, missing)
             del parent, keep
 
     ranks = list(apps_of)
@@ -273,15 +273,15 @@ class _AppRows:
     gid: np.ndarray
 
     @classmethod
-    def of(cls, frame: pd.DataFrame, first_gid: int) -> "tuple[_AppRows, np.ndarray]":
-        """The app rows of ``frame`` that have a tag, and their positions in it."""
+    def of(cls, frame: pd.DataFrame, first_gid: int, tags: Optional[dict] = None) -> "tuple[_AppRows, np.ndarray]":
+        """The app rows of ``frame`` that have a tag, and their positions in it (``tags``: the frame's
+        :func:`_tag_arrays` by column, when the caller has them)."""
+        tags = tags or {c: _tag_arrays(frame, c, in_place=False) for c in _TAGS}
         is_app = (frame["layer"] == "app").to_numpy()
-        vals = {c: frame[c].to_numpy(dtype=np.int64, na_value=0) for c in _TAGS}
-        missing = {c: frame[c].isna().to_numpy() for c in _TAGS}
-        at = np.flatnonzero(is_app & ~(missing["step"] & missing["epoch"]))
+        at = np.flatnonzero(is_app & ~(tags["step"][1] & tags["epoch"][1]))
         rows = cls(frame["start_ns"].to_numpy(dtype=np.int64)[at], frame["end_ns"].to_numpy(dtype=np.int64)[at],
-                   frame["pid"].to_numpy()[at], frame["tid"].to_numpy()[at], {c: vals[c][at] for c in _TAGS},
-                   {c: missing[c][at] for c in _TAGS}, first_gid + np.arange(at.size, dtype=np.int64))
+                   frame["pid"].to_numpy()[at], frame["tid"].to_numpy()[at], {c: tags[c][0][at] for c in _TAGS},
+                   {c: tags[c][1][at] for c in _TAGS}, first_gid + np.arange(at.size, dtype=np.int64))
         return rows, at
 
     def take(self, idx: np.ndarray) -> "_AppRows":
@@ -351,10 +351,10 @@ def propagate_windows(windows: "Callable[[Optional[Sequence[str]]], Iterable[pd.
         carried = seq.take(_chain(own, seq.s.size - 1 - last_of_thread))
     carried, first = _no_app_rows(), 0
     for frame in windows(None):  # pass two: the tags, across threads
-        rows, at = _AppRows.of(frame, first)
+        out = {c: _tag_arrays(frame, c, in_place=False) for c in _TAGS}  # the window's tags, written below
+        rows, at = _AppRows.of(frame, first, out)  # copies of the app rows' tags, read before any is written
         first += rows.s.size
         seq = rows.after(carried)
-        out = {c: (frame[c].to_numpy(dtype=np.int64, na_value=0), frame[c].isna().to_numpy()) for c in _TAGS}
         if seq.s.size:
             forest = nesting_parents(seq.s, seq.e).astype(np.int64)
             targets = np.flatnonzero(~(frame["layer"] == "app").to_numpy())
@@ -365,12 +365,7 @@ def propagate_windows(windows: "Callable[[Optional[Sequence[str]]], Iterable[pd.
                 parent, keep = drop_from_forest(forest, seq.missing[c])
                 parent, still = drop_from_forest(parent, cont[keep])
                 keep = keep[still]
-                for a in range(0, len(targets), TARGET_CHUNK):
-                    chunk = targets[a:a + TARGET_CHUNK]
-                    hit = innermost(seq.s[keep], seq.e[keep], start[chunk], end[chunk], parent)
-                    inside = hit >= 0
-                    vals[chunk[inside]] = seq.vals[c][keep[hit[inside]]]
-                    missing[chunk[inside]] = False
+                _tag_targets(targets, start, end, seq.s[keep], seq.e[keep], parent, seq.vals[c], keep, vals, missing)
                 missing[at[containers[c][rows.gid]]] = True  # a container's own tag says nothing: cleared
             carried = seq.take(_chain(forest, [seq.s.size - 1]))
         yield frame.assign(**{c: pd.arrays.IntegerArray(v, m) for c, (v, m) in out.items()})
@@ -382,16 +377,17 @@ TARGET_CHUNK = 1 << 18
 
 
 def _tag_targets(targets: np.ndarray, start: np.ndarray, end: np.ndarray, s: np.ndarray, e: np.ndarray,
-                 parent: np.ndarray, rows: np.ndarray, vals: np.ndarray, missing: np.ndarray) -> None:
-    """Give each of the ``targets`` rows the tag of the innermost of the intervals ``s``/``e`` (rows ``rows``,
-    forest ``parent``) that contains it, where one does; :data:`TARGET_CHUNK` targets at a time. Reads the
-    intervals' rows of ``vals``, writes the targets' (disjoint rows)."""
+                 parent: np.ndarray, tags: np.ndarray, rows: np.ndarray, vals: np.ndarray,
+                 missing: np.ndarray) -> None:
+    """Give each of the ``targets`` rows the tag of the innermost of the intervals ``s``/``e`` (forest ``parent``,
+    their tags ``tags[rows]``) that contains it, where one does; :data:`TARGET_CHUNK` targets at a time. Writes the
+    targets' rows of ``vals`` and ``missing`` (``tags`` may be ``vals`` itself: the rows are disjoint)."""
     for at in range(0, len(targets), TARGET_CHUNK):
         chunk = targets[at:at + TARGET_CHUNK]
         hit = innermost(s, e, start[chunk], end[chunk], parent)
         inside = hit >= 0
         found = chunk[inside]
-        vals[found] = vals[rows[hit[inside]]]
+        vals[found] = tags[rows[hit[inside]]]
         missing[found] = False
 
 

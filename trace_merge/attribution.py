@@ -115,17 +115,7 @@ def _slabs(start: np.ndarray, end: np.ndarray, rows_per_slab: int = SLAB_ROWS, t
         return whole
     order = None if bool(np.all(start[1:] >= start[:-1])) else np.argsort(start, kind="stable")
     ss = start if order is None else start[order]
-    cuts = [0]
-    at = rows_per_slab
-    while at < n:
-        cut = int(np.searchsorted(ss, ss[at], "left"))
-        if cut <= cuts[-1]:
-            cut = int(np.searchsorted(ss, ss[at], "right"))
-        if cut >= n:
-            break
-        cuts.append(cut)
-        at = cut + rows_per_slab
-    cuts.append(n)
+    cuts = time_windows(ss, rows_per_slab)
     bounds = ss[cuts[1:-1]]  # t0 of every slab but the first
     t = np.concatenate(([t_lo], bounds, [t_hi]))
     halos: list[list[np.ndarray]] = [[] for _ in range(len(cuts) - 1)]

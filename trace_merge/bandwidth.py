@@ -348,7 +348,8 @@ class ReadSums:
         rows = frame.take(at)
         data = data_file_mask(rows, frame, self._names)
         layer = as_text(rows["layer"]).fillna(str(np.nan)).to_numpy()
-        level = np.array([self._level_of.get(x, len(READ_LAYER_ORDER)) for x in layer])
+        codes, names = pd.factorize(layer)  # a level per distinct layer name, not per row
+        level = np.asarray([self._level_of.get(x, len(READ_LAYER_ORDER)) for x in names], dtype=_I8)[codes]
         rank = rows["rank"].to_numpy(dtype=_I8)
         s, e = rows["start_ns"].to_numpy(dtype=_I8), rows["end_ns"].to_numpy(dtype=_I8)
         nbytes = rows["bytes"].to_numpy(dtype=_I8)

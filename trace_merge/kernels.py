@@ -408,6 +408,13 @@ def rank_parts(frame: pd.DataFrame, job: JobFacts, layers: "str | Sequence[str] 
     base = att_._attribution(frame, base_layers, lower=True, shared=job.shared(layers))
     att = base if base_layers == use else att_._attribution(frame, use)
     del frame
+    return _parts_of(base, att, job, of_rows)
+
+
+def _parts_of(base: "Optional[att_._Attribution]", att: "Optional[att_._Attribution]", job: JobFacts,
+              of_rows: dict) -> RankParts:
+    """A rank's :class:`RankParts` from its attributions (``base``: of the base layers; ``att``: of the layers
+    asked for) and its tables of rows."""
     series = att_._step_series(base)
     return RankParts(
         breakdown=att_._breakdown(att),
@@ -450,11 +457,7 @@ def rank_parts_of_windows(windows: "Callable[[Sequence[str]], Iterable[pd.DataFr
     base = att_.attribution_of_windows(source(att_.ATTRIBUTION_COLUMNS), base_layers, lower=True,
                                        shared=job.shared(layers))
     att = base if base_layers == use else att_.attribution_of_windows(source(att_.ATTRIBUTION_COLUMNS), use)
-    series = att_._step_series(base)
-    return RankParts(
-        breakdown=att_._breakdown(att), exposed_io=att_._exposed(att),
-        steps=series.drop(columns=att_.STEP_AXIS_COLUMNS), input_bound=att_._input_bound(base, series),
-        layered=att_._layered(base if job.has_app else None), **of_rows)
+    return _parts_of(base, att, job, of_rows)
 
 
 def _event_parts_reduced(parts: Sequence[pd.DataFrame], by: Sequence[str] = ("layer", "cat", "name"),

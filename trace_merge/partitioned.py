@@ -478,15 +478,10 @@ def _merge_rank_in_windows(task: RankTask) -> RankResult:
     residual = A.residual_parts(concat_frames(residual_rows), task.residual_basis) if residual_rows else {}
 
     def stored(cols: Sequence[str]):
-        # read, not mapped: the pages of a mapped file stay in the process while it is mapped (its whole partition
-        # by the end of a sweep)
-        with pa.OSFile(str(path), "rb") as f:
-            reader = pa.ipc.open_file(f)
-            for i in range(reader.num_record_batches):
-                batch = reader.get_batch(i)
-                have = [c for c in cols if c in batch.schema.names]
-                yield _schema_dtypes(pa.Table.from_batches([batch]).select(have))
-                del batch
+        for batch in _file_batches(path):
+            have = [c for c in cols if c in batch.schema.names]
+            yield _schema_dtypes(pa.Table.from_batches([batch]).select(have))
+            del batch
 
     result = RankResult(task.rank, n, str(path) if task.keep else None, lo or 0, hi or 0, residual, [], warnings,
                         layer_rows, None, dxt)
@@ -965,16 +960,26 @@ def _partition_tables(pm: Merge, rank: int, schema: "pa.Schema", rows: int) -> "
     if not isinstance(where, str):
         yield pa.Table.from_pandas(pm.load(ranks=[rank]), schema=schema, preserve_index=False)
         return
-    with pa.OSFile(where, "rb") as source:
+    pending, held, given = [], 0, False
+    for batch in _file_batches(where):
+        pending.append(batch)
+        held += batch.num_rows
+        while held >= rows:
+            table = pa.Table.from_batches(pending)
+            yield conformed(table.slice(0, rows))
+            pending, held, given = table.slice(rows).to_batches(), held - rows, True
+    if held:
+        yield conformed(pa.Table.from_batches(pending))
+    elif not given:  # an empty partition: one empty row group, as for every rank
+        yield schema.empty_table()
+
+
+def _file_batches(path: "str | os.PathLike[str]") -> "Iterator[pa.RecordBatch]":
+    """The record batches of an Arrow IPC file one at a time, read, not mapped: the pages of a mapped file stay in
+    the process while it is mapped (a whole partition by the end of a sweep over it)."""
+    import pyarrow as pa
+
+    with pa.OSFile(str(path), "rb") as source:
         reader = pa.ipc.open_file(source)
-        pending, held, given = [], 0, False
         for i in range(reader.num_record_batches):
-            batch = reader.get_batch(i)
-            pending.append(batch)
-            held += batch.num_rows
-            while held >= rows:
-                table = pa.Table.from_batches(pending, schema=reader.schema)
-                yield conformed(table.slice(0, rows))
-                pending, held, given = table.slice(rows).to_batches(), held - rows, True
-        if held or not given:
-            yield conformed(pa.Table.from_batches(pending, schema=reader.schema))
+            yield reader.get_batch(i)
