@@ -642,3 +642,32 @@ def test_many_gzip_members(tmp_path: Path) -> None:
     a, b = pfw.read(path), pfw.read(one)
     assert len(a.frame) == sum(e.get("ph") == 1 for e in _events(path))
     _assert_same_frames(a.frame, b.frame)
+
+
+def test_the_scanner_reads_every_integer_and_string_length_as_duckdb(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The scanner reads integers and plain strings a word (8 bytes) at a time: every length from 0 to 19 digits
+    and 0 to 40 characters, and a special byte (a quote, a backslash, a control character, UTF-8) at every position
+    of a word, read exactly as DuckDB reads them, or declined where DuckDB would read them otherwise."""
+    lines = []
+    for n in range(1, 20):
+        digits = "1987654321012345678"[:n]
+        lines += [f'{{"name":"n{n}","ts":{digits},"dur":-{digits},"ph":1,"pid":{"1" + "0" * (n - 1)},"tid":{n}}}',
+                  f'{{"name":"z{n}","ts":0,"dur":{digits},"ph":1,"args":{{"offset":{digits},"size":-0}}}}']
+    for n in range(41):
+        text = "abcdefghijklmnopqrstuvwxyz0123456789ABCDEFG"[:n]
+        lines.append(f'{{"name":"{text}","cat":"{text[::-1]}","ts":{n},"dur":1,"ph":1,"args":{{"fname":"{text}"}}}}')
+        lines.append(f'{{"name":"é{text}€","ts":{n},"dur":1,"ph":1,"args":{{"fname":"/d/{text}🎉"}}}}')
+    scanned, duck = _both_tables(lines, monkeypatch)
+    assert scanned is not None and scanned.equals(duck), (scanned.to_pylist()[:3], duck.to_pylist()[:3])
+    for at in range(9):  # a byte that ends the plain run, at each position of a word
+        for special in ('\\"', "\\\\", "\\u00e9", "\t", "\x7f"):
+            name = "abcdefgh"[:at] + special + "ijklmnop"
+            line = f'{{"name":"{name}","ts":1,"dur":1,"ph":1}}'
+            scanned, duck = _both_tables([lines[0], line], monkeypatch)
+            if special == "\x7f":  # DEL is a plain character in JSON
+                assert scanned is not None and scanned.equals(duck)
+            else:  # an escape or a raw control character: declined
+                assert scanned is None, (at, special)
+    for number in ("01", "0.5", "12345678.5", "1234567890123456.5", "12e3", "1234567890123456E1", "-", "1234567890123456789012"):
+        line = f'{{"name":"x","ts":{number},"dur":1,"ph":1}}'
+        assert _both_tables([lines[0], line], monkeypatch)[0] is None, number

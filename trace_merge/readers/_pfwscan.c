@@ -47,6 +47,8 @@ typedef struct {
     int32_t *slots;             /* DICTIONARY: open addressing, -1 empty, else an index into the distinct strings */
     Py_ssize_t n_slots, distinct, offsets_cap;
     Py_ssize_t last_row;        /* the row this column was last set in: a key twice on a line declines */
+    Py_ssize_t offsets_done;    /* STRING: offsets[0..offsets_done] are set */
+    int32_t last_index;         /* DICTIONARY: the distinct string the last row held, -1 before any */
 } Column;
 
 typedef struct {
@@ -64,6 +66,7 @@ typedef struct {
 } Columns;
 
 #define ARGS_MEMBER 254
+#define ONES 0x0101010101010101ull  /* a byte of 1 in each of a word's eight */
 
 #define COLLIDED 255
 
@@ -87,7 +90,14 @@ static int scan_string(const char **pp, const char *e, const char **s, Py_ssize_
     const unsigned char *start = p;
     *escaped = 0;
     while (p < end) {
-        while (p < end && plain[*p]) p++;  /* the common case: printable ASCII */
+        for (uint64_t w; end - p >= 8; p += 8) {  /* the common case, a word at a time: printable ASCII */
+            memcpy(&w, p, 8);
+            /* a byte below 0x20, '"', '\\' or from 0x80 up: a zero byte of (w - 0x20 ...) with its borrow, of
+             * w ^ '"', of w ^ '\\', or a high bit */
+            uint64_t x = w ^ 0x22 * ONES, y = w ^ 0x5C * ONES;
+            if ((((w - 0x20 * ONES) | (x - ONES) | (y - ONES)) & ~w & 0x80 * ONES) || (w & 0x80 * ONES)) break;
+        }
+        while (p < end && plain[*p]) p++;
         if (p >= end) break;
         unsigned char c = *p;
         if (c == '"') {
@@ -139,8 +149,60 @@ static int scan_string(const char **pp, const char *e, const char **s, Py_ssize_
     return 0;
 }
 
+/* The bytes of the word `w` (8 bytes of text, the first in the low byte) that are not ASCII digits: a non-zero
+ * byte for each (exact up to the first one; a carry only reaches the bytes after it) */
+static inline uint64_t non_digits(uint64_t w) {
+    return ((w & 0xF0 * ONES) ^ 0x30 * ONES) | (((w + 0x06 * ONES) & 0xF0 * ONES) ^ 0x30 * ONES);
+}
+
+/* The value of the 8 ASCII digits of `w`, the first in the low byte (most significant first) */
+static inline uint64_t eight_digits(uint64_t w) {
+    w = (w & 0x0F * ONES) * 2561 >> 8;
+    w = (w & 0x00FF00FF00FF00FFull) * 6553601 >> 16;
+    return (w & 0x0000FFFF0000FFFFull) * 42949672960001ull >> 32;
+}
+
+/* The value of the first `n` (0 to 7) ASCII digits of `w`: padded with leading zeros to eight */
+static inline uint64_t digits(uint64_t w, unsigned n) {
+    return n ? eight_digits((w << (8 * (8 - n))) | (0x30 * ONES >> (8 * n))) : 0;
+}
+
+/* A plain non-negative integer of up to 16 digits at *pp, read a word at a time; 0 when it is anything else (a
+ * sign, a fraction, an exponent, a leading zero, 17 digits or more, or too near the end): scan_number reads it */
+static inline int quick_integer(const char **pp, const char *e, int64_t *value) {
+    const char *p = *pp;
+    if (e - p < 17) return 0;
+    uint64_t w0, w1;
+    memcpy(&w0, p, 8);
+    uint64_t nd = non_digits(w0);
+    unsigned n;
+    uint64_t v;
+    if (nd) {
+        n = (unsigned)__builtin_ctzll(nd) >> 3;
+        v = digits(w0, n);
+    } else {
+        memcpy(&w1, p + 8, 8);
+        nd = non_digits(w1);
+        if (!nd) return 0;
+        unsigned n1 = (unsigned)__builtin_ctzll(nd) >> 3;
+        static const uint64_t pow10[8] = {1, 10, 100, 1000, 10000, 100000, 1000000, 10000000};
+        v = eight_digits(w0) * pow10[n1] + digits(w1, n1);
+        n = 8 + n1;
+    }
+    if (n == 0 || (n > 1 && *p == '0')) return 0;
+    char next = p[n];
+    if (next == '.' || next == 'e' || next == 'E') return 0;
+    *value = (int64_t)v;
+    *pp = p + n;
+    return 1;
+}
+
 /* A JSON number at *pp. Sets *is_int (no fraction nor exponent, and fits int64) and *value; 0 when invalid. */
 static int scan_number(const char **pp, const char *e, int *is_int, int64_t *value) {
+    if (quick_integer(pp, e, value)) {
+        *is_int = 1;
+        return 1;
+    }
     const char *p = *pp;
     int negative = 0, overflow = 0;
     uint64_t v = 0;
@@ -275,21 +337,46 @@ static int append(Column *c, const char *s, Py_ssize_t len) {
     return 1;
 }
 
-static inline uint64_t fnv1a(const char *s, Py_ssize_t len) {
-    uint64_t h = 1469598103934665603ull;
-    for (Py_ssize_t i = 0; i < len; i++) h = (h ^ (unsigned char)s[i]) * 1099511628211ull;
-    return h;
+/* Whether the `len` bytes at `a` and at `b` are equal: a word at a time (the strings compared are short). */
+static inline int same_bytes(const char *a, const char *b, Py_ssize_t len) {
+    for (; len >= 8; a += 8, b += 8, len -= 8) {
+        uint64_t x, y;
+        memcpy(&x, a, 8);
+        memcpy(&y, b, 8);
+        if (x != y) return 0;
+    }
+    for (; len > 0; a++, b++, len--)
+        if (*a != *b) return 0;
+    return 1;
+}
+
+/* A hash of the `len` bytes at `s`, a word at a time (a multiply per byte was a fifth of the scan). */
+static inline uint64_t string_hash(const char *s, Py_ssize_t len) {
+    uint64_t h = 0x9E3779B97F4A7C15ull ^ (uint64_t)len;
+    for (; len >= 8; s += 8, len -= 8) {
+        uint64_t w;
+        memcpy(&w, s, 8);
+        h = (h ^ w) * 0xFF51AFD7ED558CCDull;
+        h ^= h >> 32;
+    }
+    uint64_t w = 0;
+    for (Py_ssize_t i = 0; i < len; i++) w |= (uint64_t)(unsigned char)s[i] << (8 * i);
+    h = (h ^ w) * 0xC4CEB9FE1A85EC53ull;
+    return h ^ (h >> 29);
 }
 
 /* The index of the string `s` among the column's distinct strings, added when new; -1 when memory runs out. */
 static int32_t intern(Column *c, const char *s, Py_ssize_t len) {
+    int32_t last = c->last_index;  /* a trace repeats a row's host, file, name... on the next rows */
+    if (last >= 0 && c->offsets[last + 1] - c->offsets[last] == len && same_bytes(c->data + c->offsets[last], s, len))
+        return last;
     if (2 * (c->distinct + 1) > c->n_slots) {  /* at most half full: grow, and place every string again */
         Py_ssize_t n = c->n_slots ? 2 * c->n_slots : 64;
         int32_t *slots = malloc((size_t)n * sizeof *slots);
         if (slots == NULL || c->distinct >= INT32_MAX - 1) { free(slots); return -1; }
         memset(slots, 0xff, (size_t)n * sizeof *slots);
         for (int32_t d = 0; d < c->distinct; d++) {
-            uint64_t at = fnv1a(c->data + c->offsets[d], c->offsets[d + 1] - c->offsets[d]) & (uint64_t)(n - 1);
+            uint64_t at = string_hash(c->data + c->offsets[d], c->offsets[d + 1] - c->offsets[d]) & (uint64_t)(n - 1);
             while (slots[at] >= 0) at = (at + 1) & (uint64_t)(n - 1);
             slots[at] = d;
         }
@@ -297,11 +384,12 @@ static int32_t intern(Column *c, const char *s, Py_ssize_t len) {
         c->slots = slots;
         c->n_slots = n;
     }
-    uint64_t at = fnv1a(s, len) & (uint64_t)(c->n_slots - 1);
+    uint64_t at = string_hash(s, len) & (uint64_t)(c->n_slots - 1);
     for (;; at = (at + 1) & (uint64_t)(c->n_slots - 1)) {
         int32_t d = c->slots[at];
         if (d < 0) break;
-        if (c->offsets[d + 1] - c->offsets[d] == len && memcmp(c->data + c->offsets[d], s, (size_t)len) == 0) return d;
+        if (c->offsets[d + 1] - c->offsets[d] == len && same_bytes(c->data + c->offsets[d], s, len))
+            return c->last_index = d;
     }
     if (c->distinct + 2 > c->offsets_cap) {
         Py_ssize_t cap = c->offsets_cap * 2 + 64;
@@ -314,7 +402,13 @@ static int32_t intern(Column *c, const char *s, Py_ssize_t len) {
     int32_t d = (int32_t)c->distinct++;
     c->offsets[d + 1] = (int32_t)c->data_len;
     c->slots[at] = d;
-    return d;
+    return c->last_index = d;
+}
+
+/* The end offsets of a STRING column's rows up to `row` (those with no string are empty). */
+static inline void offsets_upto(Column *c, Py_ssize_t row) {
+    for (Py_ssize_t r = c->offsets_done + 1; r <= row; r++) c->offsets[r] = (int32_t)c->data_len;
+    if (row > c->offsets_done) c->offsets_done = row;
 }
 
 /* The value of a wanted field into its column, row `row`; 0 declines (another type, escaped, not int64...). */
@@ -336,8 +430,11 @@ static int take(Column *c, const char **pp, const char *e, Py_ssize_t row) {
             int32_t index = intern(c, s, len);
             if (index < 0) return 0;
             c->indices[row] = index;
-        } else if (!append(c, s, len)) {
-            return 0;
+        } else {
+            offsets_upto(c, row);  /* the rows before this one without a string */
+            if (!append(c, s, len)) return 0;
+            c->offsets[row + 1] = (int32_t)c->data_len;
+            c->offsets_done = row + 1;
         }
     } else {
         int is_int;
@@ -350,17 +447,36 @@ static int take(Column *c, const char **pp, const char *e, Py_ssize_t row) {
     return 1;
 }
 
-/* Closes row `row` of every column: a column not set on it is null. */
-static void end_row(Columns *cs, Py_ssize_t row) {
+/* Closes every column after `rows` rows: the rows a column has no value in are its nulls (their values were
+ * zeroed at the start), and a STRING column's offsets run to the end. */
+static void finish(Columns *cs, Py_ssize_t rows) {
     for (int i = 0; i < cs->n; i++) {
         Column *c = &cs->cols[i];
-        if (!(c->bits[row >> 3] & (1u << (row & 7)))) {
-            c->nulls++;
-            if (c->kind == INTEGER) c->ints[row] = 0;
-            else if (c->kind == DICTIONARY) c->indices[row] = 0;
+        Py_ssize_t set = 0, n = (rows + 7) / 8, k = 0;
+        for (; k + 8 <= n; k += 8) {
+            uint64_t w;
+            memcpy(&w, c->bits + k, 8);
+            set += __builtin_popcountll(w);
         }
-        if (c->kind == STRING) c->offsets[row + 1] = (int32_t)c->data_len;
+        for (; k < n; k++) set += __builtin_popcount(c->bits[k]);
+        c->nulls = rows - set;
+        if (c->kind == STRING) offsets_upto(c, rows);
     }
+}
+
+/* Whether the `len` bytes at `p` (in a line going on to `e`) are those at `q`, earlier in the body: a member's
+ * `"key":` of up to 16 bytes is compared as two words (the bytes after `q` are the body's too), not by memcmp */
+static inline int same_member(const char *p, const char *q, unsigned len, const char *e) {
+    if (len <= 16 && e - p >= 16) {
+        uint64_t a0, b0, a1, b1;
+        memcpy(&a0, p, 8);
+        memcpy(&b0, q, 8);
+        if (len <= 8) return ((a0 ^ b0) & (len == 8 ? ~0ull : ((1ull << (8 * len)) - 1))) == 0;
+        memcpy(&a1, p + 8, 8);
+        memcpy(&b1, q + 8, 8);
+        return a0 == b0 && ((a1 ^ b1) & (len == 16 ? ~0ull : ((1ull << (8 * (len - 8))) - 1))) == 0;
+    }
+    return (Py_ssize_t)len <= e - p && memcmp(p, q, len) == 0;
 }
 
 /* One object's members at *pp (just after its '{'), wanted ones into `cs`, row `row`. With `args` given, the
@@ -375,7 +491,7 @@ static int scan_object(const char **pp, const char *e, Columns *cs, Columns *arg
         Column *c = NULL;
         int is_args = 0;
         unsigned len = member < MAX_MEMBERS ? cs->member_len[member] : 0;
-        if (len && (Py_ssize_t)len <= e - p && memcmp(p, cs->member_at[member], len) == 0) {
+        if (len && same_member(p, cs->member_at[member], len, e)) {
             unsigned is = cs->member_is[member];  /* the same `"key":` as the last object's at this position */
             p = skip_ws(p + len, e);
             if (is == ARGS_MEMBER) is_args = 1;
@@ -454,6 +570,7 @@ static int setup(Columns *cs, PyObject *fields, Py_ssize_t rows) {
         }
         c->kind = (int)kind;
         c->last_row = -1;
+        c->last_index = -1;
         cs->n++;
         c->bitmap = PyBytes_FromStringAndSize(NULL, (rows + 7) / 8);
         c->values = PyBytes_FromStringAndSize(NULL, c->kind == STRING ? (rows + 1) * 4 : rows * (c->kind ? 4 : 8));
@@ -463,14 +580,17 @@ static int setup(Columns *cs, PyObject *fields, Py_ssize_t rows) {
         if (c->kind == STRING) {
             c->offsets = (int32_t *)PyBytes_AS_STRING(c->values);
             c->offsets[0] = 0;
+            c->offsets_done = 0;
         } else if (c->kind == DICTIONARY) {
             c->indices = (int32_t *)PyBytes_AS_STRING(c->values);
+            memset(c->indices, 0, (size_t)rows * 4);  /* a null's index */
             c->offsets = malloc(64 * sizeof *c->offsets);
             if (c->offsets == NULL) { PyErr_NoMemory(); return 0; }
             c->offsets_cap = 64;
             c->offsets[0] = 0;
         } else {
             c->ints = (int64_t *)PyBytes_AS_STRING(c->values);
+            memset(c->ints, 0, (size_t)rows * 8);  /* a null's value */
         }
     }
     return 1;
@@ -543,9 +663,11 @@ static PyObject *scan(PyObject *self, PyObject *args_in) {
         if (p < end && *p != '\n') { declined = 1; break; }
         p = p < end ? p + 1 : end;
         if (p - line > max_line) { declined = 1; break; }
-        end_row(&top, row);
-        end_row(&args, row);
         if (!(args_bits[row >> 3] & (1u << (row & 7)))) args_nulls++;
+    }
+    if (!declined) {
+        finish(&top, rows);
+        finish(&args, rows);
     }
     Py_END_ALLOW_THREADS
     if (declined) {
