@@ -18,7 +18,7 @@ env: $(VENV)/.stamp
 env-latest: $(VENV_LATEST)/.stamp
 	$(VENV_LATEST)/bin/python $(BYTECODE)
 
-$(VENV)/.stamp: tools/requirements-tf215.txt setup.cfg setup.py trace_merge/readers/_pfwscan.c
+$(VENV)/.stamp: tools/requirements-tf215.txt setup.cfg setup.py trace_merge/readers/_pfwscan.c trace_merge/_sweep.c
 	@echo "== setting up $(VENV) (TF 2.15 + MPICH + Horovod 0.28.1; Horovod builds from source, ~3 min once)"
 	test -x $(VENV)/bin/python || $(PY) -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip wheel setuptools
@@ -29,7 +29,7 @@ $(VENV)/.stamp: tools/requirements-tf215.txt setup.cfg setup.py trace_merge/read
 	$(VENV)/bin/python -c "import horovod.tensorflow, tensorflow, mpi4py, h5py, pandas, pyarrow, duckdb, darshan, dftracer"
 	touch $@
 
-$(VENV_LATEST)/.stamp: tools/requirements-latest.txt setup.cfg setup.py trace_merge/readers/_pfwscan.c
+$(VENV_LATEST)/.stamp: tools/requirements-latest.txt setup.cfg setup.py trace_merge/readers/_pfwscan.c trace_merge/_sweep.c
 	@echo "== setting up $(VENV_LATEST) (newest TensorFlow, no Horovod)"
 	test -x $(VENV_LATEST)/bin/python || $(PY) -m venv $(VENV_LATEST)
 	$(VENV_LATEST)/bin/pip install -q --upgrade pip wheel setuptools

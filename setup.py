@@ -1,5 +1,6 @@
-"""The build's one compiled part: the DFTracer line scanner (trace_merge/readers/_pfwscan.c). It is optional: without
-a C compiler the install goes on, and the reader parses with DuckDB and pyarrow alone (docs/partitioned.md)."""
+"""The build's compiled parts: the DFTracer line scanner (trace_merge/readers/_pfwscan.c) and the nesting sweeps
+(trace_merge/_sweep.c). Both are optional: without a C compiler the install goes on, the reader parses with DuckDB and
+pyarrow alone and the sweeps run vectorised in numpy (docs/partitioned.md)."""
 from setuptools import Extension, setup
 
 setup(
@@ -9,6 +10,12 @@ setup(
             ["trace_merge/readers/_pfwscan.c"],
             extra_compile_args=["-O2", "-std=c99", "-Wall", "-Wextra", "-Wno-missing-field-initializers"],
             optional=True,
-        )
+        ),
+        Extension(
+            "trace_merge._sweep",
+            ["trace_merge/_sweep.c"],
+            extra_compile_args=["-O2", "-std=c99", "-Wall", "-Wextra", "-Wno-missing-field-initializers"],
+            optional=True,
+        ),
     ]
 )

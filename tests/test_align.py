@@ -208,10 +208,20 @@ def test_enclosing_phase_tag_is_not_propagated() -> None:
     assert not I.spans_several(parent, np.full(4, 3.0)).any()
 
 
+@pytest.fixture(params=["C", "numpy"])
+def sweeps(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The nesting sweeps compiled (``_sweep.c``, which the install builds) or, as without a C compiler, numpy's."""
+    if request.param == "C":
+        assert I._sweep is not None, "pip install did not compile trace_merge/_sweep.c"
+    else:
+        monkeypatch.setattr(I, "_sweep", None)
+    return request.param
+
+
 @pytest.mark.parametrize("seed", range(20))
-def test_nesting_parents_equal_the_stack_sweep(seed: int) -> None:
-    """The vectorised forest (int32 positions) is the stack sweep's, for shallow traces, for nesting deeper than the
-    level-by-level path takes (a sort by depth) and for crossing intervals the sweep steps repair."""
+def test_nesting_parents_equal_the_stack_sweep(seed: int, sweeps: str) -> None:
+    """The forest (int32 positions), compiled or vectorised, is the stack sweep's, for shallow traces, for nesting
+    deeper than the level-by-level path takes (a sort by depth) and for crossing intervals the sweep steps repair."""
     rng = np.random.default_rng(seed)
     n = int(rng.integers(1, 600))
     if seed % 2:  # chains nested up to ~40 deep, some crossing their parent's end
@@ -238,7 +248,7 @@ def _thread_parents_by_loop(starts: np.ndarray, ends: np.ndarray, threads: np.nd
 
 
 @pytest.mark.parametrize("seed", range(30))
-def test_thread_forest_from_the_cross_thread_forest_equals_a_sweep_per_thread(seed: int) -> None:
+def test_thread_forest_from_the_cross_thread_forest_equals_a_sweep_per_thread(seed: int, sweeps: str) -> None:
     """Reader threads' intervals inside the main thread's steps, crossings and equal starts: only the threads whose
     rows have a parent on another thread are swept again, with the same result as a sweep of every thread."""
     rng = np.random.default_rng(seed)
@@ -259,7 +269,7 @@ def _random_forest(rng: np.random.Generator, n: int) -> np.ndarray:
 
 
 @pytest.mark.parametrize("seed", range(12))
-def test_forest_edits_equal_their_definitions(seed: int) -> None:
+def test_forest_edits_equal_their_definitions(seed: int, sweeps: str) -> None:
     """drop_from_forest: each kept node's nearest kept ancestor, re-indexed; spans_several: an interval with a
     descendant of another value (checked against walks up the forest, one node at a time)."""
     rng = np.random.default_rng(seed)
@@ -279,6 +289,22 @@ def test_forest_edits_equal_their_definitions(seed: int) -> None:
     assert narrow_parent.tolist() == new_parent.tolist() and narrow_keep.tolist() == keep.tolist()
     where = {int(k): j for j, k in enumerate(keep)}
     assert new_parent.tolist() == [next((where[a] for a in ancestors(int(k)) if not drop[a]), -1) for k in keep]
+    # a forest whose parents do not all come first (not a sweep's): the same rule, the nodes climbed in numpy
+    shuffled = rng.permutation(n)
+    other = np.where(parent[shuffled] >= 0, np.argsort(shuffled)[np.maximum(parent[shuffled], 0)], -1)
+    other_drop = drop[shuffled]
+    other_parent, other_keep = I.drop_from_forest(other, other_drop)
+    at = {int(k): j for j, k in enumerate(other_keep)}
+
+    def climb(i):
+        while other[i] >= 0:
+            i = other[i]
+            if not other_drop[i]:
+                return at[int(i)]
+        return -1
+
+    assert other_keep.tolist() == np.flatnonzero(~other_drop).tolist()
+    assert other_parent.tolist() == [climb(int(k)) for k in other_keep]
     values = rng.integers(0, 3, n) if seed % 2 else (rng.random(n) < 0.05).astype(np.int64)  # few differ: most don't
     several = np.zeros(n, dtype=bool)
     for i in range(n):

@@ -1,0 +1,125 @@
+/* Two sweeps over a nesting forest that are one pass each in C and several vectorised passes in numpy.
+ *
+ * trace_merge.intervals uses them where the extension was compiled, and its numpy versions otherwise (the tests hold
+ * the two to each other and to their definitions). Both work on numpy arrays through the buffer protocol: int64
+ * bounds, int32 or int64 positions (the caller allocates the outputs).
+ *
+ * nesting_parents(starts, ends, parent) -> None
+ *   The stack sweep: intervals in start order (ties longer first); an interval's parent is the latest-started
+ *   earlier one still open at its start (its end after the start), -1 for none.
+ *
+ * drop_from_forest(parent, drop, up) -> bool
+ *   For the nodes not dropped, in order, their nearest ancestor not dropped, as its position among those nodes (-1
+ *   for none) into `up`. False (nothing written that counts) when a node's parent does not come before it: the
+ *   caller then climbs the forest its own way.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+/* Positions: int32 or int64 items (`wide`: 8 bytes each). The buffers are asked for as plain bytes, so the widths
+ * are told by their lengths. */
+static inline int64_t get(const void *b, int wide, Py_ssize_t i) {
+    return wide ? ((const int64_t *)b)[i] : ((const int32_t *)b)[i];
+}
+
+static inline void set(void *b, int wide, Py_ssize_t i, int64_t v) {
+    if (wide) ((int64_t *)b)[i] = v;
+    else ((int32_t *)b)[i] = (int32_t)v;
+}
+
+static PyObject *nesting_parents(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_buffer s, e, out;
+    PyObject *result = NULL;
+    if (!PyArg_ParseTuple(args, "y*y*w*", &s, &e, &out)) return NULL;
+    Py_ssize_t n = s.len / 8;
+    int wide = out.len == 8 * n;
+    if (s.len % 8 || e.len != s.len || (!wide && out.len != 4 * n)) {
+        PyErr_SetString(PyExc_ValueError, "starts, ends: int64; parent: int32 or int64, as many");
+    } else {
+        /* the open intervals, innermost last: as deep as the nesting, grown as needed */
+        Py_ssize_t cap = 1024, top = 0, *stack = malloc((size_t)cap * sizeof *stack);
+        int ok = stack != NULL;
+        const int64_t *starts = s.buf, *ends = e.buf;
+        Py_BEGIN_ALLOW_THREADS
+        for (Py_ssize_t i = 0; ok && i < n; i++) {
+            while (top && ends[stack[top - 1]] <= starts[i]) top--;
+            set(out.buf, wide, i, top ? stack[top - 1] : -1);
+            if (top == cap) {
+                Py_ssize_t *grown = realloc(stack, (size_t)(2 * cap) * sizeof *stack);
+                if (grown == NULL) { ok = 0; break; }
+                stack = grown;
+                cap *= 2;
+            }
+            stack[top++] = i;
+        }
+        Py_END_ALLOW_THREADS
+        free(stack);
+        if (ok) {
+            result = Py_None;
+            Py_INCREF(result);
+        } else {
+            PyErr_NoMemory();
+        }
+    }
+    PyBuffer_Release(&s);
+    PyBuffer_Release(&e);
+    PyBuffer_Release(&out);
+    return result;
+}
+
+static PyObject *drop_from_forest(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_buffer parent, drop, up;
+    PyObject *result = NULL;
+    if (!PyArg_ParseTuple(args, "y*y*w*", &parent, &drop, &up)) return NULL;
+    Py_ssize_t n = drop.len;
+    int wide = parent.len == 8 * n;
+    if ((!wide && parent.len != 4 * n) || up.len % (wide ? 8 : 4)) {
+        PyErr_SetString(PyExc_ValueError, "parent: int32 or int64, a byte of drop each; up: parent's type");
+    } else {
+        /* near[i]: the position among the kept nodes of the nearest one at or above node i (-1: none), in the
+         * positions' own width */
+        void *near = malloc((size_t)(n ? n : 1) * (wide ? 8 : 4));
+        if (near == NULL) {
+            PyErr_NoMemory();
+        } else {
+            const uint8_t *dropped = drop.buf;
+            Py_ssize_t kept = 0, room = up.len / (wide ? 8 : 4);
+            int ordered = 1;
+            Py_BEGIN_ALLOW_THREADS
+            for (Py_ssize_t i = 0; i < n; i++) {
+                int64_t p = get(parent.buf, wide, i);
+                if (p >= i || p < -1) { ordered = 0; break; }
+                int64_t above = p < 0 ? -1 : get(near, wide, p);
+                if (dropped[i]) {
+                    set(near, wide, i, above);
+                    continue;
+                }
+                if (kept >= room) { ordered = 0; break; }
+                set(up.buf, wide, kept, above);
+                set(near, wide, i, kept++);
+            }
+            Py_END_ALLOW_THREADS
+            free(near);
+            result = PyBool_FromLong(ordered && kept == room);
+        }
+    }
+    PyBuffer_Release(&parent);
+    PyBuffer_Release(&drop);
+    PyBuffer_Release(&up);
+    return result;
+}
+
+static PyMethodDef methods[] = {
+    {"nesting_parents", nesting_parents, METH_VARARGS, "The stack sweep's parent of each interval, into parent."},
+    {"drop_from_forest", drop_from_forest, METH_VARARGS,
+     "Each kept node's nearest kept ancestor, re-indexed, into up; False when a parent does not precede its node."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_sweep", NULL, -1, methods};
+
+PyMODINIT_FUNC PyInit__sweep(void) { return PyModule_Create(&module); }
