@@ -151,6 +151,33 @@ def test_innermost_interval_wins() -> None:
     assert got.tolist() == [0, 1, 2, 3, 2, 0, 0, -1]
 
 
+@pytest.mark.parametrize("seed", range(12))
+def test_innermost_equals_the_climb_from_the_last_start(seed: int, sweeps: str) -> None:
+    """Compiled or vectorised: from the last interval starting at or before a query, up the forest to the first
+    that ends at or after the query's end (crossing intervals, equal starts; queries in start order, and not)."""
+    rng = np.random.default_rng(seed)
+    n, m = int(rng.integers(1, 300)), int(rng.integers(1, 400))
+    starts = rng.integers(0, 1000, n)
+    ends = starts + rng.integers(1, 300 if seed % 2 else 20, n)
+    order = I.start_order(starts, starts - ends)
+    s, e = starts[order], ends[order]
+    parent = I.nesting_parents(s, e)
+    q_start = rng.integers(-10, 1100, m)
+    if seed % 3:
+        q_start = np.sort(q_start)
+    q_end = q_start + rng.integers(0, 50, m)
+
+    def climb(qs: int, qe: int) -> int:
+        i = int(np.searchsorted(s, qs, "right")) - 1
+        while i >= 0 and e[i] < qe:
+            i = int(parent[i])
+        return i
+
+    got = I.innermost(s, e, q_start, q_end, parent)
+    assert got.dtype == np.int64
+    assert got.tolist() == [climb(a, b) for a, b in zip(q_start.tolist(), q_end.tolist())]
+
+
 def test_clock_offset_subtracted_per_rank(run: Path) -> None:
     srcs = sources(run)
     raw = {s.path: s.frame for s in srcs}

@@ -8,6 +8,11 @@
  *   The stack sweep: intervals in start order (ties longer first); an interval's parent is the latest-started
  *   earlier one still open at its start (its end after the start), -1 for none.
  *
+ * innermost(starts, ends, parent, q_start, q_end, out) -> None
+ *   For each query [q_start, q_end], the innermost of the intervals (in start order, `parent` their forest) that
+ *   contains it, -1 for none: from the last interval starting at or before the query, up the forest to the first
+ *   that ends at or after the query's end.
+ *
  * drop_from_forest(parent, drop, up) -> bool
  *   For the nodes not dropped, in order, their nearest ancestor not dropped, as its position among those nodes (-1
  *   for none) into `up`. False (nothing written that counts) when a node's parent does not come before it: the
@@ -113,8 +118,51 @@ static PyObject *drop_from_forest(PyObject *self, PyObject *args) {
     return result;
 }
 
+static PyObject *innermost(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_buffer s, e, parent, qs, qe, out;
+    if (!PyArg_ParseTuple(args, "y*y*y*y*y*w*", &s, &e, &parent, &qs, &qe, &out)) return NULL;
+    Py_ssize_t n = s.len / 8, m = qs.len / 8;
+    int wide = parent.len == 8 * n, wide_out = out.len == 8 * m;
+    PyObject *result = NULL;
+    if (s.len % 8 || e.len != s.len || (!wide && parent.len != 4 * n) || qs.len % 8 || qe.len != qs.len ||
+        (!wide_out && out.len != 4 * m)) {
+        PyErr_SetString(PyExc_ValueError, "starts, ends, q_start, q_end: int64; parent, out: int32 or int64");
+    } else {
+        const int64_t *starts = s.buf, *ends = e.buf, *q_start = qs.buf, *q_end = qe.buf;
+        Py_BEGIN_ALLOW_THREADS
+        Py_ssize_t lo = 0;  /* queries in start order (a rank's rows) search on from the last one's place */
+        int64_t last = INT64_MIN;
+        for (Py_ssize_t j = 0; j < m; j++) {
+            int64_t q = q_start[j];
+            if (q < last) lo = 0;
+            last = q;
+            Py_ssize_t hi = n;
+            while (lo < hi) {  /* the first interval starting after q */
+                Py_ssize_t mid = lo + (hi - lo) / 2;
+                if (starts[mid] <= q) lo = mid + 1;
+                else hi = mid;
+            }
+            int64_t i = lo - 1;
+            while (i >= 0 && ends[i] < q_end[j]) i = get(parent.buf, wide, i);
+            set(out.buf, wide_out, j, i);
+        }
+        Py_END_ALLOW_THREADS
+        result = Py_None;
+        Py_INCREF(result);
+    }
+    PyBuffer_Release(&s);
+    PyBuffer_Release(&e);
+    PyBuffer_Release(&parent);
+    PyBuffer_Release(&qs);
+    PyBuffer_Release(&qe);
+    PyBuffer_Release(&out);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"nesting_parents", nesting_parents, METH_VARARGS, "The stack sweep's parent of each interval, into parent."},
+    {"innermost", innermost, METH_VARARGS, "The innermost interval containing each query, into out."},
     {"drop_from_forest", drop_from_forest, METH_VARARGS,
      "Each kept node's nearest kept ancestor, re-indexed, into up; False when a parent does not precede its node."},
     {NULL, NULL, 0, NULL},

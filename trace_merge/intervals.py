@@ -17,9 +17,9 @@ Nesting
     :func:`nesting_parents` (the forest a stack sweep builds), :func:`self_segments` (each interval's self time:
     the innermost open interval owns each instant), :func:`innermost` (the innermost interval containing each
     query),
-    :func:`spans_several` and :func:`drop_from_forest` (forest surgery used by step propagation). The stack sweep
-    and the forest surgery are one pass each in C (``_sweep.c``, compiled by ``pip install``); without a compiler,
-    the vectorised numpy versions here give the same arrays.
+    :func:`spans_several` and :func:`drop_from_forest` (forest surgery used by step propagation). The stack sweep,
+    the forest surgery and :func:`innermost` are one pass each in C (``_sweep.c``, compiled by ``pip install``);
+    without a compiler, the vectorised numpy versions here give the same arrays.
 """
 from __future__ import annotations
 
@@ -415,10 +415,15 @@ def innermost(
 
     ``starts`` must be sorted ascending (ties: longer first); ``parent`` is
     :func:`nesting_parents` of the intervals when already known. O((n + m) log n) plus a few
-    vectorised climbs of the nesting depth.
+    vectorised climbs of the nesting depth (one pass in C where it was compiled).
     """
     if parent is None:
         parent = nesting_parents(starts, ends)
+    if _sweep is not None and parent.dtype in (np.int32, np.int64):
+        idx = np.empty(len(q_start), dtype=np.int64)
+        _sweep.innermost(*(np.ascontiguousarray(a, dtype=_I8) for a in (starts, ends)), np.ascontiguousarray(parent),
+                         *(np.ascontiguousarray(a, dtype=_I8) for a in (q_start, q_end)), idx)
+        return idx
     idx = np.searchsorted(starts, q_start, "right") - 1
     while True:
         valid = idx >= 0
