@@ -141,3 +141,16 @@ def run_copy(real_run, tmp_path) -> Path:
     dst = tmp_path / "run"
     shutil.copytree(real_run[0], dst)
     return dst
+
+
+@pytest.fixture(params=["C", "numpy"])
+def sweeps(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The interval sweeps compiled (``trace_merge/_sweep.c``, which the install builds) or, as without a C compiler,
+    numpy's."""
+    from trace_merge import intervals
+
+    if request.param == "C":
+        assert intervals._sweep is not None, "pip install did not compile trace_merge/_sweep.c"
+    else:
+        monkeypatch.setattr(intervals, "_sweep", None)
+    return request.param

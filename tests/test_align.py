@@ -235,16 +235,6 @@ def test_enclosing_phase_tag_is_not_propagated() -> None:
     assert not I.spans_several(parent, np.full(4, 3.0)).any()
 
 
-@pytest.fixture(params=["C", "numpy"])
-def sweeps(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """The nesting sweeps compiled (``_sweep.c``, which the install builds) or, as without a C compiler, numpy's."""
-    if request.param == "C":
-        assert I._sweep is not None, "pip install did not compile trace_merge/_sweep.c"
-    else:
-        monkeypatch.setattr(I, "_sweep", None)
-    return request.param
-
-
 @pytest.mark.parametrize("seed", range(20))
 def test_nesting_parents_equal_the_stack_sweep(seed: int, sweeps: str) -> None:
     """The forest (int32 positions), compiled or vectorised, is the stack sweep's, for shallow traces, for nesting

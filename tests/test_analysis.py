@@ -411,9 +411,10 @@ def test_layer_activity_is_union_per_layer_and_rank_over_job_wall() -> None:
     assert list(A.layer_activity_df(frame.iloc[:0]).columns) == ["layer", "rank", "events", "busy_s", "busy_pct"]
 
 
-def test_combined_codes_packed_keys_give_the_per_key_codes() -> None:
+def test_combined_codes_packed_keys_give_the_per_key_codes(sweeps: str) -> None:
     """Integer keys packed into one int64 give the codes of factorising key by key (dense, in order of first
-    appearance), whatever their types and ranges; keys whose spans cannot be packed take the per-key path."""
+    appearance), whatever their types and ranges, numbered by a table of the span (C) or hashed; keys whose spans
+    cannot be packed take the per-key path."""
     def per_key(*keys: np.ndarray) -> np.ndarray:
         code = np.zeros(keys[0].size, dtype=np.int64)
         for k in keys:
@@ -433,7 +434,7 @@ def test_combined_codes_packed_keys_give_the_per_key_codes() -> None:
                 continue
             info = np.iinfo(dtype)
             base = int(rng.integers(max(info.min, -10**12), min(info.max, 10**12) - 50))
-            k = (base + rng.integers(0, int(rng.choice([2, 7, 40])), n)).astype(dtype)
+            k = (base + rng.integers(0, int(rng.choice([2, 7, 40, 10**6])), n)).astype(dtype)
             if rng.random() < 0.15:  # the type's extremes: int64's span cannot be packed
                 k[0], k[-1] = info.min, info.max
             keys.append(k)

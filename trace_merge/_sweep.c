@@ -13,6 +13,10 @@
  *   contains it, -1 for none: from the last interval starting at or before the query, up the forest to the first
  *   that ends at or after the query's end.
  *
+ * first_appearance_codes(values, span, out) -> None
+ *   Dense codes of int64 `values` in [0, span), numbered in order of first appearance: one pass with a table of the
+ *   span (pandas' factorize hashes every value).
+ *
  * drop_from_forest(parent, drop, up) -> bool
  *   For the nodes not dropped, in order, their nearest ancestor not dropped, as its position among those nodes (-1
  *   for none) into `up`. False (nothing written that counts) when a node's parent does not come before it: the
@@ -22,6 +26,7 @@
 #include <Python.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 /* Positions: int32 or int64 items (`wide`: 8 bytes each). The buffers are asked for as plain bytes, so the widths
  * are told by their lengths. */
@@ -137,8 +142,16 @@ static PyObject *innermost(PyObject *self, PyObject *args) {
             int64_t q = q_start[j];
             if (q < last) lo = 0;
             last = q;
-            Py_ssize_t hi = n;
-            while (lo < hi) {  /* the first interval starting after q */
+            /* the first interval starting after q: galloping from the last query's (the next queries are near it),
+             * then a binary search of the last gallop */
+            Py_ssize_t hi = lo, step = 1;
+            while (hi < n && starts[hi] <= q) {
+                lo = hi + 1;
+                hi = lo + step;
+                step *= 2;
+            }
+            if (hi > n) hi = n;
+            while (lo < hi) {
                 Py_ssize_t mid = lo + (hi - lo) / 2;
                 if (starts[mid] <= q) lo = mid + 1;
                 else hi = mid;
@@ -160,8 +173,48 @@ static PyObject *innermost(PyObject *self, PyObject *args) {
     return result;
 }
 
+static PyObject *first_appearance_codes(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_buffer v, out;
+    Py_ssize_t span;
+    if (!PyArg_ParseTuple(args, "y*nw*", &v, &span, &out)) return NULL;
+    Py_ssize_t n = v.len / 8;
+    PyObject *result = NULL;
+    int64_t *table = NULL;
+    if (v.len % 8 || out.len != v.len || span < 0) {
+        PyErr_SetString(PyExc_ValueError, "values, out: int64, as many; span >= 0");
+    } else if ((table = malloc((size_t)(span ? span : 1) * sizeof *table)) == NULL) {
+        PyErr_NoMemory();
+    } else {
+        const int64_t *values = v.buf;
+        int64_t *codes = out.buf, next = 0;
+        int ok = 1;
+        Py_BEGIN_ALLOW_THREADS
+        memset(table, 0xff, (size_t)(span ? span : 1) * sizeof *table);
+        for (Py_ssize_t i = 0; i < n; i++) {
+            int64_t x = values[i];
+            if (x < 0 || x >= span) { ok = 0; break; }
+            if (table[x] < 0) table[x] = next++;
+            codes[i] = table[x];
+        }
+        Py_END_ALLOW_THREADS
+        free(table);
+        if (ok) {
+            result = Py_None;
+            Py_INCREF(result);
+        } else {
+            PyErr_SetString(PyExc_ValueError, "a value outside [0, span)");
+        }
+    }
+    PyBuffer_Release(&v);
+    PyBuffer_Release(&out);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"nesting_parents", nesting_parents, METH_VARARGS, "The stack sweep's parent of each interval, into parent."},
+    {"first_appearance_codes", first_appearance_codes, METH_VARARGS,
+     "Dense codes of values in [0, span) in order of first appearance, into out."},
     {"innermost", innermost, METH_VARARGS, "The innermost interval containing each query, into out."},
     {"drop_from_forest", drop_from_forest, METH_VARARGS,
      "Each kept node's nearest kept ancestor, re-indexed, into up; False when a parent does not precede its node."},

@@ -254,6 +254,11 @@ def combined_codes(*keys: np.ndarray) -> np.ndarray:
     """One dense int64 code per distinct tuple of the key arrays (hash-based, O(n)), in order of first appearance."""
     packed = _packed(keys)
     if packed is not None:  # one hash pass instead of one per key and one for the tuple
+        span = int(packed.max()) + 1
+        if _sweep is not None and span <= 4 * packed.size + (1 << 16):  # a table of the span, not a hash
+            codes = np.empty(packed.size, dtype=_I8)
+            _sweep.first_appearance_codes(packed, span, codes)
+            return codes
         return pd.factorize(packed)[0].astype(_I8, copy=False)
     code = np.zeros(keys[0].size, dtype=_I8)
     size = 1  # distinct values ``code`` can take
