@@ -27,7 +27,8 @@ import numpy as np
 import pandas as pd
 
 from trace_merge.intervals import (Axis, combined_codes, covered_ns, distinct_rows, first_rows, intersect_intervals,
-                                   merge_intervals, self_segments, subtract_intervals, time_windows, union_of)
+                                   merge_intervals, reduce_at, self_segments, subtract_intervals, time_windows,
+                                   union_of)
 from trace_merge.schema import FS_LAYERS, LAYERS, STEP_PHASE, as_text, category_mask, layer_order
 
 logger = logging.getLogger(__name__)
@@ -164,8 +165,8 @@ def _min_max_by(keys: Sequence[np.ndarray], s: np.ndarray, e: np.ndarray
     first = first_rows(codes)
     lo = np.full(first.size, _T_MAX, dtype=_I8)
     hi = np.full(first.size, _T_MIN, dtype=_I8)
-    np.minimum.at(lo, codes, s)
-    np.maximum.at(hi, codes, e)
+    reduce_at(np.minimum, lo, codes, s)
+    reduce_at(np.maximum, hi, codes, e)
     return [k[first] for k in keys], lo, hi
 
 
@@ -679,10 +680,10 @@ class _Attribution:
         ngroups_local = int(local.max()) + 1 if local.size else 0
         to_group = np.full(ngroups_local, -1, dtype=_I8)
         first_any = np.full(ngroups_local, rows.size, dtype=_I8)
-        np.minimum.at(first_any, local, np.arange(rows.size, dtype=_I8))
+        reduce_at(np.minimum, first_any, local, np.arange(rows.size, dtype=_I8))
         own_at = np.flatnonzero(own)
         first_own = np.full(ngroups_local, rows.size, dtype=_I8)
-        np.minimum.at(first_own, local[own_at], own_at)
+        reduce_at(np.minimum, first_own, local[own_at], own_at.astype(_I8, copy=False))
         cat = c.cat_priority[c.cat[rows]]
         for g in range(ngroups_local):
             i = int(first_any[g])
@@ -713,7 +714,7 @@ class _Attribution:
 
         def per_group(lengths: np.ndarray) -> np.ndarray:
             out = np.zeros(n, dtype=_I8)
-            np.add.at(out, g, lengths)
+            reduce_at(np.add, out, g, lengths)
             return out
 
         self._add("phase_time", per_group(me - ms), n)

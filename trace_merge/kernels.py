@@ -28,6 +28,7 @@ import pandas as pd
 from trace_merge import attribution as att_
 from trace_merge import bandwidth as bw_
 from trace_merge.attribution import PRIORITY, component_view_df, verdict_label
+from trace_merge.intervals import reduce_at
 from trace_merge.schema import LAYERS, as_text, concat_frames, empty_frame, only_columns
 
 _I8 = np.int64
@@ -56,13 +57,15 @@ def rank_facts(frame: pd.DataFrame, rank: int) -> RankFacts:
     """:class:`RankFacts` of ``frame``, the rows of ``rank``."""
     if not len(frame):
         return RankFacts(rank, {}, (), frozenset(), np.zeros(0, _I8), np.zeros(0, _I8))
-    counts = frame["layer"].value_counts(sort=False)
+    layer = frame["layer"].astype("category").array
+    counts = np.bincount(layer.codes + 1, minlength=len(layer.categories) + 1)[1:]  # missing (-1) left out
     timed = frame["end_ns"].to_numpy() > frame["start_ns"].to_numpy()
+    timed_codes = np.flatnonzero(np.bincount(layer.codes[timed] + 1, minlength=len(layer.categories) + 1)[1:])
     shared = att_.shared_collectives(frame, 0)
     return RankFacts(
         rank=int(rank),
-        rows_per_layer={str(k): int(v) for k, v in counts.items() if v},
-        timed_layers=tuple(str(x) for x in pd.unique(frame["layer"][timed].dropna())),
+        rows_per_layer={str(k): int(v) for k, v in zip(layer.categories, counts) if v},
+        timed_layers=tuple(str(layer.categories[c]) for c in timed_codes),
         app_files=bw_.app_file_names(frame),
         collective_starts=shared.starts, collective_ends=shared.ends,
     )
@@ -513,16 +516,16 @@ def _dense_event_stats(frame: pd.DataFrame, by: list, keys: "list[pd.Categorical
     count = np.bincount(key, minlength=size)
     dur = frame["dur_ns"].to_numpy(dtype=np.int64)
     sums = np.zeros(size, dtype=np.int64)
-    np.add.at(sums, key, dur)
+    reduce_at(np.add, sums, key, dur)
     lo = np.full(size, np.iinfo(np.int64).max, dtype=np.int64)
-    np.minimum.at(lo, key, dur)
+    reduce_at(np.minimum, lo, key, dur)
     hi = np.full(size, np.iinfo(np.int64).min, dtype=np.int64)
-    np.maximum.at(hi, key, dur)
+    reduce_at(np.maximum, hi, key, dur)
     del dur
     nbytes = frame["bytes"].array
     known = ~np.asarray(nbytes.isna(), dtype=bool)
     byte_sum = np.zeros(size, dtype=np.int64)
-    np.add.at(byte_sum, key[known], np.asarray(nbytes[known], dtype=np.int64))
+    reduce_at(np.add, byte_sum, key[known], np.asarray(nbytes[known], dtype=np.int64))
     has_bytes = np.bincount(key[known], minlength=size) > 0
     del key, known
     group = np.flatnonzero(count)
