@@ -17,6 +17,12 @@
  *   Dense codes of int64 `values` in [0, span), numbered in order of first appearance: one pass with a table of the
  *   span (pandas' factorize hashes every value).
  *
+ * self_segments(ts, te, parent, seg_s, seg_e, owner) -> count
+ *   The self time of intervals in start order (ties longer first) with their nesting forest: each interval's gap
+ *   before its first child, and after each child's subtree (its last end) up to the next child's start or the
+ *   interval's end, as segments [seg_s, seg_e) owned by an interval (its position), heads first in interval order,
+ *   then the gaps after children by parent. The outputs hold 2n items; the count written is returned.
+ *
  * reduce_at(op, out, index, values) -> bool
  *   numpy's minimum.at / maximum.at / add.at (op 0, 1, 2) on int64 `out` and `values`, int32 or int64 `index`, in
  *   one pass (numpy's ufunc.at takes 1-3 ns an item). False, with `out` untouched, when an index is outside `out`
@@ -252,8 +258,76 @@ static PyObject *reduce_at(PyObject *self, PyObject *args) {
     return result;
 }
 
+static PyObject *self_segments(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_buffer bs, be, bp, os_, oe, oo;
+    if (!PyArg_ParseTuple(args, "y*y*y*w*w*w*", &bs, &be, &bp, &os_, &oe, &oo)) return NULL;
+    Py_ssize_t n = bs.len / 8, count = -1;
+    int wide = bp.len == 8 * n;
+    if (bs.len % 8 || be.len != bs.len || (!wide && bp.len != 4 * n) || os_.len < 16 * n || oe.len < 16 * n ||
+        oo.len < 16 * n) {
+        PyErr_SetString(PyExc_ValueError, "ts, te: int64; parent: int32 or int64, as many; outputs: int64, 2n each");
+    } else {
+        /* reach: the last end in an interval's subtree; first/next: each interval's first child, next sibling */
+        int64_t *reach = malloc((size_t)(n ? n : 1) * 8), *first = malloc((size_t)(n ? n : 1) * 8);
+        int64_t *next = malloc((size_t)(n ? n : 1) * 8), *last = malloc((size_t)(n ? n : 1) * 8);
+        if (!reach || !first || !next || !last) {
+            PyErr_NoMemory();
+        } else {
+            const int64_t *ts = bs.buf, *te = be.buf;
+            int64_t *ss = os_.buf, *se = oe.buf, *so = oo.buf;
+            int ordered = 1;
+            Py_BEGIN_ALLOW_THREADS
+            for (Py_ssize_t i = 0; i < n; i++) {
+                reach[i] = te[i];
+                first[i] = next[i] = -1;
+            }
+            for (Py_ssize_t i = 0; i < n && ordered; i++) {  /* children in index order, each parent's list */
+                int64_t p = get(bp.buf, wide, i);
+                if (p < 0) continue;
+                if (p >= i) { ordered = 0; break; }
+                if (first[p] < 0) first[p] = i;
+                else next[last[p]] = i;
+                last[p] = i;
+            }
+            if (ordered) {
+                for (Py_ssize_t i = n - 1; i > 0; i--) {  /* a parent comes before its children */
+                    int64_t p = get(bp.buf, wide, i);
+                    if (p >= 0 && reach[i] > reach[p]) reach[p] = reach[i];
+                }
+                Py_ssize_t k = 0;
+                for (Py_ssize_t i = 0; i < n; i++) {  /* heads: up to the first child's start */
+                    int64_t end = first[i] >= 0 && ts[first[i]] < te[i] ? ts[first[i]] : te[i];
+                    if (end > ts[i]) { ss[k] = ts[i]; se[k] = end; so[k++] = i; }
+                }
+                for (Py_ssize_t p = 0; p < n; p++) {  /* after each child's subtree: up to the next child or the end */
+                    for (int64_t c = first[p]; c >= 0; c = next[c]) {
+                        int64_t end = next[c] >= 0 && ts[next[c]] < te[p] ? ts[next[c]] : te[p];
+                        if (end > reach[c]) { ss[k] = reach[c]; se[k] = end; so[k++] = p; }
+                    }
+                }
+                count = k;
+            }
+            Py_END_ALLOW_THREADS
+            if (!ordered) PyErr_SetString(PyExc_ValueError, "parent: a parent after its child");
+        }
+        free(reach);
+        free(first);
+        free(next);
+        free(last);
+    }
+    PyBuffer_Release(&bs);
+    PyBuffer_Release(&be);
+    PyBuffer_Release(&bp);
+    PyBuffer_Release(&os_);
+    PyBuffer_Release(&oe);
+    PyBuffer_Release(&oo);
+    return count < 0 ? NULL : PyLong_FromSsize_t(count);
+}
+
 static PyMethodDef methods[] = {
     {"nesting_parents", nesting_parents, METH_VARARGS, "The stack sweep's parent of each interval, into parent."},
+    {"self_segments", self_segments, METH_VARARGS, "Each interval's self time as segments; returns their count."},
     {"reduce_at", reduce_at, METH_VARARGS, "minimum.at, maximum.at or add.at of int64 values; False: index outside."},
     {"first_appearance_codes", first_appearance_codes, METH_VARARGS,
      "Dense codes of values in [0, span) in order of first appearance, into out."},

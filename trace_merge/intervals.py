@@ -18,8 +18,9 @@ Nesting
     the innermost open interval owns each instant), :func:`innermost` (the innermost interval containing each
     query),
     :func:`spans_several` and :func:`drop_from_forest` (forest surgery used by step propagation). The stack sweep,
-    the forest surgery and :func:`innermost` are one pass each in C (``_sweep.c``, compiled by ``pip install``);
-    without a compiler, the vectorised numpy versions here give the same arrays.
+    the forest surgery, :func:`innermost`, :func:`self_segments` after its sort, the dense codes of
+    :func:`combined_codes` and :func:`reduce_at` are a pass or two each in C (``_sweep.c``, compiled by
+    ``pip install``); without a compiler, the vectorised numpy versions here give the same arrays.
 """
 from __future__ import annotations
 
@@ -534,6 +535,16 @@ def self_segments(groups: np.ndarray, starts: np.ndarray, ends: np.ndarray
     order = start_order(ts, -te)  # ties: the longer interval is the outer one
     ts, te = ts[order], te[order]
     parent = nesting_parents(ts, te)
+    if _sweep is not None:  # the rest in one C pass: the same segments in the same order
+        seg_s, seg_e, at = (np.empty(2 * ts.size, dtype=_I8) for _ in range(3))
+        k = _sweep.self_segments(ts, te, np.ascontiguousarray(parent), seg_s, seg_e, at)
+        seg_s, seg_e, owner = seg_s[:k], seg_e[:k], order[at[:k]]
+        del at, ts, te, parent, order
+        g = groups[owner]
+        shift = axis.lo[g] - axis.offset[g]
+        seg_s += shift
+        seg_e += shift
+        return seg_s, seg_e, owner
     child = np.flatnonzero(parent >= 0)
     child = child[np.argsort(parent[child], kind="stable")]  # grouped by parent, each group in start order
     par = parent[child]
