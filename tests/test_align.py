@@ -214,32 +214,6 @@ def test_self_segments_tile_each_thread_by_its_innermost_open_interval(seed: int
             assert got == ([want] if want is not None else []), (g, t, got, want)
 
 
-@pytest.mark.parametrize("seed", range(6))
-def test_reduce_at_equals_numpys_ufunc_at(seed: int, sweeps: str) -> None:
-    """minimum, maximum and add at repeated indices (int32 or int64), as numpy's ``ufunc.at``; a negative index
-    wraps as numpy's does (the C pass declines it), and other types are numpy's own."""
-    rng = np.random.default_rng(seed)
-    n, size = int(rng.integers(0, 3000)), int(rng.integers(1, 60))
-    index = rng.integers(0, size, n).astype(np.int32 if seed % 2 else np.int64)
-    values = rng.integers(-2**62, 2**62, n)
-    for ufunc in (np.minimum, np.maximum, np.add):
-        start = rng.integers(-2**40, 2**40, size)
-        want, got = start.copy(), start.copy()
-        ufunc.at(want, index, values)
-        I.reduce_at(ufunc, got, index, values)
-        assert got.tolist() == want.tolist()
-    if n:
-        wrapped = index.copy()
-        wrapped[0] = -1
-        want, got = np.zeros(size, dtype=np.int64), np.zeros(size, dtype=np.int64)
-        np.add.at(want, wrapped, values)
-        I.reduce_at(np.add, got, wrapped, values)
-        assert got.tolist() == want.tolist()
-    floats = np.zeros(size)
-    I.reduce_at(np.add, floats, index, np.ones(n))
-    assert floats.tolist() == np.bincount(index, minlength=size).astype(float).tolist()
-
-
 def test_clock_offset_subtracted_per_rank(run: Path) -> None:
     srcs = sources(run)
     raw = {s.path: s.frame for s in srcs}

@@ -23,11 +23,6 @@
  *   interval's end, as segments [seg_s, seg_e) owned by an interval (its position), heads first in interval order,
  *   then the gaps after children by parent. The outputs hold 2n items; the count written is returned.
  *
- * reduce_at(op, out, index, values) -> bool
- *   numpy's minimum.at / maximum.at / add.at (op 0, 1, 2) on int64 `out` and `values`, int32 or int64 `index`, in
- *   one pass (numpy's ufunc.at takes 1-3 ns an item). False, with `out` untouched, when an index is outside `out`
- *   (numpy then decides: it wraps negative ones).
- *
  * drop_from_forest(parent, drop, up) -> bool
  *   For the nodes not dropped, in order, their nearest ancestor not dropped, as its position among those nodes (-1
  *   for none) into `up`. False (nothing written that counts) when a node's parent does not come before it: the
@@ -222,42 +217,6 @@ static PyObject *first_appearance_codes(PyObject *self, PyObject *args) {
     return result;
 }
 
-static PyObject *reduce_at(PyObject *self, PyObject *args) {
-    (void)self;
-    int op;
-    Py_buffer out, index, values;
-    if (!PyArg_ParseTuple(args, "iw*y*y*", &op, &out, &index, &values)) return NULL;
-    Py_ssize_t size = out.len / 8, n = values.len / 8;
-    int wide = index.len == 8 * n;
-    PyObject *result = NULL;
-    if (op < 0 || op > 2 || out.len % 8 || values.len % 8 || (!wide && index.len != 4 * n)) {
-        PyErr_SetString(PyExc_ValueError, "op 0-2; out, values: int64; index: int32 or int64, as many as values");
-    } else {
-        int64_t *o = out.buf;
-        const int64_t *v = values.buf;
-        int inside = 1;
-        Py_BEGIN_ALLOW_THREADS
-        for (Py_ssize_t i = 0; i < n && inside; i++) {  /* every index checked before anything is written */
-            int64_t k = get(index.buf, wide, i);
-            inside = k >= 0 && k < size;
-        }
-        if (inside) {
-            for (Py_ssize_t i = 0; i < n; i++) {
-                int64_t k = get(index.buf, wide, i), x = v[i];
-                if (op == 0) { if (x < o[k]) o[k] = x; }
-                else if (op == 1) { if (x > o[k]) o[k] = x; }
-                else o[k] = (int64_t)((uint64_t)o[k] + (uint64_t)x);  /* wraps as numpy's int64 add does */
-            }
-        }
-        Py_END_ALLOW_THREADS
-        result = PyBool_FromLong(inside);
-    }
-    PyBuffer_Release(&out);
-    PyBuffer_Release(&index);
-    PyBuffer_Release(&values);
-    return result;
-}
-
 static PyObject *self_segments(PyObject *self, PyObject *args) {
     (void)self;
     Py_buffer bs, be, bp, os_, oe, oo;
@@ -328,7 +287,6 @@ static PyObject *self_segments(PyObject *self, PyObject *args) {
 static PyMethodDef methods[] = {
     {"nesting_parents", nesting_parents, METH_VARARGS, "The stack sweep's parent of each interval, into parent."},
     {"self_segments", self_segments, METH_VARARGS, "Each interval's self time as segments; returns their count."},
-    {"reduce_at", reduce_at, METH_VARARGS, "minimum.at, maximum.at or add.at of int64 values; False: index outside."},
     {"first_appearance_codes", first_appearance_codes, METH_VARARGS,
      "Dense codes of values in [0, span) in order of first appearance, into out."},
     {"innermost", innermost, METH_VARARGS, "The innermost interval containing each query, into out."},

@@ -27,8 +27,7 @@ import numpy as np
 import pandas as pd
 
 from trace_merge.intervals import (Axis, combined_codes, covered_ns, distinct_rows, first_rows, intersect_intervals,
-                                   merge_intervals, reduce_at, self_segments, subtract_intervals, time_windows,
-                                   union_of)
+                                   merge_intervals, self_segments, subtract_intervals, time_windows, union_of)
 from trace_merge.schema import FS_LAYERS, LAYERS, STEP_PHASE, as_text, category_mask, layer_order
 
 logger = logging.getLogger(__name__)
@@ -165,8 +164,8 @@ def _min_max_by(keys: Sequence[np.ndarray], s: np.ndarray, e: np.ndarray
     first = first_rows(codes)
     lo = np.full(first.size, _T_MAX, dtype=_I8)
     hi = np.full(first.size, _T_MIN, dtype=_I8)
-    reduce_at(np.minimum, lo, codes, s)
-    reduce_at(np.maximum, hi, codes, e)
+    np.minimum.at(lo, codes, s)
+    np.maximum.at(hi, codes, e)
     return [k[first] for k in keys], lo, hi
 
 
@@ -227,6 +226,8 @@ class _Frame:
         self.is_step_phase = np.append(name.cat.categories == STEP_PHASE, False)
         self.is_anchor = np.append(name.cat.categories == _ANCHOR, False)
         self.is_collective = np.array([bool(_COLLECTIVE.match(str(c))) for c in name.cat.categories] + [False])
+        self._kept: Optional[np.ndarray] = None
+        self._lower: Optional[np.ndarray] = None
 
     def cat_is(self, name: str) -> np.ndarray:
         """Per category code (missing: the trailing False): is the row's category ``name``?"""
@@ -234,11 +235,15 @@ class _Frame:
 
     def kept(self, rows: np.ndarray) -> np.ndarray:
         """The rows of ``rows`` the attribution counts: of its layers, positive duration."""
-        return self.in_use[self.layer[rows]] & (self.end[rows] > self.start[rows])
+        if self._kept is None:  # every sweep asks, for every slab: the frame's rows judged once
+            self._kept = self.in_use[self.layer] & (self.end > self.start)
+        return self._kept[rows]
 
     def lower(self, rows: np.ndarray) -> np.ndarray:
         """The rows of ``rows`` below the app layer with a positive duration (their rank is checked by the caller)."""
-        return ~self.is_app[self.layer[rows]] & (self.end[rows] > self.start[rows])
+        if self._lower is None:
+            self._lower = ~self.is_app[self.layer] & (self.end > self.start)
+        return self._lower[rows]
 
     def tag(self, key: str, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         return _tag(self.frame[key], rows)
@@ -680,10 +685,10 @@ class _Attribution:
         ngroups_local = int(local.max()) + 1 if local.size else 0
         to_group = np.full(ngroups_local, -1, dtype=_I8)
         first_any = np.full(ngroups_local, rows.size, dtype=_I8)
-        reduce_at(np.minimum, first_any, local, np.arange(rows.size, dtype=_I8))
+        np.minimum.at(first_any, local, np.arange(rows.size, dtype=_I8))
         own_at = np.flatnonzero(own)
         first_own = np.full(ngroups_local, rows.size, dtype=_I8)
-        reduce_at(np.minimum, first_own, local[own_at], own_at.astype(_I8, copy=False))
+        np.minimum.at(first_own, local[own_at], own_at)
         cat = c.cat_priority[c.cat[rows]]
         for g in range(ngroups_local):
             i = int(first_any[g])
@@ -714,7 +719,7 @@ class _Attribution:
 
         def per_group(lengths: np.ndarray) -> np.ndarray:
             out = np.zeros(n, dtype=_I8)
-            reduce_at(np.add, out, g, lengths)
+            np.add.at(out, g, lengths)
             return out
 
         self._add("phase_time", per_group(me - ms), n)

@@ -30,7 +30,7 @@ from typing import Optional, Sequence
 import numpy as np
 import pandas as pd
 
-from trace_merge.intervals import distinct_rows, grouped_union_ns, merge_intervals, reduce_at
+from trace_merge.intervals import distinct_rows, grouped_union_ns, merge_intervals
 from trace_merge.schema import as_text, category_mask
 
 logger = logging.getLogger(__name__)
@@ -132,7 +132,7 @@ def read_rows(frame: pd.DataFrame, columns: Optional[Sequence[str]] = None) -> p
                          + [len(READ_LAYER_ORDER)])[layer.codes[at]]
         rank, ranks = pd.factorize(frame["rank"].to_numpy()[at])
         best = np.full(len(ranks), len(READ_LAYER_ORDER))
-        reduce_at(np.minimum, best, rank, level)
+        np.minimum.at(best, rank, level)
         at = at[level == best[rank]]
     # ``Index.take``, not ``index[at]``: on a RangeIndex the latter builds and caches every label of the frame (a
     # 6.2 M-row rank: 47 MiB held as long as the frame)
@@ -293,7 +293,7 @@ def epoch_bandwidth_df(frame: pd.DataFrame, reads: "Optional[tuple[pd.DataFrame,
     n = len(packed)
     union = grouped_union_ns(keys, rows["start_ns"].to_numpy(dtype=_I8)[at], rows["end_ns"].to_numpy(dtype=_I8)[at], n)
     read_bytes = np.zeros(n, dtype=_I8)
-    reduce_at(np.add, read_bytes, keys, rows["bytes"].array[at].to_numpy(dtype=_I8))
+    np.add.at(read_bytes, keys, rows["bytes"].array[at].to_numpy(dtype=_I8))
     file_codes = rows["file"].astype("category").cat.codes.to_numpy()[at].astype(_I8)
     named = file_codes >= 0  # nunique: a missing file is not one
     files = np.bincount(distinct_rows(keys[named], file_codes[named])[0], minlength=n).astype(_I8)

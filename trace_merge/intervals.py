@@ -18,8 +18,8 @@ Nesting
     the innermost open interval owns each instant), :func:`innermost` (the innermost interval containing each
     query),
     :func:`spans_several` and :func:`drop_from_forest` (forest surgery used by step propagation). The stack sweep,
-    the forest surgery, :func:`innermost`, :func:`self_segments` after its sort, the dense codes of
-    :func:`combined_codes` and :func:`reduce_at` are a pass or two each in C (``_sweep.c``, compiled by
+    the forest surgery, :func:`innermost`, :func:`self_segments` after its sort and the dense codes of
+    :func:`combined_codes` are a pass or two each in C (``_sweep.c``, compiled by
     ``pip install``); without a compiler, the vectorised numpy versions here give the same arrays.
 """
 from __future__ import annotations
@@ -212,8 +212,8 @@ class Axis:
         lo = np.full(ngroups, np.iinfo(_I8).max, dtype=_I8)
         hi = np.full(ngroups, np.iinfo(_I8).min, dtype=_I8)
         if groups.size:  # O(n), no sort; numpy's ufunc.at is 5-10x faster than a pandas group-by here
-            reduce_at(np.minimum, lo, groups, starts)
-            reduce_at(np.maximum, hi, groups, ends)
+            np.minimum.at(lo, groups, starts)
+            np.maximum.at(hi, groups, ends)
         absent = np.bincount(groups, minlength=ngroups) == 0 if groups.size else np.ones(ngroups, dtype=bool)
         lo[absent] = hi[absent] = 0
         width = hi - lo + 1
@@ -248,24 +248,8 @@ def grouped_union_ns(groups: np.ndarray, starts: np.ndarray, ends: np.ndarray,
     axis = Axis(groups, starts, ends, ngroups)
     ms, me = merge_intervals(axis.to_axis(groups, starts), axis.to_axis(groups, ends))
     out = np.zeros(ngroups, dtype=_I8)
-    reduce_at(np.add, out, axis.group_of(ms), me - ms)
+    np.add.at(out, axis.group_of(ms), me - ms)
     return out
-
-_REDUCE_OPS = {np.minimum: 0, np.maximum: 1, np.add: 2}
-
-
-def reduce_at(ufunc: np.ufunc, out: np.ndarray, index: np.ndarray, values: np.ndarray) -> None:
-    """``ufunc.at(out, index, values)`` for ``np.minimum``, ``np.maximum`` and ``np.add``: one pass in C on int64
-    ``out`` and ``values`` (numpy's ``ufunc.at`` takes 1-3 ns an item), numpy's own otherwise."""
-    index = np.asarray(index)
-    values = np.asarray(values)
-    if (_sweep is not None and out.dtype == _I8 and out.flags.c_contiguous and out.flags.writeable
-            and values.dtype == _I8 and values.ndim == 1 and index.shape == values.shape
-            and index.dtype in (np.int32, np.int64)
-            and _sweep.reduce_at(_REDUCE_OPS[ufunc], out, np.ascontiguousarray(index), np.ascontiguousarray(values))):
-        return
-    ufunc.at(out, index, values)
-
 
 def combined_codes(*keys: np.ndarray) -> np.ndarray:
     """One dense int64 code per distinct tuple of the key arrays (hash-based, O(n)), in order of first appearance."""
@@ -554,7 +538,7 @@ def self_segments(groups: np.ndarray, starts: np.ndarray, ends: np.ndarray
     reach = te.copy()
     while child.size:
         grown = reach.copy()
-        reduce_at(np.maximum, grown, par, reach[child])
+        np.maximum.at(grown, par, reach[child])
         if np.array_equal(grown, reach):
             break
         reach = grown

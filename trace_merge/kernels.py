@@ -28,7 +28,6 @@ import pandas as pd
 from trace_merge import attribution as att_
 from trace_merge import bandwidth as bw_
 from trace_merge.attribution import PRIORITY, component_view_df, verdict_label
-from trace_merge.intervals import reduce_at
 from trace_merge.schema import LAYERS, as_text, concat_frames, empty_frame, only_columns
 
 _I8 = np.int64
@@ -516,16 +515,16 @@ def _dense_event_stats(frame: pd.DataFrame, by: list, keys: "list[pd.Categorical
     count = np.bincount(key, minlength=size)
     dur = frame["dur_ns"].to_numpy(dtype=np.int64)
     sums = np.zeros(size, dtype=np.int64)
-    reduce_at(np.add, sums, key, dur)
+    np.add.at(sums, key, dur)
     lo = np.full(size, np.iinfo(np.int64).max, dtype=np.int64)
-    reduce_at(np.minimum, lo, key, dur)
+    np.minimum.at(lo, key, dur)
     hi = np.full(size, np.iinfo(np.int64).min, dtype=np.int64)
-    reduce_at(np.maximum, hi, key, dur)
+    np.maximum.at(hi, key, dur)
     del dur
     nbytes = frame["bytes"].array
     known = ~np.asarray(nbytes.isna(), dtype=bool)
     byte_sum = np.zeros(size, dtype=np.int64)
-    reduce_at(np.add, byte_sum, key[known], np.asarray(nbytes[known], dtype=np.int64))
+    np.add.at(byte_sum, key[known], np.asarray(nbytes[known], dtype=np.int64))
     has_bytes = np.bincount(key[known], minlength=size) > 0
     del key, known
     group = np.flatnonzero(count)
