@@ -37,6 +37,20 @@ def test_blocks_give_the_whole_files_rows_and_tables(trace: Path) -> None:
     assert all(not p.warnings for p in parts) and not whole.warnings
 
 
+def test_without_args_the_rows_are_the_same_and_args_empty(trace: Path, tmp_path: Path) -> None:
+    """``args=False`` (a summary's pieces keep no args): the same rows and columns, ``args`` missing everywhere,
+    block by block and whole (a category of the app's own is kept in ``args``: ``{"cat": "MyLoader"}``)."""
+    own = tmp_path / "own.pfw.gz"
+    own.write_bytes(gzip.compress(gzip.decompress(trace.read_bytes()).replace(b'"cat":"POSIX"', b'"cat":"MyLoader"')))
+    with_args = concat_frames([p.frame for p in pfw.read_blocks(own, BLOCK)])
+    assert with_args["args"].notna().any()
+    for frame in (concat_frames([p.frame for p in pfw.read_blocks(own, BLOCK, args=False)]),
+                  pfw.read(own, args=False).frame):
+        assert str(frame["args"].dtype) == "string" and frame["args"].isna().all()
+        pd.testing.assert_frame_equal(_comparable(frame.drop(columns="args")),
+                                      _comparable(with_args.drop(columns="args")))
+
+
 def test_a_plain_text_trace_streams_too(trace: Path, tmp_path: Path) -> None:
     plain = tmp_path / "t.pfw"
     plain.write_bytes(gzip.decompress(trace.read_bytes()))

@@ -256,7 +256,8 @@ def combined_codes(*keys: np.ndarray) -> np.ndarray:
     packed = _packed(keys)
     if packed is not None:  # one hash pass instead of one per key and one for the tuple
         span = int(packed.max()) + 1
-        if _sweep is not None and span <= 4 * packed.size + (1 << 16):  # a table of the span, not a hash
+        if _sweep is not None and span <= max(packed.size, 1 << 16):  # a table of the span (no larger than the
+            # codes themselves, at a rank task's peak), not a hash
             codes = np.empty(packed.size, dtype=_I8)
             _sweep.first_appearance_codes(packed, span, codes)
             return codes

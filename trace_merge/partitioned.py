@@ -309,7 +309,7 @@ def _blocks(task: SourceTask):
     if task.kind == "dftracer":
         from trace_merge.readers import pfw
 
-        return pfw.read_blocks(task.path)
+        return pfw.read_blocks(task.path, args="args" in task.columns)  # a summary's pieces keep no args
     kw: dict[str, Any] = {}
     if task.kind == "xplane":
         kw = {"rank": rank_from_name(task.path), "anchors": task.anchors}

@@ -184,13 +184,16 @@ def _bomb(path: str, compressed_bytes: int) -> TraceInputError:
                                  "skipped")
 
 
-def read(path: "str | os.PathLike[str]") -> SourceData:
+def read(path: "str | os.PathLike[str]", args: bool = True) -> SourceData:
     """Read one TimeLogger or DFTracer ``.pfw``/``.pfw.gz`` file.
 
     Parameters
     ----------
     path
         The trace file. Gzip is detected by its magic bytes.
+    args
+        False: the ``args`` column is left empty (missing everywhere), for a caller that does not keep it (a
+        summary): building its strings was 3 % of reading a DFTracer trace.
 
     Returns
     -------
@@ -208,7 +211,7 @@ def read(path: "str | os.PathLike[str]") -> SourceData:
     path = os.fspath(path)
     warnings: list[str] = []
     raw = _load(path, warnings)
-    state = _State(path)
+    state = _State(path, args=args)
     cols, parser = _parse_body(raw, state, warnings)
     del raw  # the decompressed text (~10x the file): free it before the frame is built (files read in parallel)
     return _finish(path, state, cols, parser, warnings)
@@ -264,7 +267,8 @@ STREAM_BLOCK_BYTES = 16 << 20
 GZIP_RATIO = 16
 
 
-def read_blocks(path: "str | os.PathLike[str]", block_bytes: int = STREAM_BLOCK_BYTES) -> Iterator[SourceData]:
+def read_blocks(path: "str | os.PathLike[str]", block_bytes: int = STREAM_BLOCK_BYTES, args: bool = True
+                ) -> Iterator[SourceData]:
     """Read a DFTracer ``.pfw[.gz]`` file in blocks of about ``block_bytes`` of text: memory bounded by the block,
     not the file (a 1,000-node job's traces hold billions of events).
 
@@ -284,14 +288,14 @@ def read_blocks(path: "str | os.PathLike[str]", block_bytes: int = STREAM_BLOCK_
         raise TraceInputError(path, f"cannot read: {err.strerror or err}") from None
     gz = head == b"\x1f\x8b"
     if size * (GZIP_RATIO if gz else 1) <= 2 * block_bytes:
-        yield read(path)  # one block anyway
+        yield read(path, args)  # one block anyway
         return
     found: list[str] = []  # what the decompression finds (a corrupt member, a truncated end), taken as it comes
     blocks = _text_blocks(path, gz, block_bytes, found)
     line_offset, first = next(blocks, (0, b""))
     span = _body_span(first)
     if span is None or _looks_timelogger(first, span[0]):
-        yield read(path)  # TimeLogger files keep free-form args: the line parser, whole
+        yield read(path, args)  # TimeLogger files keep free-form args: the line parser, whole
         return
     known: dict = {"HH": {}, "FH": {}, "SH": {}}
     time_metric = "US"
@@ -299,7 +303,7 @@ def read_blocks(path: "str | os.PathLike[str]", block_bytes: int = STREAM_BLOCK_
     del first  # one block's text alive at a time
     while block is not None:
         warnings = _taken(found)  # those that came with this block's text
-        state = _State(path, known, time_metric)
+        state = _State(path, known, time_metric, args)
         cols, parser = _parse_body(block, state, warnings, line_offset)
         known, time_metric = state.maps, state.time_metric
         # the block's frame is built, and its text and parsed columns let go, before the next block is read
@@ -624,8 +628,9 @@ def _arrow_input(raw: bytes, start: int, end: int) -> "bytes | memoryview":
 class _State:
     """Metadata collected while parsing one file."""
 
-    def __init__(self, path: str, known: "Optional[dict]" = None, time_metric: str = "US") -> None:
+    def __init__(self, path: str, known: "Optional[dict]" = None, time_metric: str = "US", args: bool = True) -> None:
         self.path = path
+        self.args = args  # False: the frame's args column is left empty (:func:`read`)
         self.truncated_last_line = False
         self.started = False
         self._known = known or {"HH": {}, "FH": {}, "SH": {}}
@@ -1529,8 +1534,10 @@ def _result(path: str, state: _State, cols: _Cols, kind: str, warnings: list[str
     byte_mask = bmask & ~from_ret
 
     # args
-    keep_cats = np.array([k for _, _, k in classes] + [None], dtype=object)[np.asarray(cols.cat.codes, dtype=np.int64)] if n else []
-    if cols.extra is not None:
+    if not state.args:
+        args_col = pd.arrays.StringArray(np.full(n, pd.NA, dtype=object))
+    elif cols.extra is not None:
+        keep_cats = np.array([k for _, _, k in classes] + [None], dtype=object)[np.asarray(cols.cat.codes, dtype=np.int64)] if n else []
         args_col = []
         for extra, orig in zip(cols.extra, keep_cats):
             if orig is not None:
