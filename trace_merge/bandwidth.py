@@ -79,7 +79,8 @@ def app_file_names(frame: pd.DataFrame) -> frozenset:
     if not app.any():
         return frozenset()
     files = frame["file"].astype("category").array
-    named = np.flatnonzero(np.bincount(files.codes[app & _read_mask(frame)] + 1, minlength=len(files.categories) + 1)[1:])
+    read = files.codes[app & _read_mask(frame)]
+    named = np.flatnonzero(np.bincount(read + 1, minlength=len(files.categories) + 1)[1:])  # missing (-1) left out
     return frozenset(n for n in (os.path.normpath(str(files.categories[c])) for c in named) if n not in (".", "/"))
 
 
