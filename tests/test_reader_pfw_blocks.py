@@ -6,13 +6,14 @@ from __future__ import annotations
 import gzip
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
 from conftest import make_dftracer_set
 from trace_merge.errors import TraceInputError
 from trace_merge.readers import pfw
-from trace_merge.schema import concat_frames
+from trace_merge.schema import concat_frames, to_frame
 
 BLOCK = 1 << 16  # 64 KiB of text per block: a ~1 MiB trace comes in many blocks
 
@@ -133,3 +134,22 @@ def test_resolve_names_maps_categories_not_rows() -> None:
     assert sorted(out["file"].cat.categories) == ["/data/a.h5", "/data/b.h5", "h3"]
     assert out["x"].tolist() == list(range(6)) and frame["file"].tolist()[0] == "h1"  # the input is not changed
     assert resolve_names(frame, {"h7": "/elsewhere"}) is frame  # nothing to resolve: the same frame
+
+
+def test_a_frame_built_from_owned_columns_takes_them_and_copies_read_only_ones() -> None:
+    """``to_frame(owned=True)`` (the reader's fresh columns) takes an array of the column's type as it is, the same
+    frame as copying them gives; a read-only array (a view of Arrow's buffers) is still copied."""
+    n = 5
+    rank = np.arange(n, dtype=np.int64)
+    start = np.arange(n, dtype=np.int64) * 10
+    start.flags.writeable = False  # as a zero-copy view of an Arrow buffer is
+    cols = {"layer": pd.Categorical(["app"] * n), "cat": pd.Categorical(["io"] * n),
+            "name": pd.Categorical(list("abcde")), "rank": rank, "start_ns": start,
+            "dur_ns": np.ones(n, dtype=np.int64),
+            "step": pd.arrays.IntegerArray(np.arange(n, dtype=np.int64), np.array([0, 1, 0, 0, 1], dtype=bool))}
+    owned, copied = to_frame(cols, owned=True), to_frame(cols)
+    pd.testing.assert_frame_equal(owned, copied)
+    assert np.shares_memory(owned["rank"].to_numpy(), rank)
+    assert not np.shares_memory(copied["rank"].to_numpy(), rank)
+    assert owned["step"].array is cols["step"]
+    assert not np.shares_memory(owned["start_ns"].to_numpy(), start) and owned["start_ns"].to_numpy().flags.writeable

@@ -117,7 +117,7 @@ def as_text(series: pd.Series) -> pd.Series:
     return series.map(lambda v: v if isinstance(v, str) or v is None or v is pd.NA or v != v else str(v))
 
 
-def to_frame(columns: Mapping[str, Any]) -> pd.DataFrame:
+def to_frame(columns: Mapping[str, Any], owned: bool = False) -> pd.DataFrame:
     """Build a frame in the canonical schema.
 
     Parameters
@@ -126,6 +126,10 @@ def to_frame(columns: Mapping[str, Any]) -> pd.DataFrame:
         Column name -> list/array. Required: ``layer, cat, name, rank, start_ns`` and
         either ``end_ns`` or ``dur_ns`` (both int64 epoch/duration nanoseconds).
         Missing optional columns are filled with nulls.
+    owned
+        The caller hands its arrays over (a reader's fresh columns): one already of its column's type, in writable
+        memory, becomes the column as it is instead of a copy (a DFTracer block's frame: a fifth of its reader's
+        frame-building time).
 
     Returns
     -------
@@ -149,10 +153,23 @@ def to_frame(columns: Mapping[str, Any]) -> pd.DataFrame:
             value = [_DEFAULTS.get(name)] * n
         elif np.isscalar(value) or isinstance(value, str):
             value = [value] * n
+        elif owned and _own_typed(value, dtype):
+            data[name] = value if isinstance(value, pd.api.extensions.ExtensionArray) else \
+                pd.arrays.NumpyExtensionArray(value)
+            continue
         data[name] = pd.Series(value).astype(dtype).array
     # copy=False: the arrays are already owned (astype copied them); consolidating them into 2-D blocks would
     # copy every int column again (~0.6 s per 5 M rows) for nothing.
     return pd.DataFrame(data, columns=list(FRAME_COLUMNS), copy=False)
+
+
+def _own_typed(value: Any, dtype: str) -> bool:
+    """Whether ``value`` is an array of ``dtype`` whose memory can be written (not a view of Arrow's buffers)."""
+    if isinstance(value, np.ndarray):
+        return str(value.dtype) == dtype and value.ndim == 1 and value.flags.writeable
+    if isinstance(value, pd.arrays.IntegerArray):
+        return str(value.dtype) == dtype and value._data.flags.writeable and value._mask.flags.writeable
+    return isinstance(value, (pd.Categorical, pd.arrays.StringArray)) and str(value.dtype) == dtype
 
 
 def empty_frame() -> pd.DataFrame:

@@ -1571,7 +1571,8 @@ def _result(path: str, state: _State, cols: _Cols, kind: str, warnings: list[str
             "epoch": _masked(*(cols.ints["epoch"] if timelogger else _epoch_windows(cols, cols.ints["epoch"]))),
             "step": _masked(*cols.ints["step"]),
             "args": args_col if n else None,
-        }
+        },
+        owned=True,  # every column built here for this frame
     )
     frame_pids = np.unique(cols.pid).tolist() if n else []
     pids = sorted(set(int(p) for p in frame_pids) | state.meta_pids)
