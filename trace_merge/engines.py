@@ -35,7 +35,8 @@ INLINE_BELOW_BYTES = 32 << 20
 #: of its partition (:func:`task_bytes`). Measured as the peak RSS of a fresh worker's first rank task above its RSS
 #: before it: 112-123 MiB for ranks of 620 k rows and 343-387 MiB for ranks of 2.48 M rows (merge_scale.py's sets,
 #: summary and stored merge alike), 177-193 MiB for one of 988 k rows (tests/test_partitioned.py), about 45 MB plus
-#: 150 B per row; the estimate is 18-56 % above those (the test's margin at least 16 %)
+#: 150 B per row; the estimate is 18-56 % above those (the test's margin at least 16 %). With the sweeps in C the
+#: 988 k-row rank peaks at 168-184 MiB (the kernel's high-water mark)
 TASK_BYTES = 80 << 20
 BYTES_PER_ROW = 160
 #: a rank task of more rows than this is merged and summarised window by window
