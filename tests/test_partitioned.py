@@ -268,8 +268,11 @@ def test_bounded_memory_a_set_larger_than_the_limit_is_summarised(tmp_path: Path
 @pytest.mark.timeout(300)
 def test_a_rank_tasks_peak_memory_is_within_the_pools_estimate(tmp_path: Path, tool_env) -> None:
     """A ~1 M-row rank's task, in a process of its own: the peak RSS above what the process held before it is below
-    engines.task_bytes (the budget may let it run beside others) and above half of it (an estimate far above the
-    truth runs ranks one at a time for nothing: 560 B per row did at 20 M events under --memory-limit 1G)."""
+    engines.task_bytes (the budget may let it run beside others) and above a third of it (an estimate far above the
+    truth runs ranks one at a time for nothing: 560 B per row did at 20 M events under --memory-limit 1G, 3.5 times
+    the truth). With the sweeps in C the same task peaks at 160-184 MiB run alone and at 103-115 MiB inside the
+    whole test-latest suite (the kernel's high-water mark, both), against an estimate of 230: half of it was too
+    tight a floor."""
     traces = make_dftracer_set(tmp_path / "one", ranks=1, epochs=2, steps=26000)
     out = subprocess.run([sys.executable, str(Path(__file__).parent / "workloads" / "rank_task_rss.py"), str(traces)],
                          capture_output=True, text=True, env=tool_env, timeout=240)
@@ -277,7 +280,7 @@ def test_a_rank_tasks_peak_memory_is_within_the_pools_estimate(tmp_path: Path, t
     (task,) = json.loads(out.stdout)
     assert task["rows"] > 900_000
     grew, estimate = task["peak"] - task["before"], engines.task_bytes(task["rows"])
-    assert estimate / 2 < grew < estimate, f"{grew >> 20} MiB against an estimate of {estimate >> 20} MiB"
+    assert estimate / 3 < grew < estimate, f"{grew >> 20} MiB against an estimate of {estimate >> 20} MiB"
 
 
 def test_the_attribution_runs_without_the_columns_only_the_tables_of_rows_read(

@@ -1,8 +1,7 @@
 """``python rank_task_rss.py TRACES``: summarise TRACES in this process (inline engine) and print, per rank task, its
 rows and the peak RSS it reached above the RSS before it, as JSON: the kernel's high-water mark (``VmHWM``), reset
-before the task (``clear_refs``), not samples (a sampler every 2 ms missed the peak of the C sweeps' short-lived
-arrays once in CI: 115 MiB where the mark says 170-180). A fresh process, so that nothing but the merge's own waves
-came before (tests/test_partitioned.py)."""
+before the task (``clear_refs``), not samples (a sample can only miss a peak). A fresh process, so that nothing but
+the merge's own waves came before (tests/test_partitioned.py)."""
 import ctypes, gc, json, sys
 from trace_merge import engines, kernels, partitioned
 
