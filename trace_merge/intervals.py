@@ -520,20 +520,33 @@ def self_segments(groups: np.ndarray, starts: np.ndarray, ends: np.ndarray
     order = start_order(ts, -te)  # ties: the longer interval is the outer one
     ts, te = ts[order], te[order]
     parent = nesting_parents(ts, te)
-    if _sweep is not None:  # the rest in one C pass: the same segments in the same order
-        seg_s, seg_e, at = (np.empty(2 * ts.size, dtype=_I8) for _ in range(3))
-        k = _sweep.self_segments(ts, te, np.ascontiguousarray(parent), seg_s, seg_e, at)
-        seg_s, seg_e, owner = seg_s[:k], seg_e[:k], order[at[:k]]
-        del at, ts, te, parent, order
-        g = groups[owner]
-        shift = axis.lo[g] - axis.offset[g]
-        seg_s += shift
-        seg_e += shift
-        return seg_s, seg_e, owner
+    seg_s, seg_e, at = (_swept_segments if _sweep is not None else _vectorised_segments)(ts, te, parent)
+    del ts, te, parent  # (arrays are let go as soon as they are used up: the sweep is the attribution's peak)
+    owner = order[at]
+    del order, at
+    g = groups[owner]
+    shift = axis.lo[g] - axis.offset[g]
+    del g
+    seg_s += shift
+    seg_e += shift
+    return seg_s, seg_e, owner
+
+
+def _swept_segments(ts: np.ndarray, te: np.ndarray, parent: np.ndarray) -> "tuple[np.ndarray, np.ndarray, np.ndarray]":
+    """:func:`self_segments`' segments of intervals in start order with their nesting forest, and the position of
+    each one's owner: one C pass (``_sweep.self_segments``), the same segments in the same order as
+    :func:`_vectorised_segments`."""
+    seg_s, seg_e, at = (np.empty(2 * ts.size, dtype=_I8) for _ in range(3))
+    k = _sweep.self_segments(ts, te, np.ascontiguousarray(parent), seg_s, seg_e, at)
+    return seg_s[:k], seg_e[:k], at[:k]
+
+
+def _vectorised_segments(ts: np.ndarray, te: np.ndarray, parent: np.ndarray
+                         ) -> "tuple[np.ndarray, np.ndarray, np.ndarray]":
+    """:func:`_swept_segments` in numpy (an install without a C compiler)."""
     child = np.flatnonzero(parent >= 0)
     child = child[np.argsort(parent[child], kind="stable")]  # grouped by parent, each group in start order
     par = parent[child]
-    del parent  # (arrays are let go as soon as they are used up: the sweep is the attribution's peak)
     # reach: the last end in an interval's subtree. A crossing descendant can outlive its ancestors, and
     # whatever follows a child only starts once all of the child's subtree has ended.
     reach = te.copy()
@@ -557,15 +570,7 @@ def self_segments(groups: np.ndarray, starts: np.ndarray, ends: np.ndarray
     tail_s = reach[child]
     del reach, child
     tail = tail_end > tail_s
-    owner = np.concatenate((order[head], order[par[tail]]))
-    del order, par
+    at = np.concatenate((np.flatnonzero(head), par[tail]))
     seg_s = np.concatenate((ts[head], tail_s[tail]))
-    del ts, tail_s
     seg_e = np.concatenate((head_end[head], tail_end[tail]))
-    del head_end, tail_end
-    g = groups[owner]
-    shift = axis.lo[g] - axis.offset[g]
-    del g
-    seg_s += shift
-    seg_e += shift
-    return seg_s, seg_e, owner
+    return seg_s, seg_e, at
