@@ -19,6 +19,7 @@ import pytest
 from conftest import BIN, make_dftracer_set
 from timelogger.layout import MERGE_INFO, MERGED
 from trace_merge import engines, kernels, merge, partitioned
+from trace_merge.errors import TraceInputError
 from trace_merge.schema import FRAME_DTYPES
 from trace_merge.run import Run
 
@@ -442,7 +443,7 @@ def test_a_rank_task_removes_its_spilled_pieces_when_it_is_done(generated: Path,
                                          keep_rows=False)
     try:
         assert len(seen) == len(done.rows) > 1 and not any(any(s) for s in seen)
-        assert not list(done.spill.rglob("*.arrow"))
+        assert not list(done.spill.rglob("*.piece")) and not list(done.spill.rglob("*.arrow"))
     finally:
         done.cleanup()
 
@@ -524,3 +525,39 @@ def test_rank_parts_cross_processes_with_their_step_series_packed(generated: Pat
     summary = kernels.combine(crossed, pm.job, pm.counters)
     pd.testing.assert_frame_equal(summary.steps, pm.summary.steps, check_exact=True)
     assert summary.metrics == pm.summary.metrics
+
+
+def test_a_spilled_piece_reads_back_as_the_frame_it_was(tmp_path: Path) -> None:
+    """A piece's file (raw column buffers under a JSON header) gives back every column as it was spilled: int64,
+    nullable Int64 with missing values, categories (also ones that are not text, a surrogate-escaped file name and
+    a missing value), strings with missing values; whole, one column at a time, and for no rows. A file that is not
+    a piece or was cut short is refused with its name."""
+    n = 1000
+    rng = np.random.default_rng(7)
+    names = ["read", "wr\u00efte", "/data/\udcff-bad.h5"]
+    frame = pd.DataFrame({
+        "layer": pd.Categorical(rng.choice(["app", "posix"], n)),
+        "name": pd.Categorical.from_codes(rng.integers(-1, 3, n), categories=names),
+        "rank": rng.integers(0, 2**40, n),
+        "start_ns": rng.integers(0, 2**62, n),
+        "bytes": pd.array(np.where(rng.random(n) < 0.3, None, rng.integers(0, 9, n)), dtype="Int64"),
+        "args": pd.array(np.where(rng.random(n) < 0.5, None, "{\"x\": \"\u00e9\"}"), dtype="string"),
+        "cat": pd.Categorical(rng.integers(0, 4, n)),  # categories that are not text
+    })
+    path = tmp_path / "p.piece"
+    partitioned._write_piece(frame, path)
+    assert not list(tmp_path.glob("*.tmp"))
+    back = partitioned._read_piece(str(path))
+    pd.testing.assert_frame_equal(back, frame.astype({"cat": "category"}), check_categorical=True)
+    for name in frame.columns:
+        pd.testing.assert_series_equal(partitioned._read_piece_column(str(path), name), frame[name])
+    assert list(partitioned._read_piece(str(path), ["start_ns", "nothere", "layer"]).columns) == ["start_ns", "layer"]
+    empty = frame.drop(columns="cat").iloc[:0]  # the schema's columns: an empty frame keeps its categories
+    partitioned._write_piece(empty, tmp_path / "e.piece")
+    pd.testing.assert_frame_equal(partitioned._read_piece(str(tmp_path / "e.piece")), empty)
+    (tmp_path / "x.piece").write_bytes(b"PAR1 not a piece")
+    with pytest.raises(TraceInputError, match=r"x\.piece: not a spilled piece"):
+        partitioned._read_piece(str(tmp_path / "x.piece"))
+    (tmp_path / "c.piece").write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    with pytest.raises(TraceInputError, match=r"c\.piece: a spilled piece cut short"):
+        partitioned._read_piece(str(tmp_path / "c.piece"))
