@@ -76,10 +76,28 @@ def test_grouped_union_equals_union_per_group():
     assert got.tolist() == want
 
 
-def test_covered_ns_counts_coverage_inside_each_window():
+def test_covered_ns_counts_coverage_inside_each_window(sweeps: str):
     ms, me = I.merge_intervals([10, 50], [30, 60])
     got = I.covered_ns(ms, me, np.array([0, 20, 55, 70, 0]), np.array([100, 55, 58, 80, 10]))
     assert got.tolist() == [30, 15, 3, 0, 0]
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_covered_ns_equals_the_overlap_summed_per_window(seed: int, sweeps: str):
+    """Windows in time order (the walk), in random order (the searches), empty, reversed, outside the list, on its
+    bounds: each window's coverage is the sum of its overlaps with the merged intervals."""
+    rng = np.random.default_rng(seed)
+    s, e = random_intervals(rng, int(rng.integers(0, 60)))
+    ms, me = I.merge_intervals(s, e)
+    n = int(rng.integers(0, 80))
+    bounds = np.concatenate((ms, me, rng.integers(-50, 1200, n)))
+    ws = rng.choice(bounds, n) if bounds.size else np.zeros(0, dtype=np.int64)
+    we = ws + rng.integers(-20, 300, n)
+    if seed % 2:
+        order = np.argsort(ws, kind="stable")
+        ws, we = ws[order], np.sort(we)
+    want = [int(np.maximum(np.minimum(me, b) - np.maximum(ms, a), 0).sum()) for a, b in zip(ws, we)]
+    assert I.covered_ns(ms, me, ws, we).tolist() == want
 
 
 # -- attribution of wall time -----------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-/* Two sweeps over a nesting forest that are one pass each in C and several vectorised passes in numpy.
+/* Sweeps over sorted intervals and nesting forests that are one pass each in C and several vectorised passes in numpy.
  *
  * trace_merge.intervals uses them where the extension was compiled, and its numpy versions otherwise (the tests hold
  * the two to each other and to their definitions). Both work on numpy arrays through the buffer protocol: int64
@@ -23,6 +23,11 @@
  *   interval's end, as segments [seg_s, seg_e) owned by an interval (its position), heads first in interval order,
  *   then the gaps after children by parent. The outputs hold 2n items; the count written is returned.
  *
+ * covered(ms, me, w_start, w_end, out) -> None
+ *   How much of each window [w_start, w_end) the merged list [ms, me) (sorted, disjoint) covers: the list's covered
+ *   length up to the window's end less that up to its start, each found from the last window's place (windows in
+ *   time order walk the list once; others search it).
+ *
  * drop_from_forest(parent, drop, up) -> bool
  *   For the nodes not dropped, in order, their nearest ancestor not dropped, as its position among those nodes (-1
  *   for none) into `up`. False (nothing written that counts) when a node's parent does not come before it: the
@@ -43,6 +48,24 @@ static inline int64_t get(const void *b, int wide, Py_ssize_t i) {
 static inline void set(void *b, int wide, Py_ssize_t i, int64_t v) {
     if (wide) ((int64_t *)b)[i] = v;
     else ((int32_t *)b)[i] = (int32_t)v;
+}
+
+/* The first of the sorted `starts` after q, searched from `lo` (a place at or before it): galloping (the next queries
+ * of a sweep are near the last one's), then a binary search of the last gallop. */
+static inline Py_ssize_t first_after(const int64_t *starts, Py_ssize_t n, Py_ssize_t lo, int64_t q) {
+    Py_ssize_t hi = lo, step = 1;
+    while (hi < n && starts[hi] <= q) {
+        lo = hi + 1;
+        hi = lo + step;
+        step *= 2;
+    }
+    if (hi > n) hi = n;
+    while (lo < hi) {
+        Py_ssize_t mid = lo + (hi - lo) / 2;
+        if (starts[mid] <= q) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo;
 }
 
 static PyObject *nesting_parents(PyObject *self, PyObject *args) {
@@ -148,20 +171,7 @@ static PyObject *innermost(PyObject *self, PyObject *args) {
             int64_t q = q_start[j];
             if (q < last) lo = 0;
             last = q;
-            /* the first interval starting after q: galloping from the last query's (the next queries are near it),
-             * then a binary search of the last gallop */
-            Py_ssize_t hi = lo, step = 1;
-            while (hi < n && starts[hi] <= q) {
-                lo = hi + 1;
-                hi = lo + step;
-                step *= 2;
-            }
-            if (hi > n) hi = n;
-            while (lo < hi) {
-                Py_ssize_t mid = lo + (hi - lo) / 2;
-                if (starts[mid] <= q) lo = mid + 1;
-                else hi = mid;
-            }
+            lo = first_after(starts, n, lo, q);
             int64_t i = lo - 1;
             while (i >= 0 && ends[i] < q_end[j]) i = get(parent.buf, wide, i);
             set(out.buf, wide_out, j, i);
@@ -176,6 +186,54 @@ static PyObject *innermost(PyObject *self, PyObject *args) {
     PyBuffer_Release(&qs);
     PyBuffer_Release(&qe);
     PyBuffer_Release(&out);
+    return result;
+}
+
+/* The merged list's covered length up to t; `at` and `last` carry the search's place from the last call */
+static inline int64_t covered_upto(const int64_t *ms, const int64_t *me, const int64_t *cum, Py_ssize_t n,
+                                   Py_ssize_t *at, int64_t *last, int64_t t) {
+    if (t < *last) *at = 0;
+    *last = t;
+    *at = first_after(ms, n, *at, t);
+    Py_ssize_t k = *at - 1;
+    if (k < 0) return 0;
+    return cum[k] + (t < me[k] ? t : me[k]) - ms[k];
+}
+
+static PyObject *covered(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_buffer bs, be, bws, bwe, bout;
+    if (!PyArg_ParseTuple(args, "y*y*y*y*w*", &bs, &be, &bws, &bwe, &bout)) return NULL;
+    Py_ssize_t n = bs.len / 8, m = bws.len / 8;
+    PyObject *result = NULL;
+    int64_t *cum = NULL;
+    if (bs.len % 8 || be.len != bs.len || bws.len % 8 || bwe.len != bws.len || bout.len != bws.len) {
+        PyErr_SetString(PyExc_ValueError, "ms, me, w_start, w_end, out: int64; as many windows as out");
+    } else if ((cum = malloc((size_t)(n + 1) * sizeof *cum)) == NULL) {
+        PyErr_NoMemory();
+    } else {
+        const int64_t *ms = bs.buf, *me = be.buf, *ws = bws.buf, *we = bwe.buf;
+        int64_t *out = bout.buf;
+        Py_BEGIN_ALLOW_THREADS
+        cum[0] = 0;
+        for (Py_ssize_t k = 0; k < n; k++) cum[k + 1] = cum[k] + (me[k] - ms[k]);
+        Py_ssize_t at_s = 0, at_e = 0;
+        int64_t last_s = INT64_MIN, last_e = INT64_MIN;
+        for (Py_ssize_t j = 0; j < m; j++) {
+            int64_t a = covered_upto(ms, me, cum, n, &at_s, &last_s, ws[j]);
+            int64_t b = covered_upto(ms, me, cum, n, &at_e, &last_e, we[j]);
+            out[j] = b > a ? b - a : 0;
+        }
+        Py_END_ALLOW_THREADS
+        free(cum);
+        result = Py_None;
+        Py_INCREF(result);
+    }
+    PyBuffer_Release(&bs);
+    PyBuffer_Release(&be);
+    PyBuffer_Release(&bws);
+    PyBuffer_Release(&bwe);
+    PyBuffer_Release(&bout);
     return result;
 }
 
@@ -290,6 +348,7 @@ static PyMethodDef methods[] = {
     {"first_appearance_codes", first_appearance_codes, METH_VARARGS,
      "Dense codes of values in [0, span) in order of first appearance, into out."},
     {"innermost", innermost, METH_VARARGS, "The innermost interval containing each query, into out."},
+    {"covered", covered, METH_VARARGS, "How much of each window a merged interval list covers, into out."},
     {"drop_from_forest", drop_from_forest, METH_VARARGS,
      "Each kept node's nearest kept ancestor, re-indexed, into up; False when a parent does not precede its node."},
     {NULL, NULL, 0, NULL},

@@ -18,7 +18,7 @@ Nesting
     the innermost open interval owns each instant), :func:`innermost` (the innermost interval containing each
     query),
     :func:`spans_several` and :func:`drop_from_forest` (forest surgery used by step propagation). The stack sweep,
-    the forest surgery, :func:`innermost`, :func:`self_segments` after its sort and the dense codes of
+    the forest surgery, :func:`innermost`, :func:`self_segments` after its sort, :func:`covered_ns` and the dense codes of
     :func:`combined_codes` are a pass or two each in C (``_sweep.c``, compiled by
     ``pip install``); without a compiler, the vectorised numpy versions here give the same arrays.
 """
@@ -184,12 +184,17 @@ def covered_ns(ms: np.ndarray, me: np.ndarray, w_s: np.ndarray, w_e: np.ndarray)
     """How much of each window ``[w_s, w_e)`` a merged list covers, int64 ns, one value per window.
 
     Uses the cumulative covered length ``F(t)`` of the merged list, so any number of windows costs two
-    binary searches each.
+    binary searches each; in C (``_sweep.covered``) windows in time order walk the list once instead (a phase's
+    merged intervals against a component's: 3-4x numpy's time).
     """
     w_s = np.asarray(w_s, dtype=_I8)
     w_e = np.asarray(w_e, dtype=_I8)
     if ms.size == 0:
         return np.zeros(w_s.shape, dtype=_I8)
+    if _sweep is not None and w_s.ndim == 1 and w_e.shape == w_s.shape:
+        out = np.empty(w_s.size, dtype=_I8)
+        _sweep.covered(*(np.ascontiguousarray(a, dtype=_I8) for a in (ms, me, w_s, w_e)), out)
+        return out
     cum = np.concatenate(([0], np.cumsum(me - ms)))
 
     def upto(t: np.ndarray) -> np.ndarray:

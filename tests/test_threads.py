@@ -1,0 +1,42 @@
+"""A task's column work runs in its process's share of the cores (:mod:`trace_merge.threads`): every core alone,
+one thread in each worker of a pool that has a worker per core."""
+from __future__ import annotations
+
+import os
+import threading
+
+import pytest
+
+from trace_merge import engines, threads
+
+
+def _limit_and_threads_used(items: int) -> tuple[int, int]:
+    seen = set()
+    barrier_free = threads.thread_map(lambda _: seen.add(threading.get_ident()), range(items))
+    assert barrier_free == [None] * items
+    return threads._limit, len(seen)
+
+
+def test_thread_map_keeps_order_raises_the_first_error_and_runs_here_at_a_limit_of_one(monkeypatch) -> None:
+    monkeypatch.setattr(threads, "_limit", 4)
+    assert threads.thread_map(lambda x: x * x, range(50)) == [x * x for x in range(50)]
+    with pytest.raises(ZeroDivisionError):
+        threads.thread_map(lambda x: 1 // (x - 3), range(8))
+    threads.set_limit(1)
+    assert threads.thread_map(lambda _: threading.get_ident(), range(8)) == [threading.get_ident()] * 8
+    threads.set_limit(0)  # never below one
+    assert threads._limit == 1
+
+
+@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="one core: every process has one thread")
+def test_a_pool_worker_gets_its_share_of_the_cores() -> None:
+    cores = os.cpu_count() or 1
+    for workers in (1, cores):
+        pool = engines.LocalPool(workers=workers)
+        try:
+            got = pool.map(_limit_and_threads_used, [64, 64])
+        finally:
+            pool.close()
+        assert {limit for limit, _ in got} == {max(1, cores // workers)}
+        if workers == cores:
+            assert {used for _, used in got} == {1}
