@@ -689,18 +689,21 @@ class _Attribution:
         own_at = np.flatnonzero(own)
         first_own = np.full(ngroups_local, rows.size, dtype=_I8)
         np.minimum.at(first_own, local[own_at], own_at)
-        cat = c.cat_priority[c.cat[rows]]
-        for g in range(ngroups_local):
-            i = int(first_any[g])
-            key = (int(r[i]), int(ep[i]), int(name[i]))
+        # each group's first row, and its first own row (the one whose facts it keeps), as Python ints at once: a
+        # slab has hundreds of groups
+        has_own = first_own < rows.size
+        j = np.where(has_own, first_own, first_any)  # (a group only in the halo has its facts from an earlier slab)
+        at = np.where(has_own, rows[j] if c.position is None else c.position[rows[j]], -1)
+        keys = zip(r[first_any].tolist(), ep[first_any].tolist(), name[first_any].tolist())
+        facts = zip(at.tolist(), r[j].tolist(), ep[j].tolist(), name[j].tolist(),
+                    c.cat_priority[c.cat[rows[j]]].tolist(), has_own.tolist())
+        for g, (key, (at_g, *first, own_g)) in enumerate(zip(keys, facts)):
             code = self._groups.get(key)
-            j = int(first_own[g])
-            at = -1 if j >= rows.size else int(rows[j] if c.position is None else c.position[rows[j]])
             if code is None:
                 code = self._groups[key] = len(self._group_first)
-                self._group_first.append([at, int(r[j]), int(ep[j]), int(name[j]), int(cat[j])])
-            elif j < rows.size and at < self._group_first[code][0]:  # a frame not in start order
-                self._group_first[code] = [at, int(r[j]), int(ep[j]), int(name[j]), int(cat[j])]
+                self._group_first.append([at_g, *first])
+            elif own_g and at_g < self._group_first[code][0]:  # a frame not in start order
+                self._group_first[code] = [at_g, *first]
             to_group[g] = code
         key = to_group[local]
         n = len(self._group_first)
