@@ -11,7 +11,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "trace_merge"
 REPORTING = {"trace_merge.cli", "trace_merge.report", "trace_merge.plots", "trace_merge.perfetto",
              "trace_merge.darshan_view", "trace_merge.noise", "trace_merge.findings", "trace_merge.run"}
 ANALYSIS = {"trace_merge.analysis", "trace_merge.kernels", "trace_merge.attribution", "trace_merge.bandwidth"}
-MERGE_LAYER = {"trace_merge.sources", "trace_merge.merge", "trace_merge.store", "trace_merge.align",
+MERGE_LAYER = {"trace_merge.sources", "trace_merge.threads", "trace_merge.merge", "trace_merge.store", "trace_merge.align",
                "trace_merge.schema", "trace_merge.identity", "trace_merge.dxt_clock", "trace_merge.readers",
                "trace_merge.partitioned", "trace_merge.engines"}
 

@@ -26,8 +26,6 @@ Steps (the pipeline of :mod:`trace_merge.partitioned` runs them, source by sourc
 from __future__ import annotations
 
 import logging
-import os
-from concurrent.futures import ThreadPoolExecutor
 import dataclasses
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
@@ -38,6 +36,7 @@ import pandas as pd
 from .intervals import (Axis, combined_codes, drop_from_forest, innermost, narrow, nesting_parents, position_type,
                         spans_several, start_order)
 from .readers import rank_from_name
+from .threads import thread_map
 from .schema import DIFFERENT_DAY_NS, STEP_PHASE, SourceData, concat_column, empty_frame
 
 log = logging.getLogger(__name__)
@@ -247,8 +246,7 @@ def propagate_steps(frame: pd.DataFrame, in_place: bool = False) -> pd.DataFrame
 
     ranks = list(apps_of)
     # numpy releases the GIL in the sorts, searches and gathers that make up a rank's work
-    with ThreadPoolExecutor(max_workers=max(1, min(len(ranks), os.cpu_count() or 1))) as pool:
-        list(pool.map(one_rank, ranks))
+    thread_map(one_rank, ranks)
     for col, (vals, missing) in values.items():
         if out[col].array._data is not vals:  # copies (not the column's own buffers) become the new column
             out[col] = pd.arrays.IntegerArray(vals, missing)
@@ -599,8 +597,7 @@ def time_order(frame: pd.DataFrame) -> pd.DataFrame:
         return frame.reset_index(drop=True)
     columns = list(frame.columns)
     # one gather per column; numpy and pandas' take kernels release the GIL, so columns go in parallel
-    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
-        arrays = list(pool.map(lambda c: frame[c].array.take(order), columns))
+    arrays = thread_map(lambda c: frame[c].array.take(order), columns)
     return pd.DataFrame(dict(zip(columns, arrays)), columns=columns, copy=False)
 
 
@@ -648,8 +645,7 @@ class TimeOrdered:
             return values if self.order is None else values.take(self.order)
 
         # two columns at a time: the gathers release the GIL, and the rank is held once plus a few columns
-        with ThreadPoolExecutor(max_workers=min(2, os.cpu_count() or 1)) as pool:
-            arrays = list(pool.map(in_order, columns))
+        arrays = thread_map(in_order, columns, most=2)
         return pd.DataFrame(dict(zip(columns, arrays)), columns=list(columns), copy=False)
 
 

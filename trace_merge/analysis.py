@@ -9,8 +9,6 @@ the per-rank kernels of :mod:`trace_merge.kernels`), and adds per-event statisti
 from __future__ import annotations
 
 import logging
-import os
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Optional, Sequence
 
 import numpy as np
@@ -31,6 +29,7 @@ from trace_merge.intervals import (covered_ns, grouped_union_ns, intersect_inter
                                    subtract_intervals, union_ns)
 from trace_merge.engines import Engine
 from trace_merge.schema import as_text, by_rank, empty_frame
+from trace_merge.threads import thread_map
 
 logger = logging.getLogger(__name__)
 
@@ -143,8 +142,7 @@ def summarise(frame: pd.DataFrame, counters: Optional[pd.DataFrame] = None,
     ranks = by_rank(frame) or [(0, frame)]  # no rows: the kernels' empty tables, with their columns
     job = kernels.JobFacts.of([kernels.rank_facts(rows, r) for r, rows in ranks])
     # ranks in parallel: pandas' group-by kernels, numpy's sorts and merges release the GIL
-    with ThreadPoolExecutor(max_workers=max(1, min(len(ranks), os.cpu_count() or 1))) as pool:
-        parts = list(pool.map(lambda item: kernels.rank_parts(item[1], job, layers), ranks))
+    parts = thread_map(lambda item: kernels.rank_parts(item[1], job, layers), ranks)
     return kernels.combine(parts, job, counters)
 
 

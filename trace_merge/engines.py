@@ -136,7 +136,8 @@ class LocalPool:
         if self._pool is None:
             server = start_fork_server()  # started here if not before: with one BLAS thread
             self._pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=server,
-                                             initializer=_one_thread_each, initargs=(mmap_threshold,))
+                                             initializer=_one_thread_each,
+                                             initargs=(mmap_threshold, max(1, (os.cpu_count() or 1) // self.workers)))
         return self._pool
 
     def map(self, fn: Callable, items: Sequence[Any], sizes: Optional[Sequence[int]] = None) -> list:
@@ -338,9 +339,10 @@ def _worker_died(item: Any) -> TraceInputError:
                                  "--workers 1 or --memory-limit lowers the memory in use)")
 
 
-def _one_thread_each(mmap_threshold: int) -> None:
+def _one_thread_each(mmap_threshold: int, threads: int) -> None:
     """In a pool worker: die with the forkserver, Arrow parses with one thread (the pool's processes already use
-    every core; measured on a DFTracer trace, threads cost 18 % more CPU for the same parse), and glibc's malloc
+    every core; measured on a DFTracer trace, threads cost 18 % more CPU for the same parse), a task's column work
+    uses the worker's share of the cores, ``threads`` (:mod:`trace_merge.threads`), and glibc's malloc
     keeps at most :data:`WORKER_MALLOC_ARENAS` arenas and reuses what a task freed below ``mmap_threshold`` bytes
     (:data:`WORKER_MMAP_THRESHOLD` for the rank waves, :data:`STREAMING_MMAP_THRESHOLD` for the ingest waves)."""
     import ctypes
@@ -348,12 +350,13 @@ def _one_thread_each(mmap_threshold: int) -> None:
 
     import pyarrow as pa
 
-    from trace_merge import _lifeline
+    from trace_merge import _lifeline, threads as task_threads
 
     # the forkserver (it preloaded _lifeline: SERVER is its pid; had it not, this worker imported it just now): when
     # it dies with the driver, no worker is left behind
     _lifeline.die_with_parent(_lifeline.SERVER if _lifeline.SERVER != os.getpid() else None)
     pa.set_cpu_count(1)
+    task_threads.set_limit(threads)
     # what the worker was forked with (the preloaded modules: 62 k objects) is never garbage: left out of its
     # collections, a collection (after a big rank, _then_release) walks only what the tasks made (14-28 ms a task
     # before, 0 now) and writes nothing to the pages it shares with the fork server (the 5 M-event summary took

@@ -6,7 +6,6 @@ assigns dtypes, so readers build plain column dicts (lists or numpy arrays) and 
 from __future__ import annotations
 
 import functools
-import os
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
@@ -223,7 +222,7 @@ def concat_frames(frames: list[pd.DataFrame]) -> pd.DataFrame:
     frames = [f for f in frames if len(f)]
     if not frames:
         return empty_frame()
-    from concurrent.futures import ThreadPoolExecutor
+    from trace_merge.threads import thread_map
 
     def column(name: str) -> Any:
         return concat_column([f[name] for f in frames], name)
@@ -233,8 +232,7 @@ def concat_frames(frames: list[pd.DataFrame]) -> pd.DataFrame:
     if len(frames) == 1:
         return frames[0][columns].reset_index(drop=True)
     # columns in parallel: the copies (and the page faults of millions of fresh rows) run without the GIL
-    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
-        out = dict(zip(columns, pool.map(column, columns)))
+    out = dict(zip(columns, thread_map(column, columns)))
     return pd.DataFrame(out, columns=columns, copy=False)  # no block consolidation copy
 
 
