@@ -66,8 +66,10 @@ def test_model_fit_on_measured_points(advised):
     doc = json.loads((out / "advise.json").read_text())
     points = [advise.Point(d["setting"], tuple(advise.Measurement(**m) for m in d["runs"])) for d in doc["design"]]
     model = advise.fit(points)
-    # the input phase holds the sleep: a sample costs at least IO_MS with one reader, and not much more
-    assert IO_MS / 1e3 <= model.c1 < (IO_MS + 8) / 1e3
+    # the input phase holds the sleep: a sample costs about IO_MS with one reader, and not much more. c1 is the
+    # intercept of a line through the three reader counts, not the one-reader point itself: the other points' noise
+    # can put it just under the sleep (11.96 ms once in a loaded CI run), so the floor has a 5 % margin
+    assert 0.95 * IO_MS / 1e3 <= model.c1 < (IO_MS + 8) / 1e3
     # the step's busy wait is the compute per step; no batch knob, so no per-sample part
     assert STEP_MS / 1e3 * 0.8 < model.c0 < STEP_MS / 1e3 * 1.6 and model.cb == 0
     one = next(p for p in points if p.setting["readers"] == 1)
