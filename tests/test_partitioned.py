@@ -528,8 +528,8 @@ def test_rank_parts_cross_processes_with_their_step_series_packed(generated: Pat
 
 
 def test_a_spilled_piece_reads_back_as_the_frame_it_was(tmp_path: Path) -> None:
-    """A piece's file (raw column buffers under a JSON header) gives back every column as it was spilled: int64,
-    nullable Int64 with missing values, categories (also ones that are not text, a surrogate-escaped file name and
+    """A piece's file (raw column buffers under a JSON header) gives back every column as it was spilled: int64 (one
+    value throughout, or many), nullable Int64 with missing values, categories (also ones that are not text, a surrogate-escaped file name and
     a missing value), strings with missing values; whole, one column at a time, and for no rows. A file that is not
     a piece or was cut short is refused with its name."""
     n = 1000
@@ -538,7 +538,8 @@ def test_a_spilled_piece_reads_back_as_the_frame_it_was(tmp_path: Path) -> None:
     frame = pd.DataFrame({
         "layer": pd.Categorical(rng.choice(["app", "posix"], n)),
         "name": pd.Categorical.from_codes(rng.integers(-1, 3, n), categories=names),
-        "rank": rng.integers(0, 2**40, n),
+        "rank": np.full(n, 2**40 + 3),  # one value: written as such
+        "pid": rng.integers(0, 2**40, n),
         "start_ns": rng.integers(0, 2**62, n),
         "bytes": pd.array(np.where(rng.random(n) < 0.3, None, rng.integers(0, 9, n)), dtype="Int64"),
         "args": pd.array(np.where(rng.random(n) < 0.5, None, "{\"x\": \"\u00e9\"}"), dtype="string"),

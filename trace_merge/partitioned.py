@@ -131,8 +131,8 @@ def read_arrow(path: "str | os.PathLike[str]", columns: Optional[Sequence[str]] 
 
 
 #: a spilled piece's file: this magic, the length of a JSON header (8 bytes, little-endian), the header (the rows, and
-#: per column its kind, dtype, categories and where its buffers are), then each column's buffers as they are in
-#: memory. Against Arrow IPC through pandas, a 145 k-row piece takes 4.1 ms to write instead of 8.7 and its columns
+#: per column its kind, dtype, categories and where its buffers are, or its one value), then each column's buffers as
+#: they are in memory. Against Arrow IPC through pandas, a 145 k-row piece takes 4.1 ms to write instead of 8.7 and its columns
 #: 1.4 ms to read instead of 6.2: every piece of a summary is written once and read once, column by column. A piece
 #: lives only while its merge runs, in the merge's own spill directory; nothing else reads it.
 _PIECE_MAGIC = b"TMPIECE1"
@@ -166,7 +166,10 @@ def _write_piece(frame: pd.DataFrame, path: Path) -> None:
                              "mask": place(values._mask)}
         elif isinstance(column.dtype, np.dtype) and column.dtype.kind in "iufb":
             data = column.to_numpy()
-            columns[name] = {"kind": "array", "dtype": data.dtype.str, "data": place(data)}
+            if data.dtype.kind in "iu" and len(data) and (data == data[0]).all():  # a piece's rank, often its pid: no bytes to write and read
+                columns[name] = {"kind": "constant", "dtype": data.dtype.str, "value": int(data[0])}
+            else:
+                columns[name] = {"kind": "array", "dtype": data.dtype.str, "data": place(data)}
         else:  # strings (args), anything else: one column of Arrow IPC
             sink = pa.BufferOutputStream()
             table = pa.table({name: pa.array(values, from_pandas=True)})
@@ -215,6 +218,8 @@ def _piece_column(fh: Any, header: dict, start: int, name: str) -> pd.Series:
                                         _read_into(fh, start, spec["mask"], "|b1", rows))
     elif kind == "array":
         values = _read_into(fh, start, spec["data"], spec["dtype"], rows)
+    elif kind == "constant":
+        values = np.full(rows, spec["value"], dtype=spec["dtype"])
     else:
         import pyarrow as pa
 
