@@ -1386,6 +1386,12 @@ def _strings(cat: pd.Categorical) -> pd.arrays.StringArray:
     return pd.arrays.StringArray(values[np.asarray(cat.codes, dtype=np.int64)])
 
 
+def _missing_strings(n: int) -> pd.arrays.StringArray:
+    """A ``string`` column of ``n`` missing values, taken from one (pandas' constructor checks every row: 1.7 ms
+    per 145 k rows, against 0.34)."""
+    return pd.arrays.StringArray(np.array([pd.NA], dtype=object)).take(np.full(n, -1, dtype=np.intp), allow_fill=True)
+
+
 def _constant(value: Optional[str], n: int) -> pd.Categorical:
     if value is None:
         return pd.Categorical.from_codes(np.full(n, -1, dtype=np.int32), categories=pd.Index([], dtype=object))
@@ -1535,7 +1541,7 @@ def _result(path: str, state: _State, cols: _Cols, kind: str, warnings: list[str
 
     # args
     if not state.args:
-        args_col = pd.arrays.StringArray(np.full(n, pd.NA, dtype=object))
+        args_col = _missing_strings(n)
     elif cols.extra is not None:
         keep_cats = np.array([k for _, _, k in classes] + [None], dtype=object)[np.asarray(cols.cat.codes, dtype=np.int64)] if n else []
         args_col = []
