@@ -94,12 +94,17 @@ def checked_int(record: Mapping[str, Any], key: str, lo: int, hi: int, where: st
 
 
 def category_mask(series: pd.Series, predicate) -> np.ndarray:
-    """Evaluate ``predicate(str) -> bool`` once per category present instead of once per row (null: False)."""
+    """Evaluate ``predicate(str) -> bool`` once per category instead of once per row (null: False): per category
+    present where there are many categories for the rows, else per category (finding which are present took half
+    the time of a 2.5 M-row column of 25 names)."""
     codes = series.cat.codes.to_numpy()
     cats = series.cat.categories
     hit = np.zeros(len(cats) + 1, dtype=bool)  # the last entry: null (code -1)
-    present = np.bincount(codes + 1, minlength=len(cats) + 1)[1:]  # O(n), no sort
-    for code in np.flatnonzero(present):
+    if len(cats) * 64 > len(codes):
+        todo = np.flatnonzero(np.bincount(codes + 1, minlength=len(cats) + 1)[1:])  # O(n), no sort
+    else:
+        todo = range(len(cats))
+    for code in todo:
         hit[code] = bool(predicate(str(cats[code])))
     return hit[codes]
 
