@@ -130,7 +130,7 @@ def assign_ranks(frame: pd.DataFrame, procs: Sequence[Process], path: str,
     host = frame["host"].astype("category")
     host_code = host.cat.codes.to_numpy().astype(np.int64) + 1
     key = (host_code << 32) | (frame["pid"].to_numpy().astype(np.int64) & 0xFFFFFFFF)
-    uniq, inverse = np.unique(key, return_inverse=True)
+    inverse, uniq = pd.factorize(key)  # hashed: a block's few processes, not a sort of its rows
     categories = list(host.cat.categories)
     mapped = np.empty(len(uniq), dtype=np.int64)
     for i, k in enumerate(uniq.tolist()):
@@ -139,7 +139,7 @@ def assign_ranks(frame: pd.DataFrame, procs: Sequence[Process], path: str,
         if rank is None:
             rank = by_pid.get(pid)
         mapped[i] = -1 if rank is None else rank
-    row_rank = mapped[inverse.reshape(-1)]
+    row_rank = mapped[inverse]
     known = row_rank >= 0
     ranks[known] = row_rank[known]
     if file_rank is not None:

@@ -273,7 +273,7 @@ def by_rank(frame: pd.DataFrame) -> "list[tuple[int, pd.DataFrame]]":
     if not len(frame):
         return []
     ranks = frame["rank"].to_numpy()
-    uniq = np.unique(ranks)
+    uniq = np.sort(pd.unique(ranks))  # hashed: a piece's few ranks, not a sort of its rows
     if len(uniq) == 1:
         return [(int(uniq[0]), frame)]
     groups = pd.Series(np.arange(len(frame))).groupby(ranks, sort=True).indices

@@ -1580,7 +1580,7 @@ def _result(path: str, state: _State, cols: _Cols, kind: str, warnings: list[str
         },
         owned=True,  # every column built here for this frame
     )
-    frame_pids = np.unique(cols.pid).tolist() if n else []
+    frame_pids = pd.unique(cols.pid).tolist() if n else []  # hashed, not sorted: sorted below
     pids = sorted(set(int(p) for p in frame_pids) | state.meta_pids)
     meta: dict = {
         "kind": kind,
