@@ -308,10 +308,11 @@ def _packed(keys: "tuple[np.ndarray, ...]") -> Optional[np.ndarray]:
         spans.append(hi - lo + 1)
     if math.prod(spans) >= 2**62:  # Python ints: exact
         return None
-    code = np.zeros(keys[0].size, dtype=_I8)
-    for k, lo, span in zip(keys, lows, spans):
+    code = np.subtract(keys[0], lows[0], dtype=_I8)  # in int64: k - lo < span, whatever k's own type holds
+    for k, lo, span in zip(keys[1:], lows[1:], spans[1:]):
         code *= span
-        code += np.subtract(k, lo, dtype=_I8)  # in int64: k - lo < span, whatever k's own type holds
+        code += k  # in place, no temporary (k cast as it is read); int64 wraps, and so adding k then taking lo
+        code -= lo  # gives k - lo exactly, whatever the sum in between
     return code
 
 
