@@ -562,3 +562,6 @@ def test_a_spilled_piece_reads_back_as_the_frame_it_was(tmp_path: Path) -> None:
     (tmp_path / "c.piece").write_bytes(path.read_bytes()[: path.stat().st_size // 2])
     with pytest.raises(TraceInputError, match=r"c\.piece: a spilled piece cut short"):
         partitioned._read_piece(str(tmp_path / "c.piece"))
+    (tmp_path / "h.piece").write_bytes(path.read_bytes()[:40])
+    with pytest.raises(TraceInputError, match=r"h\.piece: a spilled piece's header is damaged"):
+        partitioned._read_piece(str(tmp_path / "h.piece"))
