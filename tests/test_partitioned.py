@@ -529,9 +529,9 @@ def test_rank_parts_cross_processes_with_their_step_series_packed(generated: Pat
 
 def test_a_spilled_piece_reads_back_as_the_frame_it_was(tmp_path: Path) -> None:
     """A piece's file (raw column buffers under a JSON header) gives back every column as it was spilled: int64 (one
-    value throughout, or many), nullable Int64 with missing values, categories (also ones that are not text, a surrogate-escaped file name and
-    a missing value), strings with missing values; whole, one column at a time, and for no rows. A file that is not
-    a piece or was cut short is refused with its name."""
+    value throughout, or many), nullable Int64 with missing values, categories (also ones that are not text, a
+    surrogate-escaped file name and a missing value), strings with missing values; whole, one column at a time, and
+    for no rows. A file that is not a piece, was cut short or has a damaged header is refused with its name."""
     n = 1000
     rng = np.random.default_rng(7)
     names = ["read", "wr\u00efte", "/data/\udcff-bad.h5"]

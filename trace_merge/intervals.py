@@ -18,9 +18,9 @@ Nesting
     the innermost open interval owns each instant), :func:`innermost` (the innermost interval containing each
     query),
     :func:`spans_several` and :func:`drop_from_forest` (forest surgery used by step propagation). The stack sweep,
-    the forest surgery, :func:`innermost`, :func:`self_segments` after its sort, :func:`covered_ns` and the dense codes of
-    :func:`combined_codes` are a pass or two each in C (``_sweep.c``, compiled by
-    ``pip install``); without a compiler, the vectorised numpy versions here give the same arrays.
+    the forest surgery, :func:`innermost`, :func:`self_segments` after its sort, :func:`covered_ns` and the dense
+    codes of :func:`combined_codes` are a pass or two each in C (``_sweep.c``, compiled by ``pip install``); without
+    a compiler, the vectorised numpy versions here give the same arrays.
 """
 from __future__ import annotations
 
