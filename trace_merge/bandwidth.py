@@ -31,7 +31,7 @@ import numpy as np
 import pandas as pd
 
 from trace_merge.intervals import distinct_rows, grouped_union_ns, merge_intervals
-from trace_merge.schema import as_text, category_mask
+from trace_merge.schema import as_text, category_mask, present_codes
 
 logger = logging.getLogger(__name__)
 _I8 = np.int64
@@ -193,10 +193,8 @@ def data_file_names(reads: "tuple[pd.DataFrame, np.ndarray]") -> frozenset:
         return frozenset()
     files = rows["file"]
     if isinstance(files.dtype, pd.CategoricalDtype):  # the categories present, not a string per read (28 ms a rank)
-        codes = files.cat.codes.to_numpy()[data]
         cats = files.cat.categories
-        present = np.flatnonzero(np.bincount(codes.astype(np.int64) + 1, minlength=len(cats) + 1)[1:])
-        return frozenset(str(c) for c in cats[present])
+        return frozenset(str(c) for c in cats[present_codes(files.cat.codes.to_numpy()[data], len(cats))])
     return frozenset(as_text(files[data].dropna()))
 
 

@@ -137,7 +137,7 @@ class LocalPool:
             server = start_fork_server()  # started here if not before: with one BLAS thread
             self._pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=server,
                                              initializer=_one_thread_each,
-                                             initargs=(mmap_threshold, max(1, (os.cpu_count() or 1) // self.workers)))
+                                             initargs=(mmap_threshold, (os.cpu_count() or 1) // self.workers))
         return self._pool
 
     def map(self, fn: Callable, items: Sequence[Any], sizes: Optional[Sequence[int]] = None) -> list:
@@ -342,7 +342,7 @@ def _worker_died(item: Any) -> TraceInputError:
 def _one_thread_each(mmap_threshold: int, threads: int) -> None:
     """In a pool worker: die with the forkserver, Arrow parses with one thread (the pool's processes already use
     every core; measured on a DFTracer trace, threads cost 18 % more CPU for the same parse), a task's column work
-    uses the worker's share of the cores, ``threads`` (:mod:`trace_merge.threads`), and glibc's malloc
+    uses the worker's share of the cores, ``threads`` (at least one: :mod:`trace_merge.threads`), and glibc's malloc
     keeps at most :data:`WORKER_MALLOC_ARENAS` arenas and reuses what a task freed below ``mmap_threshold`` bytes
     (:data:`WORKER_MMAP_THRESHOLD` for the rank waves, :data:`STREAMING_MMAP_THRESHOLD` for the ingest waves)."""
     import ctypes

@@ -28,7 +28,7 @@ import pandas as pd
 from trace_merge import attribution as att_
 from trace_merge import bandwidth as bw_
 from trace_merge.attribution import PRIORITY, component_view_df, verdict_label
-from trace_merge.schema import LAYERS, as_text, concat_frames, empty_frame, only_columns
+from trace_merge.schema import LAYERS, as_text, concat_frames, empty_frame, only_columns, present_codes
 
 _I8 = np.int64
 #: the columns :func:`rank_parts` reads (a re-summary loads only these)
@@ -59,7 +59,7 @@ def rank_facts(frame: pd.DataFrame, rank: int) -> RankFacts:
     layer = frame["layer"].astype("category").array
     counts = np.bincount(layer.codes + 1, minlength=len(layer.categories) + 1)[1:]  # missing (-1) left out
     timed = frame["end_ns"].to_numpy() > frame["start_ns"].to_numpy()
-    timed_codes = np.flatnonzero(np.bincount(layer.codes[timed] + 1, minlength=len(layer.categories) + 1)[1:])
+    timed_codes = present_codes(layer.codes[timed], len(layer.categories))
     shared = att_.shared_collectives(frame, 0)
     return RankFacts(
         rank=int(rank),

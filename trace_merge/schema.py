@@ -93,6 +93,11 @@ def checked_int(record: Mapping[str, Any], key: str, lo: int, hi: int, where: st
     return None
 
 
+def present_codes(codes: np.ndarray, categories: int) -> np.ndarray:
+    """The category codes (of ``categories``) that ``codes`` holds, ascending; missing (-1) left out. O(n), no sort."""
+    return np.flatnonzero(np.bincount(codes + 1, minlength=categories + 1)[1:])
+
+
 def category_mask(series: pd.Series, predicate) -> np.ndarray:
     """Evaluate ``predicate(str) -> bool`` once per category instead of once per row (null: False): per category
     present where there are many categories for the rows, else per category (finding which are present took half
@@ -101,7 +106,7 @@ def category_mask(series: pd.Series, predicate) -> np.ndarray:
     cats = series.cat.categories
     hit = np.zeros(len(cats) + 1, dtype=bool)  # the last entry: null (code -1)
     if len(cats) * 64 > len(codes):
-        todo = np.flatnonzero(np.bincount(codes + 1, minlength=len(cats) + 1)[1:])  # O(n), no sort
+        todo = present_codes(codes, len(cats))
     else:
         todo = range(len(cats))
     for code in todo:
