@@ -196,9 +196,14 @@ def test_verdict_thresholds(pct, label):
     assert A.verdict_label(pct) == label
 
 
-def test_verdict_falls_back_to_epoch_windows_without_steps():
+def test_untagged_compute_marks_steps_then_epoch_windows_without_steps():
+    """No step tags: the compute phases mark the steps (DLIO's compute events without metadata, a hooked step);
+    without compute or fetch evidence either, the verdict falls back to the epoch windows."""
     f = nested_frame().assign(step=pd.array([pd.NA] * 5, dtype="Int64"))
-    assert A.input_bound_df(f)["basis"].tolist() == ["epoch"]
+    ib = A.input_bound_df(f)
+    assert ib["basis"].tolist() == ["app"] and ib["steps_total"].tolist() == [1]
+    bare = f[~f["cat"].isin(["compute", "wait"])]
+    assert A.input_bound_df(bare)["basis"].tolist() == ["epoch"]
 
 
 # -- bytes ------------------------------------------------------------------------------------------------

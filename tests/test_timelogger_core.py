@@ -82,7 +82,10 @@ def test_iterate_times_next_only_and_skips_stop(tmp_path: Path) -> None:
     assert seen == [0, 1, 2]
     ev = _events(tl)
     nexts = intervals(ev, "Call to Next Batch")
-    assert len(nexts) == 3  # the call that raised StopIteration is not recorded
+    # the call that found the data exhausted ends the iteration: recorded and said so
+    assert len(nexts) == 4 and nexts[-1]["args"].get("exhausted") is True
+    assert not any("exhausted" in e["args"] for e in nexts[:3])
+    nexts = nexts[:3]
     for e in nexts:
         assert e["cat"] == "wait"
         assert 9_000 <= e["dur"] < 25_000, e["dur"]
@@ -358,7 +361,7 @@ def test_default_logger_enabled_by_env(tmp_path: Path) -> None:
     (path,) = app_files(run_dir)
     assert path.name.startswith("rank-1-pid-")
     ev = read_pfw(path)
-    assert sorted(e["name"] for e in intervals(ev)) == ["f", "load", "next", "next", "read"]
+    assert sorted(e["name"] for e in intervals(ev)) == ["f", "load", "next", "next", "next", "read"]  # + exhausted
     assert ev[-1]["name"] == "timelogger_close"  # closed by atexit
 
 

@@ -1,5 +1,5 @@
-"""``timelogger run -o RUN_DIR [--posix [--posix-filter DIR]] [--horovod-timeline] [--tf-profile[=SPEC]] [--force]
--- CMD ...``
+"""``timelogger run -o RUN_DIR [--posix [--posix-filter DIR]] [--horovod-timeline] [--tf-profile[=SPEC]]
+[--no-hooks] [--force] -- CMD ...``
 
 Runs once per rank (``mpiexec -n N timelogger run ... -- python train.py`` or under ``srun``): prepares the run
 directory and the capture environment, records this rank's launch, lets rank 0 write ``manifest.json``, then
@@ -30,6 +30,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 from . import layout, noise
 from ._env import SLURM_TASK_KEYS, detect_rank_world, hostname, slurm_context
+from .hooks import ENV_HOOKS, ENV_HOOKS_PID
 from .logger import ENV_DIR, VERSION
 from .tf import ENV_TF_PROFILE, parse_profile_spec
 
@@ -76,6 +77,10 @@ def setup_parser(sub: Optional[Any] = None) -> argparse.ArgumentParser:
                              "'all' (default: the whole fit), 'START:STOP' (global steps START..STOP-1, from 0), "
                              "'START:' or 'N'; xplane.pb goes to RUN_DIR/tf/rank-<r>/. Write it as "
                              "--tf-profile=SPEC or put it before another option or --")
+    parser.add_argument("--no-hooks", dest="hooks", action="store_false",
+                        help="no zero-code capture: by default a start-up hook times the program's tf.data fetches, "
+                             "tf.function steps and Keras fit (with TimeLoggerCallback) without code changes "
+                             "(docs/hooks.md)")
     parser.add_argument("--force", action="store_true",
                         help="replace a previous run in RUN_DIR: rank 0 deletes its files in every layer "
                              "directory, its manifest, launch records and merge outputs before any rank starts CMD")
@@ -374,6 +379,14 @@ def prepare(args: argparse.Namespace, env: Dict[str, str]) -> Dict[str, Any]:
         # TimeLoggerCallback acts on it (profile into RUN_DIR/tf/rank-<r>); a custom loop uses tl.tf_profile()
         env[ENV_TF_PROFILE] = args.tf_profile
     layers["tf_profile"] = env.get(ENV_TF_PROFILE) or False  # also when the user exported it
+    layers["hooks"] = bool(args.hooks)
+    if args.hooks:
+        boot = str(Path(__file__).resolve().parent / "_boot")
+        env["PYTHONPATH"] = os.pathsep.join(x for x in (boot, env.get("PYTHONPATH", "")) if x)
+        env[ENV_HOOKS] = "1"
+        env[ENV_HOOKS_PID] = str(os.getpid())  # exec keeps it: the program is the process that reports at exit
+    else:
+        env.pop(ENV_HOOKS, None)
     if specs:
         layer_dirs.append(run_dir / noise.NOISE_DIR)
         layers["noise"] = {"specs": [x.as_dict() for x in specs], "dir": args.noise_dir,

@@ -57,6 +57,19 @@ MAX_BUFFERED = 1_000_000
 _F = TypeVar("_F", bound=Callable[..., Any])
 
 
+class _ProgramMarks:
+    """What the program marks itself through any TimeLogger of the process (the categories of its phases, its own
+    steps and epochs): the zero-code hooks (:mod:`timelogger.hooks`) leave those to it, so nothing counts twice."""
+
+    def __init__(self) -> None:
+        self.cats: set = set()
+        self.steps = False
+        self.epochs = False
+
+
+PROGRAM = _ProgramMarks()
+
+
 def _json(value: Any) -> str:
     """``value`` as compact JSON that always encodes as UTF-8 and always parses: NaN and Infinity (no JSON
     numbers) become ``null``; a lone surrogate -- what ``os.fsdecode`` gives for a non-UTF-8 file name -- is
@@ -415,6 +428,13 @@ class TimeLogger:
         return self._on
 
     def _spec(self, name: str, cat: str) -> str:
+        # the slow path of every public recording call, taken once per (name, cat): the program marks this cat
+        PROGRAM.cats.add(cat)
+        return self.hook_spec(name, cat)
+
+    def hook_spec(self, name: str, cat: str) -> str:
+        """The interval head of ``(name, cat)`` for a zero-code hook: unlike the public calls, it does not tell the
+        hooks that the program marks ``cat`` itself."""
         by_name = self._specs.get(cat)
         if by_name is None:
             self._warn_once("cat:" + str(cat), "timelogger: unknown cat %r for %r, using 'other' (one of %s)",
@@ -521,23 +541,30 @@ class TimeLogger:
     def iterate(self, iterable: Iterable[Any], name: str, cat: str = "wait") -> Iterator[Any]:
         """Yield from ``iterable``, timing each ``next()`` (not the loop body) as one interval.
 
-        The final call that raises ``StopIteration`` is not recorded; a ``next()`` that raises anything else is
+        The final call that raises ``StopIteration`` is recorded with ``args.exhausted`` (it ends the epoch's
+        iteration); a ``next()`` that raises anything else is
         recorded with ``args.exception``. A disabled logger returns ``iter(iterable)`` (no per-item cost).
         """
         if not self._on:
             return iter(iterable)
-        return self._iterate(iter(iterable), self._spec(name, cat))
+        t_iter = _pc()  # the first fetch includes the iterator's start-up (a tf.data iterator's, a loader's workers)
+        return self._iterate(iter(iterable), self._spec(name, cat), t_iter)
 
-    def _iterate(self, it: Iterator[Any], spec: str) -> Iterator[Any]:
+    def _iterate(self, it: Iterator[Any], spec: str, t_iter: int) -> Iterator[Any]:
         tl = self
         local = self._local
         pc = _pc
         nxt = it.__next__
+        t0 = t_iter
         while True:
-            t0 = pc()
+            if t0 is None:
+                t0 = pc()
             try:
                 item = nxt()
             except StopIteration:
+                # the fetch that finds the data exhausted is part of the epoch's iteration (iterator teardown)
+                if tl._on:
+                    local.append((spec, t0, pc(), tl._tags, {"exhausted": True}))
                 return
             except BaseException as exc:
                 if tl._on:
@@ -547,19 +574,37 @@ class TimeLogger:
                 local.append((spec, t0, pc(), tl._tags))
             else:
                 tl._ignored()
+            t0 = None
             yield item
 
     def set_epoch(self, epoch: Optional[int]) -> None:
         """Tag every later interval with ``args.epoch`` (None removes the tag)."""
-        self._epoch = None if epoch is None else int(epoch)
-        self._retag()
+        PROGRAM.epochs = True
+        self.tag_epoch(epoch)
 
     def set_step(self, step: Optional[int]) -> None:
         """Tag every later interval with ``args.step`` (None removes the tag)."""
+        PROGRAM.steps = True
+        self.tag_step(step)
+
+    def tag_epoch(self, epoch: Optional[int]) -> None:
+        """:meth:`set_epoch` for the zero-code hooks: the program has not numbered the epochs itself."""
+        self._epoch = None if epoch is None else int(epoch)
+        self._retag()
+
+    def tag_step(self, step: Optional[int]) -> None:
+        """:meth:`set_step` for the zero-code hooks (the launcher's ``--tf-profile`` window follows it too)."""
         self._step = None if step is None else int(step)
         self._retag()
         if self._step_profiler is not None:
             self._step_profiler.on_step(self._step)
+
+    def append(self, spec: str, t0: int, t1: int, args: Optional[Dict[str, Any]] = None) -> None:
+        """Buffer one interval of head ``spec`` (:meth:`hook_spec`) timed by ``time.perf_counter_ns``, with the
+        current tags: the hooks' recording path, the same as a phase's end."""
+        if not self._on:
+            return
+        self._local.append((spec, t0, t1, self._tags, args) if args else (spec, t0, t1, self._tags))
 
     def take_tf_profile(self) -> None:
         """Switch off the step-driven ``--tf-profile`` window: the caller (``TimeLoggerCallback``) opens its own."""

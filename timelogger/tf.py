@@ -216,5 +216,5 @@ class StepProfiler:
         """None when a window was opened, else why none was."""
         if self.opened:
             return None
-        return self.missed or ("no step reached the window: the program used neither TimeLoggerCallback nor "
-                               f"tl.set_step() with steps in {self.window.start or 0}:{self.window.stop or ''}")
+        return self.missed or ("no step reached the window: no TimeLoggerCallback batch, tl.set_step() or hooked "
+                               f"tf.function step in {self.window.start or 0}:{self.window.stop or ''}")

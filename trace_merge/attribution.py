@@ -321,6 +321,25 @@ class _Windows:
                 yield cols, slab
 
 
+#: What marks a rank's training steps, in order of evidence (DESIGN: step cycles): the first kind a rank has wins
+MARK_KINDS: tuple[str, ...] = (
+    "step phase",  # step-tagged step phase (Training Iteration: a Checkpoint tagged with its step must not stretch it)
+    "step-tagged compute",  # DLIO's TFFramework.compute with metadata, pydftracer's compute, a hooked tf.function
+    "step-tagged rows",  # any row carrying a step tag
+    "compute events",  # untagged compute rows, outermost: DLIO's compute without metadata, a hooked step call
+    "fetches",  # untagged wait rows: consecutive fetches of the loop
+)
+
+
+def _mark_kinds(c: "_Frame", rows: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Per kind of :data:`MARK_KINDS`, which of ``rows`` are of it."""
+    tagged = c.tag("step", rows)[1]
+    cat = c.cat_priority[c.cat[rows]]
+    compute = cat == PRIORITY.index("compute")
+    return (tagged & c.is_step_phase[c.name[rows]], tagged & compute, tagged, ~tagged & compute,
+            ~tagged & (cat == PRIORITY.index("wait")))
+
+
 class _Attribution:
     """The attribution of a frame's rows of some layers, per rank: every table's numbers, computed slab by slab.
 
@@ -358,7 +377,7 @@ class _Attribution:
     # -- facts: sweeps one and two ---------------------------------------------------------------------------
 
     def _facts(self, windows: _Windows, shared: "Optional[SharedCollectives]") -> None:
-        whole, epochs, kinds = _MinMax(1), _MinMax(2), [[], [], []]
+        whole, epochs, kinds = _MinMax(1), _MinMax(2), [[] for _ in MARK_KINDS]
         layers, anchors, collectives = [], [], []
         for c, slab in windows.slabs():
             self._names = c.names
@@ -368,9 +387,7 @@ class _Attribution:
             whole.add([rank], s, e)
             ep, ep_has = c.tag("epoch", rows)
             epochs.add([rank[ep_has], ep[ep_has]], s[ep_has], e[ep_has])
-            tagged = c.tag("step", rows)[1]
-            for i, kind in enumerate((tagged & c.is_step_phase[c.name[rows]],
-                                      tagged & (c.cat_priority[c.cat[rows]] == PRIORITY.index("compute")), tagged)):
+            for i, kind in enumerate(_mark_kinds(c, rows)):
                 kinds[i].append(pd.unique(rank[kind]))  # hashing: a sort of every row was a tenth of the kernel
             if self._lower:
                 low = owned[c.lower(owned)]
@@ -438,13 +455,8 @@ class _Attribution:
         return self._windows[tuple(keys)]
 
     def _mark_kind(self, c: _Frame, rows: np.ndarray, r: np.ndarray) -> np.ndarray:
-        """Rows that mark training steps: per rank, the first kind the rank has -- the step phase (``Training
-        Iteration``: a Checkpoint tagged with the current step must not stretch the step); else step-tagged
-        ``compute`` rows (DLIO's ``TFFramework.compute``, pydftracer's ``compute``, a compute phase of any name);
-        else every step-tagged row."""
-        tagged = c.tag("step", rows)[1]
-        kinds = (tagged & c.is_step_phase[c.name[rows]],
-                 tagged & (c.cat_priority[c.cat[rows]] == PRIORITY.index("compute")), tagged)
+        """Rows that mark training steps: per rank, the first of :data:`MARK_KINDS` the rank has."""
+        kinds = _mark_kinds(c, rows)
         marks = np.zeros(rows.size, dtype=bool)
         decided = np.zeros(len(self.ranks), dtype=bool)
         for have, kind in zip(self._kinds, kinds):
@@ -460,12 +472,17 @@ class _Attribution:
         merged list of the windows a framework layer covered. A profile window is what one profiler session
         recorded: it starts at the session's TimeLogger anchor marker and ends with its last event. Without anchors
         (a profile not opened by TimeLogger) each rank's window spans its first to its last framework event."""
-        runs, threads, profiled = [], [], _MinMax(2)
+        runs, threads, profiled, fetches = [], [], _MinMax(2), _MinMax(4)
         a_r, a_s = self._anchors
         for c, slab in windows.slabs():
             owned = slab.own
             rows = owned[c.kept(owned)]
             r = self.rank_codes(c.rank[rows])
+            # each thread's fetches per epoch: the consumer's span is its epoch's iteration (see iteration_spans)
+            f = c.cat_priority[c.cat[rows]] == PRIORITY.index("wait")
+            ep_val, ep_has = c.tag("epoch", rows[f])
+            fr = rows[f]
+            fetches.add([r[f], c.pid[fr], c.tid[fr], np.where(ep_has, ep_val, _NO_EPOCH)], c.start[fr], c.end[fr])
             mark = self._mark_kind(c, rows, r)
             m = rows[mark]
             threads.append(distinct_rows(r[mark], c.pid[m], c.tid[m]))
@@ -484,6 +501,12 @@ class _Attribution:
             profiled.add([fr, sess], s, e)
         self._marks = self._join_runs(runs)
         self._consumers = distinct_rows(*(np.concatenate([t[i] for t in threads]) for i in range(3)))
+        (fr, fpid, ftid, fep), fs, fe = fetches.result()
+        cr, cpid, ctid = self._consumers
+        both = combined_codes(np.r_[cr, fr], np.r_[cpid, fpid], np.r_[ctid, ftid])
+        mine = np.isin(both[cr.size:], both[:cr.size])
+        #: per (rank code, epoch): the consumer threads' first fetch start and last fetch end (its iteration)
+        self._iterations = _min_max_by([fr[mine], fep[mine]], fs[mine], fe[mine])
         _, s, e = profiled.result()
         self.covered = merge_intervals(s, e)
         self.present_framework = self.covered[0].size > 0
@@ -496,7 +519,10 @@ class _Attribution:
         rows, r, s = rows[order], r[order], s[order]
         ep_val, ep_has = c.tag("epoch", rows)
         ep = np.where(ep_has, ep_val, _NO_EPOCH)
-        st = c.tag("step", rows)[0]
+        st, st_has = c.tag("step", rows)
+        # a row without a step tag (DLIO's compute events without metadata, a hooked call, a fetch) is a step of
+        # its own: a negative key no tag has, numbered per rank in step_marks
+        st = np.where(st_has, st, -1 - s)
         return self._collapse((r, ep, st, s, c.end[rows]))
 
     @staticmethod
@@ -514,7 +540,14 @@ class _Attribution:
         joined again."""
         joined = [np.concatenate([x[i] for x in runs]).astype(_I8) for i in range(5)]
         order = np.argsort(joined[0], kind="stable")
-        return self._collapse(tuple(x[order] for x in joined))
+        r, ep, st, s, e = self._collapse(tuple(x[order] for x in joined))
+        # an untagged mark inside an earlier one of its rank (a compute phase nested in another) is no step
+        if r.size > 1 and (st < 0).any():
+            e_ax = self.axis.to_axis(r, e)  # ranks hold disjoint, ordered ranges of the axis
+            before = np.maximum.accumulate(e_ax)
+            inner = np.r_[False, (st[1:] < 0) & (r[1:] == r[:-1]) & (e_ax[1:] <= before[:-1])]
+            r, ep, st, s, e = (x[~inner] for x in (r, ep, st, s, e))
+        return r, ep, st, s, e
 
     def step_marks(self) -> pd.DataFrame:
         """One window per training step of every rank, in start order per rank: consecutive marking rows
@@ -527,6 +560,9 @@ class _Attribution:
             ``_r``, ``epoch``, ``step`` (Int64), ``start_ns``, ``end_ns``, ``rank``, ``_ws``, ``_we``.
         """
         rr, ep, st, s, e = self._marks
+        if (st < 0).any():  # untagged steps: numbered in order per rank, from 0
+            first = np.searchsorted(rr, rr, side="left")
+            st = np.where(st < 0, np.arange(rr.size) - first, st)
         epoch = pd.array(np.where(ep == _NO_EPOCH, 0, ep), dtype="Int64")
         epoch[ep == _NO_EPOCH] = pd.NA
         return pd.DataFrame({"_r": rr, "epoch": epoch, "step": pd.array(st, dtype="Int64"), "start_ns": s,
@@ -564,6 +600,7 @@ class _Attribution:
         # DLIO's "first step excluded": the first step itself (graph tracing, first file opens), not what follows it
         # until the next step starts (the fetch of the next batch, a barrier): that part of its cycle counts
         ws = np.where(warmup, np.minimum(own_end, we), step_start)
+        ws, we = self._whole_iterations(r, w["epoch"], ws, we, warmup)
         self._cycles = dict(marks=w, r=r, ws=ws, we=we, step_start=step_start, warmup=warmup)
         # ranks without steps: epoch windows, then the whole traced time (app evidence), each merged
         self._fallback = []
@@ -581,6 +618,35 @@ class _Attribution:
             no_steps = np.setdiff1d(no_steps, rr)
         self._groups: dict[tuple, int] = {}  # (rank code, epoch or _NO_EPOCH, name code) -> group, in first-row order
         self._group_first: list[list] = []  # per group: [frame position, rank code, epoch, name code, cat index]
+
+    def _whole_iterations(self, r: np.ndarray, epoch: pd.Series, ws: np.ndarray, we: np.ndarray,
+                          warmup: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Cycles ``[ws, we)`` stretched so that each epoch's cover its whole iteration: its first cycle starts at the
+        epoch's first fetch on the consumer threads (iterator start-up; not the rank's warm-up step), its last ends
+        with the epoch's last fetch (the one that finds the data exhausted: iterator teardown), never into a
+        neighbouring cycle. What lies between two epochs' iterations is no cycle's."""
+        (ir, iep), i_s, i_e = self._iterations
+        if not r.size or not ir.size:
+            return ws, we
+        ep = epoch.to_numpy(dtype=_I8, na_value=_NO_EPOCH)
+        codes = combined_codes(np.r_[ir, r], np.r_[iep, ep])
+        lookup = np.full(int(codes.max()) + 1, -1, dtype=_I8)
+        lookup[codes[:ir.size]] = np.arange(ir.size)
+        at = lookup[codes[ir.size:]]
+        has = at >= 0
+        it_s = np.where(has, self.axis.to_axis(r, np.where(has, i_s[at], 0)), _T_MAX)
+        it_e = np.where(has, self.axis.to_axis(r, np.where(has, i_e[at], 0)), _T_MIN)
+        new_group = np.r_[True, (r[1:] != r[:-1]) | (ep[1:] != ep[:-1])]
+        last = np.r_[new_group[1:], True]
+        next_start = np.r_[ws[1:], _T_MAX]
+        same_rank_next = np.r_[r[1:] == r[:-1], False]
+        limit = np.where(same_rank_next, next_start, _T_MAX)
+        we = np.where(last & (it_e > we), np.minimum(it_e, limit), we)
+        prev_end = np.r_[_T_MIN, we[:-1]]
+        same_rank_prev = np.r_[False, r[1:] == r[:-1]]
+        floor = np.where(same_rank_prev, prev_end, _T_MIN)
+        ws = np.where(new_group & ~warmup & (it_s < ws), np.maximum(it_s, floor), ws)
+        return ws, we
 
     def _add(self, key: str, values: np.ndarray, size: Optional[int] = None) -> None:
         """Adds one slab's ``values`` to the sum ``key`` (grown to ``size`` entries when given)."""
@@ -656,12 +722,17 @@ class _Attribution:
         self._add("wait", covered_ns(*wait_ev, cws, cwe))
         self._add("busy", covered_ns(*subtract_intervals(*busy, *wait_ev), cws, cwe))
         self._add("loop_wait", covered_ns(*loop_wait, cws, cwe))
+        # the cycles' time no evidence explains, and how much of it lies outside every app phase (a gap)
+        c_ok = cwe > cws
+        cycles = merge_intervals(cws[c_ok], cwe[c_ok])
+        unexplained = subtract_intervals(*subtract_intervals(*cycles, *wait_ev), *busy)
+        self._add("gap", covered_ns(*subtract_intervals(*unexplained, *merge_intervals(seg_s, seg_e)), cws, cwe))
         exposed = subtract_intervals(*inp, *comp)
         for i, (_, ms, me, rr) in enumerate(self._fallback):
             fs, fe = self._clipped(rr, ms, me, slab)
             self._add(f"fallback_wait_{i}", covered_ns(*exposed, fs, fe))
             self._add(f"fallback_compute_{i}", covered_ns(*comp, fs, fe))
-        self._add_phases(c, rows, r, own, (seg_s, seg_e, owner), lower)
+        self._add_phases(c, rows, r, own, (seg_s, seg_e, owner), lower, unexplained)
 
     def _consumer_threads(self, c: _Frame, rows: np.ndarray, r: np.ndarray, thread: np.ndarray) -> np.ndarray:
         """Per row of ``rows`` (codes ``thread``): is its thread a consumer thread, one whose rows mark the steps
@@ -675,9 +746,10 @@ class _Attribution:
         return hit[thread]
 
     def _add_phases(self, c: _Frame, rows: np.ndarray, r: np.ndarray, own: np.ndarray, segments: tuple,
-                    lower: "_LowerSlab") -> None:
+                    lower: "_LowerSlab", unexplained: tuple[np.ndarray, np.ndarray]) -> None:
         """The layered breakdown's sums of one slab: per app phase (rank, epoch, name) its calls, the calls a
-        profile window saw, its self time and each component's part of it."""
+        profile window saw, its self time and each component's part of it, and how much of the step cycles' time
+        that no evidence explains (``unexplained``) is its self time."""
         ep_val, ep_has = c.tag("epoch", rows)
         ep = np.where(ep_has, ep_val, _NO_EPOCH)
         name = c.name[rows]
@@ -729,6 +801,7 @@ class _Attribution:
         for x in LOWER_COMPONENTS:
             self._add(f"phase_{x}", per_group(covered_ns(*lower.exclusive[x], ms, me)), n)
         self._add("phase_python", per_group(covered_ns(*lower.unclaimed_covered, ms, me)), n)
+        self._add("phase_unexplained", per_group(covered_ns(*unexplained, ms, me)), n)
 
     def _finish_layered(self) -> None:
         """The groups in the order of their first row (as a single pass over the frame finds them)."""
@@ -1134,8 +1207,8 @@ def _step_series(att: Optional[_Attribution]) -> pd.DataFrame:
     app_seen = np.bincount(r, weights=att.sum("loop_wait", len(w)), minlength=len(att.ranks)) > 0
     fw_ranks = np.unique(r[by_fw])
     counted = (length > 0) & (by_fw | app_seen[r] | ~np.isin(r, fw_ranks))
-    excluded = ws - cy["step_start"]
-    start_ns = w["start_ns"].to_numpy(dtype=_I8) + excluded
+    start_ns = w["start_ns"].to_numpy(dtype=_I8) + (ws - cy["step_start"])
+    excluded = np.where(warmup, ws - cy["step_start"], 0)
     return pd.DataFrame({
         "_r": r, "rank": att.ranks[r] if len(r) else r, "epoch": pd.array(w["epoch"], dtype="Int64"),
         "step": pd.array(w["step"], dtype="Int64"), "start_ns": start_ns, "end_ns": start_ns + length,
@@ -1152,10 +1225,11 @@ MIN_EXPLAINED_PCT = 50.0
 def _input_bound(att: Optional[_Attribution], series: Optional[pd.DataFrame] = None) -> pd.DataFrame:
     """Per-rank sums of :func:`_step_series` (``series`` when the caller has it already)."""
     cols = ["rank", "basis", "steps", "steps_total", "step_s", "input_wait_s", "input_pct", "compute_s",
-            "au_pct", "other_s", "excluded_s", "input_visible", "verdict"]
+            "au_pct", "other_s", "excluded_s", "input_visible", "verdict", "unexplained_phase", "unexplained_phase_s",
+            "unexplained_gap_s"]
     if att is None:
-        return pd.DataFrame({c: pd.Series(dtype="object" if c in ("basis", "verdict") else "float64")
-                             for c in cols})
+        return pd.DataFrame({c: pd.Series(dtype="object" if c in ("basis", "verdict", "unexplained_phase")
+                                          else "float64") for c in cols})
     if series is None:
         series = _step_series(att)
     n = len(att.ranks)
@@ -1187,6 +1261,7 @@ def _input_bound(att: Optional[_Attribution], series: Optional[pd.DataFrame] = N
     safe = np.where(step_s > 0, step_s, np.nan)
     input_pct = np.nan_to_num(100.0 * wait_s / safe)
     au_pct = np.nan_to_num(100.0 * comp_s / safe)
+    top_name, top_s = _largest_unexplained(att)
     return pd.DataFrame({
         "rank": att.ranks,
         "basis": basis,
@@ -1201,7 +1276,36 @@ def _input_bound(att: Optional[_Attribution], series: Optional[pd.DataFrame] = N
         "excluded_s": excluded_s,
         "input_visible": visible,
         "verdict": [_judge(p, a, b, v) for p, a, b, v in zip(input_pct, au_pct, basis, visible)],
+        # where the step cycles' unexplained time is: the app phase holding most of it as self time, and the gap
+        # outside every app phase
+        "unexplained_phase": top_name,
+        "unexplained_phase_s": top_s,
+        "unexplained_gap_s": per_rank(att.sum("gap", len(series))[counted] / 1e9),
     })
+
+
+def _largest_unexplained(att: _Attribution) -> tuple[np.ndarray, np.ndarray]:
+    """Per rank code: the app phase whose self time holds most of the step cycles' unexplained time (None: none
+    holds any), and those seconds (all epochs)."""
+    n = len(att.ranks)
+    names = np.full(n, None, dtype=object)
+    secs = np.zeros(n, dtype=np.float64)
+    groups = len(att._group_first)
+    if not groups:
+        return names, secs
+    first = np.asarray(att._group_first, dtype=_I8).reshape(groups, 5)
+    un = att.sum("phase_unexplained", groups)
+    g_r, g_name = first[:, 1], first[:, 3]
+    key = combined_codes(g_r, g_name)
+    total = np.bincount(key, weights=un.astype(np.float64))  # per (rank code, phase name) over the epochs
+    at = first_rows(key)
+    k_r, k_name, k_s = g_r[at], g_name[at], total[key[at]]
+    order = np.lexsort((-k_s, k_r))  # per rank, the largest first
+    top = order[np.r_[True, k_r[order][1:] != k_r[order][:-1]]]
+    top = top[k_s[top] > 0]
+    names[k_r[top]] = np.asarray(att._names, dtype=object)[k_name[top]]
+    secs[k_r[top]] = k_s[top] / 1e9
+    return names, secs
 
 
 def _judge(input_pct: float, au_pct: float, basis: str, visible: bool) -> str:
@@ -1210,10 +1314,17 @@ def _judge(input_pct: float, au_pct: float, basis: str, visible: bool) -> str:
     return "unknown" if basis == "run" or not visible else _explained_label(input_pct, au_pct)
 
 
+#: the verdict of cycles whose compute is a small share and whose input wait does not explain the rest
+IDLE_LABEL = "accelerator idle"
+
+
 def _explained_label(input_pct: float, au_pct: float) -> str:
-    """:func:`verdict_label`, or 'unknown' when wait and compute together explain too little of the cycles: a
-    verdict that cannot contradict its own numbers."""
-    return "unknown" if input_pct + au_pct < MIN_EXPLAINED_PCT else verdict_label(input_pct)
+    """:func:`verdict_label`; where wait and compute together explain under :data:`MIN_EXPLAINED_PCT` of the cycles
+    the accelerator idles most of the time, which is the answer: 'highly input-bound' when the input wait alone is
+    that high, else :data:`IDLE_LABEL` (the rest is split into known and unexplained time by the verdict)."""
+    if input_pct + au_pct >= MIN_EXPLAINED_PCT or input_pct >= INPUT_BOUND_HIGH_PCT:
+        return verdict_label(input_pct)
+    return IDLE_LABEL
 
 
 #: what each basis of the verdict measured, for the text outputs
@@ -1240,6 +1351,9 @@ class Verdict:
     cycles_total: int = 0  # step cycles seen
     worst_rank: Optional[int] = None
     worst_rank_input_pct: Optional[float] = None
+    unexplained_phase: Optional[str] = None  # the app phase holding most of the cycles' unexplained time
+    unexplained_phase_pct: Optional[float] = None  # its share of cycle time
+    unexplained_gap_pct: Optional[float] = None  # unexplained time outside every app phase, share of cycle time
     notes: list = field(default_factory=list)  # the evidence used and its coverage, exclusions, blind spots
 
     def as_dict(self) -> dict:
@@ -1264,14 +1378,29 @@ def _verdict(per: pd.DataFrame) -> Verdict:
     pct = 100.0 * float(seen["input_wait_s"].sum()) / step
     au = 100.0 * float(seen["compute_s"].sum()) / step
     worst = seen.loc[seen["input_pct"].idxmax()]
+    by_phase = seen.groupby(seen["unexplained_phase"].astype(object).fillna(""))["unexplained_phase_s"].sum()
+    by_phase = by_phase[by_phase.index != ""]
+    top = str(by_phase.idxmax()) if len(by_phase) and by_phase.max() > 0 else None
     out = dataclasses.replace(out, input_pct=pct, label=_explained_label(pct, au), au_pct=au,
                               other_pct=max(0.0, 100.0 - pct - au), basis=",".join(sorted(set(seen["basis"]))),
-                              worst_rank=int(worst["rank"]), worst_rank_input_pct=float(worst["input_pct"]))
-    if out.label == "unknown":
-        notes.append(f"unknown: input wait ({pct:.0f} %) and compute ({au:.0f} %) explain only {pct + au:.0f} % "
-                     f"of the step cycles; the rest is neither (mark the fetch with tl.iterate(..., cat='wait') "
-                     f"and the step's work with a compute phase, or profile it: {CAPTURE_HINT})")
+                              worst_rank=int(worst["rank"]), worst_rank_input_pct=float(worst["input_pct"]),
+                              unexplained_phase=top,
+                              unexplained_phase_pct=100.0 * float(by_phase.max()) / step if top else None,
+                              unexplained_gap_pct=100.0 * float(seen["unexplained_gap_s"].sum()) / step)
+    if pct + au < MIN_EXPLAINED_PCT:
+        notes.append(f"the accelerator idles {100 - au:.0f} % of the step cycles: input wait {pct:.0f} %, "
+                     f"unexplained {out.other_pct:.0f} % ({unexplained_text(out)}); time what the loop does there with "
+                     f"timelogger.phase(...), or profile it: {CAPTURE_HINT}")
     return out
+
+
+def unexplained_text(v: "Verdict") -> str:
+    """Where the cycles' unexplained time is: the largest of its app phase and the gap outside every phase."""
+    gap = v.unexplained_gap_pct or 0.0
+    phase = v.unexplained_phase_pct or 0.0
+    if v.unexplained_phase and phase >= gap:
+        return f"largest in phase '{v.unexplained_phase}': {phase:.0f} % of cycle time"
+    return f"largest outside every app phase: {gap:.0f} % of cycle time"
 
 
 def verdict_text(v: Verdict) -> str:

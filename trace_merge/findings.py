@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Optional
 import numpy as np
 import pandas as pd
 
-from trace_merge.attribution import COMPONENT_LABELS, COMPONENTS
+from trace_merge.attribution import COMPONENT_LABELS, COMPONENTS, IDLE_LABEL, unexplained_text
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from trace_merge.analysis import Summary
@@ -120,6 +120,14 @@ def _verdict_finding(a: "Summary") -> Finding:
             "app/framework",
             "time the batch fetch: `for x in tl.iterate(dataset, 'Call to Next Batch')`, or profile a few steps "
             "with `timelogger run --tf-profile 20:25` (docs/metrics.md, step cycles)")
+    if label == IDLE_LABEL:
+        return Finding(
+            "accelerator_idle", "high", f"The accelerator idles {100 - au:.0f} % of the step cycles, and the input "
+            f"wait explains only {wait:.0f} % of them", f"AU {au:.1f} %, input wait {wait:.1f} %, unexplained "
+            f"{v.other_pct:.1f} % ({unexplained_text(v)}); {cycles}", v.basis or "",
+            "find what the loop does between its steps: time it with `timelogger.phase(...)`, profile a few steps "
+            "(`timelogger run --tf-profile=20:25`) or trace the file system (`--posix`)",
+            (v.other_pct or 0.0) / 100 * _sum(a.steps.loc[a.steps["counted"]], "step_s") if len(a.steps) else 0.0)
     if label == "not input-bound":
         return Finding(
             "compute_bound", "info", "The input pipeline keeps up: the steps wait little for data",

@@ -16,8 +16,8 @@ off), so the loop waits for every sample.
 ``profile_batches`` for Keras). The script's truth does not use TimeLogger: the generator records when it produced
 each sample, the custom loops time their own ``next()`` calls, and the loop records when each step began and ended
 (``time.time_ns()``); the script prints ``TRUTH {json}`` with the step-cycle definition applied to those (a cycle
-runs from one step start to the next in the same epoch; the first step of the run is left out, the rest of its
-cycle counts): ``input_pct`` = the
+runs from one step start to the next in the same epoch, an epoch's first from its first fetch and its last to the
+fetch that finds the data exhausted; the first step of the run is left out, the rest of its cycle counts): ``input_pct`` = the
 loop's waits (Keras: the generator's time) inside the cycles ÷ cycle time, ``au_pct`` = step sleeps ÷ cycle
 time.
 """
@@ -61,15 +61,16 @@ def work(step_s: float) -> None:
     SLEPT.append((t0, time.time_ns()))
 
 
-def timed(it):
-    """The script's own clock on the loop's waits (not TimeLogger's)."""
+def timed(it, epoch: int):
+    """The script's own clock on the loop's waits (not TimeLogger's), the one that finds the data exhausted too."""
     while True:
         t0 = time.time_ns()
         try:
             item = next(it)
         except StopIteration:
+            FETCHED.append((epoch, t0, time.time_ns()))
             return
-        FETCHED.append((t0, time.time_ns()))
+        FETCHED.append((epoch, t0, time.time_ns()))
         yield item
 
 
@@ -81,14 +82,14 @@ def custom_loop(tl, ds, step_s: float, instrument: str, profile: bool) -> None:
         window = tl.tf_profile() if profile and epoch == 1 else contextlib.nullcontext()
         with window:
             if instrument == "readme":
-                for step, _batch in enumerate(tl.iterate(timed(iter(ds)), "Call to Next Batch", cat="wait")):
+                for step, _batch in enumerate(tl.iterate(timed(iter(ds), epoch), "Call to Next Batch", cat="wait")):
                     tl.set_step(step)
                     t0 = time.time_ns()
                     with tl.phase("Training Iteration", cat="compute"):
                         work(step_s)
                     STEPS.append((epoch, t0, time.time_ns()))
             else:
-                it = timed(iter(ds))
+                it = timed(iter(ds), epoch)
                 for step in range(SAMPLES):
                     tl.set_step(step)
                     t0 = time.time_ns()
@@ -142,10 +143,18 @@ def truth() -> dict:
     for i, (epoch, start, end) in enumerate(STEPS):
         nxt = STEPS[i + 1] if i + 1 < len(STEPS) else None
         cycles.append((start, nxt[1] if nxt is not None and nxt[0] == epoch else end))
+    if FETCHED:  # an epoch's cycles cover its whole iteration: from its first fetch to the exhausted one
+        for i, (epoch, start, end) in enumerate(STEPS):
+            mine = [(s, e) for ep, s, e in FETCHED if ep == epoch]
+            if i == 0 or STEPS[i - 1][0] != epoch:
+                cycles[i] = (min(cycles[i][0], min(s for s, _ in mine)), cycles[i][1])
+            if i + 1 == len(STEPS) or STEPS[i + 1][0] != epoch:
+                cycles[i] = (cycles[i][0], max(cycles[i][1], max(e for _, e in mine)))
     if cycles:  # the warm-up step itself is left out; what follows it until the next step counts
         cycles[0] = (STEPS[0][2], cycles[0][1])
     total = sum(e - s for s, e in cycles)
-    waits = FETCHED or PRODUCED  # Keras fetches inside its step: there the synchronous generator is the wait
+    # Keras fetches inside its step: there the synchronous generator is the wait
+    waits = [(s, e) for _, s, e in FETCHED] or PRODUCED
     wait = sum(covered(waits, s, e) for s, e in cycles)
     busy = sum(covered(SLEPT, s, e) for s, e in cycles)
     return {"cycles": len(cycles), "cycle_s": total / 1e9, "input_pct": 100.0 * wait / total,

@@ -644,6 +644,7 @@ class _State:
         self.header: Optional[dict] = None
         self.clock_sync: list[dict] = []
         self.tf_profile: list[dict] = []
+        self.evidence_missing: list[str] = []  # what capture was asked for and did not produce (hooks, profile)
         self.close: Optional[dict] = None
         self.write_failed: Optional[str] = None
         self.dropped = 0  # intervals the TimeLogger writer could not write (timelogger_dropped / close records)
@@ -700,6 +701,13 @@ class _State:
             self.clock_sync.append(_plain(args))
         elif name == "tf_profile":
             self.tf_profile.append(_plain(args))
+        elif name == "tf_profile_missed":
+            self.evidence_missing.append(f"--tf-profile: nothing profiled: {args.get('reason')}")
+        elif name == "timelogger_hooks":
+            if not args.get("seen"):
+                self.evidence_missing.append("the zero-code hooks saw no framework loop (no tf.data iteration, "
+                                             "tf.function call or Keras fit): the program never iterated where they "
+                                             "look; time its loop with timelogger.iterate/phase (README)")
         elif name == "timelogger_close":
             self.close = _plain(args)
             self.dropped = max(self.dropped, _as_int(args.get("dropped")) or 0)
@@ -990,7 +998,7 @@ def _too_long(name: Any, cat: Any, args: dict) -> Optional[str]:
 #: Metadata names whose ``args`` the fast parser does not keep (TimeLogger's); seeing one sends
 #: the file to the line parser.
 _RICH_METADATA = frozenset({"timelogger", "clock_sync", "tf_profile", "timelogger_close", "timelogger_dropped",
-                            "timelogger_lost"})
+                            "timelogger_lost", "tf_profile_missed", "timelogger_hooks"})
 
 
 def _parse_arrow(body: "bytes | memoryview", state: _State) -> "tuple[Optional[_Cols], str]":
@@ -1618,6 +1626,7 @@ def _result(path: str, state: _State, cols: _Cols, kind: str, warnings: list[str
         if state.write_failed:
             meta["ended_early"] = (f"lost intervals: its writes failed ({state.write_failed}: disk full or a "
                                    f"file-size limit?), {state.dropped:,} intervals never reached the file")
+        warnings += [f"{path}: {x}" for x in state.evidence_missing]
         if state.dropped:
             warnings.append(f"{path}: {state.dropped} intervals dropped by the writer (it could not keep up, or a "
                             "write failed); the app layer is incomplete")
