@@ -216,14 +216,14 @@ def check_against_oracle(frame: pd.DataFrame) -> None:
     # mark its steps), else by every tagged row (the whole run)
     comp = frame[frame["cat"] == "compute"]
     marks = comp if len(comp) else frame
-    # the consumer: the threads of the marking rows; the step's cycle covers the epoch's whole iteration, its
-    # consumers' fetches (wait rows) included; a cycle's compute is the step's work (collectives included), its
+    # the consumer: the threads of the marking rows; the step's cycle runs to the epoch's last fetch (a wait row
+    # of a consumer: the one that finds the data exhausted); a cycle's compute is the step's work (collectives included), its
     # input wait a consumer's io/wait while no consumer thread computes
     consumer = set(marks["tid"].tolist())
     fetches = frame[(frame["cat"] == "wait") & frame["tid"].isin(consumer)]
-    span = pd.concat([marks, fetches])
     lo = int(frame["start_ns"].min())
-    a, b = int(span["start_ns"].min()) - lo, int(span["end_ns"].max()) - lo
+    a = int(marks["start_ns"].min()) - lo
+    b = max(int(marks["end_ns"].max()), int(fetches["end_ns"].max()) if len(fetches) else 0) - lo
     assert ib["basis"] == "app" and round(ib["step_s"] * 1e9) == b - a
     busy = exposed = 0
     for inner_of in want["per_thread"][a:b]:

@@ -104,6 +104,29 @@ def test_dlio_own_traces_give_dlio_au_and_the_verdict(dlio_site, dlio_data, kind
     assert steps["step_s"].sum() <= 2 * run.analyse().metrics.job_wall_s  # cycles of two ranks, not of a pool
 
 
+@pytest.mark.zerocode
+@pytest.mark.parametrize("kind,threads", [("compute", None), ("input", None), ("input", 4)])
+def test_dlio_traces_as_written_by_default_give_dlio_au(dlio_site, dlio_data, kind, threads):
+    """``DFTRACER_ENABLE=1`` alone, as DLIO's documentation runs it: its events carry no step args, so its compute
+    events (``TFFramework.compute``) mark the steps and its ``loop.iter`` events are the fetches. With 4 read
+    threads the input-bound setting still idles the accelerator most of the time: a verdict, not 'unknown'."""
+    out = dlio_data / f"default-{kind}-{threads}"
+    extra = [f"++workload.reader.read_threads={threads}"] if threads else []
+    _check(subprocess.run([str(BIN / "mpiexec"), "-n", "2", sys.executable, *_dlio_args(kind, dlio_data, out, *extra)],
+                          cwd=dlio_data, env=_env(dlio_site, DFTRACER_ENABLE="1"), capture_output=True, text=True,
+                          timeout=300))
+    run = Run.open(out)
+    assert "step" not in run.frame.columns or run.frame["step"].isna().all()  # DLIO wrote no step args
+    v = run.verdict()
+    dlio = _dlio_au(out)
+    assert abs(v.au_pct - dlio) <= 10, (v, dlio)
+    assert v.cycles_total == 32 and v.basis == "app", v
+    # compute-bound: AU about 90 %; the restart of the pipeline at the second epoch's first fetch (in its
+    # iteration, as DLIO's epoch timer has it) can make the input wait pass 5 %
+    want = ("highly input-bound",) if kind == "input" else ("not input-bound", "moderately input-bound")
+    assert v.label in want, v
+
+
 def test_launcher_posix_around_dlio_does_not_crash_and_gives_the_posix_layer(dlio_site, dlio_data):
     """``timelogger run --posix`` around DLIO: DLIO starts DFTracer itself, so the launcher leaves DFTracer to it
     (FUNCTION mode) and DLIO's own traces, written into RUN/posix, carry the POSIX layer."""

@@ -336,6 +336,8 @@ def prepare(args: argparse.Namespace, env: Dict[str, str]) -> Dict[str, Any]:
     layer_dirs: List[Path] = []
     layers: Dict[str, Any] = {"app": True, "posix": False, "horovod_timeline": False, "tf_profile": False,
                               "darshan": _darshan_enabled(env)}
+    # why the program starts DFTracer itself (it imports dftracer), or None: a bounded scan of its source
+    traces_itself = starts_dftracer(args.cmd) if args.posix or args.hooks else None
     if args.posix:
         so = _dftracer_preload()
         if so is None:
@@ -345,7 +347,7 @@ def prepare(args: argparse.Namespace, env: Dict[str, str]) -> Dict[str, Any]:
             layer_dirs.append(run_dir / layout.POSIX_DIR)
             env["LD_PRELOAD"] = ":".join(x for x in (str(so), env.get("LD_PRELOAD", "")) if x)
             env["DFTRACER_ENABLE"] = "1"
-            why = starts_dftracer(args.cmd) if args.posix_init == "auto" else None
+            why = traces_itself if args.posix_init == "auto" else None
             program = args.posix_init == "program" or why is not None
             # Two DFTracer cores in one process (the preload's and the program's own) share one writer: the
             # program's finalize frees it while the preload's intercepts still write (a segfault in MPI_Finalize,
@@ -379,8 +381,15 @@ def prepare(args: argparse.Namespace, env: Dict[str, str]) -> Dict[str, Any]:
         # TimeLoggerCallback acts on it (profile into RUN_DIR/tf/rank-<r>); a custom loop uses tl.tf_profile()
         env[ENV_TF_PROFILE] = args.tf_profile
     layers["tf_profile"] = env.get(ENV_TF_PROFILE) or False  # also when the user exported it
-    layers["hooks"] = bool(args.hooks)
-    if args.hooks:
+    # A program that starts DFTracer itself (DLIO, pydftracer annotations) times its own loop in its own traces:
+    # the hooks would time the same fetches again under their own epoch numbers
+    layers["hooks"] = bool(args.hooks) and traces_itself is None
+    if traces_itself is not None:
+        layers["hooks_off"] = f"the program traces its own loop ({traces_itself})"
+        if rank == 0:
+            print(f"timelogger: zero-code hooks off: the program traces its own loop ({traces_itself})",
+                  file=sys.stderr)
+    if layers["hooks"]:
         boot = str(Path(__file__).resolve().parent / "_boot")
         env["PYTHONPATH"] = os.pathsep.join(x for x in (boot, env.get("PYTHONPATH", "")) if x)
         env[ENV_HOOKS] = "1"

@@ -594,13 +594,17 @@ class _Attribution:
         step_start = w["_ws"].to_numpy(dtype=_I8)
         own_end = w["_we"].to_numpy(dtype=_I8)
         we = _cycle_ends(r, w["epoch"], step_start, own_end)
-        first = np.r_[True, r[1:] != r[:-1]] if len(r) else np.zeros(0, dtype=bool)
         n_of_rank = np.bincount(r, minlength=len(self.ranks))
-        warmup = first & (n_of_rank[r] > 1)
-        # DLIO's "first step excluded": the first step itself (graph tracing, first file opens), not what follows it
-        # until the next step starts (the fetch of the next batch, a barrier): that part of its cycle counts
+        # DLIO's "first step excluded" (statscounter: an epoch's time less its first step's, fetch included): the
+        # first step of each epoch of a rank (graph tracing, the pipeline's start, first file opens), not what
+        # follows it until the next step starts (the fetch of the next batch, a barrier): that part of its cycle
+        # counts. A rank or epoch of one step keeps it.
+        ep = w["epoch"].to_numpy(dtype=_I8, na_value=_NO_EPOCH)
+        first = np.r_[True, (r[1:] != r[:-1]) | (ep[1:] != ep[:-1])] if len(r) else np.zeros(0, dtype=bool)
+        group = np.cumsum(first) - 1
+        warmup = first & (np.bincount(group)[group] > 1) if len(r) else first
         ws = np.where(warmup, np.minimum(own_end, we), step_start)
-        ws, we = self._whole_iterations(r, w["epoch"], ws, we, warmup)
+        we = self._to_iteration_end(r, ep, ws, we)
         self._cycles = dict(marks=w, r=r, ws=ws, we=we, step_start=step_start, warmup=warmup)
         # ranks without steps: epoch windows, then the whole traced time (app evidence), each merged
         self._fallback = []
@@ -619,34 +623,22 @@ class _Attribution:
         self._groups: dict[tuple, int] = {}  # (rank code, epoch or _NO_EPOCH, name code) -> group, in first-row order
         self._group_first: list[list] = []  # per group: [frame position, rank code, epoch, name code, cat index]
 
-    def _whole_iterations(self, r: np.ndarray, epoch: pd.Series, ws: np.ndarray, we: np.ndarray,
-                          warmup: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Cycles ``[ws, we)`` stretched so that each epoch's cover its whole iteration: its first cycle starts at the
-        epoch's first fetch on the consumer threads (iterator start-up; not the rank's warm-up step), its last ends
-        with the epoch's last fetch (the one that finds the data exhausted: iterator teardown), never into a
-        neighbouring cycle. What lies between two epochs' iterations is no cycle's."""
-        (ir, iep), i_s, i_e = self._iterations
+    def _to_iteration_end(self, r: np.ndarray, ep: np.ndarray, ws: np.ndarray, we: np.ndarray) -> np.ndarray:
+        """Cycle ends ``we`` with each epoch's last cycle stretched to the epoch's last fetch on the consumer threads
+        (the one that finds the data exhausted: iterator teardown, as DLIO's epoch timer has it), never into the
+        next cycle of its rank. What lies between two epochs' iterations is no cycle's."""
+        (ir, iep), _, i_e = self._iterations
         if not r.size or not ir.size:
-            return ws, we
-        ep = epoch.to_numpy(dtype=_I8, na_value=_NO_EPOCH)
+            return we
         codes = combined_codes(np.r_[ir, r], np.r_[iep, ep])
         lookup = np.full(int(codes.max()) + 1, -1, dtype=_I8)
         lookup[codes[:ir.size]] = np.arange(ir.size)
         at = lookup[codes[ir.size:]]
         has = at >= 0
-        it_s = np.where(has, self.axis.to_axis(r, np.where(has, i_s[at], 0)), _T_MAX)
         it_e = np.where(has, self.axis.to_axis(r, np.where(has, i_e[at], 0)), _T_MIN)
-        new_group = np.r_[True, (r[1:] != r[:-1]) | (ep[1:] != ep[:-1])]
-        last = np.r_[new_group[1:], True]
-        next_start = np.r_[ws[1:], _T_MAX]
-        same_rank_next = np.r_[r[1:] == r[:-1], False]
-        limit = np.where(same_rank_next, next_start, _T_MAX)
-        we = np.where(last & (it_e > we), np.minimum(it_e, limit), we)
-        prev_end = np.r_[_T_MIN, we[:-1]]
-        same_rank_prev = np.r_[False, r[1:] == r[:-1]]
-        floor = np.where(same_rank_prev, prev_end, _T_MIN)
-        ws = np.where(new_group & ~warmup & (it_s < ws), np.maximum(it_s, floor), ws)
-        return ws, we
+        last = np.r_[(r[1:] != r[:-1]) | (ep[1:] != ep[:-1]), True]
+        limit = np.where(np.r_[r[1:] == r[:-1], False], np.r_[ws[1:], _T_MAX], _T_MAX)
+        return np.where(last & (it_e > we), np.minimum(it_e, limit), we)
 
     def _add(self, key: str, values: np.ndarray, size: Optional[int] = None) -> None:
         """Adds one slab's ``values`` to the sum ``key`` (grown to ``size`` entries when given)."""
@@ -1109,7 +1101,7 @@ def verdict_label(input_pct: float) -> str:
 def input_bound_df(frame: pd.DataFrame, layers: "str | Sequence[str] | None" = None) -> pd.DataFrame:
     """Per rank: step-cycle time, input wait and compute inside the cycles, AU, verdict.
 
-    Sums of :func:`step_series_df` over the rank's counted cycles (the first step of each rank, pipeline warm-up,
+    Sums of :func:`step_series_df` over the rank's counted cycles (the first step of each epoch, pipeline warm-up,
     is left out when the rank has more; the rest of its cycle counts). A rank without step tags falls back to its epoch windows
     (``"epoch"``), then to its whole traced time (``"run"``, e.g. a bare Darshan log, verdict ``"unknown"``).
 
@@ -1153,8 +1145,8 @@ def step_series_df(frame: pd.DataFrame) -> pd.DataFrame:
     -------
     pandas.DataFrame
         ``rank``, ``epoch``, ``step`` (Int64), ``start_ns``, ``end_ns`` (the cycle), ``step_s``,
-        ``input_wait_s``, ``compute_s``, ``other_s``, ``excluded_s``, ``basis``, ``warmup`` (first step of the
-        rank: the step itself is left out, ``excluded_s``, and its cycle starts where it ended), ``counted``
+        ``input_wait_s``, ``compute_s``, ``other_s``, ``excluded_s``, ``basis``, ``warmup`` (first step of an
+        epoch of the rank: the step itself is left out, ``excluded_s``, and its cycle starts where it ended), ``counted``
         (used by the verdict).
     """
     return _step_series(_attribution(frame, None, lower=True)).drop(columns=STEP_AXIS_COLUMNS)
@@ -1226,7 +1218,7 @@ def _input_bound(att: Optional[_Attribution], series: Optional[pd.DataFrame] = N
     """Per-rank sums of :func:`_step_series` (``series`` when the caller has it already)."""
     cols = ["rank", "basis", "steps", "steps_total", "step_s", "input_wait_s", "input_pct", "compute_s",
             "au_pct", "other_s", "excluded_s", "input_visible", "verdict", "unexplained_phase", "unexplained_phase_s",
-            "unexplained_gap_s"]
+            "unexplained_gap_s", "between_epochs_s"]
     if att is None:
         return pd.DataFrame({c: pd.Series(dtype="object" if c in ("basis", "verdict", "unexplained_phase")
                                           else "float64") for c in cols})
@@ -1281,7 +1273,21 @@ def _input_bound(att: Optional[_Attribution], series: Optional[pd.DataFrame] = N
         "unexplained_phase": top_name,
         "unexplained_phase_s": top_s,
         "unexplained_gap_s": per_rank(att.sum("gap", len(series))[counted] / 1e9),
+        "between_epochs_s": _between_epochs(series, n),
     })
+
+
+def _between_epochs(series: pd.DataFrame, n: int) -> np.ndarray:
+    """Per rank code: the time between one epoch's last cycle and the next epoch's first (outside every epoch's
+    iteration: validation, checkpoints, callbacks, a profiler starting), s."""
+    r = series["_r"].to_numpy(dtype=_I8)
+    if r.size < 2:
+        return np.zeros(n)
+    ep = series["epoch"].to_numpy(dtype=_I8, na_value=_NO_EPOCH)
+    ws, we = series["_ws"].to_numpy(dtype=_I8), series["_we"].to_numpy(dtype=_I8)
+    edge = (r[1:] == r[:-1]) & (ep[1:] != ep[:-1])
+    gap = np.where(edge, np.maximum(ws[1:] - we[:-1], 0), 0)
+    return np.bincount(r[1:], weights=gap / 1e9, minlength=n)
 
 
 def _largest_unexplained(att: _Attribution) -> tuple[np.ndarray, np.ndarray]:
@@ -1354,6 +1360,7 @@ class Verdict:
     unexplained_phase: Optional[str] = None  # the app phase holding most of the cycles' unexplained time
     unexplained_phase_pct: Optional[float] = None  # its share of cycle time
     unexplained_gap_pct: Optional[float] = None  # unexplained time outside every app phase, share of cycle time
+    between_epochs_s: Optional[float] = None  # time between epochs' iterations, in no cycle (its own term)
     notes: list = field(default_factory=list)  # the evidence used and its coverage, exclusions, blind spots
 
     def as_dict(self) -> dict:
@@ -1386,7 +1393,11 @@ def _verdict(per: pd.DataFrame) -> Verdict:
                               worst_rank=int(worst["rank"]), worst_rank_input_pct=float(worst["input_pct"]),
                               unexplained_phase=top,
                               unexplained_phase_pct=100.0 * float(by_phase.max()) / step if top else None,
-                              unexplained_gap_pct=100.0 * float(seen["unexplained_gap_s"].sum()) / step)
+                              unexplained_gap_pct=100.0 * float(seen["unexplained_gap_s"].sum()) / step,
+                              between_epochs_s=float(seen["between_epochs_s"].sum()))
+    if out.between_epochs_s:
+        notes.append(f"between epochs: {out.between_epochs_s:.3g} s outside every epoch's iteration (validation, "
+                     "checkpoints, callbacks, a profiler starting), in no step cycle and not input wait")
     if pct + au < MIN_EXPLAINED_PCT:
         notes.append(f"the accelerator idles {100 - au:.0f} % of the step cycles: input wait {pct:.0f} %, "
                      f"unexplained {out.other_pct:.0f} % ({unexplained_text(out)}); time what the loop does there with "
@@ -1431,7 +1442,7 @@ def _verdict_notes(per: pd.DataFrame) -> list[str]:
         notes.append(line)
     warm = per[per["excluded_s"] > 0]
     if len(warm):
-        notes.append(f"excluded: the first step of each rank (pipeline warm-up: shuffle-buffer fill, graph "
+        notes.append(f"excluded: the first step of each epoch and rank (pipeline warm-up: shuffle-buffer fill, graph "
                      f"tracing, first file opens; DLIO's rule), {float(warm['excluded_s'].sum()):.3g} s in all")
     blind = per[~per["input_visible"].astype(bool)]
     if len(blind):

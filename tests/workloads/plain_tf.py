@@ -8,11 +8,13 @@
 - ``keras``: the same pipeline and step given to ``model.fit``.
 
 The truth times the script's own waits with ``time.time_ns()`` (not TimeLogger): the custom loop its ``next()``
-calls (the first of an epoch from its ``iter()``, the pipeline's start-up) and its steps, Keras its batches (``on_train_batch_begin``/``end``) and the generator's sleeps. It prints
-``TRUTH {json}`` over the loop's time from the first step's end to the last step's end (the first step excluded,
-time between epochs included): ``input_pct`` = time blocked in ``next()`` (Keras: the generator's sleeps, which
-the synchronous pipeline makes the batch wait for), ``au_pct`` = time in the step (the custom loop's calls of its
-``tf.function``; Keras: the step's work, since a batch holds its fetch).
+calls (the first of an epoch from its ``iter()``, the pipeline's start-up) and its steps, Keras its batches
+(``on_train_batch_begin``/``end``) and the generator's sleeps. It prints ``TRUTH {json}`` over each epoch's
+iteration (each epoch's first step excluded; time between epochs is its own term, ``between_s``, see
+:func:`truth`):
+``input_pct`` = time blocked in ``next()`` (Keras: the generator's sleeps, which the synchronous pipeline makes the
+batch wait for), ``au_pct`` = time in the step (the custom loop's calls of its ``tf.function``; Keras: the step's
+work, since a batch holds its fetch).
 """
 from __future__ import annotations
 
@@ -59,7 +61,7 @@ def custom(ds, step_s: float, epochs: int, host_s: float) -> None:
         tf.py_function(lambda b: work(step_s), [batch], [])
         w.assign_add(1.0)
 
-    for _ in range(epochs):
+    for epoch in range(epochs):
         t0 = time.time_ns()
         it = iter(ds)  # the pipeline's start-up: the loop waits for it as for a batch
         while True:
@@ -67,12 +69,12 @@ def custom(ds, step_s: float, epochs: int, host_s: float) -> None:
             try:
                 batch = next(it)
             except StopIteration:
-                FETCHED.append((t0, time.time_ns()))
+                FETCHED.append((epoch, t0, time.time_ns()))
                 break
-            FETCHED.append((t0, time.time_ns()))
+            FETCHED.append((epoch, t0, time.time_ns()))
             t0 = time.time_ns()
             train_step(batch)
-            STEPPED.append((t0, time.time_ns()))
+            STEPPED.append((epoch, t0, time.time_ns()))
             time.sleep(host_s)  # Python between the steps (logging, metrics): neither input nor compute
             t0 = 0
 
@@ -90,11 +92,14 @@ def keras(ds, step_s: float, epochs: int) -> None:
             return {"w": self.w}
 
     class Clock(tf.keras.callbacks.Callback):
+        def on_epoch_begin(self, epoch, logs=None):
+            self.epoch = epoch
+
         def on_train_batch_begin(self, batch, logs=None):
             self.t0 = time.time_ns()
 
         def on_train_batch_end(self, batch, logs=None):
-            STEPPED.append((self.t0, time.time_ns()))
+            STEPPED.append((self.epoch, self.t0, time.time_ns()))
 
     model = Sleeper()
     model.compile()
@@ -106,11 +111,21 @@ def covered(intervals: list, lo: int, hi: int) -> int:
 
 
 def truth() -> dict:
-    lo, hi = STEPPED[0][1], STEPPED[-1][1]
-    total = hi - lo
-    waits = FETCHED or PRODUCED
-    return {"steps": len(STEPPED), "loop_s": total / 1e9, "input_pct": 100.0 * covered(waits, lo, hi) / total,
-            "au_pct": 100.0 * covered(SLEPT if not FETCHED else STEPPED, lo, hi) / total}
+    """Per epoch, its iteration after its first step (warm-up, excluded as DLIO does: its fetch, the pipeline's
+    start, and the step) up to the fetch that found the data exhausted (Keras: its last batch's end). Time between
+    two epochs' iterations is in none (``between_s``)."""
+    windows = []
+    for epoch in sorted({ep for ep, _, _ in STEPPED}):
+        steps = [(s, e) for ep, s, e in STEPPED if ep == epoch]
+        ends = [e for ep, _, e in FETCHED if ep == epoch] + [e for _, e in steps]
+        windows.append((steps[0][1], max(ends)))
+    total = sum(e - s for s, e in windows)
+    waits = [(s, e) for _, s, e in FETCHED] or PRODUCED
+    busy = [(s, e) for _, s, e in STEPPED] if FETCHED else SLEPT
+    return {"steps": len(STEPPED), "loop_s": total / 1e9,
+            "between_s": sum(b[0] - a[1] for a, b in zip(windows, windows[1:])) / 1e9,
+            "input_pct": 100.0 * sum(covered(waits, s, e) for s, e in windows) / total,
+            "au_pct": 100.0 * sum(covered(busy, s, e) for s, e in windows) / total}
 
 
 def main() -> None:

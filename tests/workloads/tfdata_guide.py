@@ -16,8 +16,8 @@ off), so the loop waits for every sample.
 ``profile_batches`` for Keras). The script's truth does not use TimeLogger: the generator records when it produced
 each sample, the custom loops time their own ``next()`` calls, and the loop records when each step began and ended
 (``time.time_ns()``); the script prints ``TRUTH {json}`` with the step-cycle definition applied to those (a cycle
-runs from one step start to the next in the same epoch, an epoch's first from its first fetch and its last to the
-fetch that finds the data exhausted; the first step of the run is left out, the rest of its cycle counts): ``input_pct`` = the
+runs from one step start to the next in the same epoch, an epoch's last up to the fetch that finds the data
+exhausted; the first step of each epoch is left out, the rest of its cycle counts): ``input_pct`` = the
 loop's waits (Keras: the generator's time) inside the cycles ÷ cycle time, ``au_pct`` = step sleeps ÷ cycle
 time.
 """
@@ -143,15 +143,12 @@ def truth() -> dict:
     for i, (epoch, start, end) in enumerate(STEPS):
         nxt = STEPS[i + 1] if i + 1 < len(STEPS) else None
         cycles.append((start, nxt[1] if nxt is not None and nxt[0] == epoch else end))
-    if FETCHED:  # an epoch's cycles cover its whole iteration: from its first fetch to the exhausted one
-        for i, (epoch, start, end) in enumerate(STEPS):
-            mine = [(s, e) for ep, s, e in FETCHED if ep == epoch]
-            if i == 0 or STEPS[i - 1][0] != epoch:
-                cycles[i] = (min(cycles[i][0], min(s for s, _ in mine)), cycles[i][1])
-            if i + 1 == len(STEPS) or STEPS[i + 1][0] != epoch:
-                cycles[i] = (cycles[i][0], max(cycles[i][1], max(e for _, e in mine)))
-    if cycles:  # the warm-up step itself is left out; what follows it until the next step counts
-        cycles[0] = (STEPS[0][2], cycles[0][1])
+    for i, (epoch, start, end) in enumerate(STEPS):
+        if i == 0 or STEPS[i - 1][0] != epoch:  # an epoch's first step (warm-up) is left out, the rest of its cycle not
+            cycles[i] = (end, cycles[i][1])
+        mine = [e for ep, _, e in FETCHED if ep == epoch]
+        if mine and (i + 1 == len(STEPS) or STEPS[i + 1][0] != epoch):  # up to the fetch that found the data exhausted
+            cycles[i] = (cycles[i][0], max(cycles[i][1], max(mine)))
     total = sum(e - s for s, e in cycles)
     # Keras fetches inside its step: there the synchronous generator is the wait
     waits = [(s, e) for _, s, e in FETCHED] or PRODUCED
