@@ -26,7 +26,8 @@ for name in sorted(os.listdir(data)):
 
 @pytest.fixture()
 def plain_run(tmp_path: Path) -> Path:
-    """``mpiexec -n 2 timelogger run --posix`` around a script that knows nothing of TimeLogger."""
+    """``mpiexec -n 2 timelogger run --posix --no-hooks`` around a script that knows nothing of TimeLogger (no app
+    file at all: the POSIX rows take their ranks from the launch records alone)."""
     if _dftracer_preload() is None:
         pytest.skip("dftracer's libdftracer_preload.so is not installed")
     if not (BIN / "mpiexec").exists():
@@ -38,7 +39,7 @@ def plain_run(tmp_path: Path) -> Path:
     (tmp_path / "reader.py").write_text(PLAIN_READER)
     run_dir = tmp_path / "run"
     p = subprocess.run([str(BIN / "mpiexec"), "-n", "2", str(BIN / "timelogger"), "run", "-o", str(run_dir), "--posix",
-                        "--posix-filter", str(data), "--", sys.executable, "reader.py", str(data)],
+                        "--posix-filter", str(data), "--no-hooks", "--", sys.executable, "reader.py", str(data)],
                        cwd=tmp_path, env=clean_env(), capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
     assert not list((run_dir / "app").glob("*.pfw")) if (run_dir / "app").exists() else True

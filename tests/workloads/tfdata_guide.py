@@ -68,6 +68,7 @@ def timed(it, epoch: int):
         try:
             item = next(it)
         except StopIteration:
+            it = None  # the iterator's teardown (its pipeline's threads stop) ends the iteration, as tl.iterate sees
             FETCHED.append((epoch, t0, time.time_ns()))
             return
         FETCHED.append((epoch, t0, time.time_ns()))
