@@ -407,6 +407,10 @@ class _Attribution:
         (ep_rank, ep), ws, we = epochs.result()
         self._windows[("epoch",)] = self._window_frame({"epoch": ep}, ep_rank, ws, we)
         self._kinds = [np.unique(np.concatenate(k)) for k in kinds]
+        #: per rank code, the index in MARK_KINDS of what marks its steps (-1: nothing)
+        self.mark_kind = np.full(n, -1, dtype=_I8)
+        for i, have in reversed(list(enumerate(self._kinds))):
+            self.mark_kind[np.searchsorted(self.ranks, have)] = i
         if not self._lower:
             return
         l_rank, l_layer = distinct_rows(np.concatenate([r for r, _ in layers]), np.concatenate([x for _, x in layers]))
@@ -1242,7 +1246,10 @@ def _input_bound(att: Optional[_Attribution], series: Optional[pd.DataFrame] = N
     basis = _BASIS[(fw_steps > 0).astype(np.int8)]
     # wait phases of the loop inside the counted cycles (hidden or not): input wait could have been seen
     seen = att.sum("loop_wait", len(series))[counted]
-    visible = (basis == "framework") | (per_rank(seen.astype(np.float64)) > 0)
+    # ... or the steps are compute events, not step phases: a step phase may hold the fetch of its batch (a Keras
+    # batch, a step phase around fetch and step), a compute event does not (DLIO's compute, a hooked tf.function:
+    # their fetches lie between them, in the cycle, where input wait can only show as wait or as unexplained time)
+    visible = (basis == "framework") | (per_rank(seen.astype(np.float64)) > 0) | (att.mark_kind > 0)
     # ranks without steps: epoch windows, then the whole traced time (app evidence)
     for i, (label, ms, me, rr) in enumerate(att._fallback):
         step_s += per_rank((me - ms) / 1e9, rr)
