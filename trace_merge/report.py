@@ -38,7 +38,7 @@ h1{font-size:1.5em;margin-bottom:0} h2{font-size:1.15em;border-bottom:1px solid 
 th,td{border:1px solid #ddd;padding:3px 7px;text-align:right} th{background:#f3f3f3}
 td:first-child,th:first-child{text-align:left}
 .verdict{font-size:1.1em;padding:10px 14px;border-radius:6px;display:inline-block;margin:8px 0}
-.v-not{background:#e6f4ea} .v-moderately{background:#fff4e5} .v-highly{background:#fdecea} .v-unknown{background:#eee}
+.v-not{background:#e6f4ea} .v-moderately{background:#fff4e5} .v-highly{background:#fdecea} .v-accelerator{background:#fdecea} .v-unknown{background:#eee}
 .warn{color:#8a4b00} img{max-width:100%;border:1px solid #eee;margin:6px 0} details{margin:6px 0}
 .kv td:first-child{font-weight:600} .scroll{overflow-x:auto}
 .answer{border:1px solid #ddd;border-radius:6px;padding:4px 16px 8px;margin:10px 0}
