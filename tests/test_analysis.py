@@ -204,6 +204,9 @@ def test_untagged_compute_marks_steps_then_epoch_windows_without_steps():
     assert ib["basis"].tolist() == ["app"] and ib["steps_total"].tolist() == [1]
     bare = f[~f["cat"].isin(["compute", "wait"])]
     assert A.input_bound_df(bare)["basis"].tolist() == ["epoch"]
+    # a framework profile's untagged operators are no steps: many to a step
+    ops = f.assign(layer=pd.Series(["framework"] * 5, dtype="category"))
+    assert A.input_bound_df(ops)["basis"].tolist() == ["epoch"]
 
 
 # -- bytes ------------------------------------------------------------------------------------------------

@@ -326,8 +326,8 @@ MARK_KINDS: tuple[str, ...] = (
     "step phase",  # step-tagged step phase (Training Iteration: a Checkpoint tagged with its step must not stretch it)
     "step-tagged compute",  # DLIO's TFFramework.compute with metadata, pydftracer's compute, a hooked tf.function
     "step-tagged rows",  # any row carrying a step tag
-    "compute events",  # untagged compute rows, outermost: DLIO's compute without metadata, a hooked step call
-    "fetches",  # untagged wait rows: consecutive fetches of the loop
+    "compute events",  # untagged app compute rows, outermost: DLIO's compute without metadata, a hooked step call
+    "fetches",  # untagged app wait rows: consecutive fetches of the loop
 )
 
 
@@ -336,8 +336,11 @@ def _mark_kinds(c: "_Frame", rows: np.ndarray) -> tuple[np.ndarray, ...]:
     tagged = c.tag("step", rows)[1]
     cat = c.cat_priority[c.cat[rows]]
     compute = cat == PRIORITY.index("compute")
-    return (tagged & c.is_step_phase[c.name[rows]], tagged & compute, tagged, ~tagged & compute,
-            ~tagged & (cat == PRIORITY.index("wait")))
+    # untagged rows mark steps only in the app layer (the loop's own events, DLIO's, the hooks'): a framework
+    # profile's compute events are operators, many to a step
+    loop = ~tagged & c.is_app[c.layer[rows]]
+    return (tagged & c.is_step_phase[c.name[rows]], tagged & compute, tagged, loop & compute,
+            loop & (cat == PRIORITY.index("wait")))
 
 
 class _Attribution:
