@@ -413,3 +413,26 @@ def test_record_logs_an_interval_timed_elsewhere(tmp_path) -> None:
     assert frame.at["Read File", "start_ns"] == now - 5_000_000 and frame.at["Read File", "dur_ns"] == 3_000_000
     assert frame.at["Read File", "epoch"] == 2 and frame.at["Read File", "bytes"] == 7
     assert frame.at["Read File", "file"] == "/d/x.h5" and frame.at["Tick", "dur_ns"] == 0
+
+
+def test_number_like_values_are_written_as_json_numbers(tmp_path: Path) -> None:
+    """``p.update(bytes=np.int64(n))`` is what a loader passes: a number in the file (the merge counts its bytes),
+    not the string ``"4096"``; numpy floats, NaN and booleans likewise, anything else as its text."""
+    np = pytest.importorskip("numpy")
+    tl = TimeLogger(tmp_path)
+    with tl.phase("Load File", cat="io") as p:
+        p.update(bytes=np.int64(4096), secs=np.float32(0.5), bad=np.float64("nan"), ok=np.bool_(True),
+                 file=Path("/data/x.h5"))
+    (e,) = intervals(_events(tl), "Load File")
+    assert e["args"]["bytes"] == 4096 and isinstance(e["args"]["bytes"], int)
+    assert e["args"]["secs"] == 0.5 and e["args"]["bad"] is None and e["args"]["ok"] is True
+    assert e["args"]["file"] == "/data/x.h5"
+
+
+@pytest.mark.parametrize("kwargs", [{"flush_interval": 0}, {"flush_interval": -1}, {"flush_interval": "soon"},
+                                    {"flush_interval": float("nan")}, {"max_lag": -0.5}])
+def test_flush_settings_outside_a_sane_range_are_refused_in_one_line(tmp_path: Path, kwargs: dict) -> None:
+    """``flush_interval=0`` busy-looped a core and a negative one dropped most intervals: refused, nothing made."""
+    with pytest.raises(ValueError, match=r"^TimeLogger: (flush_interval|max_lag)=.* is outside [\d.]+\.\.3600 seconds$"):
+        TimeLogger(tmp_path / "run", **kwargs)
+    assert not (tmp_path / "run").exists()

@@ -75,15 +75,51 @@ def _json(value: Any) -> str:
     numbers) become ``null``; a lone surrogate -- what ``os.fsdecode`` gives for a non-UTF-8 file name -- is
     written as its ``\\udcXX`` escape, which JSON allows and ``json.loads`` turns back into the same string."""
     try:
-        text = json.dumps(value, separators=(",", ":"), default=str, ensure_ascii=False, allow_nan=False)
+        text = json.dumps(value, separators=(",", ":"), default=_plain, ensure_ascii=False, allow_nan=False)
     except ValueError:
-        text = json.dumps(_finite(value), separators=(",", ":"), default=str, ensure_ascii=False)
+        text = json.dumps(_finite(value), separators=(",", ":"), default=_plain, ensure_ascii=False)
     if not text.isascii():
         try:
             text.encode("utf-8")
         except UnicodeEncodeError:  # only ever inside a JSON string, where the escape is what JSON means
             text = text.encode("utf-8", "backslashreplace").decode("utf-8")
     return text
+
+
+#: accepted ``flush_interval`` and ``max_lag`` (s): 0 would busy-loop the writer on a core, a negative interval drop
+#: most intervals, and more than an hour hold them unwritten for that long
+FLUSH_INTERVAL_RANGE = (0.01, 3600.0)
+MAX_LAG_RANGE = (0.0, 3600.0)  # 0: drop whatever the writer has not written at once (tests)
+
+
+def _in_range(what: str, value: Any, lo: float, hi: float) -> float:
+    """``value`` as a float, or a one-line ValueError naming ``what`` and the accepted range."""
+    try:
+        x = float(value)
+    except (TypeError, ValueError):
+        x = float("nan")
+    if not lo <= x <= hi:  # NaN fails too
+        raise ValueError(f"TimeLogger: {what}={value!r} is outside {lo:g}..{hi:g} seconds")
+    return x
+
+
+def _plain(value: Any) -> Any:
+    """What ``json`` cannot write: a number-like value (numpy's ``int64``, ``float32``, ``bool_``: what
+    ``p.update(bytes=np.int64(n))`` passes) as the JSON number or boolean it stands for, anything else as its
+    ``str``. No numpy import: the capture side is standard library only."""
+    if type(value).__name__ in ("bool_", "bool"):
+        return bool(value)
+    if hasattr(value, "__index__"):
+        try:
+            return operator.index(value)
+        except TypeError:
+            pass
+    if hasattr(value, "__float__") and not isinstance(value, (str, bytes)):
+        try:
+            return _finite(float(value))
+        except (TypeError, ValueError):
+            pass
+    return str(value)
 
 
 def _finite(value: Any) -> Any:
@@ -281,8 +317,8 @@ class TimeLogger:
         self.path: Optional[Path] = None
         self._lost_at: Optional[int] = None
         self._write_failed: Optional[str] = None  # errno name of the write that failed; logging is off since
-        self.flush_interval = float(flush_interval)
-        lag = self.flush_interval + 0.25 if max_lag is None else float(max_lag)
+        self.flush_interval = _in_range("flush_interval", flush_interval, *FLUSH_INTERVAL_RANGE)
+        lag = self.flush_interval + 0.25 if max_lag is None else _in_range("max_lag", max_lag, *MAX_LAG_RANGE)
         self.max_lag = lag
         self._max_lag_ns = int(lag * 1e9)
         self._on = False
