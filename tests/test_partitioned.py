@@ -201,7 +201,8 @@ def test_cli_summary_takes_the_scheduler_and_rejects_bad_engine_options(generate
     assert out.returncode == 0, out.stderr
     ref = Run.open(generated, partitioned=False)
     assert json.loads(out.stdout)["metrics"] == json.loads(json.dumps(ref.summary()["metrics"]))
-    for bad, why in ((["--workers", "0"], "positive integer"), (["--memory-limit", "12"], "memory size")):
+    for bad, why in ((["--workers", "0"], "positive integer"), (["--memory-limit", "12"], "memory size"),
+                     (["--memory-limit", "1e999"], "memory size"), (["--memory-limit", "nan"], "memory size")):
         res = subprocess.run([sys.executable, "-m", "trace_merge", "summary", str(generated), *bad],
                              capture_output=True, text=True, env=tool_env, timeout=60)
         assert res.returncode == 2 and why in res.stderr, res.stderr

@@ -77,9 +77,13 @@ def _size_arg(text: str) -> int:
         value = float(t[: len(t) - len(unit)]) * units[unit]
     except ValueError:
         value = 0
-    if value < 1 << 20:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a memory size of at least 1M (e.g. 512M, 2G)")
+    if not 1 << 20 <= value <= _MAX_MEMORY:  # NaN and infinity fail too
+        raise argparse.ArgumentTypeError(f"{text!r} is not a memory size from 1M to 1024T (e.g. 512M, 2G)")
     return int(value)
+
+
+#: the largest --memory-limit taken (1024T): past any machine, and far from float infinity
+_MAX_MEMORY = 1 << 50
 
 
 def _input(path: str) -> Path:
