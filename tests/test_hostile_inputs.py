@@ -183,3 +183,23 @@ def test_out_of_memory_is_one_line_naming_the_run(run_copy, capsys, monkeypatch)
     assert main(["summary", str(run_copy)]) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and err.startswith(f"trace-merge: error: {run_copy}: out of memory")
+
+
+def test_control_characters_from_a_trace_are_escaped_in_terminal_output(tmp_path, capsys):
+    """A phase name, a file name and a warning that carry terminal escape sequences (retitle, clear, a C1 CSI) are
+    printed as visible ``\\xNN`` escapes by ``summary`` and ``findings``: a trace cannot drive the user's terminal."""
+    hostile = "Load \x1b]0;pwned\x07File\x1b[2J\x9b31m"
+    tl = TimeLogger(tmp_path / "run", rank=0, world_size=1)
+    for i in range(3):
+        tl.set_step(i)
+        with tl.phase("Training Iteration", cat="compute"):
+            with tl.phase(hostile, cat="io") as p:
+                p.update(bytes=10, file=f"/data/\x1b[31mred-{i}.h5")
+    tl.close()
+    for cmd in ("summary", "findings"):
+        assert main([cmd, str(tmp_path / "run")]) == 0
+        out = capsys.readouterr()
+        text = out.out + out.err
+        assert not any(c in text for c in ("\x1b", "\x07", "\x9b")), repr(text[:500])
+    assert main(["summary", str(tmp_path / "run")]) == 0
+    assert "Load \\x1b]0;pwned\\x07File\\x1b[2J\\x9b31m" in capsys.readouterr().out

@@ -29,8 +29,17 @@ logger = logging.getLogger(__name__)
 PROG = "trace-merge"
 
 
+#: control characters (C0 but tab and newline, DEL, C1) as visible ``\xNN`` escapes: names, files and hosts read
+#: from a trace are printed, and an escape sequence in one must not retitle, recolour or clear the user's terminal
+_CONTROLS = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7f, *range(0x80, 0xa0)) if c not in (0x09, 0x0a)}
+
+
+def _printable(text: str) -> str:
+    return text.translate(_CONTROLS)
+
+
 def _out(text: str = "") -> None:
-    sys.stdout.write(text + "\n")
+    sys.stdout.write(_printable(text) + "\n")
 
 
 def _num(x: Optional[float]) -> str:
@@ -542,7 +551,7 @@ def _start_pool_early(args: argparse.Namespace) -> None:
 
 class _OneLine(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
-        return f"{PROG}: {record.levelname.lower()}: {record.getMessage()}"
+        return f"{PROG}: {record.levelname.lower()}: {_printable(record.getMessage())}"
 
 
 def _configure_logging(debug: bool) -> logging.Handler:
@@ -555,7 +564,7 @@ def _configure_logging(debug: bool) -> logging.Handler:
 
 
 def _error(message: str, status: int = 2) -> int:
-    sys.stderr.write(f"{PROG}: error: {message}\n")
+    sys.stderr.write(f"{PROG}: error: {_printable(message)}\n")
     return status
 
 
