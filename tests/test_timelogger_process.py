@@ -140,3 +140,33 @@ for i in range(100):
     ev = read_pfw(path)
     assert len(intervals(ev, "p")) == 100
     assert ev[-1]["name"] == "timelogger_close" and ev[-1]["args"]["events"] == 100
+
+
+def test_a_child_forked_from_another_thread_exits_when_that_thread_returns(tmp_path: Path) -> None:
+    """``os.fork()`` in a thread that is not the main one: in the child that thread is the only one the program
+    has, and the child ends when it returns -- the logger's writer thread must not keep it alive (the parent's
+    ``waitpid`` hung). The child's interval and its close record are written."""
+    script = f"""
+import os, threading
+from timelogger import TimeLogger
+tl = TimeLogger({str(tmp_path)!r}, rank=0, world_size=1)
+with tl.phase("parent", cat="other"):
+    pass
+def work():
+    pid = os.fork()
+    if pid == 0:
+        with tl.phase("child", cat="other"):
+            pass
+        return
+    print("STATUS", os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]), flush=True)
+t = threading.Thread(target=work)
+t.start()
+t.join()
+tl.close()
+"""
+    out = run_py(script, tmp_path, timeout=30)
+    assert "STATUS 0" in out.stdout
+    files = app_files(tmp_path)
+    assert len(files) == 2
+    child = next(read_pfw(p) for p in files if intervals(read_pfw(p), "child"))
+    assert len(intervals(child, "child")) == 1 and meta(child, "timelogger_close")

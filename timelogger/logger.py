@@ -344,6 +344,7 @@ class TimeLogger:
         self.anchor = _anchor()
         self._off = self.anchor[0] - self.anchor[1]
         self._step_profiler: Optional[StepProfiler] = None
+        self._exit_with: Optional[threading.Thread] = None  # see _after_fork_child
         if self.out_dir is not None:
             self._open()
             self._step_profiler = _launcher_profile(self)
@@ -422,6 +423,12 @@ class TimeLogger:
         poll = min(self.flush_interval, 0.05)
         due = time.monotonic() + self.flush_interval
         while not stop.wait(poll):
+            owner = self._exit_with
+            if owner is not None and not owner.is_alive():
+                # a child forked from a thread other than the main one ends when that thread returns: nothing runs
+                # atexit there, and this thread would keep the process alive, so it writes the rest and closes
+                self.close()
+                return
             try:
                 now = time.monotonic()
                 if now >= due or self._backlog() >= CHUNK_EVENTS:
@@ -970,8 +977,10 @@ class TimeLogger:
             self._release()
 
     # ------------------------------------------------------------------ fork
-    def _after_fork_child(self) -> None:
-        """In a forked child: forget the parent's buffers and file, open our own file (same rank, new pid)."""
+    def _after_fork_child(self, exit_with: Optional[threading.Thread] = None) -> None:
+        """In a forked child: forget the parent's buffers and file, open our own file (same rank, new pid).
+        ``exit_with``: the thread that forked, when it was not the main one (the child ends with it)."""
+        self._exit_with = exit_with
         self._wlock = threading.Lock()
         self._wowner = None
         self._reg_lock = threading.Lock()
@@ -1062,9 +1071,13 @@ def _flush_all() -> None:
 
 
 _forking: List[TimeLogger] = []
+#: whether the last fork was made by the main thread (a child forked by another thread ends when that thread does)
+_fork_from_main = True
 
 
 def _before_fork() -> None:
+    global _fork_from_main
+    _fork_from_main = threading.current_thread() is threading.main_thread()
     # Hold every write lock across fork so the child never inherits a half-written buffer or a held lock.
     for tl in list(_live):
         if tl._wowner != threading.get_ident() and tl._wlock.acquire(timeout=5.0):
@@ -1084,8 +1097,9 @@ def _after_fork_child() -> None:
     _default_lock = threading.Lock()
     loggers = [tl for tl in list(_live) if tl._on]
     _live = weakref.WeakSet()
+    exit_with = None if _fork_from_main else threading.current_thread()
     for tl in loggers:
-        tl._after_fork_child()
+        tl._after_fork_child(exit_with)
     mp_util = sys.modules.get("multiprocessing.util")
     if loggers and mp_util is not None:
         # multiprocessing children leave through os._exit(), which skips atexit; its exit finalizers do run. The
