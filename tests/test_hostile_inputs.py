@@ -203,3 +203,27 @@ def test_control_characters_from_a_trace_are_escaped_in_terminal_output(tmp_path
         assert not any(c in text for c in ("\x1b", "\x07", "\x9b")), repr(text[:500])
     assert main(["summary", str(tmp_path / "run")]) == 0
     assert "Load \\x1b]0;pwned\\x07File\\x1b[2J\\x9b31m" in capsys.readouterr().out
+
+
+def _dftracer_rank(path: Path, rank: int, base_us: int) -> None:
+    lines = [json.dumps({"id": i, "name": "read", "cat": "POSIX", "pid": 100 + rank, "tid": 100 + rank,
+                         "ts": base_us + 1000 * i, "dur": 10, "ph": "X",
+                         "args": {"fname": "/data/f", "ret": 4096, "offset": 0}}) for i in range(5)]
+    path.write_text("[\n" + "\n".join(lines) + "\n")
+
+
+def test_dftracer_ranks_whose_clocks_are_a_day_apart_are_named(tmp_path, capsys):
+    """A rank whose clock reads 1970 beside ranks in 2026 (no app layer to judge them by): a warning names it and
+    its date; with two ranks, which one is wrong cannot be told, so both are named."""
+    now_us = 1_795_000_000_000_000
+    _dftracer_rank(tmp_path / "trace-0-of-3.pfw", 0, now_us)
+    _dftracer_rank(tmp_path / "trace-1-of-3.pfw", 1, 5_000_000)
+    _dftracer_rank(tmp_path / "trace-2-of-3.pfw", 2, now_us + 2_000_000)
+    assert main(["summary", str(tmp_path)]) == 0
+    err = capsys.readouterr().err
+    assert "trace-1-of-3.pfw: its timestamps are" in err and "1970-01-01" in err
+    assert "trace-0-of-3.pfw" not in err and "trace-2-of-3.pfw" not in err
+    (tmp_path / "trace-2-of-3.pfw").unlink()
+    assert main(["summary", str(tmp_path)]) == 0
+    err = capsys.readouterr().err
+    assert "clocks lie more than a day apart" in err and "trace-0-of-3.pfw (2026-" in err and "(1970-01-01)" in err

@@ -34,6 +34,7 @@ import re
 import shutil
 import tempfile
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Optional, Protocol, Sequence
@@ -335,6 +336,7 @@ class SourceResult:
     counters: Optional[pd.DataFrame] = None
     window: Optional[tuple] = None  # (first start, last end) before offsets
     starts: Optional[np.ndarray] = None  # app files: every start (the app layer's median)
+    median: Optional[float] = None  # other sources: the median of their rows' starts (clocks set a day apart)
     dropped: bool = False
 
 
@@ -378,8 +380,9 @@ def ingest(task: SourceTask) -> SourceResult:
     except ImportError as exc:
         out.error = f"{task.path}: {exc}"
         return out
+    if task.kind not in A.APP_KINDS and medians:
+        out.median = median = _weighted_median(medians)
     if task.kind not in A.APP_KINDS and task.app_median is not None and medians:
-        median = _weighted_median(medians)
         if abs(median - task.app_median) > A.DIFFERENT_DAY_NS:
             hours = (median - task.app_median) / 3.6e12
             out.warnings.append(f"{task.path}: timestamps are {hours:+.1f} h from the app layer's (a different run "
@@ -389,6 +392,32 @@ def ingest(task: SourceTask) -> SourceResult:
                 p.discard()
             out.pieces, out.facts, out.counters = [], [], None
     return out
+
+
+def _clocks_apart(results: "list[SourceResult]") -> list[str]:
+    """Sources other than app files whose rows lie more than :data:`DIFFERENT_DAY_NS` from the others' (a rank's
+    clock reading 1970 beside 2026 ones): one warning naming each, since the job's wall time then spans both. A run
+    with app files has already left such sources out against the app layer's time."""
+    medians = {r.path: r.median for r in results if r.median is not None}
+    if len(medians) < 2:
+        return []
+    middle = float(np.median(list(medians.values())))  # the majority's time, when there is a majority
+    away = {p: m - middle for p, m in medians.items()}
+    far = [p for p, d in away.items() if abs(d) > A.DIFFERENT_DAY_NS]
+    if far and len(far) == len(medians):  # no majority to tell the wrong clock by: name them all, with their dates
+        listing = ", ".join(f"{p} ({_utc_day(m)})" for p, m in medians.items())
+        return [f"the sources' clocks lie more than a day apart: {listing}; a wrong clock or runs mixed: kept, but "
+                "the job's wall time and every span across ranks include the gap"]
+    return [f"{p}: its timestamps are {away[p] / 3.6e12:+.1f} h from the other sources' ({_utc_day(medians[p])}: "
+            "a wrong clock, or a different run): kept, but the job's wall time and every span across ranks include "
+            "the gap" for p in far]
+
+
+def _utc_day(ns: float) -> str:
+    try:
+        return time.strftime("%Y-%m-%d", time.gmtime(ns / 1e9))
+    except (OverflowError, OSError, ValueError):
+        return f"{ns / 1e9:.3g} s after 1970"
 
 
 def _weighted_median(medians: "list[tuple[float, int]]") -> float:
@@ -939,6 +968,7 @@ def _run(path: Optional[Path], tasks: "list[SourceTask]", manifest: Optional[dic
         raise TraceInputError(path if path is not None else ", ".join(t.path for t in tasks) or "no sources",
                               f"no usable trace data ({why})")
     warnings.extend(sources.ended_early(app_sources))
+    warnings.extend(_clocks_apart([r for r in usable if r.path not in dropped]))
     if path is not None and sources.is_run_dir(path):
         warnings.extend(sources.missing_ranks(path, manifest, app_sources))
     warnings.extend(clock_warnings)
