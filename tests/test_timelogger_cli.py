@@ -359,3 +359,22 @@ def test_force_under_mpiexec_replaces_a_larger_previous_run(tmp_path: Path) -> N
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert {r["rank"]: r["launch_id"] for r in manifest["ranks"]} == {r: launches[r]["launch_id"] for r in (0, 1)}
     assert not list(run_dir.glob(".timelogger-previous-run-*"))
+
+
+def test_a_launch_that_cannot_write_is_one_line_and_leaves_nothing_behind(tmp_path: Path) -> None:
+    """A full disk, a quota or no inodes left (here a file-size limit, which fails the same writes with EFBIG):
+    one line naming the file, exit 2, and what the launch had made is gone; a directory that was there stays."""
+    import resource
+
+    def small_files() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (64, 64))
+
+    for parent in (tmp_path / "new" / "deep", tmp_path):
+        run_dir = parent / "run"
+        p = subprocess.run([sys.executable, "-m", "timelogger", "run", "-o", str(run_dir), "--", "true"],
+                           preexec_fn=small_files, env=clean_env(), capture_output=True, text=True, timeout=60)
+        assert p.returncode == 2, p.stderr
+        last = p.stderr.strip().splitlines()[-1]
+        assert last.startswith(f"timelogger: {run_dir / 'launch' / 'rank-0.json'}: cannot prepare the run ("), last
+        assert "Traceback" not in p.stderr
+        assert not run_dir.exists() and parent.exists() == (parent == tmp_path)

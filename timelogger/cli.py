@@ -15,6 +15,7 @@ one is left for the next merge to mix in. The run directory is one directory sha
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import json
 import os
@@ -315,16 +316,46 @@ def _package_imports_dftracer(module: str) -> Optional[str]:
 def prepare(args: argparse.Namespace, env: Dict[str, str]) -> Dict[str, Any]:
     """Create the run directory, extend ``env`` for capture, write the launch record (and, on rank 0, the manifest).
 
-    Returns the launch record of this rank.
+    Returns the launch record of this rank. A failure (a full disk, a quota, no inodes left) is one LaunchError
+    naming the path, and what this launch had made -- directories, its launch record, the manifest -- is removed
+    again: a launch that cannot start leaves nothing behind.
     """
+    made: List[Path] = []
+    try:
+        return _prepare(args, env, made)
+    except (OSError, LaunchError) as exc:
+        for path in reversed(made):  # files, then the directories made before them (only if empty)
+            with contextlib.suppress(OSError):
+                path.rmdir() if path.is_dir() and not path.is_symlink() else path.unlink()
+        if isinstance(exc, LaunchError):
+            raise
+        where = exc.filename if exc.filename is not None else args.output
+        raise LaunchError(f"{where}: cannot prepare the run ({exc.strerror or exc})") from exc
+
+
+def _mkdir(path: Path, made: List[Path]) -> None:
+    """``mkdir -p path``, noting every directory it makes in ``made``."""
+    missing = [p for p in (path, *path.parents) if not p.exists()]
+    path.mkdir(parents=True, exist_ok=True)
+    made.extend(reversed(missing))
+
+
+def _write(path: Path, data: Dict[str, Any], made: List[Path]) -> None:
+    new = not path.exists()
+    layout.write_json_atomic(path, data)
+    if new:
+        made.append(path)
+
+
+def _prepare(args: argparse.Namespace, env: Dict[str, str], made: List[Path]) -> Dict[str, Any]:
     if not args.cmd:
         raise LaunchError("no command given: timelogger run -o RUN_DIR -- CMD ...")
     run_dir = Path(args.output).expanduser().resolve()
     rank, world, launcher = detect_rank_world(env)
     specs, noise_cpus = _noise_settings(args)
     try:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        (run_dir / layout.LAUNCH_DIR).mkdir(exist_ok=True)
+        _mkdir(run_dir, made)
+        _mkdir(run_dir / layout.LAUNCH_DIR, made)
     except OSError as exc:
         raise LaunchError(f"{run_dir}: cannot create run directory ({exc.strerror or exc})") from exc
     previous = _previous_run(run_dir, rank, world)
@@ -421,7 +452,7 @@ def prepare(args: argparse.Namespace, env: Dict[str, str]) -> Dict[str, Any]:
     if slurm:
         record["slurm"] = slurm
     own = layout.launch_record(run_dir, rank)
-    layout.write_json_atomic(own, record)
+    _write(own, record, made)
     if rank == 0:
         if args.force and _clear_previous(run_dir, keep=own):
             print(f"timelogger: {run_dir}: removed the previous run (--force)", file=sys.stderr)
@@ -441,12 +472,12 @@ def prepare(args: argparse.Namespace, env: Dict[str, str]) -> Dict[str, Any]:
         }
         if slurm:  # the job's context (job id, name, node list, ...); each rank's task ids stay in its launch record
             manifest["slurm"] = {k: v for k, v in slurm.items() if k not in SLURM_TASK_KEYS}
-        layout.write_json_atomic(run_dir / layout.MANIFEST, manifest)
+        _write(run_dir / layout.MANIFEST, manifest, made)
     elif args.force:
         _wait_for_rank0(run_dir, record, _WAIT_FORCE_S + _WAIT_CLEAR_MARGIN_S)
     for d in layer_dirs:
         try:
-            d.mkdir(exist_ok=True)
+            _mkdir(d, made)
         except OSError as exc:
             raise LaunchError(f"{d}: cannot create ({exc.strerror or exc})") from exc
     if specs and _starts_noise(run_dir, record, env):

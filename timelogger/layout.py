@@ -97,7 +97,9 @@ def write_json_atomic(path: Path, data: Dict[str, Any]) -> None:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(json.dumps(data, indent=2, default=str) + "\n")
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
+        if isinstance(exc, OSError) and exc.filename is None:
+            exc.filename = str(path)  # a write that failed (ENOSPC, EDQUOT, EFBIG) names the file it was for
         raise
