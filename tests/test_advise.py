@@ -68,8 +68,9 @@ def test_model_fit_on_measured_points(advised):
     model = advise.fit(points)
     # the input phase holds the sleep: a sample costs about IO_MS with one reader, and not much more. c1 is the
     # intercept of a line through the three reader counts, not the one-reader point itself: the other points' noise
-    # can put it just under the sleep (11.96 ms once in a loaded CI run), so the floor has a 5 % margin
-    assert 0.95 * IO_MS / 1e3 <= model.c1 < (IO_MS + 8) / 1e3
+    # can put it under the sleep (11.96 ms once in a loaded CI run, 11.38 ms in a clean-clone CI run beside another
+    # test run on the 2 cores), so the floor has a 10 % margin: a model that halved the cost still fails it
+    assert 0.9 * IO_MS / 1e3 <= model.c1 < (IO_MS + 8) / 1e3
     # the step's busy wait is the compute per step; no batch knob, so no per-sample part
     assert STEP_MS / 1e3 * 0.8 < model.c0 < STEP_MS / 1e3 * 1.6 and model.cb == 0
     one = next(p for p in points if p.setting["readers"] == 1)
