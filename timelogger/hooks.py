@@ -27,7 +27,6 @@ import importlib.abc
 import os
 import sys
 import threading
-import time
 from types import ModuleType
 from typing import Any, Callable, Dict, List, Optional
 
@@ -42,7 +41,6 @@ FRAMEWORK_PATCHES = ("timelogger.hooks_tf",)
 FETCH_NAME = "Fetch Batch"
 STEP_NAME = "Step"
 
-_pc = time.perf_counter_ns
 _patches: Dict[str, List[Callable[[ModuleType], None]]] = {}
 _lock = threading.RLock()
 
@@ -115,7 +113,6 @@ class Loop:
         self.fetched = False  # a fetch since the last step began
         self.fetches = 0
         self.steps = 0
-        self.exhausted = 0
         self.seen: Dict[str, int] = {}  # framework entry points seen: "tf.data", "tf.function", "keras fit", ...
         self.problems: List[str] = []
         self._source: Any = None  # what the first exhausted iteration iterated: its exhaustions end epochs
@@ -155,7 +152,6 @@ class Loop:
         if not exhausted:
             self.fetched = True
             return
-        self.exhausted += 1
         if self._source is None:
             self._source = source
         if source is self._source:  # another data set's end (validation) is no epoch of training

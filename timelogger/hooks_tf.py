@@ -92,15 +92,12 @@ def _patch_function(mod: ModuleType, loop: Loop) -> None:
     orig = cls.__call__
     eager = _eager()
     pc = time.perf_counter_ns
-    names: dict = {}
 
     @functools.wraps(orig)
     def call(self: Any, *args: Any, **kwargs: Any) -> Any:
         if loop.suppressed or not eager():
             return orig(self, *args, **kwargs)
-        name = names.get(id(self))
-        if name is None:
-            name = names[id(self)] = f"{STEP_NAME} {getattr(self, '_name', None) or 'tf.function'}"
+        name = f"{STEP_NAME} {getattr(self, '_name', None) or 'tf.function'}"
         loop.saw("tf.function")
         loop.step_begin()
         t0 = pc()

@@ -107,7 +107,7 @@ def _plain(value: Any) -> Any:
     """What ``json`` cannot write: a number-like value (numpy's ``int64``, ``float32``, ``bool_``: what
     ``p.update(bytes=np.int64(n))`` passes) as the JSON number or boolean it stands for, anything else as its
     ``str``. No numpy import: the capture side is standard library only."""
-    if type(value).__name__ in ("bool_", "bool"):
+    if type(value).__name__ == "bool_":  # numpy's; a Python bool is JSON already
         return bool(value)
     if hasattr(value, "__index__"):
         try:
@@ -529,8 +529,8 @@ class TimeLogger:
             spec = self._specs[cat][name]
         except (KeyError, TypeError):
             spec = self._spec(name, cat)
-        t0, t1 = int(start_ns) - self._off, int(end_ns) - self._off  # wall ns -> this logger's perf_counter_ns
-        self._local.append((spec, t0, t1, self._tags, args) if args else (spec, t0, t1, self._tags))
+        # wall ns -> this logger's perf_counter_ns
+        self.append(spec, int(start_ns) - self._off, int(end_ns) - self._off, args)
 
     def timed(self, fn_or_name: Union[Callable, str, None] = None, cat: str = "other", *,
               name: Optional[str] = None) -> Any:

@@ -409,11 +409,10 @@ class _Attribution:
         self._windows = {(): self._window_frame({}, self.ranks, ws, we)}
         (ep_rank, ep), ws, we = epochs.result()
         self._windows[("epoch",)] = self._window_frame({"epoch": ep}, ep_rank, ws, we)
-        self._kinds = [np.unique(np.concatenate(k)) for k in kinds]
-        #: per rank code, the index in MARK_KINDS of what marks its steps (-1: nothing)
+        #: per rank code, the index in MARK_KINDS of what marks its steps (-1: nothing): the first kind it has
         self.mark_kind = np.full(n, -1, dtype=_I8)
-        for i, have in reversed(list(enumerate(self._kinds))):
-            self.mark_kind[np.searchsorted(self.ranks, have)] = i
+        for i, have in reversed(list(enumerate(kinds))):
+            self.mark_kind[np.searchsorted(self.ranks, np.unique(np.concatenate(have)))] = i
         if not self._lower:
             return
         l_rank, l_layer = distinct_rows(np.concatenate([r for r, _ in layers]), np.concatenate([x for _, x in layers]))
@@ -463,15 +462,10 @@ class _Attribution:
 
     def _mark_kind(self, c: _Frame, rows: np.ndarray, r: np.ndarray) -> np.ndarray:
         """Rows that mark training steps: per rank, the first of :data:`MARK_KINDS` the rank has."""
-        kinds = _mark_kinds(c, rows)
+        kind_of_row = self.mark_kind[r]
         marks = np.zeros(rows.size, dtype=bool)
-        decided = np.zeros(len(self.ranks), dtype=bool)
-        for have, kind in zip(self._kinds, kinds):
-            with_kind = np.zeros(len(self.ranks), dtype=bool)
-            with_kind[np.searchsorted(self.ranks, have)] = True
-            take = with_kind & ~decided
-            marks |= kind & take[r]
-            decided |= take
+        for i, kind in enumerate(_mark_kinds(c, rows)):
+            marks |= kind & (kind_of_row == i)
         return marks
 
     def _step_and_profile_facts(self, windows: _Windows) -> None:
@@ -485,7 +479,7 @@ class _Attribution:
             owned = slab.own
             rows = owned[c.kept(owned)]
             r = self.rank_codes(c.rank[rows])
-            # each thread's fetches per epoch: the consumer's span is its epoch's iteration (see iteration_spans)
+            # each thread's fetches per epoch: the consumers' last one ends the epoch's iteration (_to_iteration_end)
             f = c.cat_priority[c.cat[rows]] == PRIORITY.index("wait")
             ep_val, ep_has = c.tag("epoch", rows[f])
             fr = rows[f]
@@ -725,7 +719,8 @@ class _Attribution:
         c_ok = cwe > cws
         cycles = merge_intervals(cws[c_ok], cwe[c_ok])
         unexplained = subtract_intervals(*subtract_intervals(*cycles, *wait_ev), *busy)
-        self._add("gap", covered_ns(*subtract_intervals(*unexplained, *merge_intervals(seg_s, seg_e)), cws, cwe))
+        in_phases = union_of(acc, self_time["other"])  # every app phase's self time: acc holds all the other cats
+        self._add("gap", covered_ns(*subtract_intervals(*unexplained, *in_phases), cws, cwe))
         exposed = subtract_intervals(*inp, *comp)
         for i, (_, ms, me, rr) in enumerate(self._fallback):
             fs, fe = self._clipped(rr, ms, me, slab)
