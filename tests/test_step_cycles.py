@@ -52,9 +52,11 @@ def test_input_bound_pipeline_same_verdict_however_instrumented(tmp_path, instru
         assert v.label == "unknown" and v.input_pct is None and v.au_pct is None
         assert any(n.startswith("blind spot") and "--tf-profile" in n for n in v.notes), v.notes
         return
-    assert abs(v.input_pct - truth["input_pct"]) <= 10, (v, truth)
-    assert v.label == verdict_label(truth["input_pct"]) == "highly input-bound"
-    assert abs(v.au_pct - truth["au_pct"]) <= 10, (v, truth)
+    # against the script's clock over the cycles the verdict counts (Keras with a profile: the profiled epoch's)
+    ref = truth["profiled"] if v.cycles < v.cycles_total else truth
+    assert abs(v.input_pct - ref["input_pct"]) <= 10, (v, ref)
+    assert v.label == verdict_label(ref["input_pct"]) == "highly input-bound"
+    assert abs(v.au_pct - ref["au_pct"]) <= 10, (v, ref)
     assert v.input_pct + v.au_pct <= 100 + 1e-9
     assert v.basis == ("framework" if profile else "app")
     # the evidence and its coverage are named: cycles counted of cycles seen

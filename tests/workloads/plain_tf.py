@@ -19,8 +19,11 @@ work, since a batch holds its fetch).
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import time
+
+from tfdata_guide import covered, keras_sleeper  # the same Keras model and batch clock (this directory)
 
 FETCHED: list = []
 STEPPED: list = []
@@ -80,34 +83,8 @@ def custom(ds, step_s: float, epochs: int, host_s: float) -> None:
 
 
 def keras(ds, step_s: float, epochs: int) -> None:
-    import tensorflow as tf
-
-    class Sleeper(tf.keras.Model):
-        def __init__(self):
-            super().__init__()
-            self.w = tf.Variable(1.0)
-
-        def train_step(self, data):
-            tf.py_function(lambda batch: work(step_s), [data], [])
-            return {"w": self.w}
-
-    class Clock(tf.keras.callbacks.Callback):
-        def on_epoch_begin(self, epoch, logs=None):
-            self.epoch = epoch
-
-        def on_train_batch_begin(self, batch, logs=None):
-            self.t0 = time.time_ns()
-
-        def on_train_batch_end(self, batch, logs=None):
-            STEPPED.append((self.epoch, self.t0, time.time_ns()))
-
-    model = Sleeper()
-    model.compile()
-    model.fit(ds, epochs=epochs, verbose=0, callbacks=[Clock()])
-
-
-def covered(intervals: list, lo: int, hi: int) -> int:
-    return sum(max(0, min(e, hi) - max(s, lo)) for s, e in intervals)
+    model, clock = keras_sleeper(lambda: work(step_s), STEPPED)
+    model.fit(ds, epochs=epochs, verbose=0, callbacks=[clock])
 
 
 def truth() -> dict:
@@ -139,6 +116,7 @@ def main() -> None:
     ap.add_argument("--host-ms", type=float, default=0.0, help="custom loop: Python time after each step")
     a = ap.parse_args()
     ds = dataset(a.gen_ms / 1000, a.samples, a.prefetch)
+    gc.freeze()  # as tfdata_guide.py does: no 50-170 ms collection of TensorFlow's objects inside a fetch or a step
     if a.loop == "custom":
         custom(ds, a.step_ms / 1000, a.epochs, a.host_ms / 1000)
     else:
