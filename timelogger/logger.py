@@ -107,7 +107,7 @@ def _plain(value: Any) -> Any:
     """What ``json`` cannot write: a number-like value (numpy's ``int64``, ``float32``, ``bool_``: what
     ``p.update(bytes=np.int64(n))`` passes) as the JSON number or boolean it stands for, anything else as its
     ``str``. No numpy import: the capture side is standard library only."""
-    if type(value).__name__ == "bool_":  # numpy's; a Python bool is JSON already
+    if type(value).__name__ in ("bool_", "bool"):  # numpy's: np.bool_ is named "bool" from numpy 2 on
         return bool(value)
     if hasattr(value, "__index__"):
         try:
