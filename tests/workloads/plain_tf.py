@@ -13,8 +13,8 @@ calls (the first of an epoch from its ``iter()``, the pipeline's start-up) and i
 iteration (each epoch's first step excluded; time between epochs is its own term, ``between_s``, see
 :func:`truth`):
 ``input_pct`` = time blocked in ``next()`` (Keras: the generator's sleeps, which the synchronous pipeline makes the
-batch wait for), ``au_pct`` = time in the step (the custom loop's calls of its ``tf.function``; Keras: the step's
-work, since a batch holds its fetch).
+batch wait for), ``au_pct`` = time in the step (the custom loop's calls of its ``tf.function``; Keras: its batches less the
+generator's sleeps in them, since a batch holds its fetch).
 """
 from __future__ import annotations
 
@@ -23,12 +23,11 @@ import gc
 import json
 import time
 
-from tfdata_guide import covered, keras_sleeper  # the same Keras model and batch clock (this directory)
+from tfdata_guide import covered, keras_sleeper, step_work  # the same Keras model and batch clock (this directory)
 
 FETCHED: list = []
 STEPPED: list = []
 PRODUCED: list = []
-SLEPT: list = []
 
 
 def dataset(gen_s: float, samples: int, prefetch: bool):
@@ -49,9 +48,7 @@ def dataset(gen_s: float, samples: int, prefetch: bool):
 
 
 def work(step_s: float) -> None:
-    t0 = time.time_ns()
     time.sleep(step_s)
-    SLEPT.append((t0, time.time_ns()))
 
 
 def custom(ds, step_s: float, epochs: int, host_s: float) -> None:
@@ -98,11 +95,12 @@ def truth() -> dict:
         windows.append((steps[0][1], max(ends)))
     total = sum(e - s for s, e in windows)
     waits = [(s, e) for _, s, e in FETCHED] or PRODUCED
-    busy = [(s, e) for _, s, e in STEPPED] if FETCHED else SLEPT
+    batches = [(s, e) for _, s, e in STEPPED]
     return {"steps": len(STEPPED), "loop_s": total / 1e9,
             "between_s": sum(b[0] - a[1] for a, b in zip(windows, windows[1:])) / 1e9,
             "input_pct": 100.0 * sum(covered(waits, s, e) for s, e in windows) / total,
-            "au_pct": 100.0 * sum(covered(busy, s, e) for s, e in windows) / total}
+            "au_pct": 100.0 * sum(covered(batches, s, e) if FETCHED else step_work(batches, waits, s, e)
+                                  for s, e in windows) / total}
 
 
 def main() -> None:
