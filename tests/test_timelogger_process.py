@@ -170,3 +170,53 @@ tl.close()
     assert len(files) == 2
     child = next(read_pfw(p) for p in files if intervals(read_pfw(p), "child"))
     assert len(intervals(child, "child")) == 1 and meta(child, "timelogger_close")
+
+
+_POOL = """
+import multiprocessing as mp, sys
+from timelogger import TimeLogger
+TL = None
+
+def work(n):
+    global TL
+    if TL is None:  # made in the worker: the parent has no logger
+        TL = TimeLogger(sys.argv[1], rank=0, world_size=1)
+    for i in range(n):
+        with TL.phase("Read Sample", cat="io"):
+            pass
+    return n
+
+if __name__ == "__main__":
+    ctx = mp.get_context(sys.argv[2])
+    if sys.argv[3] == "with":  # the context manager terminates the pool: SIGTERM to every worker
+        with ctx.Pool(8) as pool:
+            total = sum(pool.map(work, [1000] * 48, chunksize=1))
+    else:
+        pool = ctx.Pool(8)
+        total = sum(pool.map(work, [1000] * 48, chunksize=1))
+        pool.close()
+        pool.join()
+    print("RECORDED", total)
+"""
+
+
+@pytest.mark.parametrize("method,ending", [("fork", "close"), ("fork", "with"), ("forkserver", "close"),
+                                           ("forkserver", "with"), ("spawn", "close")])
+def test_a_pool_of_workers_that_log_loses_no_interval_uncounted(tmp_path: Path, method: str, ending: str) -> None:
+    """Pool workers leave through os._exit (no atexit): every interval is on disk or counted lost, and every
+    worker's file ends with its close record (the summary would call a worker without one crashed)."""
+    script = tmp_path / "pool.py"
+    script.write_text(_POOL)
+    p = subprocess.run([sys.executable, str(script), str(tmp_path / "run"), method, ending], cwd=tmp_path,
+                       env=clean_env(), capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr[-3000:]
+    recorded = int(p.stdout.split("RECORDED")[1])
+    files = app_files(tmp_path / "run")
+    assert files and recorded == 48_000
+    on_disk = lost = 0
+    for f in files:
+        ev = read_pfw(f)
+        on_disk += len(intervals(ev, "Read Sample"))
+        lost += sum(e["args"]["lost"] for e in meta(ev, "timelogger_lost"))
+        assert meta(ev, "timelogger_close"), f.name
+    assert on_disk + lost == recorded and lost == 0

@@ -1048,6 +1048,23 @@ def _register_live(tl: TimeLogger) -> None:
                             after_in_child=_after_fork_child)
     if not _sigterm_installed:
         _install_sigterm()  # only possible from the main thread; retried by later loggers
+    _finalize_in_mp_child()
+
+
+#: the pid whose multiprocessing exit finalizer closes the loggers (a child process registers its own)
+_mp_finalizer_pid: Optional[int] = None
+
+
+def _finalize_in_mp_child() -> None:
+    """A multiprocessing child (a pool worker, forked, forkserver or spawned) leaves through ``os._exit()``, which
+    skips atexit; its bootstrap runs the exit finalizers first. A logger made in the child registers one there (a
+    logger inherited through fork does it from the after-fork step, see :func:`_after_fork_child`)."""
+    global _mp_finalizer_pid
+    mp = sys.modules.get("multiprocessing")
+    if mp is None or _mp_finalizer_pid == os.getpid() or mp.parent_process() is None:
+        return
+    _mp_finalizer_pid = os.getpid()
+    _register_mp_finalizer(None)
 
 
 def _unregister_live(tl: TimeLogger) -> None:
@@ -1115,8 +1132,10 @@ _MP_TOKEN = _Token()
 
 
 def _register_mp_finalizer(_token: object) -> None:
+    global _mp_finalizer_pid
     mp_util = sys.modules.get("multiprocessing.util")
     if mp_util is not None:
+        _mp_finalizer_pid = os.getpid()
         mp_util.Finalize(None, _close_all, exitpriority=-100)
 
 
