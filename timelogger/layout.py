@@ -21,6 +21,7 @@ from here, never the other way round.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import secrets
 import os
@@ -103,3 +104,34 @@ def write_json_atomic(path: Path, data: Dict[str, Any]) -> None:
         if isinstance(exc, OSError) and exc.filename is None:
             exc.filename = str(path)  # a write that failed (ENOSPC, EDQUOT, EFBIG) names the file it was for
         raise
+
+
+#: flags of a directory opened without following a link at its last component
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+
+
+def open_layer_dir(run_dir: PathLike, name: str, create: bool = True) -> int:
+    """A descriptor of ``RUN_DIR/name``, made when absent (``create``): never through a link, never a directory
+    another user owns. Run directories live in shared scratch, where another user could plant ``RUN/app`` as a
+    link into a directory only the launching user (root, say) may write; files are then made relative to this
+    descriptor (``dir_fd``), so a link or a rename of the run directory afterwards cannot redirect them.
+    Raises OSError naming the path: ELOOP/ENOTDIR for a link or a file, EPERM for another owner."""
+    path = os.path.join(os.fspath(run_dir), name)
+    base = os.open(run_dir, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0))
+    try:
+        if create:
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(name, 0o777, dir_fd=base)  # the umask decides, as for mkdir(1)
+        try:
+            fd = os.open(name, _DIR_FLAGS, dir_fd=base)
+        except OSError as exc:
+            if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+                raise OSError(exc.errno, "is a link or not a directory; refusing to write through it", path) from exc
+            raise OSError(exc.errno, exc.strerror, path) from exc
+    finally:
+        os.close(base)
+    owner = os.fstat(fd).st_uid
+    if owner != os.geteuid():
+        os.close(fd)
+        raise OSError(errno.EPERM, f"owned by another user (uid {owner}); refusing to write there", path)
+    return fd

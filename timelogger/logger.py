@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import atexit
 import bisect
+import contextlib
 import errno
 import itertools
 import json
@@ -345,6 +346,7 @@ class TimeLogger:
         self._off = self.anchor[0] - self.anchor[1]
         self._step_profiler: Optional[StepProfiler] = None
         self._exit_with: Optional[threading.Thread] = None  # see _after_fork_child
+        self._close_pending = False  # close() called by a signal handler inside our own flush
         if self.out_dir is not None:
             self._open()
             self._step_profiler = _launcher_profile(self)
@@ -362,27 +364,33 @@ class TimeLogger:
         self._off = self.anchor[0] - self.anchor[1]
         app = self.out_dir / layout.APP_DIR
         try:
-            app.mkdir(parents=True, exist_ok=True)
+            self.out_dir.mkdir(parents=True, exist_ok=True)  # the run directory: the user's choice, links and all
+            app_fd = layout.open_layer_dir(self.out_dir, layout.APP_DIR)
         except OSError as exc:
             self._disable("open", "timelogger: cannot create %s (%s); logging disabled for this process", app, exc)
             return
         base = layout.app_file_stem(self.rank, self.pid)
         fd = None
-        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | getattr(os, "O_CLOEXEC", 0)
-        for k in range(1000):
-            path = app / (f"{base}.pfw" if k == 0 else f"{base}-{k}.pfw")
-            try:
-                fd = os.open(path, flags, 0o644)
-            except FileExistsError:
-                continue
-            except OSError as exc:
-                self._disable("open", "timelogger: cannot create %s (%s); logging disabled for this process",
-                              path, exc)
-                return
-            if k:
-                self._warn_once("collision", "timelogger: %s already exists; writing %s instead",
-                                app / f"{base}.pfw", path.name)
-            break
+        # no O_APPEND: this process is the file's only writer, and the lost record is rewritten in place with
+        # pwrite() through this descriptor (which O_APPEND would turn into an append), never reopened by path
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+        try:
+            for k in range(1000):
+                path = app / (f"{base}.pfw" if k == 0 else f"{base}-{k}.pfw")
+                try:
+                    fd = os.open(path.name, flags, 0o644, dir_fd=app_fd)
+                except FileExistsError:
+                    continue
+                except OSError as exc:
+                    self._disable("open", "timelogger: cannot create %s (%s); logging disabled for this process",
+                                  path, exc)
+                    return
+                if k:
+                    self._warn_once("collision", "timelogger: %s already exists; writing %s instead",
+                                    app / f"{base}.pfw", path.name)
+                break
+        finally:
+            os.close(app_fd)
         if fd is None:
             self._disable("open", "timelogger: no free file name for %s in %s; logging disabled", base, app)
             return
@@ -701,10 +709,13 @@ class TimeLogger:
     def close(self) -> None:
         """Flush, write the ``timelogger_close`` metadata (second anchor pair) and close the file. Idempotent."""
         if self._closed or self._fd is None:
-            if self._write_failed is not None and not self._closed:
-                self._record_lost(self._write_failed)  # the final count of what never reached the file
             self._closed = True
             self._on = False
+            return
+        if self._wowner == threading.get_ident():
+            # a signal handler of this thread interrupted our own flush: closing now would find the write lock
+            # held and leave no close record, so the flush closes when it is done
+            self._close_pending = True
             return
         entered = _busy_enter()
         try:
@@ -739,6 +750,10 @@ class TimeLogger:
                 "events": self.events_written,
                 "dropped": self.dropped,
                 "exit": _exit_reason()}, perf)], [0])
+            if self._write_failed is not None:
+                # intervals that reached a buffer while the failed write was being counted: lost as well
+                self.dropped += self._drop_buffered()
+                self._record_lost(self._write_failed)  # the final count of what never reached the file
             self._close_fd()
         finally:
             self._release()
@@ -782,19 +797,24 @@ class TimeLogger:
                 + f"{min(lost, 10**18 - 1):18d}" + ',"why":"' + why + '"}}\n')
 
     def _record_lost(self, why: str) -> None:
-        """Rewrite the reserved record with the total lost so far (best effort: its blocks already exist)."""
-        if self.path is None or self._lost_at is None:
+        """Rewrite the reserved record with the total lost so far, in place through the file's own descriptor (best
+        effort: its blocks already exist). Never by path: the run directory may have been renamed, or a link
+        planted at that name, since the file was made."""
+        if self._fd is None or self._lost_at is None:
             return
-        try:
-            fd = os.open(self.path, os.O_WRONLY | getattr(os, "O_CLOEXEC", 0))
-        except OSError:
-            return
-        try:
-            os.pwrite(fd, self._lost_line(self.dropped, why).encode("ascii"), self._lost_at)
-        except OSError:
-            pass
-        finally:
-            os.close(fd)
+        with contextlib.suppress(OSError):
+            os.pwrite(self._fd, self._lost_line(self.dropped, why).encode("ascii"), self._lost_at)
+
+    def _drop_buffered(self) -> int:
+        """Empty every thread's buffer; returns how many intervals that was."""
+        with self._reg_lock:
+            entries = list(self._entries)
+        n = 0
+        for ent in entries:
+            k = len(ent.buf)
+            del ent.buf[:k]  # appends go to the end only: what a thread adds meanwhile stays
+            n += k
+        return n
 
     def _close_fd(self) -> None:
         fd, self._fd = self._fd, None
@@ -889,10 +909,12 @@ class TimeLogger:
                     out.append(f'{item[0]}{ts // 1000}.{ts % 1000:03d},"dur":{d // 1000}.{d % 1000:03d}'
                                f'{mid}{args}}}}}\n')
                     kinds.append(1)
-                except Exception as exc:  # a value json cannot take even with default=str
+                except BaseException as exc:  # noqa: B036 -- a value json cannot take, or whose __str__ raises
+                    # anything at all (a BaseException too): that interval is dropped and counted, the writer goes on
                     self.dropped += 1
-                    self._warn_once("serialise", "timelogger: could not serialise an interval (%s); dropped",
-                                    exc)
+                    self._warn_once("serialise", "timelogger: could not serialise an interval (%r); dropped", exc)
+                    if isinstance(exc, KeyboardInterrupt) and threading.current_thread() is threading.main_thread():
+                        _defer_interrupt(exc)  # a real Ctrl-C during a flush of the main thread: raised after it
         return out, kinds
 
     def _forget_dead(self, entries: List[_BufEntry]) -> None:
@@ -921,14 +943,19 @@ class TimeLogger:
         ``kinds[i]`` is 1 when line i is an interval. On a failed or short write (ENOSPC, EFBIG) the intervals
         whose whole line landed count as written and the rest as dropped, then logging stops. Returns success.
         """
-        if not lines or self._fd is None:
-            return self._fd is not None
+        if self._fd is None or self._write_failed is not None:
+            return False  # after a failed write nothing more goes to the file but the lost record
+        if not lines:
+            return True
         data = "".join(lines).encode("utf-8", "backslashreplace")  # _json escaped what it could not encode
         done = 0
         try:
             while done < len(data):
                 done += os.write(self._fd, data[done:] if done else data)
         except OSError as exc:
+            # off first: an interval that ends from now on is counted by _ignored, not left in a buffer
+            self._write_failed = errno.errorcode.get(exc.errno or 0, "") or str(exc)
+            self._on = False
             landed = 0
             pos = 0
             for line, kind in zip(lines, kinds):
@@ -936,23 +963,15 @@ class TimeLogger:
                 if pos > done:
                     break
                 landed += kind
-            lost = sum(kinds) - landed
             # what is still buffered can never be written either: count it now, not never
-            with self._reg_lock:
-                entries = list(self._entries)
-            for ent in entries:
-                n = len(ent.buf)
-                del ent.buf[:n]
-                lost += n
+            lost = sum(kinds) - landed + self._drop_buffered()
             self.events_written += landed
             self.dropped += lost
-            self._write_failed = errno.errorcode.get(exc.errno or 0, "") or str(exc)
             self._record_lost(self._write_failed)
             self._disable("write", "timelogger: writing %s failed (%s); logging disabled, %d events lost",
                           self.path, exc, lost)
-            # Nothing more goes to the file: a half line there stays the last line, which readers drop (a
-            # crashed writer leaves one too).
-            self._close_fd()
+            # Nothing more goes to the file but the lost record: a half line there stays the last line, which
+            # readers drop (a crashed writer leaves one too).
             return False
         self.events_written += sum(kinds)
         return True
@@ -975,6 +994,8 @@ class TimeLogger:
                 self._write([extra], [0])
         finally:
             self._release()
+            if self._close_pending:
+                self.close()
 
     # ------------------------------------------------------------------ fork
     def _after_fork_child(self, exit_with: Optional[threading.Thread] = None) -> None:
@@ -1168,13 +1189,25 @@ def _busy_enter() -> bool:
 
 
 def _busy_exit(entered: bool) -> None:
-    global _main_busy, _pending_signal
+    global _main_busy, _pending_signal, _pending_interrupt
     if not entered:
         return
     _main_busy -= 1
     if _main_busy == 0 and _pending_signal is not None:
         signum, _pending_signal = _pending_signal, None
         _on_sigterm(signum, None)
+    if _main_busy == 0 and _pending_interrupt is not None:
+        exc, _pending_interrupt = _pending_interrupt, None
+        raise exc
+
+
+#: a KeyboardInterrupt that landed inside the main thread's flush, raised once the flush has written what it took
+_pending_interrupt: Optional[BaseException] = None
+
+
+def _defer_interrupt(exc: BaseException) -> None:
+    global _pending_interrupt
+    _pending_interrupt = exc
 
 
 def _on_sigterm(signum: int, frame: Any) -> None:
