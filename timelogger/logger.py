@@ -866,7 +866,7 @@ class TimeLogger:
         with self._reg_lock:
             entries = list(self._entries)
         quota = [len(e.buf) for e in entries]
-        while self._fd is not None:
+        while self._fd is not None and self._write_failed is None:
             if trim:  # what was dropped came off the front, i.e. out of the quota
                 quota = [max(0, q - k) for q, k in zip(quota, self._trim(entries))]
             lines, kinds = self._drain(entries, quota)
@@ -987,8 +987,8 @@ class TimeLogger:
         if not self._acquire():
             return
         try:
-            if self._fd is None:
-                return
+            if self._fd is None or self._write_failed is not None:
+                return  # after a failed write what is buffered is lost, and counted by close()
             self._drain_all()
             if extra is not None:
                 self._write([extra], [0])
