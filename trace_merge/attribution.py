@@ -715,6 +715,7 @@ class _Attribution:
         self._add("wait", covered_ns(*wait_ev, cws, cwe))
         self._add("busy", covered_ns(*subtract_intervals(*busy, *wait_ev), cws, cwe))
         self._add("loop_wait", covered_ns(*loop_wait, cws, cwe))
+        self._add("fw_wait", covered_ns(*lower.raw["input_wait"], cws, cwe))
         # the cycles' time no evidence explains, and how much of it lies outside every app phase (a gap)
         c_ok = cwe > cws
         cycles = merge_intervals(cws[c_ok], cwe[c_ok])
@@ -1218,7 +1219,8 @@ MIN_EXPLAINED_PCT = 50.0
 
 def _input_bound(att: Optional[_Attribution], series: Optional[pd.DataFrame] = None) -> pd.DataFrame:
     """Per-rank sums of :func:`_step_series` (``series`` when the caller has it already)."""
-    cols = ["rank", "basis", "steps", "steps_total", "step_s", "input_wait_s", "input_pct", "compute_s",
+    cols = ["rank", "basis", "steps", "steps_total", "step_s", "input_wait_s", "framework_wait_s", "profiled_steps",
+            "warmup_steps", "input_pct", "compute_s",
             "au_pct", "other_s", "excluded_s", "input_visible", "verdict", "unexplained_phase", "unexplained_phase_s",
             "unexplained_gap_s", "between_epochs_s"]
     if att is None:
@@ -1239,9 +1241,12 @@ def _input_bound(att: Optional[_Attribution], series: Optional[pd.DataFrame] = N
     comp_s = per_rank(used["compute_s"].to_numpy())
     fw_steps = per_rank((used["basis"] == "framework").to_numpy(dtype=float))
     steps = np.bincount(r_used, minlength=n)
+    fw_wait_s = per_rank(att.sum("fw_wait", len(series))[counted] / 1e9)
+    warmup_steps = per_rank(used["warmup"].to_numpy(dtype=float))
     steps_total = np.bincount(series["_r"].to_numpy(dtype=_I8), minlength=n)
     excluded_s = per_rank(series["excluded_s"].to_numpy(), series["_r"].to_numpy(dtype=_I8))
-    basis = _BASIS[(fw_steps > 0).astype(np.int8)]
+    # the framework is the basis where it looked inside most counted cycles (a profile of 4 of 96 steps is not)
+    basis = _BASIS[((fw_steps > 0) & (2 * fw_steps > steps)).astype(np.int8)]
     # wait phases of the loop inside the counted cycles (hidden or not): input wait could have been seen
     seen = att.sum("loop_wait", len(series))[counted]
     # ... or the steps are compute events, not step phases: a step phase may hold the fetch of its batch (a Keras
@@ -1266,6 +1271,9 @@ def _input_bound(att: Optional[_Attribution], series: Optional[pd.DataFrame] = N
         "steps_total": steps_total.astype(_I8),
         "step_s": step_s,
         "input_wait_s": wait_s,
+        "framework_wait_s": fw_wait_s,
+        "profiled_steps": fw_steps.astype(_I8),
+        "warmup_steps": warmup_steps.astype(_I8),
         "input_pct": input_pct,
         "compute_s": comp_s,
         "au_pct": au_pct,
@@ -1338,11 +1346,11 @@ def _explained_label(input_pct: float, au_pct: float) -> str:
     return IDLE_LABEL
 
 
-#: what each basis of the verdict measured, for the text outputs
+#: what each basis of the verdict measured, for the text outputs; the step bases' evidence is counted per run
+#: (:func:`_evidence_text`), so no sentence names evidence the frame does not hold
 BASIS_TEXT = {
-    "framework": "step cycles inside the TF profile window: the profiler's input-pipeline wait (IteratorGetNext "
-                 "family) with the app's own wait/io phases of the training loop",
-    "app": "step cycles (one step start to the next): the app's wait/io phases of the training loop",
+    "framework": "step cycles (one step start to the next), most of them inside a TF profile window",
+    "app": "step cycles (one step start to the next)",
     "epoch": "the app layer's exposed io/wait phases inside epochs (no step tags)",
 }
 #: the one command that makes input wait inside Keras batches visible
@@ -1433,6 +1441,33 @@ def _ranks_text(ranks: Sequence[int]) -> str:
     return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(str(int(r)) for r in ranks)
 
 
+def _evidence_text(rows: pd.DataFrame) -> str:
+    """What the step cycles of ``rows`` (ranks of one basis) counted and where their input wait came from, with
+    the numbers: cycles counted (and how many lost their warm-up step), cycles a TF profile covered, and the
+    input wait split into the profiler's input-pipeline wait and the app's own wait/io phases."""
+    steps, total = int(rows["steps"].sum()), int(rows["steps_total"].sum())
+    warm, profiled = int(rows["warmup_steps"].sum()), int(rows["profiled_steps"].sum())
+    step_s, wait_s = float(rows["step_s"].sum()), float(rows["input_wait_s"].sum())
+    fw_s = min(float(rows["framework_wait_s"].sum()), wait_s)
+    out = f"; {steps} of {total} cycles counted"
+    if warm:
+        out += f" ({warm} without {'its' if warm == 1 else 'their'} warm-up step)"
+    out += f", {profiled} of them inside a TF profile window" if profiled else ", none inside a TF profile window"
+
+    def pct(x: float) -> str:
+        return f"{100.0 * x / step_s:.1f} % of cycle time" if step_s > 0 else "none"
+
+    sources = []
+    if profiled:
+        sources.append(f"the profiler's input-pipeline wait (IteratorGetNext family) {pct(fw_s)}" if fw_s > 0 else
+                       "the profiler's input-pipeline wait (IteratorGetNext family): none in the profiled cycles")
+    if wait_s - fw_s > 0:
+        sources.append(f"the app's wait/io phases of the training loop {pct(wait_s - fw_s)}")
+    elif not profiled or fw_s > 0:
+        sources.append("the app's wait/io phases of the training loop: none")
+    return out + "; input wait from " + ", ".join(sources)
+
+
 def _verdict_notes(per: pd.DataFrame) -> list[str]:
     notes: list[str] = []
     if not len(per):
@@ -1443,7 +1478,7 @@ def _verdict_notes(per: pd.DataFrame) -> list[str]:
             continue
         line = f"basis {basis} ({_ranks_text(rows['rank'])}): {text}"
         if basis in ("framework", "app"):
-            line += f"; {int(rows['steps'].sum())} of {int(rows['steps_total'].sum())} cycles counted"
+            line += _evidence_text(rows)
         notes.append(line)
     warm = per[per["excluded_s"] > 0]
     if len(warm):

@@ -180,7 +180,7 @@ def truth(epochs: "set | None" = None) -> dict:
     # Keras fetches inside its step: there the synchronous generator is the wait
     waits = [(s, e) for _, s, e in FETCHED] or PRODUCED
     wait = sum(covered(waits, s, e) for s, e in cycles)
-    busy = sum(covered(SLEPT, s, e) if FETCHED else step_work([(s, e) for _, s, e in STEPS], PRODUCED, lo, hi)
+    busy = sum(covered(SLEPT, lo, hi) if FETCHED else step_work([(s, e) for _, s, e in STEPS], PRODUCED, lo, hi)
                for lo, hi in cycles)
     return {"cycles": len(cycles), "cycle_s": total / 1e9, "input_pct": 100.0 * wait / total,
             "au_pct": 100.0 * busy / total}
