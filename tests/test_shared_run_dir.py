@@ -8,6 +8,7 @@ elsewhere they are skipped with the reason.
 """
 from __future__ import annotations
 
+import json
 import os
 import pwd
 import shutil
@@ -194,3 +195,63 @@ def test_the_program_holds_the_lock_after_exec(tmp_path):
         assert first.wait(30) == 0
     third = launch(run, "--force")
     assert third.returncode == 0, third.stderr
+
+
+# -- 4. trace-merge of another user's run -----------------------------------------------------------------------
+
+def _chown_tree(top: Path, uid: int) -> None:
+    for here, dirs, files in os.walk(top):
+        for name in [*dirs, *files]:
+            os.lchown(Path(here) / name, uid, -1)
+    os.lchown(top, uid, -1)
+
+
+def test_merge_never_reads_through_another_users_links(run_copy, tmp_path, other_uid, capsys):
+    """Root merges a run another user owns, whose posix/ is a link to traces only root may read, and whose app/
+    holds a link to a root-only trace file: neither is read (a warning names each), the rest is merged."""
+    from trace_merge.cli import main as trace_merge
+    from trace_merge.run import Run
+
+    secret = tmp_path / "root-only"
+    secret.mkdir(mode=0o700)
+    shutil.move(run_copy / layout.POSIX_DIR, secret / "posix")
+    (app_file,) = (run_copy / layout.APP_DIR).glob("*.pfw*")
+    shutil.copy(app_file, secret / app_file.name)
+    _chown_tree(run_copy, other_uid)
+    plant_link(run_copy / layout.POSIX_DIR, secret / "posix", other_uid)
+    linked_app = run_copy / layout.APP_DIR / app_file.name.replace("rank-0-", "rank-1-")
+    plant_link(linked_app, secret / app_file.name, other_uid)
+
+    assert trace_merge(["merge", str(run_copy)]) == 0
+    err = capsys.readouterr().err
+    for link in (run_copy / layout.POSIX_DIR, linked_app):
+        assert f"{link}: a symbolic link made by another user (uid {other_uid}); not followed" in err
+    frame = Run.open(run_copy).frame
+    assert "posix" not in set(frame["layer"]) and set(frame["rank"].unique()) == {0}
+    inputs = json.loads((run_copy / layout.MERGE_INFO).read_text())["inputs"]
+    assert inputs and not [k for k in inputs if k.startswith("posix/") or k == f"app/{linked_app.name}"]
+
+
+@pytest.mark.parametrize("dir_mode, file_mode, expected", [(0o700, 0o600, 0o600), (0o750, 0o640, 0o640),
+                                                           (0o755, 0o644, 0o644)])
+def test_merge_outputs_are_no_more_readable_than_the_inputs(run_copy, tmp_path, capsys, dir_mode, file_mode,
+                                                            expected):
+    from trace_merge.cli import main as trace_merge
+
+    for here, dirs, files in os.walk(run_copy):
+        for name in files:
+            os.chmod(Path(here) / name, file_mode)
+        for name in dirs:
+            os.chmod(Path(here) / name, dir_mode)
+    os.chmod(run_copy, dir_mode)
+    report = tmp_path / "report.html"
+    old = os.umask(0o022)
+    try:
+        assert trace_merge(["merge", str(run_copy)]) == 0
+        assert trace_merge(["report", str(run_copy), "-o", str(report)]) == 0
+        assert os.umask(0o022) == 0o022  # the command's umask was put back
+    finally:
+        os.umask(old)
+    capsys.readouterr()
+    made = [run_copy / n for n in (layout.MERGED, layout.COUNTERS, layout.MERGE_INFO)] + [report]
+    assert {p.name: stat.S_IMODE(p.stat().st_mode) for p in made} == {p.name: expected for p in made}
