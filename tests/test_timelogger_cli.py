@@ -351,7 +351,9 @@ def test_force_under_mpiexec_replaces_a_larger_previous_run(tmp_path: Path) -> N
     launch(2, "--force")
     new = _layer_files(run_dir)
     assert not new & old and any(p.parts[0] == "posix" for p in new)
-    launches = {json.loads(f.read_text())["rank"]: json.loads(f.read_text()) for f in (run_dir / "launch").iterdir()}
+    # launch/ also holds each rank's launch lock (.rank-<r>.lock)
+    launches = {json.loads(f.read_text())["rank"]: json.loads(f.read_text())
+                for f in (run_dir / "launch").glob("rank-*.json")}
     assert set(launches) == {0, 1}
     files = app_files(run_dir)
     assert sorted((read_pfw(f)[0]["args"]["rank"], read_pfw(f)[0]["args"]["pid"]) for f in files) == \

@@ -11,11 +11,20 @@ A run directory holding a previous run is refused unless ``--force``; then rank 
 layer's files, the manifest, launch records and merge outputs) while the other ranks wait for the manifest to list
 their launch before they exec, so nothing of this run is written until the old one is gone and nothing of the old
 one is left for the next merge to mix in. The run directory is one directory shared by all ranks.
+
+Run directories live in shared scratch, where another user may have made ``RUN/app`` (or any layer directory)
+a link into a directory only the launching user may write: every directory and file the launcher makes or clears
+inside the run directory goes through a descriptor of its layer directory (``layout.open_layer_dir``: never a
+link, never another user's directory), and such a layer directory is refused before anything is written. Each
+rank holds ``launch/.rank-<r>.lock`` for the life of the job, so a second launch of the same rank into the same run
+directory is refused instead of writing a second run into it.
 """
 from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
+import fcntl
 import importlib.util
 import json
 import os
@@ -23,6 +32,7 @@ import platform
 import re
 import secrets
 import shutil
+import stat
 import sys
 import time
 from importlib import metadata
@@ -130,6 +140,30 @@ def _darshan_enabled(env: Dict[str, str]) -> bool:
     return "darshan" in env.get("LD_PRELOAD", "").lower() or any(k.startswith("DARSHAN_") for k in env)
 
 
+def _layer_fd(run_dir: Path, name: str, create: bool = False) -> Optional[int]:
+    """``layout.open_layer_dir`` as the launcher uses it: None when ``RUN/name`` is absent (and not ``create``); a
+    link or a directory another user owns is a LaunchError naming it, never written or cleared through."""
+    try:
+        return layout.open_layer_dir(run_dir, name, create=create)
+    except FileNotFoundError:
+        if create:
+            raise
+        return None
+    except OSError as exc:
+        raise LaunchError(f"{run_dir / name}: {exc.strerror or exc}") from exc
+
+
+def _layer_names(run_dir: Path, name: str) -> List[str]:
+    """The sorted names in ``RUN/name``, listed through its descriptor (:func:`_layer_fd`); none when absent."""
+    fd = _layer_fd(run_dir, name)
+    if fd is None:
+        return []
+    try:
+        return sorted(os.listdir(fd))
+    finally:
+        os.close(fd)
+
+
 def _previous_run(run_dir: Path, rank: int, world: int) -> List[Path]:
     """Files in ``run_dir`` that this rank can tell belong to a previous run, not to the one being launched.
 
@@ -138,22 +172,15 @@ def _previous_run(run_dir: Path, rank: int, world: int) -> List[Path]:
     already write their own files; any file in a layer directory counts too when this is the only rank.
     """
     found = [layout.launch_record(run_dir, rank)]
-    app = run_dir / layout.APP_DIR
-    if app.is_dir():
-        for p in sorted(app.iterdir()):
-            m = layout.APP_FILE.match(p.name)
-            if m and (int(m.group(1)) == rank or (rank == 0 and int(m.group(1)) >= world)):
-                found.append(p)
+    for name in _layer_names(run_dir, layout.APP_DIR):
+        m = layout.APP_FILE.match(name)
+        if m and (int(m.group(1)) == rank or (rank == 0 and int(m.group(1)) >= world)):
+            found.append(run_dir / layout.APP_DIR / name)
     if rank == 0:
         found += [run_dir / name for name in (layout.MANIFEST, *layout.OUTPUTS)]
     if world == 1:
-        found += _layer_entries(run_dir)
-    return [p for p in dict.fromkeys(found) if p.exists()]
-
-
-def _layer_entries(run_dir: Path) -> List[Path]:
-    """Everything inside the layer directories (``app/``, ``tf/``, ...) of ``run_dir``, sorted."""
-    return [p for d in layout.LAYER_DIRS if (run_dir / d).is_dir() for p in sorted((run_dir / d).iterdir())]
+        found += [run_dir / d / n for d in layout.LAYER_DIRS for n in _layer_names(run_dir, d)]
+    return [p for p in dict.fromkeys(found) if os.path.lexists(p)]
 
 
 def _clear_previous(run_dir: Path, keep: Path) -> int:
@@ -164,38 +191,86 @@ def _clear_previous(run_dir: Path, keep: Path) -> int:
     (``darshan/`` for ``DARSHAN_LOGPATH``). All of it is first renamed into one hidden directory and then deleted:
     a rename is quick and all-or-nothing per file, so a failure cannot leave a half-cleared layer for the next
     merge to mix in. Returns how many entries were removed.
+
+    Every rename is relative to descriptors of the layer directory and of the trash (a layer directory that is a
+    link or another user's is refused, :func:`_layer_fd`), and rename(2) moves a link as the link: a link planted
+    in the run never takes the files it points at into the trash. ``shutil.rmtree`` does not follow links either.
     """
     # made here, exclusively, under an unpredictable name: a link planted at a predictable one would take the run's
     # files into another directory of the user
-    trash = run_dir / f"{_TRASH_PREFIX}{os.getpid()}-{secrets.token_hex(8)}"
+    trash_name = f"{_TRASH_PREFIX}{os.getpid()}-{secrets.token_hex(8)}"
+    trash = run_dir / trash_name
+    run_fd = os.open(run_dir, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0))
     try:
-        os.mkdir(trash, 0o700)
-    except OSError as exc:
-        raise LaunchError(f"{trash}: cannot create ({exc.strerror or exc})") from exc
-    entries = [run_dir / name for name in (layout.MANIFEST, *layout.OUTPUTS)]
-    entries += [p for p in (run_dir / layout.LAUNCH_DIR).glob(layout.LAUNCH_GLOB) if p != keep]
-    entries += _layer_entries(run_dir)
-    # what an earlier clearing could not delete
-    entries += [p for p in run_dir.glob(f"{_TRASH_PREFIX}*") if p != trash]
-    moved = 0
-    for src in entries:
-        dst = trash / src.relative_to(run_dir)
         try:
-            dst.parent.mkdir(parents=True, exist_ok=True)
-            os.rename(src, dst)
-        except FileNotFoundError:
-            continue  # not there (an output never made), or another rank's launch record being replaced
+            os.mkdir(trash_name, 0o700, dir_fd=run_fd)
+            trash_fd = _dir_at(run_fd, trash_name)
         except OSError as exc:
-            raise LaunchError(f"{src}: cannot remove the previous run's file ({exc.strerror or exc})") from exc
-        moved += 1
-    if trash.exists():
+            raise LaunchError(f"{trash}: cannot create ({exc.strerror or exc})") from exc
         try:
-            shutil.rmtree(trash)
+            # the manifest, the merge outputs and what an earlier clearing could not delete
+            top = [layout.MANIFEST, *layout.OUTPUTS]
+            top += [n for n in sorted(os.listdir(run_fd)) if n.startswith(_TRASH_PREFIX) and n != trash_name]
+            moved = _move_to_trash(run_dir, run_fd, top, trash_fd, "")
+            launch = [n for n in _layer_names(run_dir, layout.LAUNCH_DIR)
+                      if Path(n).match(layout.LAUNCH_GLOB) and n != keep.name]
+            for sub, names in [(layout.LAUNCH_DIR, launch)] + \
+                    [(d, _layer_names(run_dir, d)) for d in layout.LAYER_DIRS]:
+                if names:
+                    src_fd = _layer_fd(run_dir, sub)
+                    if src_fd is None:
+                        continue
+                    try:
+                        moved += _move_to_trash(run_dir / sub, src_fd, names, trash_fd, sub)
+                    finally:
+                        os.close(src_fd)
+        finally:
+            os.close(trash_fd)
+        try:
+            shutil.rmtree(trash_name, dir_fd=run_fd)
         except OSError as exc:
             # The layers are already clear; only disk space is at stake, and the next --force retries.
             print(f"timelogger: {trash}: could not delete the previous run moved here ({exc}); delete it by hand",
                   file=sys.stderr)
+    finally:
+        os.close(run_fd)
     return moved
+
+
+def _dir_at(dir_fd: int, name: str) -> int:
+    """A descriptor of directory ``name`` in ``dir_fd``, opened without following a link."""
+    return os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), dir_fd=dir_fd)
+
+
+def _move_to_trash(src: Path, src_fd: int, names: List[str], trash_fd: int, sub: str) -> int:
+    """Rename ``names`` of directory ``src_fd`` (``src``) into ``trash/sub``; returns how many were there."""
+    dst_fd = trash_fd
+    if sub:
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(sub, 0o700, dir_fd=trash_fd)
+        dst_fd = _dir_at(trash_fd, sub)
+    moved = 0
+    try:
+        for name in names:
+            try:
+                os.rename(name, name, src_dir_fd=src_fd, dst_dir_fd=dst_fd)  # a link is moved, not followed
+            except FileNotFoundError:
+                continue  # not there (an output never made), or another rank's launch record being replaced
+            except OSError as exc:
+                raise LaunchError(f"{src / name}: cannot remove the previous run's file ({exc.strerror or exc})") \
+                    from exc
+            moved += 1
+    finally:
+        if dst_fd != trash_fd:
+            os.close(dst_fd)
+    return moved
+
+
+def _read_json(path: Path) -> Any:
+    """``path``'s JSON, never read through a link (a launch record or manifest planted as one)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
+    with os.fdopen(fd, encoding="utf-8") as fh:
+        return json.load(fh)
 
 
 def _checked_in(run_dir: Path, world: int, timeout: float) -> List[Dict[str, Any]]:
@@ -208,7 +283,7 @@ def _checked_in(run_dir: Path, world: int, timeout: float) -> List[Dict[str, Any
     known = []
     for f in sorted(launch.glob(layout.LAUNCH_GLOB)):
         try:
-            r = json.loads(f.read_text(encoding="utf-8"))
+            r = _read_json(f)
             known.append({"rank": r["rank"], "hostname": r["hostname"], "pid": r["pid"],
                           "launch_id": r.get("launch_id")})
         except (OSError, ValueError, KeyError, TypeError):
@@ -219,7 +294,7 @@ def _checked_in(run_dir: Path, world: int, timeout: float) -> List[Dict[str, Any
 def _listed(manifest: Path, record: Dict[str, Any]) -> bool:
     """Whether ``manifest`` lists this launch of ``record``'s rank (same ``launch_id``)."""
     try:
-        data = json.loads(manifest.read_text(encoding="utf-8"))
+        data = _read_json(manifest)
     except (OSError, ValueError):
         return False  # not written yet, or the previous run's being removed
     ranks = data.get("ranks") if isinstance(data, dict) else None
@@ -228,7 +303,7 @@ def _listed(manifest: Path, record: Dict[str, Any]) -> bool:
         for r in ranks)
 
 
-def _wait_for_rank0(run_dir: Path, record: Dict[str, Any], timeout: float) -> None:
+def _wait_for_rank0(run_dir: Path, record: Dict[str, Any], timeout: float, launch_fd: int) -> None:
     """Block a rank > 0 launched with ``--force`` until rank 0 has cleared the previous run and listed it.
 
     Rank 0 removes the previous run's launch records without being able to tell them from new ones, so this
@@ -241,8 +316,8 @@ def _wait_for_rank0(run_dir: Path, record: Dict[str, Any], timeout: float) -> No
             raise LaunchError(f"{run_dir / layout.MANIFEST}: rank 0 did not list rank {record['rank']}'s launch "
                               f"within {timeout:.0f} s; with --force every rank waits for rank 0 to clear the "
                               "previous run (is rank 0 running `timelogger run --force` on the same directory?)")
-        if not own.exists():
-            layout.write_json_atomic(own, record)
+        if not os.path.lexists(own):
+            layout.write_json_atomic(own, record, dir_fd=launch_fd)
         time.sleep(_POLL_S)
 
 
@@ -324,6 +399,7 @@ def prepare(args: argparse.Namespace, env: Dict[str, str]) -> Dict[str, Any]:
     try:
         return _prepare(args, env, made)
     except (OSError, LaunchError) as exc:
+        _release_locks()
         for path in reversed(made):  # files, then the directories made before them (only if empty)
             with contextlib.suppress(OSError):
                 path.rmdir() if path.is_dir() and not path.is_symlink() else path.unlink()
@@ -340,11 +416,88 @@ def _mkdir(path: Path, made: List[Path]) -> None:
     made.extend(reversed(missing))
 
 
-def _write(path: Path, data: Dict[str, Any], made: List[Path]) -> None:
-    new = not path.exists()
-    layout.write_json_atomic(path, data)
+def _write(path: Path, data: Dict[str, Any], made: List[Path], dir_fd: Optional[int] = None) -> None:
+    """``layout.write_json_atomic`` (relative to ``dir_fd`` when given), noting ``path`` in ``made`` if new."""
+    new = not os.path.lexists(path)
+    layout.write_json_atomic(path, data, dir_fd=dir_fd)
     if new:
         made.append(path)
+
+
+def _layer_dir(run_dir: Path, name: str, made: List[Path]) -> int:
+    """A descriptor of ``RUN/name``, made when absent (noted in ``made``); a link or another user's directory is a
+    LaunchError naming it (:func:`_layer_fd`)."""
+    new = not os.path.lexists(run_dir / name)
+    try:
+        fd = _layer_fd(run_dir, name, create=True)
+    except FileNotFoundError as exc:  # the run directory itself went away
+        raise LaunchError(f"{run_dir / name}: cannot create ({exc.strerror or exc})") from exc
+    if new:
+        made.append(run_dir / name)
+    assert fd is not None
+    return fd
+
+
+#: the launch locks this process holds (path -> descriptor), until exec and then in the program (:func:`run`)
+_LOCKS: Dict[Path, int] = {}
+
+
+def _lock_rank(run_dir: Path, rank: int, launch_fd: int, made: List[Path]) -> None:
+    """Hold ``launch/.rank-<r>.lock`` (``flock``) for the life of the job, or refuse with one line.
+
+    Two launches into one run directory would write one run twice (``summary`` pools both rank-0 files). The
+    lock is per rank so that the ranks of one job (each runs this launcher) do not refuse each other. It is held
+    through exec (:func:`run` makes the descriptor inheritable), so the program holds it until it ends, and the
+    kernel drops it with its last holder: a killed job leaves no stale lock. Created relative to the launch
+    directory's descriptor, never through a link.
+    """
+    path = layout.launch_lock(run_dir, rank)
+    old = _LOCKS.pop(path, None)
+    if old is not None:  # a second prepare in one process (tests): it replaces this process's earlier launch
+        os.close(old)
+    while True:
+        new = not os.path.lexists(path)
+        try:
+            fd = os.open(path.name, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), 0o644,
+                         dir_fd=launch_fd)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise LaunchError(f"{path}: a link, not a lock file; refusing to write through it") from None
+            raise OSError(exc.errno, exc.strerror, str(path)) from None
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise LaunchError(f"{path}: not a regular file; refusing to use it as the launch lock")
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)  # another launch's file, even if this one created it: never removed here
+            raise LaunchError(f"{run_dir}: another launch of rank {rank} is running in this run directory ({path} "
+                              "is locked); wait for it to end or use another -o") from None
+        except OSError as exc:
+            os.close(fd)
+            if exc.errno not in (errno.ENOLCK, errno.ENOSYS, errno.EOPNOTSUPP, errno.EINVAL):
+                raise
+            print(f"timelogger: {path}: the file system has no flock ({exc.strerror}); a second launch into "
+                  f"{run_dir} would not be refused", file=sys.stderr)
+            return
+        except LaunchError:
+            os.close(fd)
+            raise
+        try:
+            same = os.stat(path.name, dir_fd=launch_fd, follow_symlinks=False).st_ino == os.fstat(fd).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            break
+        os.close(fd)  # a failed launch removed the file it had made between our open and our lock: lock anew
+    if new:
+        made.append(path)
+    _LOCKS[path] = fd
+
+
+def _release_locks() -> None:
+    for fd in _LOCKS.values():
+        os.close(fd)
+    _LOCKS.clear()
 
 
 def _prepare(args: argparse.Namespace, env: Dict[str, str], made: List[Path]) -> Dict[str, Any]:
@@ -354,17 +507,32 @@ def _prepare(args: argparse.Namespace, env: Dict[str, str], made: List[Path]) ->
     rank, world, launcher = detect_rank_world(env)
     specs, noise_cpus = _noise_settings(args)
     try:
-        _mkdir(run_dir, made)
-        _mkdir(run_dir / layout.LAUNCH_DIR, made)
+        _mkdir(run_dir, made)  # the run directory itself: the user's choice, links and all
     except OSError as exc:
         raise LaunchError(f"{run_dir}: cannot create run directory ({exc.strerror or exc})") from exc
+    launch_fd = _layer_dir(run_dir, layout.LAUNCH_DIR, made)
+    try:
+        return _prepare_in(args, env, made, run_dir, rank, world, launcher, specs, noise_cpus, launch_fd)
+    finally:
+        os.close(launch_fd)
+
+
+def _prepare_in(args: argparse.Namespace, env: Dict[str, str], made: List[Path], run_dir: Path, rank: int,
+                world: int, launcher: str, specs: "List[noise.NoiseSpec]", noise_cpus: Optional[List[int]],
+                launch_fd: int) -> Dict[str, Any]:
+    _lock_rank(run_dir, rank, launch_fd, made)
+    # a layer directory that is a link or another user's is refused before anything is written or cleared
+    for name in layout.LAYER_DIRS:
+        fd = _layer_fd(run_dir, name)
+        if fd is not None:
+            os.close(fd)
     previous = _previous_run(run_dir, rank, world)
     if previous and not args.force:
         raise LaunchError(f"{run_dir}: holds a previous run (e.g. {previous[0]}); use another -o or --force")
 
     env[ENV_DIR] = str(run_dir)
     # made only after a previous run is cleared (below): rank 0 would move a directory made now away with it
-    layer_dirs: List[Path] = []
+    layer_dirs: List[str] = []
     layers: Dict[str, Any] = {"app": True, "posix": False, "horovod_timeline": False, "tf_profile": False,
                               "darshan": _darshan_enabled(env)}
     # why the program starts DFTracer itself (it imports dftracer), or None: a bounded scan of its source
@@ -375,7 +543,7 @@ def _prepare(args: argparse.Namespace, env: Dict[str, str], made: List[Path]) ->
             print("timelogger: --posix: the dftracer package is not installed (pip install .[posix]); "
                   "continuing without POSIX tracing", file=sys.stderr)
         else:
-            layer_dirs.append(run_dir / layout.POSIX_DIR)
+            layer_dirs.append(layout.POSIX_DIR)
             env["LD_PRELOAD"] = ":".join(x for x in (str(so), env.get("LD_PRELOAD", "")) if x)
             env["DFTRACER_ENABLE"] = "1"
             why = traces_itself if args.posix_init == "auto" else None
@@ -401,7 +569,7 @@ def _prepare(args: argparse.Namespace, env: Dict[str, str], made: List[Path]) ->
     elif args.posix_filter:
         raise LaunchError("--posix-filter needs --posix")
     if args.horovod_timeline:
-        layer_dirs.append(run_dir / layout.HOROVOD_DIR)
+        layer_dirs.append(layout.HOROVOD_DIR)
         env["HOROVOD_TIMELINE"] = str(layout.horovod_timeline(run_dir))
         layers["horovod_timeline"] = env["HOROVOD_TIMELINE"]
     if args.tf_profile is not None:
@@ -428,7 +596,7 @@ def _prepare(args: argparse.Namespace, env: Dict[str, str], made: List[Path]) ->
     else:
         env.pop(ENV_HOOKS, None)
     if specs:
-        layer_dirs.append(run_dir / noise.NOISE_DIR)
+        layer_dirs.append(layout.NOISE_DIR)
         layers["noise"] = {"specs": [x.as_dict() for x in specs], "dir": args.noise_dir,
                            "io_mode": args.noise_io_mode if any(x.kind == "io" for x in specs) else None,
                            "cpus": noise_cpus, "started_by": "the lowest local rank of each host",
@@ -452,7 +620,7 @@ def _prepare(args: argparse.Namespace, env: Dict[str, str], made: List[Path]) ->
     if slurm:
         record["slurm"] = slurm
     own = layout.launch_record(run_dir, rank)
-    _write(own, record, made)
+    _write(own, record, made, dir_fd=launch_fd)
     if rank == 0:
         if args.force and _clear_previous(run_dir, keep=own):
             print(f"timelogger: {run_dir}: removed the previous run (--force)", file=sys.stderr)
@@ -474,19 +642,19 @@ def _prepare(args: argparse.Namespace, env: Dict[str, str], made: List[Path]) ->
             manifest["slurm"] = {k: v for k, v in slurm.items() if k not in SLURM_TASK_KEYS}
         _write(run_dir / layout.MANIFEST, manifest, made)
     elif args.force:
-        _wait_for_rank0(run_dir, record, _WAIT_FORCE_S + _WAIT_CLEAR_MARGIN_S)
+        _wait_for_rank0(run_dir, record, _WAIT_FORCE_S + _WAIT_CLEAR_MARGIN_S, launch_fd)
     for d in layer_dirs:
         try:
-            _mkdir(d, made)
+            os.close(_layer_dir(run_dir, d, made))
         except OSError as exc:
-            raise LaunchError(f"{d}: cannot create ({exc.strerror or exc})") from exc
+            raise LaunchError(f"{run_dir / d}: cannot create ({exc.strerror or exc})") from exc
     if specs and _starts_noise(run_dir, record, env):
         try:
             record["noise_started"] = noise.start(run_dir, specs, rank, world, noise_cpus, args.noise_dir,
                                                   args.noise_io_mode, os.environ)
         except OSError as exc:
             raise LaunchError(f"--noise: cannot start a generator ({exc.strerror or exc})") from exc
-        layout.write_json_atomic(own, record)
+        layout.write_json_atomic(own, record, dir_fd=launch_fd)
     return record
 
 
@@ -531,6 +699,8 @@ def run(args: argparse.Namespace) -> int:
     args.cmd = cmd
     env = dict(os.environ)
     prepare(args, env)
+    for fd in _LOCKS.values():  # the program holds the launch lock from here on (exec keeps the descriptor)
+        os.set_inheritable(fd, True)
     sys.stdout.flush()
     sys.stderr.flush()
     try:

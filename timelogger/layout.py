@@ -5,6 +5,7 @@
     RUN_DIR/
       manifest.json             rank 0's record of the job (command, ranks, hosts, versions, layers)
       launch/rank-<r>.json      each rank's launch record
+      launch/.rank-<r>.lock     held (flock) by rank r's launcher and then its program while the job runs
       app/rank-<r>-pid-<p>.pfw  TimeLogger intervals, one file per process
       tf/rank-<r>/              TF profiler logdir of rank r (``plugins/profile/<run>/<host>.xplane.pb``)
       horovod/timeline.json     Horovod timeline (Horovod's rank 0 writes it)
@@ -23,11 +24,12 @@ from __future__ import annotations
 import contextlib
 import errno
 import json
-import secrets
 import os
 import re
+import secrets
+import stat
 from pathlib import Path
-from typing import Any, Dict, Tuple, Union
+from typing import Any, Dict, Optional, Tuple, Union
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -55,6 +57,12 @@ MERGE_LOCK = ".merge.lock"
 REPORT = "report.html"
 #: files derived from a run (stale once the run is replaced: ``timelogger run --force`` removes them)
 OUTPUTS: Tuple[str, ...] = (MERGED, COUNTERS, MERGE_INFO, SUMMARY_PARTS, REPORT)
+
+
+def launch_lock(run_dir: PathLike, rank: int) -> Path:
+    """``RUN_DIR/launch/.rank-<r>.lock``: held by ``timelogger run`` of ``rank`` (then by its program) while the job
+    runs, so that a second launch of the same rank into the same run directory is refused."""
+    return Path(run_dir) / LAUNCH_DIR / f".rank-{rank}.lock"
 
 
 def tf_logdir(run_dir: PathLike, rank: int) -> Path:
@@ -88,20 +96,25 @@ def posix_log_prefix(run_dir: PathLike) -> Path:
     return Path(run_dir) / POSIX_DIR / "trace"
 
 
-def write_json_atomic(path: Path, data: Dict[str, Any]) -> None:
-    """Write ``data`` as JSON to ``path`` through a temporary file and a rename: readers see the old or the new."""
+def write_json_atomic(path: Path, data: Dict[str, Any], dir_fd: Optional[int] = None) -> None:
+    """Write ``data`` as JSON to ``path`` through a temporary file and a rename: readers see the old or the new.
+
+    With ``dir_fd`` (a descriptor of ``path``'s directory, :func:`open_layer_dir`) both are made relative to it,
+    so a link planted at the directory's name, or a rename of it, cannot redirect the write."""
     # an unpredictable name created exclusively, never through a link: run directories live in shared scratch,
     # where a link planted at a predictable name would make the launcher write into another file of its user
-    tmp = path.with_name(f".{path.name}.{os.getpid()}-{secrets.token_hex(8)}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), 0o644)
+    tmp_name = f".{path.name}.{os.getpid()}-{secrets.token_hex(8)}.tmp"
+    tmp, dst = (tmp_name, path.name) if dir_fd is not None else (path.with_name(tmp_name), path)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), 0o644,
+                 dir_fd=dir_fd)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(json.dumps(data, indent=2, default=str) + "\n")
-        os.replace(tmp, path)
+        os.replace(tmp, dst, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
     except BaseException as exc:
         with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        if isinstance(exc, OSError) and exc.filename is None:
+            os.unlink(tmp, dir_fd=dir_fd)
+        if isinstance(exc, OSError) and (exc.filename is None or dir_fd is not None):
             exc.filename = str(path)  # a write that failed (ENOSPC, EDQUOT, EFBIG) names the file it was for
         raise
 
@@ -135,3 +148,20 @@ def open_layer_dir(run_dir: PathLike, name: str, create: bool = True) -> int:
         os.close(fd)
         raise OSError(errno.EPERM, f"owned by another user (uid {owner}); refusing to write there", path)
     return fd
+
+
+def link_not_followed(path: PathLike) -> Optional[str]:
+    """Why the reader must not read through ``path``, or None: ``path`` is a symbolic link another user made.
+
+    Run directories live in shared scratch. In another user's run, a link (``posix -> /root/traces``) would make
+    ``trace-merge`` run by root read files only root may read and write what they hold into outputs beside that
+    user's files. A link the reader made (``tf/`` -> scratch space) is followed, as the kernel's
+    ``protected_symlinks`` does. Checked per entry before it is listed or read; a path that cannot be looked at is
+    left to its reader to report."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    if stat.S_ISLNK(st.st_mode) and st.st_uid != os.geteuid():
+        return f"{path}: a symbolic link made by another user (uid {st.st_uid}); not followed"
+    return None

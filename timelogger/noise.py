@@ -175,29 +175,45 @@ def start(run_dir: Path, specs: Sequence[NoiseSpec], rank: int, world: int, cpus
           noise_dir: Optional[str], io_mode: str, env: Mapping[str, str]) -> List[Dict[str, Any]]:
     """Start one generator process per spec, children of this process (which then execs the rank's program, so
     they die with the rank); returns ``[{kind, level, pid}]``."""
-    out_dir = run_dir / NOISE_DIR
-    out_dir.mkdir(exist_ok=True)
+    from .layout import open_layer_dir
+
+    # never through a link, never another user's directory (run directories live in shared scratch)
+    out_fd = open_layer_dir(run_dir, NOISE_DIR)
     here = str(Path(__file__).resolve().parent.parent)
     child_env = {k: v for k, v in env.items() if not k.startswith(("DFTRACER_", "DARSHAN_"))
                  and k not in ("LD_PRELOAD", "HOROVOD_TIMELINE")}
     child_env["PYTHONPATH"] = os.pathsep.join(x for x in (here, env.get("PYTHONPATH", "")) if x)
     started = []
-    for s in specs:
-        cmd = [sys.executable, "-m", "timelogger.noise", "--kind", s.kind, "--level", repr(s.level),
-               "--run-dir", str(run_dir), "--rank", str(rank), "--world", str(world), "--parent", str(os.getpid()),
-               "--io-mode", io_mode]
-        if cpus is not None:
-            cmd += ["--cpus", ",".join(map(str, cpus))]
-        if noise_dir:
-            cmd += ["--dir", str(Path(noise_dir).resolve())]
-        log = open(out_dir / f"{s.kind}-rank-{rank}.log", "ab")
-        try:
-            proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=child_env,
-                                    close_fds=True, preexec_fn=_die_with_parent_term)
-        finally:
-            log.close()
-        started.append({**s.as_dict(), "pid": proc.pid})
+    try:
+        for s in specs:
+            started.append(_start_one(s, run_dir, rank, world, cpus, noise_dir, io_mode, here, child_env, out_fd))
+    finally:
+        os.close(out_fd)
     return started
+
+
+def _start_one(s: NoiseSpec, run_dir: Path, rank: int, world: int, cpus: Optional[Sequence[int]],
+               noise_dir: Optional[str], io_mode: str, here: str, child_env: Dict[str, str],
+               out_fd: int) -> Dict[str, Any]:
+    """Start the generator of ``s``, its output into ``noise/<kind>-rank-<r>.log`` made relative to ``out_fd``."""
+    cmd = [sys.executable, "-m", "timelogger.noise", "--kind", s.kind, "--level", repr(s.level),
+           "--run-dir", str(run_dir), "--rank", str(rank), "--world", str(world), "--parent", str(os.getpid()),
+           "--io-mode", io_mode]
+    if cpus is not None:
+        cmd += ["--cpus", ",".join(map(str, cpus))]
+    if noise_dir:
+        cmd += ["--dir", str(Path(noise_dir).resolve())]
+    log = os.open(f"{s.kind}-rank-{rank}.log", _NEW_FILE | os.O_APPEND, 0o644, dir_fd=out_fd)
+    try:
+        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=child_env,
+                                close_fds=True, preexec_fn=_die_with_parent_term)
+    finally:
+        os.close(log)
+    return {**s.as_dict(), "pid": proc.pid}
+
+
+#: a file of the run made relative to its layer directory's descriptor, never through a link
+_NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
 
 
 def _prctl_pdeathsig(sig: int) -> bool:
@@ -269,9 +285,17 @@ class _Writer:
     """The generator's ``.pfw`` file in the TimeLogger wire format (``docs/wire-format.md``)."""
 
     def __init__(self, path: Path, header: Dict[str, Any]) -> None:
+        from .layout import open_layer_dir
+
         self.wall0, self.perf0 = time.time_ns(), time.perf_counter_ns()
         self.pid, self.tid = os.getpid(), threading.get_ident() & 0x7FFFFFFF
-        self.fh = open(path, "w", encoding="utf-8")
+        # made relative to the layer directory's descriptor: never through a link
+        dir_fd = open_layer_dir(path.parent.parent, path.parent.name)
+        try:
+            fd = os.open(path.name, _NEW_FILE | os.O_TRUNC, 0o644, dir_fd=dir_fd)
+        finally:
+            os.close(dir_fd)
+        self.fh = os.fdopen(fd, "w", encoding="utf-8")
         self.events = 0
         self.fh.write("[\n")
         args = dict(header, pid=self.pid, ppid=os.getppid(), anchor={"wall_ns": self.wall0, "perf_ns": self.perf0})
@@ -581,7 +605,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except NoiseError as exc:
         print(f"timelogger noise: {exc}", file=sys.stderr)
         return 2
-    (a.run_dir / NOISE_DIR).mkdir(parents=True, exist_ok=True)
+    a.run_dir.mkdir(parents=True, exist_ok=True)  # noise/ is made by the writer (layout.open_layer_dir)
     return generate(a.kind, a.level, a.run_dir, a.rank, a.world, a.parent if a.parent else os.getppid(), cpus,
                     a.dir, a.io_mode, a.duration)
 

@@ -11,6 +11,7 @@ import argparse
 import gc
 import json
 import logging
+import os
 import signal
 import sys
 import threading
@@ -20,7 +21,7 @@ from typing import TYPE_CHECKING, Callable, NamedTuple, Optional, Sequence
 from timelogger.layout import MERGED, REPORT
 from trace_merge import __version__, engines
 from trace_merge.errors import TraceInputError
-from trace_merge.outputs import refuse_existing
+from trace_merge.outputs import input_umask, refuse_existing
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -589,6 +590,19 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "advise":
         args.cmd = command
+    # outputs (merged.parquet, report.html, ...) no more readable than the inputs they hold data of: a run of
+    # 0700/0600 files must not give world-readable outputs in shared scratch; restored when the command ends
+    inputs = [getattr(args, a) for a in ("run_dir", "path") if getattr(args, a, None)]
+    inputs += list(getattr(args, "runs", None) or []) + list(getattr(args, "noisy", None) or [])
+    umask = os.umask(0)
+    os.umask(umask | input_umask(inputs))
+    try:
+        return _main(args)
+    finally:
+        os.umask(umask)
+
+
+def _main(args: argparse.Namespace) -> int:
     _start_pool_early(args)
     with engines.one_blas_thread():
         import numpy  # noqa: F401  (every command's analysis imports it: loaded here with one BLAS thread)

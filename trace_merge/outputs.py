@@ -5,6 +5,8 @@
   place. A failure (disk full, a signal turned into an exception) removes the temporaries. Temporaries left by a
   process that died (``kill -9``) are removed by the next writer of the same targets. SIGTERM and SIGINT are
   held back while the files are renamed, so that they land together.
+- :func:`input_umask` keeps outputs no more readable than the inputs they were made from (``trace-merge`` sets it
+  as its umask for the command): a run of 0700/0600 files gives 0600 outputs, not world-readable ones.
 - :func:`exclusive` keeps two processes from writing the same outputs at once (``trace-merge merge`` of one run
   twice): the second one is refused with a one-line error instead of both writing.
 """
@@ -27,6 +29,49 @@ from typing import Iterator, Sequence
 from trace_merge.errors import OutputBusyError, OutputExistsError, OutputWriteError, TraceInputError
 
 log = logging.getLogger(__name__)
+
+
+def _unreadable(st: os.stat_result) -> int:
+    """The umask bits of the classes (group 0o070, others 0o007) that cannot read a file or list a directory."""
+    bits = 0
+    for cls, read, search in ((0o070, stat.S_IRGRP, stat.S_IXGRP), (0o007, stat.S_IROTH, stat.S_IXOTH)):
+        need = read | (search if stat.S_ISDIR(st.st_mode) else 0)
+        if st.st_mode & need != need:
+            bits |= cls
+    return bits
+
+
+def input_umask(paths: Sequence["str | os.PathLike[str]"]) -> int:
+    """The umask bits that keep outputs no more readable than ``paths`` (run directories or input files): group
+    bits when any input, or anything below an input directory, is not readable by its group, others' bits when
+    not readable by others. What lies below is walked without descending into links (a link the reader follows
+    counts by its target; another user's is not read, :func:`timelogger.layout.link_not_followed`); the walk stops
+    once both classes are out (at once for a 0700 run directory)."""
+    from timelogger.layout import link_not_followed
+
+    bits = 0
+    for top in paths:
+        try:
+            bits |= _unreadable(os.stat(top))  # the input as given: a link the user named is followed
+        except OSError:
+            continue  # the command reports it
+        todo = [os.fspath(top)] if os.path.isdir(top) else []
+        while todo and bits != 0o077:
+            try:
+                with os.scandir(todo.pop()) as entries:
+                    for entry in entries:
+                        if entry.is_symlink():
+                            if not link_not_followed(entry.path):
+                                with contextlib.suppress(OSError):
+                                    bits |= _unreadable(os.stat(entry.path))
+                            continue
+                        st = entry.stat(follow_symlinks=False)
+                        bits |= _unreadable(st)
+                        if stat.S_ISDIR(st.st_mode):
+                            todo.append(entry.path)
+            except OSError:
+                continue
+    return bits
 
 
 def refuse_existing(*paths: "str | os.PathLike[str]", force: bool = False) -> None:

@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from timelogger import layout
-from timelogger.layout import MANIFEST
+from timelogger.layout import MANIFEST, link_not_followed
 
 from .align import meta_value
 from .errors import TraceInputError
@@ -85,6 +85,9 @@ def _files(root: Path, patterns: Iterable[str], recursive: bool, warnings: list[
     """
     if not os.path.lexists(root):
         return []
+    if refused := link_not_followed(root):  # another user's link (posix -> /root/traces) is never read through
+        warnings.append(refused)
+        return []
     found: list[Path] = []
 
     def unlistable(exc: OSError) -> None:
@@ -95,7 +98,9 @@ def _files(root: Path, patterns: Iterable[str], recursive: bool, warnings: list[
             if not any(fnmatchcase(name, pat) for pat in patterns):
                 continue
             p = Path(here) / name
-            if p.is_file():
+            if refused := link_not_followed(p):
+                warnings.append(refused)
+            elif p.is_file():
                 found.append(p)
             elif p.is_dir():
                 warnings.append(f"{p}: a directory named like a trace file; skipped")
@@ -111,6 +116,8 @@ def launch_records(path: Path) -> "list[dict[str, Any]]":
     (the traces do not need them: they only place rows of processes no app file names)."""
     out = []
     for p in sorted((Path(path) / layout.LAUNCH_DIR).glob(layout.LAUNCH_GLOB)) if Path(path).is_dir() else []:
+        if link_not_followed(p) or link_not_followed(p.parent):
+            continue
         try:
             record = json.loads(p.read_text())
         except (OSError, ValueError, UnicodeDecodeError):
@@ -126,6 +133,8 @@ def load_manifest(run_dir: Path) -> "tuple[dict[str, Any] | None, str | None]":
     The traces do not need the manifest, so a bad one is a warning, not an error.
     """
     p = run_dir / MANIFEST
+    if refused := link_not_followed(p):
+        return None, refused
     if not p.is_file():
         return None, None
     try:
@@ -188,7 +197,7 @@ def _identities(paths: list[Path], path: Path) -> "tuple[dict[Path, Identity], d
     """Identity of ``paths`` (by path) and of them plus ``manifest.json`` (by name relative to ``path``)."""
     ids = {p: identity_of(p) for p in paths}
     named = dict(ids)
-    if path.is_dir() and (path / MANIFEST).is_file():
+    if path.is_dir() and (path / MANIFEST).is_file() and not link_not_followed(path / MANIFEST):
         named[path / MANIFEST] = identity_of(path / MANIFEST)
     return ids, by_name(named, _root(path))
 

@@ -11,7 +11,7 @@ from typing import Any, Optional
 
 import pandas as pd
 
-from timelogger.layout import COUNTERS, MERGE_INFO, MERGE_LOCK, MERGED
+from timelogger.layout import COUNTERS, MERGE_INFO, MERGE_LOCK, MERGED, link_not_followed
 
 from . import __version__
 from .errors import OutputExistsError, TraceInputError
@@ -125,6 +125,9 @@ def stored_outputs(run_dir: Path) -> "tuple[MergeInfo | None, str | None]":
         output identity counts as complete; its sources are checked by the caller.
     """
     paths = output_paths(run_dir)
+    for p in paths:  # another user's link at an output's name: not read through (merged again instead)
+        if refused := link_not_followed(p):
+            return None, refused
     missing = [p.name for p in paths if not p.exists()]
     if len(missing) == len(paths):
         return None, None

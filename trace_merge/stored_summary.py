@@ -26,7 +26,7 @@ from typing import Any, Optional, Sequence
 import numpy as np
 import pandas as pd
 
-from timelogger.layout import MERGED, SUMMARY_PARTS
+from timelogger.layout import MERGED, SUMMARY_PARTS, link_not_followed
 from trace_merge import kernels
 from trace_merge.errors import OutputWriteError
 from trace_merge.outputs import atomic_output
@@ -86,7 +86,7 @@ def read(run_dir: Path, merged: Optional[dict]) -> "Optional[tuple[kernels.JobFa
     import pyarrow as pa
 
     path = run_dir / SUMMARY_PARTS
-    if merged is None or not path.is_file():
+    if merged is None or not path.is_file() or link_not_followed(path):
         return None
     try:
         with zipfile.ZipFile(path) as zf:
