@@ -368,8 +368,8 @@ def explain(metrics: Metrics, verdict: att_.Verdict, layered: pd.DataFrame) -> l
     io, exposed, wait = metrics.component_pct.get("io"), metrics.exposed_io_pct, verdict.input_pct
     if verdict.basis == "framework" and wait is not None and exposed is not None \
             and verdict_label(wait) != verdict_label(exposed):
-        out.append(f"the verdict uses the framework's input wait inside the profiled steps ({wait:.1f} % of step "
-                   f"time), not the app layer's exposed I/O ({exposed:.1f} % of all wall time, start-up included), "
+        out.append(f"the verdict uses the input wait inside the step cycles, most of them profiled ({wait:.1f} % "
+                   f"of step time; its sources are in the basis note), not the app layer's exposed I/O ({exposed:.1f} % of all wall time, start-up included), "
                    "which also cannot see a wait inside a step phase that contains it (a Keras batch)")
     if io is not None and exposed is not None and io >= 1.0 and io >= 2 * exposed:
         out.append(f"io phases take {io:.1f} % of wall time but only {exposed:.1f} % is exposed: the rest ran "
