@@ -238,3 +238,26 @@ def test_the_program_freezes_what_is_left_before_exit_and_main_alone_does_not(ru
     out = subprocess.run([sys.executable, "-c", code, str(run_copy)], capture_output=True, text=True, timeout=300)
     status, frozen = out.stderr.split()[-2:]
     assert status == "0" and int(frozen) > 10_000, out.stderr
+
+
+def test_summary_of_a_directory_of_many_mostly_empty_trace_files(tmp_path, capsys):
+    # DFTracer's preload leaves a zero-byte .pfw per process that traced nothing: a large job leaves tens of
+    # thousands. Listing them was quadratic (20,000 files: 106 s) and each printed a warning of its own.
+    traces = tmp_path / "traces"
+    traces.mkdir()
+    n, every = 20_000, 1_000
+    for i in range(n):
+        path = traces / f"trace-{i:05d}-rank_{i // every}.pfw"
+        if i % every:
+            path.touch()
+            continue
+        events = [{"name": "read", "cat": "POSIX", "ph": "X", "pid": 100 + i, "tid": 1,
+                   "ts": 1_700_000_000_000_000 + 10 * k, "dur": 5, "args": {"ret": 4096, "fname": "/data/x"}}
+                  for k in range(3)]
+        path.write_text("[\n" + "".join(json.dumps(e) + "\n" for e in events))
+    assert main(["summary", str(traces), "--json"]) == 0
+    out, err = capsys.readouterr()
+    doc = json.loads(out)
+    assert doc["events"] == 3 * (n // every) and doc["ranks"] == list(range(n // every))
+    assert err.splitlines() == [f"trace-merge: warning: {traces}: {n - n // every} empty trace files skipped "
+                                f"(first: {traces / 'trace-00001-rank_0.pfw'})"]

@@ -135,7 +135,39 @@ def test_a_line_longer_than_a_block_is_dropped_as_it_streams(tmp_path):
     blocks = list(pfw.read_blocks(path, block_bytes=1 << 20))
     assert sum(len(b.frame) for b in blocks) == 199
     warnings = [w for b in blocks for w in b.warnings]
-    assert warnings == [f"{path}:101: a line of over 1,048,576 bytes; skipped (limit 1,048,576)"]
+    assert warnings == [f"{path}:101: a line of {len(lines[100]):,} bytes (limit 1,048,576); event skipped"]
+
+
+#: reads the .pfw files given, whole and block by block, and prints the peak RSS above its own before (MiB) last
+READ_PEAK = ("import resource, sys\nimport pandas, pyarrow.json\nfrom trace_merge.readers import pfw\n"
+             "def rss(): return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss >> 10\n"
+             "base = rss()\nfor p in sys.argv[1:]:\n"
+             "    for src in [pfw.read(p), *pfw.read_blocks(p)]:\n        print(len(src.frame), src.warnings)\n"
+             "print(rss() - base)\n")
+
+
+def test_a_line_with_no_end_is_dropped_as_it_streams_in_bounded_memory(tmp_path):
+    """What a crash can leave: a few events, then hundreds of MB with no newline. Every read path holds the line
+    limit and a chunk, not the line (before: 576 MiB above the reader's own for 256 MB plain, 600 for 200 MB of
+    gzip text; 3 GiB for 2 GB)."""
+    ev = {"name": "read", "cat": "POSIX", "pid": 1, "tid": 1, "dur": 1, "ph": 1, "args": {"ret": 1}}
+    head = "[\n" + "".join(json.dumps(dict(ev, ts=1_700_000_000_000_000 + i)) + "\n" for i in range(3))
+    plain = tmp_path / "crashed.pfw"
+    with open(plain, "wb") as fh:
+        fh.write(head.encode())
+        fh.truncate(256 << 20)  # sparse: NUL bytes with no newline
+    member = zlib.compressobj(9, zlib.DEFLATED, 31)
+    member = member.compress(b"x" * (1 << 20)) + member.flush()
+    gz = tmp_path / "crashed.pfw.gz"
+    gz.write_bytes(gzip.compress(head.encode()) + member * 200)  # 200 MiB of text under the gzip-bomb limit
+    proc = subprocess.run([sys.executable, "-c", READ_PEAK, str(plain), str(gz)], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    *reads, peak = proc.stdout.strip().split("\n")
+    long_line = [f"3 ['{plain}:5: a line of {(256 << 20) - len(head):,} bytes (limit 1,048,576); event skipped']"] * 2
+    long_line += [f"3 ['{gz}:5: a line of {200 << 20:,} bytes (limit 1,048,576); event skipped']"] * 2
+    assert reads == long_line
+    assert int(peak) < (pfw.MAX_LINE_BYTES >> 20) + 64, peak
 
 
 def test_intervals_after_close_are_not_counted_as_dropped(tmp_path):

@@ -110,7 +110,7 @@ def duplicates(identities: Mapping[Path, Identity]) -> dict[Path, Path]:
 
     ``identities`` in the order the files are read (the first of a group is kept). Candidates share size and
     fingerprint; a full byte comparison confirms them, so two files that differ only in the middle are not
-    taken for copies. Empty and unreadable files are never duplicates: each gets its reader's own warning.
+    taken for copies. Empty and unreadable files are never duplicates: each gets a warning of its own kind.
     """
     groups: dict[tuple[int, str], list[Path]] = {}
     out: dict[Path, Path] = {}

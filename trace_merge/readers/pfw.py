@@ -350,29 +350,34 @@ def _text_blocks(path: str, gz: bool, block_bytes: int, warnings: list[str]) -> 
     limit = _text_limit(size)
     produced = 0  # text bytes decompressed so far
     lines = 0  # newlines in the blocks already yielded
-    skipping = False  # inside a line longer than a block: its text is dropped up to its newline
+    long_line = [0, None]  # (line number, bytes dropped so far) of a line longer than a block, None outside one
+
+    def dropped() -> None:
+        warnings.append(f"{path}:{long_line[0]}: a line of {long_line[1]:,} bytes (limit {MAX_LINE_BYTES:,}); "
+                        "event skipped")  # as :class:`_LongLines` and the parsers say it
+        long_line[1] = None
 
     def take(text: bytes) -> None:
-        nonlocal skipping, produced
+        nonlocal produced
         produced += len(text)
         if gz and produced > limit:
             raise _bomb(path, size)
-        if skipping:
+        if long_line[1] is not None:  # its text is dropped up to its newline
             nl = text.find(b"\n")
+            long_line[1] += len(text) if nl == -1 else nl
             if nl == -1:
                 return
-            text, skipping = text[nl:], False
+            text = text[nl:]
+            dropped()
         pending.add(text)
 
     def whole_lines() -> Iterator[tuple[int, bytes]]:
-        nonlocal skipping, lines
+        nonlocal lines
         while pending.size >= block_bytes:
             block = pending.whole_lines()
             if block is None:  # one line longer than a block: not an event line of any tracer
-                warnings.append(f"{path}:{lines + 1}: a line of over {block_bytes:,} bytes; skipped "
-                                f"(limit {MAX_LINE_BYTES:,})")
+                long_line[:] = [lines + 1, pending.size]
                 pending.clear()
-                skipping = True
                 return
             before, lines = lines, lines + _newlines(block)
             yield before, block
@@ -428,6 +433,8 @@ def _text_blocks(path: str, gz: bool, block_bytes: int, warnings: list[str]) -> 
             yield from whole_lines()
         if dec is not None and inside and not resync:
             warnings.append(f"{path}: gzip stream truncated (unexpected end of file); read what was complete")
+        if long_line[1] is not None:  # the text ended inside it (a crashed writer's last line)
+            dropped()
     if pending.size:
         yield lines, pending.join()
 
@@ -487,17 +494,66 @@ class _Lines:
 
 
 def _load(path: str, warnings: list[str]) -> "bytes | bytearray":
-    """The file's bytes, decompressed when it is gzip (all members)."""
+    """The file's text, decompressed when it is gzip (all members), less its over-long lines (:class:`_LongLines`)."""
     try:
         with open(path, "rb") as fh:
-            raw = fh.read()
+            head = fh.read(2)
+            if head == b"\x1f\x8b":
+                return _gunzip(path, head + fh.read(), warnings)
+            if path.endswith(".gz") and head:
+                raise TraceInputError(path, "not a gzip file (bad magic bytes)")
+            out = bytearray(head)
+            guard = _LongLines(path, warnings)
+            guard.appended(out, 0)
+            while chunk := fh.read(_INFLATE_CHUNK):  # in chunks: a line with no end is dropped as it comes
+                out += chunk
+                guard.appended(out, len(out) - len(chunk))
+            guard.end(out)
+            return out
     except OSError as err:
         raise TraceInputError(path, f"cannot read: {err.strerror or err}") from None
-    if raw[:2] == b"\x1f\x8b":
-        return _gunzip(path, raw, warnings)
-    if path.endswith(".gz") and raw:
-        raise TraceInputError(path, "not a gzip file (bad magic bytes)")
-    return raw
+
+
+class _LongLines:
+    """Drops every line longer than :data:`MAX_LINE_BYTES` from a text buffer as the text is appended, as soon as
+    the line is that long, so that it is never held whole: a crashed writer can leave gigabytes with no newline
+    (reading a 2 GB one took 4.6 GiB). The dropped line's newline stays, so the lines after it keep their numbers;
+    each drop is a ``"<file>:<line>: a line of N bytes (limit L); event skipped"`` warning, as the parsers give for
+    a long line they see whole (one within a chunk of text is left to them)."""
+
+    def __init__(self, path: str, warnings: list[str]) -> None:
+        self.path, self.warnings = path, warnings
+        self.line_start = 0  # where the unfinished line starts in the buffer
+        self.dropped: Optional[int] = None  # bytes of the over-long line dropped so far; None outside one
+
+    def appended(self, buf: bytearray, at: int) -> None:
+        """Check ``buf[at:]``, just appended."""
+        if self.dropped is not None:
+            nl = buf.find(b"\n", at)
+            cut = len(buf) if nl == -1 else nl
+            self.dropped += cut - at
+            del buf[at:cut]
+            if nl == -1:
+                return
+            self._report(buf)
+        nl = buf.rfind(b"\n", max(at, self.line_start))
+        if nl != -1:
+            self.line_start = nl + 1
+        if len(buf) - self.line_start > MAX_LINE_BYTES:
+            self.dropped = len(buf) - self.line_start
+            del buf[self.line_start:]
+
+    def end(self, buf: bytearray) -> None:
+        """The text ends (or a damaged gzip member cut it): a line being dropped is reported."""
+        if self.dropped is not None:
+            self._report(buf)
+        self.line_start = len(buf)
+
+    def _report(self, buf: bytearray) -> None:
+        lineno = buf.count(b"\n", 0, self.line_start) + 1  # counted only here: long lines are rare
+        self.warnings.append(f"{self.path}:{lineno}: a line of {self.dropped:,} bytes (limit {MAX_LINE_BYTES:,}); "
+                             "event skipped")
+        self.dropped = None
 
 
 def _gunzip(path: str, raw: bytes, warnings: list[str]) -> bytearray:
@@ -506,21 +562,31 @@ def _gunzip(path: str, raw: bytes, warnings: list[str]) -> bytearray:
     flipped bit costs one chunk, not the file."""
     # one growing buffer: a list of parts joined at the end would hold the text twice
     out = bytearray()
+    guard = _LongLines(path, warnings)
     pos = 0
     limit = _text_limit(len(raw))
+    produced = 0  # text decompressed, over-long lines included (the bomb limit counts them)
     view = memoryview(raw)
     while pos < len(raw):
         dec = _gzip_decompressor()
+        member = len(out)  # where this member's text starts in ``out``
         try:
-            part = bytearray()
             data = view[pos:]
             while data and not dec.eof:
-                part += dec.decompress(data, _INFLATE_CHUNK)
-                if len(out) + len(part) > limit:
+                text = dec.decompress(data, _INFLATE_CHUNK)
+                produced += len(text)
+                if produced > limit:
                     raise _bomb(path, len(raw))
+                out += text
+                guard.appended(out, len(out) - len(text))
                 data = dec.unconsumed_tail
-            part += dec.flush()
+            text = dec.flush()
+            out += text
+            guard.appended(out, len(out) - len(text))
         except _ZLIB_ERRORS as err:
+            del out[member:]  # the damaged member's text
+            guard.line_start = min(guard.line_start, len(out))
+            guard.end(out)
             nxt = raw.find(b"\x1f\x8b\x08", pos + 1)
             if not out and nxt == -1:
                 raise TraceInputError(path, f"corrupt gzip data ({err})") from None
@@ -529,21 +595,21 @@ def _gunzip(path: str, raw: bytes, warnings: list[str]) -> bytearray:
                             + (", reading went on at the next gzip member" if nxt != -1 else ""))
             if out and not out.endswith(b"\n"):
                 out += b"\n"
+                guard.line_start = len(out)
             if nxt == -1:
                 break
             pos = nxt
             continue
         if not dec.eof:
-            out += part
             warnings.append(f"{path}: gzip stream truncated (unexpected end of file); read what was complete")
             break
-        out += part
         rest = dec.unused_data
         pos = len(raw) - len(rest)
         if rest and rest[:2] != b"\x1f\x8b":
             if rest.strip(b"\0"):
                 raise TraceInputError(path, "corrupt gzip data (garbage after a gzip member)")
             break
+    guard.end(out)
     return out
 
 
