@@ -249,8 +249,9 @@ def _parse_body(raw: "bytes | bytearray", state: "_State", warnings: list[str], 
 def _finish(path: str, state: "_State", cols: "Optional[_Cols]", parser: str, warnings: list[str]) -> SourceData:
     """The :class:`SourceData` of what :func:`_parse_body` found (the bad-input rules of the module docstring)."""
     if cols is None:
-        warnings.append(f"{path}: empty file (no events)" if parser == "none"
-                        else f"{path}: no events (nothing after the opening bracket)")
+        if not any("limit" in w and "event skipped" in w for w in warnings):  # its lines were said too long
+            warnings.append(f"{path}: empty file (no events)" if parser == "none"
+                            else f"{path}: no events (nothing after the opening bracket)")
         return _result(path, state, _Cols.empty(), "dftracer", warnings, parser="none")
     kind = "timelogger" if state.is_timelogger else "dftracer"
     if cols.n == 0 and not state.saw_any:
