@@ -174,3 +174,80 @@ def test_a_log_without_training_steps_says_so_and_nothing_about_ranks(darshan_lo
     call from its per-rank I/O times."""
     found = keys(darshan_logs / "ior_hdf5_example.darshan")
     assert found == ["no_training_steps"]
+
+
+def test_producers_idle_measures_the_overlap_in_a_real_run(data, tmp_path):
+    """Without the POSIX preload: the app's own read phases are the producers. Read in the step's fetch, none of
+    them runs while the step computes; read by a thread one sample ahead, they run during most of the compute
+    (the loop is still input-bound: a read takes 20 ms, a step 5 ms)."""
+    sync = Run.open(_run(data, tmp_path / "sync", "--step-ms", "5", "--io-ms", "20", posix=False))
+    ahead = Run.open(_run(data, tmp_path / "ahead", "--step-ms", "5", "--io-ms", "20", "--readers", "1",
+                          "--prefetch", "1", posix=False))
+    for run, fires in ((sync, True), (ahead, False)):
+        a = run.analyse()
+        assert a.verdict.label == "highly input-bound"
+        ib = a.input_bound
+        in_comp = float(ib["producer_in_compute_s"].sum()) / float(ib["compute_s"].sum())
+        assert (in_comp < 0.05) if fires else (in_comp > 0.5), in_comp
+        assert ("producers_idle" in [f.key for f in run.findings(a)]) is fires
+
+
+def _keras_style(prefetch: bool):
+    """Eight Keras batches of 50 ms timed whole (the batch holds its fetch), a TF profile of each (IteratorGetNext
+    20 ms, then the train function), and a tf.data thread's pread64 calls (POSIX layer): with `.prefetch` they run
+    while the batch computes (and on into the wait), without it only inside IteratorGetNext."""
+    import numpy as np
+
+    from trace_merge.schema import concat_frames, to_frame
+
+    ms, base = 1_000_000, 10**18
+    starts = base + np.arange(8) * 50 * ms
+    app = to_frame({"layer": "app", "cat": "compute", "name": "Training Iteration", "rank": 0, "pid": 1, "tid": 1,
+                    "start_ns": starts, "end_ns": starts + 50 * ms, "epoch": 0, "step": list(range(8))})
+    fw = to_frame({"layer": "framework", "cat": ["wait"] * 8 + ["other"] * 8,
+                   "name": ["IteratorGetNext"] * 8 + ["__inference_train_function"] * 8, "rank": 0, "pid": 1,
+                   "tid": 3, "start_ns": np.r_[starts, starts + 20 * ms], "end_ns": np.r_[starts + 20 * ms,
+                                                                                             starts + 50 * ms]})
+    rs = starts + (25 * ms if prefetch else 2 * ms)  # ahead: 25-45 ms (compute), else 2-18 ms (the wait)
+    reads = to_frame({"layer": "posix", "cat": "io", "name": "pread64", "rank": 0, "pid": 1, "tid": 7,
+                      "start_ns": rs, "end_ns": rs + (20 if prefetch else 16) * ms, "bytes": 1 << 20,
+                      "file": "/data/part-0.h5"})
+    return concat_frames([app, fw, reads])
+
+
+@pytest.mark.parametrize("prefetch", [False, True])
+def test_producers_idle_on_keras_style_batches(prefetch):
+    from trace_merge import analysis, findings
+
+    a = analysis.summarise(_keras_style(prefetch))
+    assert a.verdict.label == "highly input-bound" and a.verdict.basis == "framework"
+    ib = a.input_bound.iloc[0]
+    share = ib["producer_in_compute_s"] / ib["producer_s"]  # the in-step reads that ran while the batch computed
+    assert share == pytest.approx(1.0 if prefetch else 0.0)
+    assert ("producers_idle" in [f.key for f in findings.findings(a)]) is not prefetch
+
+
+def test_rereads_cache_size_is_what_one_rank_reads_each_epoch():
+    """Two ranks, three epochs; each reads its 20 MB shard per epoch, and epoch 0 also reads 17 MB of file checks.
+    By hand: epoch 0 = 2 x 37 MB; what a rank re-reads (and must cache) is 20 MB, not 74 / 2 = 37 MB."""
+    import numpy as np
+
+    from trace_merge import analysis, findings
+    from trace_merge.schema import to_frame
+
+    ms, base, rows = 1_000_000, 10**18, []
+    for rank in (0, 1):
+        t = base
+        for epoch in range(3):
+            sizes = [5_000_000] * 4 + ([17_000_000] if epoch == 0 else [])
+            for step, size in enumerate(sizes):
+                rows.append(("Training Iteration", "compute", rank, t, t + 10 * ms, epoch, step, None, None))
+                rows.append(("Load File", "io", rank, t + ms, t + 6 * ms, epoch, step, size, f"/d/r{rank}-{step}.h5"))
+                t += 11 * ms
+    name, cat, rank, s, e, ep, st, nb, f = zip(*rows)
+    frame = to_frame({"layer": "app", "name": list(name), "cat": list(cat), "rank": list(rank), "pid": 1, "tid": 1,
+                      "start_ns": np.array(s), "end_ns": np.array(e), "epoch": list(ep), "step": list(st),
+                      "bytes": list(nb), "file": list(f)})
+    found = {x.key: x for x in findings.findings(analysis.summarise(frame))}
+    assert "epoch 0 read 74 MB" in found["rereads_every_epoch"].evidence
+    assert found["rereads_every_epoch"].action.startswith("cache it when 20 MB per rank fits")

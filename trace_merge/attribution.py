@@ -716,6 +716,13 @@ class _Attribution:
         self._add("busy", covered_ns(*subtract_intervals(*busy, *wait_ev), cws, cwe))
         self._add("loop_wait", covered_ns(*loop_wait, cws, cwe))
         self._add("fw_wait", covered_ns(*lower.raw["input_wait"], cws, cwe))
+        # the input pipeline's own work (file-system calls, app io/preprocess phases on any thread): while the step
+        # computes and while it waits. A pipeline that reads ahead works in both; a synchronous one only in waits
+        producer = union_of(lower.raw["fs"], self_time["io"], self_time["preprocess"])
+        self._add("producer", covered_ns(*producer, cws, cwe))
+        self._add("producer_in_wait", covered_ns(*intersect_intervals(*producer, *wait_ev), cws, cwe))
+        self._add("producer_in_compute", covered_ns(
+            *intersect_intervals(*producer, *subtract_intervals(*busy, *wait_ev)), cws, cwe))
         # the cycles' time no evidence explains, and how much of it lies outside every app phase (a gap)
         c_ok = cwe > cws
         cycles = merge_intervals(cws[c_ok], cwe[c_ok])
@@ -1222,7 +1229,7 @@ def _input_bound(att: Optional[_Attribution], series: Optional[pd.DataFrame] = N
     cols = ["rank", "basis", "steps", "steps_total", "step_s", "input_wait_s", "framework_wait_s", "profiled_steps",
             "warmup_steps", "input_pct", "compute_s",
             "au_pct", "other_s", "excluded_s", "input_visible", "verdict", "unexplained_phase", "unexplained_phase_s",
-            "unexplained_gap_s", "between_epochs_s"]
+            "unexplained_gap_s", "between_epochs_s", "producer_s", "producer_in_wait_s", "producer_in_compute_s"]
     if att is None:
         return pd.DataFrame({c: pd.Series(dtype="object" if c in ("basis", "verdict", "unexplained_phase")
                                           else "float64") for c in cols})
@@ -1287,6 +1294,9 @@ def _input_bound(att: Optional[_Attribution], series: Optional[pd.DataFrame] = N
         "unexplained_phase_s": top_s,
         "unexplained_gap_s": per_rank(att.sum("gap", len(series))[counted] / 1e9),
         "between_epochs_s": _between_epochs(series, n),
+        # the input pipeline's work inside the counted cycles, and its parts during input wait and during compute
+        **{f"{k}_s": per_rank(att.sum(k, len(series))[counted] / 1e9)
+           for k in ("producer", "producer_in_wait", "producer_in_compute")},
     })
 
 

@@ -13,7 +13,8 @@ bandwidth are therefore split by :func:`data_file_mask`, the one place that deci
    normalised (``os.path.normpath``), equals one of those names or lies under one of them (a named directory),
    or, for a relative name, ends with it (``data/x.h5`` names ``/scratch/data/x.h5``); else
 3. when no app-layer read row names a file: when its path does not look like code, a library or a system file
-   (:data:`NOT_DATA_PATH`): suffix ``.py .pyc .pyo .pyd .so .so.<n> .pth .json .cfg .txt``, a ``*.dist-info`` or
+   (:func:`is_data_path`): suffix ``.py .pyc .pyo .pyd .so .so.<n> .pth .json .cfg .txt .yaml .yml .toml .ini
+   .conf .in .csv .xml .log``, ``hwloc`` in the path, a standard stream (``<STDOUT>``), a ``*.dist-info`` or
    ``*.egg-info`` directory, under ``/proc /sys /dev /etc /lib /lib64 /usr/lib /usr/lib64 /usr/share``, or a
    path component ``site-packages``, ``dist-packages``, ``__pycache__`` or ``lib/python3.<n>``.
 
@@ -47,10 +48,14 @@ SIZE_BINS: tuple[tuple[str, float], ...] = (
 _READ_NAME = re.compile(r"read", re.IGNORECASE)
 _NOT_READ_NAME = re.compile(r"readdir|readlink|thread|ready|spread|write", re.IGNORECASE)
 _WRITE_NAME = re.compile(r"write", re.IGNORECASE)
-#: Paths of code, libraries and system files: not data when the app layer names no files (:func:`data_file_mask`).
+#: Paths of code, libraries, configuration, logs and system files: not data when the app layer names no files
+#: (:func:`data_file_mask`). Config and small text outputs (``.yaml``, ``history.csv``, hwloc's topology ``.xml``,
+#: IOR's ``.in`` input deck) are read or written beside the data and would pass for tiny "data reads".
 NOT_DATA_PATH = re.compile(r"""
-      \.(py|pyc|pyo|pyd|so|pth|json|cfg|txt)$
+      \.(py|pyc|pyo|pyd|so|pth|json|cfg|txt|yaml|yml|toml|ini|conf|in|csv|xml|log)$
     | \.so\.\d[\d.]*$
+    | hwloc
+    | ^<(STDIN|STDOUT|STDERR)>$
     | \.(dist|egg)-info(/|$)
     | ^/(proc|sys|dev|etc|lib|lib64)(/|$)
     | ^/usr/(lib|lib64|share)(/|$)
@@ -91,6 +96,12 @@ def _named_by_app(path: str, names: frozenset) -> bool:
         "/".join(parts[i:]) in names for i in range(1, len(parts)))
 
 
+def is_data_path(path: str) -> bool:
+    """Whether a file path looks like data rather than code, a library, configuration, a log or a system file
+    (:data:`NOT_DATA_PATH`): the rule every view and finding uses when the app layer names no files."""
+    return not NOT_DATA_PATH.search(str(path))
+
+
 def data_file_mask(rows: pd.DataFrame, frame: Optional[pd.DataFrame] = None,
                    names: Optional[frozenset] = None) -> np.ndarray:
     """Which of ``rows`` read a data file (the rule of the module docstring; the one place that decides).
@@ -109,7 +120,7 @@ def data_file_mask(rows: pd.DataFrame, frame: Optional[pd.DataFrame] = None,
     if names:
         data = category_mask(rows["file"], lambda p: _named_by_app(p, names))
     else:
-        data = category_mask(rows["file"], lambda p: not NOT_DATA_PATH.search(p))
+        data = category_mask(rows["file"], is_data_path)
     return data | (rows["layer"] == "app").to_numpy(dtype=bool, na_value=False)
 
 

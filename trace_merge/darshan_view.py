@@ -447,6 +447,9 @@ def _headline(run: "Run", view: DarshanView) -> str:
 def summary_text(run: "Run", view: DarshanView) -> str:
     """``trace-merge summary`` of a run that is only Darshan data: a headline, the warnings and the view."""
     lines = [_headline(run, view)]
+    found = run.findings()
+    lines.append(f"findings ({len(found)}; rules: docs/findings.md, file-system findings):")
+    lines += [f"  {i}. {f.text()}" for i, f in enumerate(found, 1)]
     if run.warnings:
         lines.append(f"warnings ({len(run.warnings)}):")
         lines += [f"  - {w}" for w in run.warnings]

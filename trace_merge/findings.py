@@ -8,7 +8,7 @@ so the CLI, the report and ``--json`` show the same ones in the same order: seve
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Optional, Sequence
 
 import numpy as np
 import pandas as pd
@@ -104,12 +104,17 @@ def _verdict_finding(a: "Summary") -> Finding:
     inputs = _input_phases(a.layered)
     # the file-system layer sees every call (no sampling window), so its share is of the input phases' whole time
     fs, seen = _sum(inputs, "fs_s"), _sum(inputs, "time_s")
+    if not _is_training(a):
+        # a plain file-system trace (a Darshan log of an HPC job, say): no training advice, only what it is
+        return Finding(
+            "no_training_steps", "info", "No training steps: this trace has file-system layers only",
+            "no app or framework phase marks a step", "app/framework",
+            "the file-system findings (if any) come from its counters; `trace-merge summary` shows its I/O view")
     if label == "unknown" and not v.cycles_total:
         return Finding(
-            "no_training_steps", "info", "This run has no training steps: file-system (or other) layers only",
-            "no app or framework phases mark training steps", "app/framework",
-            "to see the training side, run the job under `timelogger run -o RUN [--posix] -- python train.py` "
-            "with the loop wrapped as in the README; the I/O of this run is in the summary's Darshan/POSIX view")
+            "no_training_steps", "info", "This run has no training steps: its app phases mark none",
+            "no app or framework phase marks a step", "app/framework",
+            "wrap the training loop as in the README (a `Training Iteration` phase per step, or `tl.set_step`)")
     if label == "unknown":
         return Finding(
             "no_input_wait_seen", "high", "No input wait can be seen, so whether the job is input-bound is unknown",
@@ -238,12 +243,14 @@ def _small_reads_finding(a: "Summary") -> Optional[Finding]:
         return None
     n, nbytes = int(data["reads"].sum()), float(data["read_bytes"].sum())
     read_s, wall_s = a.metrics.slowest_read_time_s or 0.0, a.metrics.job_wall_s or 0.0
-    if n < SMALL_READ_MIN_COUNT or nbytes / n > SMALL_READ_BYTES or read_s < SMALL_READ_MIN_TIME_SHARE * wall_s:
+    # without a traced wall time (counters only) the read time cannot be weighed against anything
+    if (wall_s <= 0 or n < SMALL_READ_MIN_COUNT or nbytes / n > SMALL_READ_BYTES
+            or read_s < SMALL_READ_MIN_TIME_SHARE * wall_s):
         return None
     return Finding(
         "small_reads", "medium", "The data are read in small pieces",
         f"{n:,} data reads of {_size(nbytes / n)} on average ({_size(nbytes)} in all); the slowest rank read for "
-        f"{read_s:.3g} s of {wall_s:.3g} s", "posix",
+        f"{read_s:.3g} s of the job's {wall_s:.3g} s", "posix",
         "read in larger pieces: HDF5 reads of whole chunks or samples, TFRecord shards of 100+ MB, "
         "`tf.data.TFRecordDataset(..., buffer_size=8 << 20)`; on Lustre each small read pays a round trip",
         0.0)
@@ -259,13 +266,19 @@ def _reread_finding(a: "Summary") -> Optional[Finding]:
     first, later = float(per.loc[0]), per.drop(index=0)
     if first <= 0 or later.median() < REREAD_SHARE * first or later.sum() < REREAD_MIN_BYTES:
         return None
+    # what a rank's cache must hold is what that rank reads again each epoch: its median over the later epochs
+    # (epoch 0 may read more: warm-up, file checks), the largest rank's; not the job's epoch-0 bytes ÷ ranks
+    eb = a.epoch_bandwidth
+    eb = eb[eb["epoch"].notna() & (eb["epoch"].astype("Int64") > 0)]
+    by_rank = eb.groupby("rank")["read_bytes"].median().astype(float)
+    rank, cache = (by_rank.idxmax(), float(by_rank.max())) if len(by_rank) else (0, later.median())
     ranks = int(a.epoch_bandwidth["rank"].nunique()) if len(a.epoch_bandwidth) else 1
     return Finding(
         "rereads_every_epoch", "medium" if _is_input_bound(a) else "info",
         "Every epoch reads the data set from the file system again",
         f"epoch 0 read {_size(first)}, later epochs {_size(later.median())} each (median), {_size(later.sum())} "
-        f"re-read in all over {ranks} rank(s)", "posix",
-        f"cache it when {_size(first / max(ranks, 1))} per rank fits: `dataset.cache()` (memory) or "
+        f"re-read in all over {ranks} rank(s); per rank and later epoch up to {_size(cache)} (rank {rank})", "posix",
+        f"cache it when {_size(cache)} per rank fits: `dataset.cache()` (memory) or "
         "`dataset.cache('/local/ssd/cache')`, or copy the files to node-local storage at job start; with global "
         "shuffle, shuffle file order within a node-local copy instead of moving files between ranks", 0.0)
 
@@ -302,36 +315,33 @@ def _metadata_finding(a: "Summary") -> Optional[Finding]:
 
 
 def _producers_idle_finding(a: "Summary") -> Optional[Finding]:
-    """An input-bound job whose input pipeline works only while the step waits for it: nothing reads or decodes
-    ahead while the step computes (no prefetch, or a synchronous loader). The producers have to be seen for that:
-    app input phases on other threads (their overlap with the compute phases), or file-system calls, whose rate
-    while the steps compute is compared with their rate while the steps wait (busy producers read at about the
-    same rate in both; idle ones not at all)."""
-    if not _is_input_bound(a) or not len(a.exposed_io):
+    """An input-bound job whose input pipeline works only while the step waits for it: nothing is read or decoded
+    ahead while the step computes (no prefetch, or a synchronous loader). The premise is measured, not assumed:
+    inside the counted step cycles, the pipeline's work (file-system calls, app io/preprocess phases on any
+    thread: ``producer_*`` of :func:`trace_merge.attribution.input_bound_df`) is compared while the step computes
+    and while it waits. A pipeline that prefetches (a Keras ``.prefetch(AUTOTUNE)``: its reads run while the
+    batch computes) works in both; a synchronous one only in the waits. Rates, not the share of the work hidden:
+    with a 1 ms step and an 80 ms loader a busy prefetcher puts only ~1 % of its work inside compute."""
+    ib = a.input_bound
+    if not _is_input_bound(a) or not len(ib) or "producer_s" not in ib:
         return None
-    inputs, steps = _input_phases(a.layered), _step_phases(a.layered)
-    has_io_phase = bool(len(inputs)) and inputs["cat"].isin(["io", "preprocess"]).any()
-    has_fs = _has_layer(a.layered, "posix") or _has_layer(a.layered, "mpiio")
-    if not (has_io_phase or has_fs):
-        return None  # the producers cannot be seen (a tf.data pipeline timed only at the batch fetch)
-    whole = a.exposed_io[a.exposed_io["epoch"].isna()]
-    compute_s = _sum(whole, "compute_s")
-    busy = [_sum(whole, "overlap_s") / compute_s] if compute_s > 0 else []  # app input work during compute
-    fs_in, fs_step = _sum(inputs, "fs_s"), _sum(steps, "fs_s")
-    step_s = _sum(steps, "time_s")
-    if has_fs and fs_in > 0 and step_s > 0:
-        busy.append((fs_step / step_s) / (fs_in / _sum(inputs, "time_s")))
-    if not busy or max(busy) >= PRODUCERS_ACTIVE_RATIO:
+    ib = ib[ib["steps"] > 0]
+    comp, wait = _sum(ib, "compute_s"), _sum(ib, "input_wait_s")
+    work, in_wait, in_comp = (_sum(ib, f"producer{k}_s") for k in ("", "_in_wait", "_in_compute"))
+    if comp <= 0 or wait <= 0 or in_wait <= 0:
+        return None  # the producers are not seen working in the cycles (a pipeline timed only at the batch fetch)
+    during_comp, during_wait = in_comp / comp, in_wait / wait
+    if during_comp >= PRODUCERS_ACTIVE_RATIO * during_wait:
         return None
     wait_s = _counted_wait_s(a)
-    seen = (f"app input phases ran during {100 * busy[0]:.1f} % of the compute time" if compute_s > 0 else "")
-    if has_fs and fs_in > 0:
-        seen += ("; " if seen else "") + (f"file-system calls took {fs_step:.3g} s inside the steps against "
-                                          f"{fs_in:.3g} s inside the input phases")
+    has_fs = _has_layer(a.layered, "posix") or _has_layer(a.layered, "mpiio")
     return Finding(
         "producers_idle", "high" if a.verdict.label == "highly input-bound" else "medium",
         "The input pipeline works only while the step waits for it: nothing is read ahead during the step",
-        f"{seen}; {wait_s:.3g} s of waiting", "app" + (" + posix" if has_fs else ""),
+        f"{100 * in_comp / work:.1f} % of the input work inside the step cycles ({work:.3g} s of file-system calls "
+        f"and input phases) ran while the step computed; it was busy {100 * during_comp:.1f} % of the compute time "
+        f"against {100 * during_wait:.0f} % of the input wait; {wait_s:.3g} s of waiting",
+        "app" + (" + posix" if has_fs else ""),
         "prefetch: end the pipeline with `.prefetch(tf.data.AUTOTUNE)`; a Keras `Sequence` with "
         "`fit(..., workers=N, use_multiprocessing=True)`; a PyTorch `DataLoader(num_workers>0, prefetch_factor=2)`; "
         "a hand-written loader reads on a producer thread or process into a bounded queue", wait_s)
@@ -346,6 +356,11 @@ def _counted_wait_s(a: "Summary") -> float:
     return _sum(a.steps.loc[counted, ["input_wait_s"]], "input_wait_s")
 
 
+def _is_training(a: "Summary") -> bool:
+    """Whether the run shows training at all (step cycles or app phases): the premise of every training rule."""
+    return bool(a.verdict.cycles_total) or bool(len(a.layered))
+
+
 def _is_input_bound(a: "Summary") -> bool:
     return a.verdict.label in ("moderately input-bound", "highly input-bound")
 
@@ -357,12 +372,17 @@ def _size(n: float) -> str:
     return f"{n:.0f} B"
 
 
-def findings(a: "Summary") -> list[Finding]:
-    """Every finding of a run: the verdict's first, then the others by severity and seconds at stake."""
+def findings(a: "Summary", io: "Sequence[Finding]" = ()) -> list[Finding]:
+    """Every finding of a run: the verdict's first, then the others by severity and seconds at stake. A run
+    without training (a plain file-system trace) gets no training rule; ``io`` are its file-system findings
+    (:func:`trace_merge.darshan_findings.darshan_findings`), ordered with its info line by severity."""
+    by_severity = lambda f: (SEVERITIES.index(f.severity), -f.impact_s)  # noqa: E731
+    if not _is_training(a):
+        return sorted([_verdict_finding(a), *io], key=by_severity)
     rules = (_comm_finding, _first_epoch_finding, _imbalance_finding, _coverage_finding, _small_reads_finding,
              _reread_finding, _metadata_finding, _producers_idle_finding)
     found = [f for f in (rule(a) for rule in rules) if f is not None]
-    return [_verdict_finding(a)] + sorted(found, key=lambda f: (SEVERITIES.index(f.severity), -f.impact_s))
+    return [_verdict_finding(a)] + sorted([*found, *io], key=by_severity)
 
 
 def idle(a: "Summary") -> dict:

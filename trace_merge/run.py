@@ -385,9 +385,16 @@ class Run:
 
     def findings(self, parts: "Optional[analysis.Summary]" = None) -> "list[Finding]":
         """:func:`trace_merge.findings.findings` of this run: what to change, most important first."""
-        from trace_merge import findings
+        from trace_merge import darshan_view, findings
 
-        return findings.findings(parts if parts is not None else self.analyse())
+        a = parts if parts is not None else self.analyse()
+        view = None if darshan_view.has_training(self) else darshan_view.darshan_view(self)
+        if view is None:
+            return findings.findings(a)
+        # a plain Darshan log: the HPC I/O rules of its counters instead of training advice
+        from trace_merge.darshan_findings import darshan_findings
+
+        return findings.findings(a, darshan_findings(self.counters, view.nprocs, view.runtime_s))
 
     def summary(self, parts: "Optional[analysis.Summary]" = None) -> dict:
         """Everything about the run as plain JSON-able data.
