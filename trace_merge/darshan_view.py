@@ -76,7 +76,7 @@ class DarshanView:
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-able form (``trace-merge summary --json``)."""
-        from trace_merge.run import _records
+        from trace_merge.formatting import json_records as _records
 
         return {"job": self.job, "nprocs": self.nprocs, "runtime_s": self.runtime_s,
                 "modules": _records(self.modules), "operations": _records(self.operations),

@@ -8,6 +8,7 @@ scientific notation, a missing number as :data:`MISSING`.
 """
 from __future__ import annotations
 
+import json
 import math
 from typing import Any, Mapping
 
@@ -92,3 +93,8 @@ def frame_text(df: pd.DataFrame) -> str:
     if not len(df):
         return "  (none)"
     return formatted(df).to_string(index=False)
+
+
+def json_records(df: pd.DataFrame) -> list[dict[str, Any]]:
+    """JSON-able records (missing values become ``None``, numpy scalars plain numbers)."""
+    return json.loads(df.to_json(orient="records", double_precision=10)) if len(df) else []

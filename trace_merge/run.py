@@ -25,17 +25,13 @@ from trace_merge.align import Residual
 from trace_merge.engines import PARTITION_ABOVE_BYTES
 from trace_merge.errors import TraceInputError
 from trace_merge.readers.darshan import dxt_rows
+from trace_merge.formatting import json_records as _records
 from trace_merge.schema import COUNTER_DTYPES, FRAME_COLUMNS, concat_frames, empty_frame, layer_order
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from trace_merge.findings import Finding
 
 logger = logging.getLogger(__name__)
-
-
-def _records(df: pd.DataFrame) -> list[dict[str, Any]]:
-    """JSON-able records (missing values become ``None``, numpy scalars plain numbers)."""
-    return json.loads(df.to_json(orient="records", double_precision=10)) if len(df) else []
 
 
 def _plain(obj: Any) -> Any:
