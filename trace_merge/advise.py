@@ -103,7 +103,7 @@ class Measurement:
     samples_per_s: float  # job throughput: Σ over ranks of samples per steady cycle time
     step_s: float  # mean steady cycle, per rank
     input_wait_s: float  # mean input wait per cycle
-    compute_s: float  # mean compute + other per cycle
+    compute_s: float  # mean compute + other + waiting for other ranks per cycle: all but the input wait
     input_phase: str
     input_s_per_sample: float  # input-phase seconds per sample consumed (one slot's cost, c)
     fs_s_per_sample: float  # the file system's part of the input phases per sample (posix layer; 0 without it)
@@ -143,7 +143,8 @@ def measure(run_dir: "str | Path", setting: dict, samples_per_step: int,
     return Measurement(
         setting=dict(setting), run_dir=str(run_dir), ranks=int(steps["rank"].nunique()), samples_per_s=throughput,
         step_s=float(steady["step_s"].mean()), input_wait_s=float(steady["input_wait_s"].mean()),
-        compute_s=float((steady["compute_s"] + steady["other_s"]).mean()), input_phase=str(input_phase),
+        compute_s=float((steady["compute_s"] + steady["other_s"] + steady["sync_wait_s"]).mean()),
+        input_phase=str(input_phase),
         input_s_per_sample=float(chosen["sum_us"].sum()) / 1e6 / samples, fs_s_per_sample=fs / samples,
         au_pct=float(a.verdict.au_pct if a.verdict.au_pct is not None else float("nan")))
 

@@ -226,6 +226,7 @@ class _Frame:
         self.is_step_phase = np.append(name.cat.categories == STEP_PHASE, False)
         self.is_anchor = np.append(name.cat.categories == _ANCHOR, False)
         self.is_collective = np.array([bool(_COLLECTIVE.match(str(c))) for c in name.cat.categories] + [False])
+        self.is_negotiation = np.array([bool(_NEGOTIATION.match(str(c))) for c in name.cat.categories] + [False])
         self._kept: Optional[np.ndarray] = None
         self._lower: Optional[np.ndarray] = None
 
@@ -710,10 +711,13 @@ class _Attribution:
         loop_wait = consumer_self(["io", "wait"])
         wait_ev = union_of(lower.raw["input_wait"], subtract_intervals(*loop_wait, *app_busy))
         busy = union_of(lower.raw["compute"], lower.raw["comm"], app_busy)
+        # waiting for other ranks inside a step phase is neither input wait nor compute (the phase holds the wait)
+        sync = subtract_intervals(*lower.sync_wait, *wait_ev)
         cy = self._cycles
         cws, cwe = self._clipped(cy["r"], cy["ws"], cy["we"], slab)
         self._add("wait", covered_ns(*wait_ev, cws, cwe))
-        self._add("busy", covered_ns(*subtract_intervals(*busy, *wait_ev), cws, cwe))
+        self._add("sync", covered_ns(*sync, cws, cwe))
+        self._add("busy", covered_ns(*subtract_intervals(*subtract_intervals(*busy, *wait_ev), *sync), cws, cwe))
         self._add("loop_wait", covered_ns(*loop_wait, cws, cwe))
         self._add("fw_wait", covered_ns(*lower.raw["input_wait"], cws, cwe))
         # the input pipeline's own work (file-system calls, app io/preprocess phases on any thread): while the step
@@ -726,7 +730,7 @@ class _Attribution:
         # the cycles' time no evidence explains, and how much of it lies outside every app phase (a gap)
         c_ok = cwe > cws
         cycles = merge_intervals(cws[c_ok], cwe[c_ok])
-        unexplained = subtract_intervals(*subtract_intervals(*cycles, *wait_ev), *busy)
+        unexplained = subtract_intervals(*subtract_intervals(*subtract_intervals(*cycles, *wait_ev), *busy), *sync)
         in_phases = union_of(acc, self_time["other"])  # every app phase's self time: acc holds all the other cats
         self._add("gap", covered_ns(*subtract_intervals(*unexplained, *in_phases), cws, cwe))
         exposed = subtract_intervals(*inp, *comp)
@@ -827,13 +831,15 @@ class _LowerSlab:
     DFTracer also traces) of the rank's processes, forked workers included; ``comm`` = the ``comm`` layer (Horovod
     timeline, rank 0) and framework ``comm`` events (Horovod ops where a TF profile times them; TF 2.15's host
     profile does not). Horovod writes its timeline on rank 0 only, so the collectives it shows *executing*
-    (``ALLREDUCE``, ``MPI_ALLREDUCE``, ``BROADCAST``, ...; not the per-rank ``NEGOTIATE_*``) count as communication
-    on every rank: a collective runs on all ranks at once (to within Horovod's cycle time and the clock
-    alignment); ``input_wait`` = framework ``wait`` events (the consumer side of tf.data: ``IteratorGetNext`` and
-    the pipeline it pulls inline); ``compute`` = framework ``compute`` and ``other`` events (kernels, the step
+    (``ALLREDUCE``, ``MPI_ALLREDUCE``, ``BROADCAST``, ...: :data:`_COLLECTIVE`) count as communication on every
+    rank: a collective runs on all ranks at once (to within Horovod's cycle time and the clock alignment);
+    ``input_wait`` = framework ``wait`` events (the consumer side of tf.data: ``IteratorGetNext`` and the pipeline
+    it pulls inline); ``compute`` = framework ``compute`` and ``other`` events (kernels, the step
     function around them). tf.data producer threads' work (framework ``io``/``preprocess``) is no component: it
     runs the user's Python (``py_function``, generators) or decodes, which is what the remainder stands for.
-    ``exclusive`` resolves overlaps by :data:`LOWER_COMPONENTS` order. ``unclaimed_covered`` is the framework
+    ``exclusive`` resolves overlaps by :data:`LOWER_COMPONENTS` order. ``sync_wait``: the timeline's negotiations
+    (:data:`_NEGOTIATION`, ranks waiting for one another; rank 0's) that no component covers: no component of the
+    layered breakdown, a term of the step cycles. ``unclaimed_covered`` is the framework
     layer's coverage (:attr:`_Attribution.covered`) no component claimed: only there can the remainder be called Python.
     Rows are clipped to their rank's window and to the slab.
     """
@@ -847,11 +853,13 @@ class _LowerSlab:
         lay, cat = c.layer[rows], c.cat[rows]
         in_fw = c.is_fw[lay]
         fw = in_fw & ~c.is_anchor[c.name[rows]]
+        negotiating = c.is_negotiation[c.name[rows]]  # ranks waiting for one another: no communication
         masks = {
             "fs": c.is_fs[lay] & c.cat_is("io")[cat],
-            "comm": c.is_comm[lay] | (fw & c.cat_is("comm")[cat]),
+            "comm": (c.is_comm[lay] & ~negotiating) | (fw & c.cat_is("comm")[cat]),
             "input_wait": fw & c.cat_is("wait")[cat],
             "compute": fw & (c.cat_is("compute")[cat] | c.cat_is("other")[cat]),
+            "sync_wait": c.is_comm[lay] & negotiating,
         }
         # Horovod writes its timeline on rank 0 only, but a collective it shows executing (not negotiating)
         # runs on every rank at once: other ranks get those activities as their communication time.
@@ -872,10 +880,18 @@ class _LowerSlab:
             taken = union_of(taken, self.raw[x])
         #: covered time no lower layer claimed: what Python / decoding / IPC did while the profiler watched
         self.unclaimed_covered = subtract_intervals(*att.covered, *taken)
+        #: negotiation time none of the rank's own lower-layer work covers: waiting for the other ranks
+        self.sync_wait = subtract_intervals(*self.raw["sync_wait"], *taken)
 
 
-#: Horovod timeline activities that are a collective executing (on every rank at once), not a negotiation
-_COLLECTIVE = re.compile(r"^(ALLREDUCE|ALLGATHER|BROADCAST|ALLTOALL|REDUCESCATTER|BARRIER|MPI_|NCCL_|GLOO_|CCL_)")
+#: Horovod timeline activities that are a collective executing (on every rank at once), not a negotiation; the
+#: fusion buffer's copies (``MEMCPY_IN/OUT_FUSION_BUFFER``) run nested inside the executing ``ALLREDUCE``
+_COLLECTIVE = re.compile(
+    r"^(ALLREDUCE|ALLGATHER|BROADCAST|ALLTOALL|REDUCESCATTER|BARRIER|MPI_|NCCL_|GLOO_|CCL_|MEMCPY_)")
+#: Horovod timeline activities of ranks waiting for one another: a ``NEGOTIATE_*`` runs from the first rank's
+#: readiness for a tensor to the last's (measured on Horovod 0.28: a 50 ms sleep on either of 2 ranks gives
+#: 50 ms negotiations), so it is synchronisation wait, never communication
+_NEGOTIATION = re.compile(r"^NEGOTIATE_")
 
 
 def _collective_rows(rows: pd.DataFrame) -> np.ndarray:
@@ -1120,7 +1136,8 @@ def input_bound_df(frame: pd.DataFrame, layers: "str | Sequence[str] | None" = N
     pandas.DataFrame
         ``rank``, ``basis`` (``framework`` when cycles inside a TF profile window are counted, else ``app``,
         ``epoch`` or ``run``), ``steps`` (counted), ``steps_total``, ``step_s``, ``input_wait_s``,
-        ``input_pct``, ``compute_s``, ``au_pct`` (= compute_s ÷ step_s × 100), ``other_s`` (neither),
+        ``input_pct``, ``compute_s``, ``au_pct`` (= compute_s ÷ step_s × 100), ``sync_wait_s`` and
+        ``sync_wait_pct`` (waiting for other ranks, :func:`step_series_df`), ``other_s`` (none of them),
         ``excluded_s`` (the warm-up step left out), ``input_visible`` (False: no counted cycle has any wait
         evidence -- Keras batches timed whole, no TF profile -- so input wait cannot be seen), ``verdict``.
     """
@@ -1144,7 +1161,9 @@ def step_series_df(frame: pd.DataFrame) -> pd.DataFrame:
       own ``wait``/``io`` self time on the consumer threads (the threads that mark the steps) while no consumer
       thread computes;
     - **compute** = union of framework compute/comm and the app's ``compute``/``comm`` self time on the consumer
-      threads, minus input wait (a Keras batch holds its fetch; the profile tells it apart);
+      threads, minus input wait (a Keras batch holds its fetch; the profile tells it apart) and sync wait;
+    - **sync wait** = Horovod negotiations (ranks waiting for one another) of the rank no lower-layer work of its
+      own covers, minus input wait: a step phase around ``hvd.allreduce`` holds it;
     - **other** = the rest (checkpoints, logging, Python between steps), its own term.
 
     A cycle is ``basis="framework"`` when a TF profile window covers at least half of it. Where a rank's
@@ -1155,9 +1174,9 @@ def step_series_df(frame: pd.DataFrame) -> pd.DataFrame:
     -------
     pandas.DataFrame
         ``rank``, ``epoch``, ``step`` (Int64), ``start_ns``, ``end_ns`` (the cycle), ``step_s``,
-        ``input_wait_s``, ``compute_s``, ``other_s``, ``excluded_s``, ``basis``, ``warmup`` (first step of an
-        epoch of the rank: the step itself is left out, ``excluded_s``, and its cycle starts where it ended), ``counted``
-        (used by the verdict).
+        ``input_wait_s``, ``compute_s``, ``sync_wait_s``, ``other_s``, ``excluded_s``, ``basis``, ``warmup`` (first
+        step of an epoch of the rank: the step itself is left out, ``excluded_s``, and its cycle starts where it
+        ended), ``counted`` (used by the verdict).
     """
     return _step_series(_attribution(frame, None, lower=True)).drop(columns=STEP_AXIS_COLUMNS)
 
@@ -1193,8 +1212,8 @@ _BASIS = np.array(["app", "framework"], dtype=object)
 def _step_series(att: Optional[_Attribution]) -> pd.DataFrame:
     cols = {"_r": "int64", "rank": "int64", "epoch": "Int64", "step": "Int64", "start_ns": "int64",
             "end_ns": "int64", "_ws": "int64", "_we": "int64", "step_s": "float64", "input_wait_s": "float64",
-            "compute_s": "float64", "other_s": "float64", "excluded_s": "float64", "basis": "object",
-            "warmup": "bool", "counted": "bool"}
+            "compute_s": "float64", "sync_wait_s": "float64", "other_s": "float64", "excluded_s": "float64",
+            "basis": "object", "warmup": "bool", "counted": "bool"}
     if att is None:
         return pd.DataFrame({k: pd.Series(dtype=v) for k, v in cols.items()})
     cy = att._cycles
@@ -1204,6 +1223,7 @@ def _step_series(att: Optional[_Attribution]) -> pd.DataFrame:
         else np.zeros(0, dtype=bool)
     wait = att.sum("wait", len(w))
     comp = att.sum("busy", len(w))
+    sync = att.sum("sync", len(w))
     # a rank whose app layer shows no wait in its cycles (Keras batches timed whole) can only be judged where a
     # profile window looked inside its steps; a rank with app wait evidence counts every cycle
     app_seen = np.bincount(r, weights=att.sum("loop_wait", len(w)), minlength=len(att.ranks)) > 0
@@ -1215,7 +1235,7 @@ def _step_series(att: Optional[_Attribution]) -> pd.DataFrame:
         "_r": r, "rank": att.ranks[r] if len(r) else r, "epoch": pd.array(w["epoch"], dtype="Int64"),
         "step": pd.array(w["step"], dtype="Int64"), "start_ns": start_ns, "end_ns": start_ns + length,
         "_ws": ws, "_we": we, "step_s": length / 1e9, "input_wait_s": wait / 1e9, "compute_s": comp / 1e9,
-        "other_s": (length - wait - comp) / 1e9, "excluded_s": excluded / 1e9,
+        "sync_wait_s": sync / 1e9, "other_s": (length - wait - comp - sync) / 1e9, "excluded_s": excluded / 1e9,
         "basis": _BASIS[by_fw.astype(np.int8)], "warmup": warmup, "counted": counted,
     })
 
@@ -1228,8 +1248,9 @@ def _input_bound(att: Optional[_Attribution], series: Optional[pd.DataFrame] = N
     """Per-rank sums of :func:`_step_series` (``series`` when the caller has it already)."""
     cols = ["rank", "basis", "steps", "steps_total", "step_s", "input_wait_s", "framework_wait_s", "profiled_steps",
             "warmup_steps", "input_pct", "compute_s",
-            "au_pct", "other_s", "excluded_s", "input_visible", "verdict", "unexplained_phase", "unexplained_phase_s",
-            "unexplained_gap_s", "between_epochs_s", "producer_s", "producer_in_wait_s", "producer_in_compute_s"]
+            "au_pct", "sync_wait_s", "sync_wait_pct", "other_s", "excluded_s", "input_visible", "verdict",
+            "unexplained_phase", "unexplained_phase_s", "unexplained_gap_s", "between_epochs_s", "producer_s",
+            "producer_in_wait_s", "producer_in_compute_s"]
     if att is None:
         return pd.DataFrame({c: pd.Series(dtype="object" if c in ("basis", "verdict", "unexplained_phase")
                                           else "float64") for c in cols})
@@ -1246,6 +1267,7 @@ def _input_bound(att: Optional[_Attribution], series: Optional[pd.DataFrame] = N
     step_s = per_rank(used["step_s"].to_numpy())
     wait_s = per_rank(used["input_wait_s"].to_numpy())
     comp_s = per_rank(used["compute_s"].to_numpy())
+    sync_s = per_rank(used["sync_wait_s"].to_numpy())
     fw_steps = per_rank((used["basis"] == "framework").to_numpy(dtype=float))
     steps = np.bincount(r_used, minlength=n)
     fw_wait_s = per_rank(att.sum("fw_wait", len(series))[counted] / 1e9)
@@ -1270,6 +1292,7 @@ def _input_bound(att: Optional[_Attribution], series: Optional[pd.DataFrame] = N
     safe = np.where(step_s > 0, step_s, np.nan)
     input_pct = np.nan_to_num(100.0 * wait_s / safe)
     au_pct = np.nan_to_num(100.0 * comp_s / safe)
+    sync_pct = np.nan_to_num(100.0 * sync_s / safe)
     top_name, top_s = _largest_unexplained(att)
     return pd.DataFrame({
         "rank": att.ranks,
@@ -1284,10 +1307,12 @@ def _input_bound(att: Optional[_Attribution], series: Optional[pd.DataFrame] = N
         "input_pct": input_pct,
         "compute_s": comp_s,
         "au_pct": au_pct,
-        "other_s": step_s - wait_s - comp_s,
+        "sync_wait_s": sync_s,
+        "sync_wait_pct": sync_pct,
+        "other_s": step_s - wait_s - comp_s - sync_s,
         "excluded_s": excluded_s,
         "input_visible": visible,
-        "verdict": [_judge(p, a, b, v) for p, a, b, v in zip(input_pct, au_pct, basis, visible)],
+        "verdict": [_judge(p, a + w, b, v) for p, a, w, b, v in zip(input_pct, au_pct, sync_pct, basis, visible)],
         # where the step cycles' unexplained time is: the app phase holding most of it as self time, and the gap
         # outside every app phase
         "unexplained_phase": top_name,
@@ -1374,7 +1399,8 @@ class Verdict:
     label: str = "unknown"  # not / moderately / highly input-bound, or unknown
     input_pct: Optional[float] = None  # Σ input wait ÷ Σ cycle time over the counted step cycles
     au_pct: Optional[float] = None  # DLIO's AU: Σ compute ÷ Σ cycle time
-    other_pct: Optional[float] = None  # neither: 100 - input - AU
+    other_pct: Optional[float] = None  # none of them: 100 - input - AU - sync wait
+    sync_wait_pct: Optional[float] = None  # Σ waiting for other ranks (Horovod negotiations) ÷ Σ cycle time
     basis: Optional[str] = None  # the ranks' bases joined
     cycles: int = 0  # step cycles counted
     cycles_total: int = 0  # step cycles seen
@@ -1407,12 +1433,15 @@ def _verdict(per: pd.DataFrame) -> Verdict:
         return out
     pct = 100.0 * float(seen["input_wait_s"].sum()) / step
     au = 100.0 * float(seen["compute_s"].sum()) / step
+    sync = 100.0 * float(seen["sync_wait_s"].sum()) / step
     worst = seen.loc[seen["input_pct"].idxmax()]
     by_phase = seen.groupby(seen["unexplained_phase"].astype(object).fillna(""))["unexplained_phase_s"].sum()
     by_phase = by_phase[by_phase.index != ""]
     top = str(by_phase.idxmax()) if len(by_phase) and by_phase.max() > 0 else None
-    out = dataclasses.replace(out, input_pct=pct, label=_explained_label(pct, au), au_pct=au,
-                              other_pct=max(0.0, 100.0 - pct - au), basis=",".join(sorted(set(seen["basis"]))),
+    # waiting for the other ranks is explained time: the accelerator idles for a known reason (a straggler)
+    out = dataclasses.replace(out, input_pct=pct, label=_explained_label(pct, au + sync), au_pct=au,
+                              other_pct=max(0.0, 100.0 - pct - au - sync), sync_wait_pct=sync,
+                              basis=",".join(sorted(set(seen["basis"]))),
                               worst_rank=int(worst["rank"]), worst_rank_input_pct=float(worst["input_pct"]),
                               unexplained_phase=top,
                               unexplained_phase_pct=100.0 * float(by_phase.max()) / step if top else None,
@@ -1421,7 +1450,7 @@ def _verdict(per: pd.DataFrame) -> Verdict:
     if out.between_epochs_s:
         notes.append(f"between epochs: {out.between_epochs_s:.3g} s outside every epoch's iteration (validation, "
                      "checkpoints, callbacks, a profiler starting), in no step cycle and not input wait")
-    if pct + au < MIN_EXPLAINED_PCT:
+    if pct + au + sync < MIN_EXPLAINED_PCT:
         notes.append(f"the accelerator idles {100 - au:.0f} % of the step cycles: input wait {pct:.0f} %, "
                      f"unexplained {out.other_pct:.0f} % ({unexplained_text(out)}); time what the loop does there with "
                      f"timelogger.phase(...), or profile it: {CAPTURE_HINT}")
@@ -1443,8 +1472,9 @@ def verdict_text(v: Verdict) -> str:
         why = ("no wait evidence inside the step cycles: see the blind spot below" if v.cycles_total
                else "no training steps or epochs tagged in the trace")
         return f"unknown ({why})"
+    sync = f"waiting for other ranks {v.sync_wait_pct:.1f} %, " if v.sync_wait_pct else ""
     return (f"{v.label} ({v.input_pct:.1f} % of step-cycle time waiting for input, AU {v.au_pct:.1f} %, "
-            f"other {v.other_pct:.1f} %; {v.cycles} of {v.cycles_total} cycles; basis {v.basis})")
+            f"{sync}other {v.other_pct:.1f} %; {v.cycles} of {v.cycles_total} cycles; basis {v.basis})")
 
 
 def _ranks_text(ranks: Sequence[int]) -> str:

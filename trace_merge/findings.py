@@ -30,6 +30,8 @@ COMM_EXPOSED_SHARE = 0.10
 FIRST_EPOCH_RATIO = 1.5
 #: the slowest rank's step time this many times the fastest rank's is an imbalance
 RANK_IMBALANCE_RATIO = 1.15
+#: a rank waiting for the other ranks (Horovod negotiations) this share of its step-cycle time waits for a straggler
+SYNC_WAIT_SHARE = 0.10
 #: share of the step phases' time no framework profile saw above which the python/compute split is a sample
 LOW_COVERAGE_SHARE = 0.50
 #: later epochs reading at least this share of epoch 0's bytes from the file system re-read the data set ...
@@ -222,6 +224,33 @@ def _imbalance_finding(a: "Summary") -> Optional[Finding]:
         float(per[slow] - per[fast]))
 
 
+def _sync_wait_finding(a: "Summary") -> Optional[Finding]:
+    """Ranks waiting for the others at the collectives (Horovod's ``NEGOTIATE_*``: from the first rank ready for a
+    tensor to the last), a material share of their step cycles: a straggler, not the network. Horovod's timeline is
+    rank 0's, so the waiting rank it shows is rank 0 and the late one is another rank."""
+    ib = a.input_bound
+    if not len(ib) or "sync_wait_s" not in ib:
+        return None
+    ib = ib[(ib["steps"] > 0) & (ib["step_s"] > 0)]
+    share = (ib["sync_wait_s"] / ib["step_s"]).astype(float)
+    waiting = ib[share >= SYNC_WAIT_SHARE]
+    if not len(waiting):
+        return None
+    ranks = sorted(int(r) for r in a.input_bound["rank"])
+    others = [r for r in ranks if r not in set(waiting["rank"].astype(int))]
+    late = (f"rank {others[0]}" if len(others) == 1 else
+            f"one of ranks {', '.join(map(str, others))} (the timeline does not say which)" if others else "unknown")
+    who = ", ".join(f"rank {int(r)} {100 * w / t:.0f} % ({w:.3g} of {t:.3g} s)"
+                    for r, w, t in zip(waiting["rank"], waiting["sync_wait_s"], waiting["step_s"]))
+    return Finding(
+        "ranks_wait_for_straggler", "medium", f"Ranks wait for a straggler at the collectives: the likely straggler "
+        f"is {late}", f"waiting for the other ranks (Horovod NEGOTIATE_*, not communication) in the counted step "
+        f"cycles: {who}", "comm + app",
+        f"balance the work per rank (the same number and size of samples per rank: `dataset.shard(hvd.size(), "
+        f"hvd.rank())`, equal batch sizes), then look at {late}'s input pipeline and node (other jobs, its file "
+        "system targets); a larger fusion buffer will not help", float(waiting["sync_wait_s"].max()))
+
+
 def _coverage_finding(a: "Summary") -> Optional[Finding]:
     steps = _step_phases(a.layered)
     total, unseen = _sum(steps, "time_s"), _sum(steps, "not_observed_s")
@@ -380,7 +409,7 @@ def findings(a: "Summary", io: "Sequence[Finding]" = ()) -> list[Finding]:
     if not _is_training(a):
         return sorted([_verdict_finding(a), *io], key=by_severity)
     rules = (_comm_finding, _first_epoch_finding, _imbalance_finding, _coverage_finding, _small_reads_finding,
-             _reread_finding, _metadata_finding, _producers_idle_finding)
+             _reread_finding, _metadata_finding, _producers_idle_finding, _sync_wait_finding)
     found = [f for f in (rule(a) for rule in rules) if f is not None]
     return [_verdict_finding(a)] + sorted([*found, *io], key=by_severity)
 

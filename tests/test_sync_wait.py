@@ -1,0 +1,82 @@
+"""Waiting for other ranks is not communication: real 2-rank Horovod runs (``mpiexec -n 2 timelogger run
+--horovod-timeline``), one with rank 1 sleeping before each allreduce (rank 0 waits in Horovod's ``NEGOTIATE_*``),
+one balanced."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from test_reader_horovod import mpiexec
+
+from trace_merge.run import Run
+
+pytestmark = [pytest.mark.horovod, pytest.mark.mpi, pytest.mark.tf]
+
+#: each step: 20 ms of work on every rank, then (argv[1]) seconds more on rank 1 only, then the allreduce
+STEPS = textwrap.dedent(
+    """
+    import sys, time
+    from mpi4py import MPI
+    import tensorflow as tf
+    import horovod.tensorflow as hvd
+    from timelogger import default_logger
+
+    hvd.init()
+    tl = default_logger()
+    tl.sync_clocks(MPI.COMM_WORLD)
+    x = tf.ones([1024])
+    with tl.phase("Train Loop"):
+        tl.set_epoch(0)
+        for step in range(6):
+            tl.set_step(step)
+            with tl.phase("Training Iteration", cat="compute"):
+                time.sleep(0.02 + (float(sys.argv[1]) if hvd.rank() == 1 else 0.0))
+                hvd.allreduce(x, op=hvd.Sum, name="grad")
+    time.sleep(0.3)  # let Horovod's timeline writer catch up before shutdown
+    tl.close()
+    """
+)
+
+
+def _run(tmp: Path, slow_s: float) -> Run:
+    pytest.importorskip("horovod.tensorflow")
+    script = tmp / "steps.py"
+    script.write_text(STEPS)
+    bindir = Path(sys.executable).parent
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PATH=f"{bindir}{os.pathsep}{os.environ.get('PATH', '')}")
+    subprocess.run([mpiexec(), "-n", "2", str(bindir / "timelogger"), "run", "-o", str(tmp / "run"),
+                    "--horovod-timeline", "--", sys.executable, str(script), str(slow_s)],
+                   check=True, env=env, timeout=120, capture_output=True)
+    return Run.open(tmp / "run")
+
+
+def test_a_slow_rank_is_a_straggler_not_communication(tmp_path: Path) -> None:
+    run = _run(tmp_path, 0.05)
+    a = run.analyse()
+    found = {f.key: f for f in run.findings(a)}
+    steps = a.layered[a.layered["phase"] == "Training Iteration"]
+    # the executing allreduce is < 1 ms a step: communication is small, and no fusion-buffer advice
+    assert steps["comm_s"].sum() < 0.05 * steps["time_s"].sum() and "comm_exposed" not in found
+    per = a.input_bound.set_index("rank")
+    # rank 0 waits ~50 of ~72 ms of each step for rank 1 (measured 68 %)
+    assert per.loc[0, "sync_wait_pct"] >= 40 and per.loc[1, "sync_wait_pct"] == 0
+    wait = found["ranks_wait_for_straggler"]
+    assert "straggler is rank 1" in wait.title and "rank 0 " in wait.evidence
+    assert "fusion buffer will not help" in wait.action
+    # the wait is its own term of the step cycles: input wait + compute + sync wait + other = the cycle
+    s = a.steps[a.steps["counted"]]
+    total = s["input_wait_s"] + s["compute_s"] + s["sync_wait_s"] + s["other_s"]
+    assert ((total - s["step_s"]).abs() < 1e-6).all()
+
+
+def test_a_balanced_run_waits_little_and_has_no_straggler(tmp_path: Path) -> None:
+    run = _run(tmp_path, 0.0)
+    a = run.analyse()
+    per = a.input_bound.set_index("rank")
+    assert per.loc[0, "sync_wait_pct"] < 10  # measured 2 %: Horovod's cycle time between the ranks' arrivals
+    assert "ranks_wait_for_straggler" not in {f.key for f in run.findings(a)}
