@@ -154,3 +154,11 @@ def sweeps(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> s
     else:
         monkeypatch.setattr(intervals, "_sweep", None)
     return request.param
+
+
+@pytest.fixture(autouse=True)
+def _one_logical_line_per_line(monkeypatch):
+    """The CLI wraps its text at the terminal's width (100 without a terminal). Tests that read its lines read
+    what they say, one logical line each, so the width is set past any line here; tests of the wrapping itself set
+    COLUMNS (tests/test_cli.py)."""
+    monkeypatch.setenv("COLUMNS", "100000")

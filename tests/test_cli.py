@@ -43,6 +43,43 @@ def test_summary_text_of_a_run_directory(run_copy, capsys):
     assert "Load File" in out and "posix" in out
 
 
+@pytest.mark.parametrize("width", [60, 100])
+def test_text_fits_the_terminal_width(real_run, capsys, monkeypatch, width):
+    """summary, summary --brief and findings wrap at the terminal's width (COLUMNS here, as a terminal sets it;
+    100 without one): a longer line is a single token (a path) that cannot break."""
+    monkeypatch.setenv("COLUMNS", str(width))
+    for args in (["summary"], ["summary", "--brief"], ["findings"]):
+        assert main([*args, str(real_run[0])]) == 0
+        lines = capsys.readouterr().out.splitlines()
+        assert len(lines) > 5
+        over = [x for x in lines if len(x) > width and " " in x.strip()]
+        assert not over, (args, over)
+    monkeypatch.delenv("COLUMNS")  # set for every test by conftest.py
+    from trace_merge.formatting import DEFAULT_WIDTH, text_width
+
+    assert text_width() == DEFAULT_WIDTH  # stdout is no terminal under pytest
+
+
+def test_summary_brief_is_the_first_screen(real_run, capsys):
+    from trace_merge.run import Run
+
+    run = Run.open(real_run[0])
+    found = run.findings()
+    assert main(["summary", "--brief", str(real_run[0])]) == 0
+    out = capsys.readouterr().out
+    first, rest = out.split("\n", 1)
+    assert first.startswith(f"{real_run[0]}: verdict: ")
+    words = " ".join(out.split())  # as read, whatever the wrapping
+    assert "the input phases' time:" in words  # the idle line
+    assert "where the time goes" in words and "Training Iteration" in out and "Load File" in out
+    assert out.count("[high]") + out.count("[medium]") + out.count("[info]") == min(3, len(found))
+    assert found[0].title in words
+    for drill_down in ("terms:", "alignment residual", "events by total time", "layered breakdown"):
+        assert drill_down not in out
+    with pytest.raises(SystemExit):  # one or the other
+        main(["summary", "--brief", "--json", str(real_run[0])])
+
+
 def test_summary_json_of_a_bare_dftracer_directory(dftracer_set, capsys):
     assert main(["summary", str(dftracer_set), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
@@ -121,7 +158,7 @@ def test_compare_two_runs(real_run, real_run_factory, tmp_path, capsys):
     out = capsys.readouterr().out
     assert "read_bytes" in out and "verdict" in out
     row = next(line for line in out.splitlines() if line.startswith("read_bytes"))
-    assert row.split() == ["read_bytes", "16000000", "1000000", "-15000000", "0.0625"]
+    assert row.split() == ["read_bytes", "16.0", "MB", "1.00", "MB", "-15.0", "MB", "0.0625"]
     assert out.rstrip().splitlines()[-1].startswith(f"delta = run − {la}, ratio = run ÷ {la}")
 
 

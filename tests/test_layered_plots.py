@@ -60,6 +60,17 @@ def test_layered_breakdown_one_bar_per_phase_split_by_component():
     np.testing.assert_allclose(lefts, sums[["fs_s", "comm_s", "input_wait_s", "compute_s"]].sum(axis=1))
 
 
+def test_layered_breakdown_legend_names_only_what_the_run_has():
+    """No framework input wait inside any phase: "input wait" is no legend entry, let alone "(tf.data)"; a
+    component with no time gets none either."""
+    no_tf = LAYERED.assign(input_wait_s=0.0, comm_s=0.0)
+    labels = [t.get_text() for t in plots.plot_layered_breakdown(no_tf).axes[0].get_legend().get_texts()]
+    assert not any("input wait" in x or "communication" in x for x in labels), labels
+    labels = [t.get_text() for t in plots.plot_layered_breakdown(LAYERED, tfdata=False).axes[0].get_legend()
+              .get_texts()]
+    assert "input wait" in labels and "input wait (tf.data)" not in labels
+
+
 def test_layered_breakdown_merges_phases_beyond_top():
     ax = plots.plot_layered_breakdown(LAYERED, top=2).axes[0]
     labels = [t.get_text() for t in ax.get_yticklabels()]
@@ -123,6 +134,9 @@ def test_step_series_stacks_input_wait_under_the_step_per_rank():
         np.testing.assert_array_equal(step.edges, np.arange(len(mine) + 1))
         assert ax.get_ylabel().startswith(f"rank {rank}")
     assert fig.axes[0].get_shared_x_axes().joined(fig.axes[0], fig.axes[1])
+    # named for what the run has: tf.data only where its events are
+    assert [t.get_text() for t in fig.axes[0].get_legend().get_texts()] == ["input wait", "rest of the step"]
+    fig = plots.plot_step_series(STEPS, tfdata=True)
     assert [t.get_text() for t in fig.axes[0].get_legend().get_texts()] == ["input wait (tf.data)",
                                                                             "rest of the step"]
     assert [t.get_text() for t in fig.axes[0].texts] == ["epoch 0", "epoch 1"]
@@ -212,3 +226,57 @@ def test_steady_state_window_steps_are_the_step_series_steps_not_every_row_with_
     with_val = concat_frames([steps, val])
     assert plots.steady_state_window(with_val) == (spans[1, 1][0] + 10, spans[1, 4][0] + 100_000_000)
     assert plots.steady_state_window(concat_frames([frame, val])) == (spans[1, 1][0], spans[1, 4][1])
+
+
+def event_stats(inclusive):
+    """App-layer event statistics: phase -> Σ duration (s)."""
+    return pd.DataFrame({"layer": "app", "cat": "other", "name": list(inclusive),
+                         "count": 1, "sum_us": [v * 1e6 for v in inclusive.values()]})
+
+
+#: no framework profile anywhere: every second the file system did not see is "not observed"; the input wait
+#: ("Call to Next Batch") holds the reads ("Load File"), so its own self time is short
+UNPROFILED = layered([
+    (0, 0, "Start-up", "other", (0, 0, 0, 0, 0, 6)),
+    (0, 0, "Training Iteration", "compute", (0, 0, 0, 0, 0, 9)),
+    (0, 0, "Load File", "io", (2, 0, 0, 0, 0, 1)),
+    (0, 0, "Call to Next Batch", "wait", (0, 0, 0, 0, 0, 0.01)),
+    (0, 0, "Checkpoint", "checkpoint", (0.5, 0, 0, 0, 0, 0.5)),
+])
+
+
+def test_where_time_goes_shows_what_is_known_for_every_phase():
+    """The first screen's data: the layered breakdown is 87 % "not observed", the chart's is 0 %: that time is
+    drawn as its phase's category; the file system's seconds stay the file system's; the input wait keeps a bar of
+    its own with its inclusive time, not folded into "other phases"."""
+    from trace_merge.analysis import WHERE_SEGMENTS, where_time_goes_df
+
+    assert UNPROFILED["not_observed_s"].sum() / UNPROFILED["time_s"].sum() > 0.85
+    where = where_time_goes_df(UNPROFILED, event_stats({"Call to Next Batch": 3.01, "Load File": 3}), top=2)
+    assert list(where["phase"]) == ["Training Iteration", "Start-up", "Call to Next Batch", "other phases"]
+    assert "not_observed_s" not in where
+    segments = where[[f"{c}_s" for c in WHERE_SEGMENTS]]
+    np.testing.assert_allclose(segments.sum(axis=1), where["self_s"])  # the segments are the bar
+    wait = where.set_index("phase").loc["Call to Next Batch"]
+    assert wait["cat"] == "wait" and wait["self_s"] == pytest.approx(0.01) and wait["inclusive_s"] == pytest.approx(3.01)
+    other = where.set_index("phase").loc["other phases"]
+    assert other["fs_s"] == pytest.approx(2.5) and other["cat_s"] == pytest.approx(1.5)
+    # what the chart draws: no segment is "not observed"; each category's part is labelled with the category
+    fig = plots.plot_where_time_goes(where)
+    labels = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert not any("not observed" in x for x in labels), labels
+    assert "input wait phase, not split by a profile" in labels and "file system" in labels
+    assert "inclusive time (nested phases too)" in labels
+    assert not any("tf.data" in x for x in labels)
+    ticks = [t.get_text() for t in fig.axes[0].get_yticklabels()]
+    assert ticks[2] == "Call to Next Batch · input wait\nself 0.0100 s, inclusive 3.01 s"
+
+
+def test_where_time_goes_names_tfdata_only_when_told():
+    from trace_merge.analysis import where_time_goes_df
+
+    profiled = UNPROFILED.assign(input_wait_s=UNPROFILED["not_observed_s"], not_observed_s=0.0)
+    where = where_time_goes_df(profiled, event_stats({}))
+    for tfdata, label in ((True, "input wait (tf.data)"), (False, "input wait")):
+        labels = [t.get_text() for t in plots.plot_where_time_goes(where, tfdata=tfdata).legends[0].get_texts()]
+        assert label in labels and not any(x.startswith("input wait (") for x in labels if x != label), labels

@@ -48,7 +48,8 @@ SMALL_HEPCNN = '''def small_hepcnn_runs(out: Path, points) -> dict:
 '''
 
 #: the layered breakdown's component columns, named as the figure's legend names them
-COMPONENT_COLUMNS = '''{f"{c}_s": (label, "s") for c, label in COMPONENT_LABELS.items()}'''
+#: the layered breakdown's columns, named as the run's legends name them (tf.data only where the run has it)
+COMPONENT_COLUMNS = '''{f"{c}_s": (label, "s") for c, label in LABELS.items()}'''
 
 #: a legend to the right of the axes, outside the data
 LEGEND_OUTSIDE = '''loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False'''
@@ -75,11 +76,13 @@ if not (Path(RUN) / "app").is_dir():
 print(f"run: {RUN}")'''),
         ("md", "## The input-bound verdict"),
         ("code", '''from trace_merge import plots
-from trace_merge.analysis import COMPONENT_LABELS, verdict_text
+from trace_merge.analysis import component_labels, has_tfdata, verdict_text
 from trace_merge.run import Run
 from trace_merge.formatting import readable
 
 run = Run.open(RUN)
+tfdata = has_tfdata(run.event_stats())
+LABELS = component_labels(tfdata)
 verdict = run.verdict()
 print("verdict:", verdict_text(verdict))
 for note in verdict["notes"]:
@@ -92,7 +95,7 @@ summed over ranks and epochs."""),
 readable(layered.sort_values("time_s", ascending=False).head(15),
          {"rank": "rank", "epoch": "epoch", "phase": "app phase", "cat": "cat", "time_s": ("self time", "s"),
           **''' + COMPONENT_COLUMNS + '''})'''),
-        ("code", '''plots.plot_layered_breakdown(layered)'''),
+        ("code", '''plots.plot_layered_breakdown(layered, tfdata=tfdata)'''),
         ("md", "## Each epoch's wall time per rank, and the slowest rank against the fastest"),
         ("code", '''bd = run.breakdown()
 spread = bd[bd["epoch"].notna()].pivot(index="epoch", columns="rank", values="wall_s")
@@ -463,8 +466,9 @@ else:
     print(f"{Path(LOG).name} has no POSIX DXT segments to place: nothing to merge")'''),
         ("md", "## The stand-in app phases split by the layer below (s, per rank)"),
         ("code", '''if merged is not None:
-    from trace_merge.analysis import COMPONENT_LABELS
+    from trace_merge.analysis import component_labels, has_tfdata
 
+    LABELS = component_labels(has_tfdata(merged.event_stats()))
     display(readable(merged.layered_breakdown(),
                      {"rank": "rank", "phase": "app phase", "time_s": ("self time", "s"),
                       **''' + COMPONENT_COLUMNS + '''}))

@@ -196,6 +196,71 @@ def access_pattern(pm: "partitioned.Merge", engine: "Optional[Engine]" = None) -
     return kernels._concat(parts) if parts else access_pattern_df(empty_frame())
 
 
+def has_tfdata(event_stats: pd.DataFrame) -> bool:
+    """Whether the run has tf.data events: framework ``wait`` rows (the consumer side of tf.data,
+    ``IteratorGetNext`` and ``Iterator::*``; :mod:`trace_merge.readers.xplane`). ``event_stats``:
+    :func:`event_stats_df` (``Summary.event_stats``)."""
+    if not len(event_stats):
+        return False
+    fw = (as_text(event_stats["layer"]) == "framework") & (as_text(event_stats["cat"]) == "wait")
+    return bool(event_stats.loc[fw.to_numpy(), "count"].sum() > 0)
+
+
+def component_labels(tfdata: bool) -> dict[str, str]:
+    """:data:`COMPONENT_LABELS` as a run's legends name them: "input wait (tf.data)" only for a run with tf.data
+    events (:func:`has_tfdata`); a loop without tf.data waits for its own loader, so there it is "input wait"."""
+    return COMPONENT_LABELS if tfdata else {**COMPONENT_LABELS, "input_wait": "input wait"}
+
+
+#: the bar that holds the phases beyond ``top`` in :func:`where_time_goes_df` and the layered figure
+OTHER_PHASES = "other phases"
+#: the first screen's segments, in drawing order: the layers that watch the whole run, the framework split (only
+#: where a TF profile looked), then ``cat`` -- the rest, known only as the app phase's own category
+WHERE_SEGMENTS: tuple[str, ...] = ("fs", "comm", "input_wait", "compute", "python", "cat")
+
+
+def where_time_goes_df(layered: pd.DataFrame, event_stats: pd.DataFrame, top: int = 6) -> pd.DataFrame:
+    """The first screen's "where the time goes": one row per app phase, summed over ranks and epochs.
+
+    A phase's bar is its **self time** (its nested phases' time is theirs), split into what is known about it
+    everywhere it ran: the file-system and communication layers' time (traced over the whole run), the framework
+    split (input wait, compute, Python) where a TF profile covered it, and the rest as ``cat_s``: time only the app
+    layer saw, known by the phase's own category (the layered breakdown's "not observed" with what *is* known
+    about it). ``inclusive_s`` is the phase's Σ duration with its nested phases (from ``event_stats``): an input
+    wait whose reads are phases of their own has little self time but all of the wait inclusive.
+
+    The ``top`` phases by self time get a row each, and so does every ``wait`` (input wait) phase however short its
+    self time; the rest are one :data:`OTHER_PHASES` row (category ``""``), last.
+
+    Returns
+    -------
+    pandas.DataFrame
+        ``phase``, ``cat``, ``self_s``, ``inclusive_s`` (NaN for :data:`OTHER_PHASES`), ``<segment>_s`` for each of
+        :data:`WHERE_SEGMENTS` (summing to ``self_s``).
+    """
+    cols = ["phase", "cat", "self_s", "inclusive_s", *(f"{c}_s" for c in WHERE_SEGMENTS)]
+    if not len(layered):
+        return pd.DataFrame(columns=cols)
+    df = layered.assign(phase=as_text(layered["phase"]), cat=as_text(layered["cat"]).fillna(""),
+                        cat_s=layered["not_observed_s"], self_s=layered["time_s"])
+    per = df.groupby("phase", sort=False).agg(cat=("cat", "first"), **{c: (c, "sum") for c in cols[2:] if c !=
+                                                                       "inclusive_s"})
+    per = per.sort_values("self_s", ascending=False, kind="stable")
+    keep = per.index[:top].union(per.index[per["cat"] == "wait"], sort=False)
+    shown = per.loc[[p for p in per.index if p in keep]]
+    rest = per.drop(index=shown.index)
+    if len(rest):
+        other = rest.drop(columns="cat").sum().to_frame(OTHER_PHASES).T.assign(cat="")
+        shown = pd.concat([shown, other[shown.columns]])
+    app = event_stats[(as_text(event_stats["layer"]) == "app").to_numpy()] if len(event_stats) else event_stats
+    inclusive = (app.assign(name=as_text(app["name"])).groupby("name")["sum_us"].sum() / 1e6 if len(app)
+                 else pd.Series(dtype=float))
+    out = shown.rename_axis("phase").reset_index()
+    out["inclusive_s"] = out["phase"].map(inclusive).astype(float)
+    out.loc[out["phase"] == OTHER_PHASES, "inclusive_s"] = np.nan
+    return out[cols].astype({c: float for c in cols[2:]})
+
+
 def epochs_as_text(df: pd.DataFrame, missing: str) -> pd.DataFrame:
     """``df`` with ``epoch`` as text and ``missing`` for <NA>, its one meaning in that table: ``"all"`` in a
     breakdown (the whole-run row), ``"none"`` in the layered breakdown (outside any epoch)."""
@@ -206,7 +271,8 @@ def epochs_as_text(df: pd.DataFrame, missing: str) -> pd.DataFrame:
 
 __all__ = [
     "INPUT_BOUND_HIGH_PCT", "INPUT_BOUND_MODERATE_PCT", "layer_activity_df", "COMPONENTS", "LOWER_COMPONENTS",
-    "COMPONENT_LABELS",
+    "COMPONENT_LABELS", "has_tfdata", "component_labels", "where_time_goes_df", "OTHER_PHASES",
+    "WHERE_SEGMENTS",
     "layered_breakdown_df", "step_series_df", "Summary", "explain", "coverage_notes", "epochs_as_text",
     "PRIORITY", "READ_LAYER_ORDER", "SIZE_BINS",
     "merge_intervals", "union_ns", "intersect_intervals", "subtract_intervals", "covered_ns",

@@ -167,7 +167,10 @@ def _merge(run_dir: Path, args: argparse.Namespace):
 def summary_setup_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("path", metavar="PATH",
                         help="run directory, directory of DFTracer .pfw[.gz] files, or one trace file (.darshan)")
-    parser.add_argument("--json", action="store_true", help="print the summary as JSON")
+    shown = parser.add_mutually_exclusive_group()
+    shown.add_argument("--json", action="store_true", help="print the summary as JSON")
+    shown.add_argument("--brief", action="store_true",
+                       help="print the first screen only: verdict, where the time goes, the top 3 findings")
     _add_layers_option(parser)
     _add_engine_options(parser)
 
@@ -191,21 +194,21 @@ def _layers_arg(text: str) -> "str | list[str]":
     return layers
 
 
-def _layered_text(layered: pd.DataFrame, top: int = 30) -> str:
+def _layered_text(layered: pd.DataFrame, width: int, top: int = 30) -> "list[str]":
     from trace_merge.analysis import COMPONENTS, epochs_as_text
     from trace_merge.formatting import frame_text
 
     if not len(layered):
-        return "  (no app phases)"
+        return ["  (no app phases)"]
     comp = [f"{c}_s" for c in COMPONENTS]
     table = epochs_as_text(layered, "none")[["rank", "epoch", "phase", "cat", "calls", "observed_calls", "time_s",
                                               *comp, "layers"]]
     table = table[table["time_s"] > 0].sort_values(["rank", "time_s"], ascending=[True, False], kind="stable")
     shown = table.groupby("rank", sort=True).head(top)
-    text = frame_text(shown)
+    out = [frame_text(shown, width)]
     if len(shown) < len(table):
-        text += f"\n  ({len(table) - len(shown)} shorter rows not shown: --json or the report has all)"
-    return text
+        out.append(f"  ({len(table) - len(shown)} shorter rows not shown: --json or the report has all)")
+    return out
 
 
 #: The summary's terms, explained once under the verdict (docs/metrics.md has the definitions).
@@ -221,10 +224,43 @@ GLOSSARY = (
 )
 
 
-def _summary_text(run, parts) -> str:
-    from trace_merge.analysis import COMPONENT_LABELS, PRIORITY, epochs_as_text, verdict_text
-    from trace_merge.findings import idle_text, next_step
+def _where_text(parts, width: int) -> "list[str]":
+    """The first screen's breakdown (:func:`trace_merge.analysis.where_time_goes_df`) as a table and its key."""
+    from trace_merge.analysis import where_time_goes_df
     from trace_merge.formatting import frame_text
+
+    where = where_time_goes_df(parts.layered, parts.event_stats)
+    if not len(where):
+        return ["where the time goes: no app phases"]
+    return ["where the time goes (app phases' self time, s; inclusive_s: with their nested phases; fs, comm: the "
+            "file-system and communication layers, traced throughout; input_wait, compute, python: the framework "
+            "split where a TF profile looked; cat_s: the rest, which only the app layer saw, known by the phase's "
+            "category):", frame_text(where, width)]
+
+
+def _findings_lines(found, limit: Optional[int] = None) -> "list[str]":
+    return [f"  {i}. {f.text()}" for i, f in enumerate(found[:limit], 1)]
+
+
+def _brief_text(run, parts, width: int) -> str:
+    """``summary --brief``: the report's first screen as text -- verdict, idle line, breakdown, top findings."""
+    from trace_merge.analysis import verdict_text
+    from trace_merge.findings import idle_text
+    from trace_merge.formatting import wrap
+
+    found = run.findings(parts)
+    lines = [f"{run.path}: verdict: {verdict_text(parts.verdict)}", *[x for x in [idle_text(parts)] if x],
+             "", *_where_text(parts, width), ""]
+    lines.append(f"findings (top {min(3, len(found))} of {len(found)}; all: trace-merge findings {run.path}; "
+                 f"everything: trace-merge summary {run.path}):")
+    lines += _findings_lines(found, 3)
+    return wrap(lines, width)
+
+
+def _summary_text(run, parts, width: int) -> str:
+    from trace_merge.analysis import PRIORITY, component_labels, epochs_as_text, has_tfdata, verdict_text
+    from trace_merge.findings import idle_text, next_step
+    from trace_merge.formatting import frame_text, size_text, wrap
     from trace_merge.jobinfo import slurm_line
 
     m, v = parts.metrics, parts.verdict
@@ -246,7 +282,7 @@ def _summary_text(run, parts) -> str:
     lines.append(f"next step: {next_step(found)}")
     if found:
         lines.append(f"findings (top {min(3, len(found))} of {len(found)}; all: trace-merge findings {run.path}):")
-        lines += [f"  {i}. {f.text()}" for i, f in enumerate(found[:3], 1)]
+        lines += _findings_lines(found, 3)
     lines += ["terms:", *(f"  {term}: {meaning}" for term, meaning in GLOSSARY)]
     if run.warnings:
         lines.append(f"warnings ({len(run.warnings)}):")
@@ -256,34 +292,36 @@ def _summary_text(run, parts) -> str:
         lines.append(f"DXT clock: {c['source']} rank {c['rank']}: {c['offset_ns'] / 1e6:+.3f} ms from the header "
                      f"(basis {c['basis']}, confidence {c['confidence']:.2f}, {c['matched']} of {c['segments']} "
                      "segments matched)")
-    legend = "; ".join(f"{c} = {label}" for c, label in COMPONENT_LABELS.items())
+    legend = "; ".join(f"{c} = {label}" for c, label in component_labels(has_tfdata(parts.event_stats)).items())
     lines += ["", "layered breakdown: each app phase's self time (s) split by what the lower layers of its rank "
               f"did inside it ({legend}); epoch 'none' = outside any epoch; docs/metrics.md",
-              _layered_text(parts.layered)]
+              *_layered_text(parts.layered, width)]
     bd = parts.breakdown
     shown = [*(f"{c}_pct" for c in PRIORITY), "outside_epochs_pct"]
     lines += ["", "drill-down, breakdown by phase category (% of wall time, exclusive; epoch 'all' = whole run):",
-              frame_text(epochs_as_text(bd[["rank", "epoch", "wall_s", *shown]], "all") if len(bd) else bd)]
+              frame_text(epochs_as_text(bd[["rank", "epoch", "wall_s", *shown]], "all") if len(bd) else bd, width)]
     lines += ["", "exposed I/O (app layer; epoch 'all' = whole run):",
-              frame_text(epochs_as_text(parts.exposed_io, "all"))]
-    lines += ["", "input wait per rank (steps counted, warm-up step excluded):", frame_text(parts.input_bound)]
-    lines += ["", "read bandwidth per rank:", frame_text(parts.bandwidth)]
+              frame_text(epochs_as_text(parts.exposed_io, "all"), width)]
+    lines += ["", "input wait per rank (steps counted, warm-up step excluded):",
+              frame_text(parts.input_bound, width)]
+    lines += ["", "read bandwidth per rank:", frame_text(parts.bandwidth, width)]
     t = parts.bandwidth_totals
     if t["read_bytes"]:
-        lines.append(f"aggregate: {t['read_bytes']:,} bytes ÷ slowest rank's read time "
+        lines.append(f"aggregate: {size_text(t['read_bytes'])} ÷ slowest rank's read time "
                      f"{_num(t['slowest_read_time_s'])} s = {_num(t['aggregate_bw_MB_per_s'])} MB/s; "
                      f"÷ job wall time = {_num(t['bw_over_job_wall_MB_per_s'])} MB/s")
     if len(parts.epoch_bandwidth):
         lines += ["", "read bandwidth per epoch (data files; aggregate = Σ bytes ÷ slowest rank's union read time):",
-                  frame_text(parts.epoch_bandwidth_totals), "per rank:", frame_text(parts.epoch_bandwidth)]
+                  frame_text(parts.epoch_bandwidth_totals, width), "per rank:",
+                  frame_text(parts.epoch_bandwidth, width)]
     if len(parts.study_view):
         lines += ["", "the original study's view (Read = HDF5 File Read, Load = Load File − Read, Training, "
-                      "Checkpoint; % of Train Loop):", frame_text(parts.study_view)]
+                      "Checkpoint; % of Train Loop):", frame_text(parts.study_view, width)]
     stats = parts.event_stats
     if len(stats):
         stats = stats.sort_values("sum_us", ascending=False).head(25)
-    lines += ["", "events by total time (top 25):", frame_text(stats)]
-    return "\n".join(lines)
+    lines += ["", "events by total time (top 25):", frame_text(stats, width)]
+    return wrap(lines, width)
 
 
 def findings_setup_parser(parser: argparse.ArgumentParser) -> None:
@@ -295,6 +333,7 @@ def findings_setup_parser(parser: argparse.ArgumentParser) -> None:
 
 def findings_main(args: argparse.Namespace) -> int:
     from trace_merge.findings import next_step
+    from trace_merge.formatting import text_width, wrap
 
     run = _open_run(args.path, args, summary_only=True)
     found = run.findings(run.analyse(args.layers))
@@ -306,12 +345,13 @@ def findings_main(args: argparse.Namespace) -> int:
         lines += [f"{i}. [{f.severity}] {f.title}", f"   evidence: {f.evidence} (layer: {f.layer})",
                   f"   try: {f.action}"]
     lines.append(f"next step: {next_step(found)}")
-    _out("\n".join(lines))
+    _out(wrap(lines, text_width()))
     return 0
 
 
 def summary_main(args: argparse.Namespace) -> int:
     from trace_merge import darshan_view
+    from trace_merge.formatting import text_width
 
     run = _open_run(args.path, args, summary_only=True)
     view = darshan_view.darshan_view(run)
@@ -325,8 +365,10 @@ def summary_main(args: argparse.Namespace) -> int:
         if view is not None:
             doc["darshan"] = view.as_dict()
         _out(json.dumps(doc, indent=1, default=str))
+    elif args.brief:
+        _out(_brief_text(run, parts, text_width()))
     else:
-        _out(_summary_text(run, parts))
+        _out(_summary_text(run, parts, text_width()))
         if view is not None:  # training and a Darshan log: the log's view as a drill-down
             _out("\ndrill-down, the Darshan log:\n" + darshan_view.view_text(view, aligned=True))
     return 0
@@ -407,7 +449,18 @@ def compare_main(args: argparse.Namespace) -> int:
 
         _out(json.dumps({str(c): _plain(table[c].to_dict()) for c in table.columns}, indent=1))
     else:
-        shown = table.map(lambda x: f"{x:.4g}" if isinstance(x, float) else ("-" if x is None else x))
+        from numbers import Real
+
+        from trace_merge.formatting import size_text
+
+        def text(x, row: str, column: str) -> str:
+            if x is None:
+                return "-"
+            if "bytes" in row and not column.startswith("ratio ") and isinstance(x, Real):
+                return size_text(x)
+            return f"{x:.4g}" if isinstance(x, float) else str(x)
+
+        shown = table.apply(lambda col: [text(x, row, str(col.name)) for row, x in col.items()])
         _out(shown.to_string())
         _out(f"delta = run − {table.columns[0]}, ratio = run ÷ {table.columns[0]} "
              "('-': not a number, missing, or divided by 0)")

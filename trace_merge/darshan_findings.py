@@ -18,7 +18,8 @@ import numpy as np
 import pandas as pd
 
 from trace_merge.bandwidth import is_data_path
-from trace_merge.findings import Finding, _size
+from trace_merge.findings import Finding
+from trace_merge.formatting import size_text as _size
 from trace_merge.schema import as_text
 
 #: requests below 1 MiB are small (Darshan's SIZE_* bins up to 100K_1M), called when this share of a direction's

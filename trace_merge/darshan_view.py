@@ -33,6 +33,7 @@ import numpy as np
 import pandas as pd
 
 from trace_merge.errors import TraceInputError
+from trace_merge.formatting import size_text
 from trace_merge.readers.darshan import dxt_rows
 from trace_merge.schema import as_text
 
@@ -346,7 +347,7 @@ def plot_dxt_heatmap(frame: pd.DataFrame, bins: int = _HEATMAP_BINS) -> "Figure"
                 color=colour)
         top.set_ylabel("MB", fontsize="small")
         top.tick_params(labelbottom=False, labelsize="small")
-        top.set_title(f"{module} bytes {'read' if op == 'read' else 'written'}: {z.sum() / 1e6:,.4g} MB",
+        top.set_title(f"{module} bytes {'read' if op == 'read' else 'written'}: {size_text(z.sum())}",
                       fontsize="medium", loc="left")
         step = max(1, len(ranks) // 16)
         ax.set_yticks(np.arange(len(ranks))[::step] + 0.5, [str(r) for r in ranks[::step]], fontsize="small")

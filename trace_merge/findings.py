@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from trace_merge.attribution import COMPONENT_LABELS, COMPONENTS, IDLE_LABEL, unexplained_text
+from trace_merge.formatting import size_text as _size
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from trace_merge.analysis import Summary
@@ -392,13 +393,6 @@ def _is_training(a: "Summary") -> bool:
 
 def _is_input_bound(a: "Summary") -> bool:
     return a.verdict.label in ("moderately input-bound", "highly input-bound")
-
-
-def _size(n: float) -> str:
-    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
-        if n >= scale:
-            return f"{n / scale:.0f} {unit}"
-    return f"{n:.0f} B"
 
 
 def findings(a: "Summary", io: "Sequence[Finding]" = ()) -> list[Finding]:

@@ -2,19 +2,32 @@
 scientific notation, a missing number as :data:`MISSING`.
 
 - :func:`cell` / :func:`formatted` (CLI and report): a column's name says its unit: ``*_s`` seconds and other
-  measures to 3 significant digits, ``*_pct`` percent to 0.1, ``*MB_per_s`` MB/s, ``*bytes*`` and integers as whole
-  numbers with thousands separators.
+  measures to 3 significant digits, ``*_pct`` percent to 0.1, ``*MB_per_s`` MB/s, ``*bytes*`` in decimal units
+  (:func:`size_text`), integers as whole numbers with thousands separators.
 - :func:`readable` / :func:`number` (notebooks): the caller names each column and its unit; the label gets the unit.
+- :func:`wrap` / :func:`frame_text`: CLI text at the terminal's width (:func:`text_width`).
+
+Bytes and bandwidth are decimal everywhere (kB/MB/GB/TB = 10^3/10^6/10^9/10^12 bytes; MB/s), as storage and
+network vendors quote them and as the bandwidth columns always were: one system, so that the same run never shows
+MiB beside MB. :data:`BYTES_IN` is the one table of scales.
 """
 from __future__ import annotations
 
 import json
 import math
-from typing import Any, Mapping
+import re
+import shutil
+import textwrap
+from typing import Any, Iterable, Mapping
 
 import pandas as pd
 
 MISSING = "–"
+
+#: bytes per unit, largest first: the one unit system for bytes (decimal; bandwidth is MB/s of the same MB)
+BYTES_IN = {"TB": 1e12, "GB": 1e9, "MB": 1e6, "kB": 1e3}
+#: the CLI's width when stdout is no terminal (a pipe, a file, a test)
+DEFAULT_WIDTH = 100
 
 
 def sig3(x: float) -> str:
@@ -24,6 +37,17 @@ def sig3(x: float) -> str:
     if abs(x) >= 100:
         return f"{x:,.0f}"
     return f"{x:.{2 - math.floor(math.log10(abs(x)))}f}"
+
+
+def size_text(nbytes: float) -> str:
+    """Bytes in the largest decimal unit that keeps the number at least 1, 3 significant digits: ``549755813888``
+    -> ``550 GB``, ``4096`` -> ``4.10 kB``, ``512`` -> ``512 B``."""
+    if nbytes is None or not math.isfinite(nbytes):
+        return MISSING
+    for unit, scale in BYTES_IN.items():
+        if abs(nbytes) >= scale:
+            return f"{sig3(nbytes / scale)} {unit}"
+    return f"{nbytes:,.0f} B"
 
 
 def cell(x: Any, column: str = "") -> str:
@@ -36,8 +60,10 @@ def cell(x: Any, column: str = "") -> str:
         return str(x)
     if column.endswith("_pct"):
         return f"{x:.1f}"
-    if "bytes" in column or isinstance(x, int):
-        return f"{int(round(x)):,}"
+    if "bytes" in column:
+        return size_text(x)
+    if isinstance(x, int):
+        return f"{x:,}"
     if column.endswith("MB_per_s"):
         return f"{x:,.0f}" if abs(x) >= 10 else sig3(x)
     return sig3(x)
@@ -49,7 +75,8 @@ def formatted(df: pd.DataFrame) -> pd.DataFrame:
 
 
 #: unit -> how one value is written (:func:`number`); values are already in that unit
-UNITS = {"s": "sig3", "ms": "sig3", "MB/s": "sig3", "GB/s": "sig3", "MB": "sig3", "%": "pct", "×": "ratio",
+UNITS = {"s": "sig3", "ms": "sig3", "MB/s": "sig3", "GB/s": "sig3", "MB": "sig3", "GB": "sig3", "%": "pct",
+         "×": "ratio",
          "count": "int", "": "sig3"}
 
 
@@ -85,16 +112,52 @@ def readable(df: pd.DataFrame, columns: Mapping[str, "tuple[str, str] | str"], i
     return out if index else out.reset_index(drop=True)
 
 
-__all__ = ["MISSING", "sig3", "cell", "formatted", "UNITS", "number", "readable"]
+def text_width() -> int:
+    """The terminal's width, :data:`DEFAULT_WIDTH` when stdout is no terminal (``COLUMNS`` overrides both)."""
+    return shutil.get_terminal_size((DEFAULT_WIDTH, 24)).columns
 
 
-def frame_text(df: pd.DataFrame) -> str:
-    """A table as text for the terminal (:func:`formatted` cells, no index); ``(none)`` when empty."""
+#: the space between a number and its unit, which a wrapped line keeps ("77.1 %", "0.2 s", "24 MB/s")
+_UNIT_SPACE = re.compile(r"(?<=\d) (?=(?:%|[kMGT]?B(?:/s)?|m?s)(?!\w))")
+_GLUE = "\u00a0"  # textwrap splits at ASCII whitespace only
+
+
+class Preformatted(str):
+    """Text :func:`wrap` leaves as it is (a table, already fitted to the width by :func:`frame_text`)."""
+
+
+def wrap(lines: "Iterable[str]", width: int) -> str:
+    """``lines`` joined, each prose line filled to ``width`` with its continuation indented under its own text
+    (its leading spaces, a list's ``- `` or ``1. `` marker); words are never broken, so only a token longer than
+    the width (a path, a URL) can overrun it. :class:`Preformatted` items are kept as they are."""
+    out = []
+    for item in lines:
+        for line in ([item] if isinstance(item, Preformatted) else item.split("\n")):
+            if isinstance(item, Preformatted) or len(line) <= width:
+                out.append(line)
+                continue
+            lead = len(line) - len(line.lstrip(" "))
+            marker = line[lead:].split(" ", 1)[0]
+            hang = lead + (len(marker) + 1 if marker in ("-", "*") or marker.rstrip(".").isdigit() else 2)
+            out += [part.replace(_GLUE, " ") for part in textwrap.wrap(
+                _UNIT_SPACE.sub(_GLUE, line), width, subsequent_indent=" " * hang, break_long_words=False,
+                break_on_hyphens=False)]
+    return "\n".join(out)
+
+
+def frame_text(df: pd.DataFrame, width: "int | None" = None) -> Preformatted:
+    """A table as text for the terminal (:func:`formatted` cells, no index); ``(none)`` when empty. With ``width``
+    its columns are set in blocks no wider than that (pandas' ``line_width``), each block under the last."""
     if not len(df):
-        return "  (none)"
-    return formatted(df).to_string(index=False)
+        return Preformatted("  (none)")
+    text = formatted(df).to_string(index=False, line_width=width)
+    return Preformatted("\n".join(line.rstrip() for line in text.split("\n")))
 
 
 def json_records(df: pd.DataFrame) -> list[dict[str, Any]]:
     """JSON-able records (missing values become ``None``, numpy scalars plain numbers)."""
     return json.loads(df.to_json(orient="records", double_precision=10)) if len(df) else []
+
+
+__all__ = ["MISSING", "BYTES_IN", "DEFAULT_WIDTH", "sig3", "size_text", "cell", "formatted", "UNITS", "number",
+           "readable", "text_width", "Preformatted", "wrap", "frame_text", "json_records"]

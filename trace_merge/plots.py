@@ -13,7 +13,9 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional, Sequence
 import numpy as np
 import pandas as pd
 
-from trace_merge.analysis import COMPONENT_LABELS, PRIORITY, SIZE_BINS
+from trace_merge.analysis import (COMPONENT_LABELS, OTHER_PHASES, PRIORITY, SIZE_BINS, WHERE_SEGMENTS,
+                                  component_labels)
+from trace_merge.formatting import sig3, size_text
 from trace_merge.attribution import step_marks_df
 from trace_merge.schema import STEP_PHASE, as_text
 
@@ -44,8 +46,9 @@ SHUFFLE_COLOURS = {"local": "#17becf", "global": "#bcbd22"}
 
 #: Components drawn hatched: time no captured layer could split (it is not known to be anything)
 COMPONENT_HATCHES = {"not_observed": "///"}
-#: The bar that holds the phases beyond ``top`` in :func:`plot_layered_breakdown`.
-OTHER_PHASES = "other phases"
+#: How an app category is named in the first screen's legend and bar labels (the app layer's ``wait`` phases are
+#: the loop waiting for its input)
+CAT_NAMES = {"wait": "input wait", "other": "other", "": "other"}
 
 
 def plot_grouped_bars(table: pd.DataFrame, colours: dict, *, labels: Optional[dict] = None,
@@ -161,7 +164,7 @@ def plot_bandwidth(df: pd.DataFrame, ax: "Optional[Axes]" = None) -> "Figure":
     bw = df["read_bw_MB_per_s"].to_numpy(dtype=float)
     bars = ax.bar(x, np.nan_to_num(bw), color="#d62728")
     for bar, nbytes, layer in zip(bars, df["read_bytes"], df["layer"]):
-        ax.annotate(f"{int(nbytes) / 1e6:.3g} MB\n{layer}", (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+        ax.annotate(f"{size_text(nbytes)}\n{layer}", (bar.get_x() + bar.get_width() / 2, bar.get_height()),
                     ha="center", va="bottom", fontsize="x-small")
     ax.set_xticks(x, [f"rank {r}" for r in df["rank"]])
     pad = max(0.0, (4 - len(df)) / 2)  # keep one or two bars from filling the whole width
@@ -376,7 +379,7 @@ def _phase_rows(df: pd.DataFrame, top: int, by_rank: bool) -> pd.DataFrame:
 
 
 def plot_layered_breakdown(df: pd.DataFrame, ax: "Optional[Axes]" = None, *, top: int = 12,
-                           by_rank: bool = False) -> "Figure":
+                           by_rank: bool = False, tfdata: Optional[bool] = None) -> "Figure":
     """App phase → components: one horizontal bar per app phase, split by the layer below that saw the time.
 
     A bar's length is the phase's self time summed over ranks and epochs; its segments are the components
@@ -397,6 +400,10 @@ def plot_layered_breakdown(df: pd.DataFrame, ax: "Optional[Axes]" = None, *, top
         How many phases get a bar of their own.
     by_rank
         One bar per phase × rank (grouped by phase) instead of one per phase.
+    tfdata
+        Whether the run has tf.data events (:func:`trace_merge.analysis.has_tfdata`), for the input wait's legend
+        entry; by default, whether any framework input wait was seen inside the phases. Components with no time
+        get no bar and no legend entry.
     """
     if not len(df):
         return _no_data(ax, (9, 2), "no app phases")
@@ -405,8 +412,11 @@ def plot_layered_breakdown(df: pd.DataFrame, ax: "Optional[Axes]" = None, *, top
     y = np.arange(len(rows)) + (0.6 * group if by_rank else 0)  # a gap between the phases' groups
     fig, ax = _figure_and_axes(ax, (10, 1.4 + 0.32 * len(rows)))
     left = np.zeros(len(rows))
-    for comp, label in COMPONENT_LABELS.items():
+    labels = component_labels(bool(df["input_wait_s"].sum() > 0) if tfdata is None else tfdata)
+    for comp, label in labels.items():
         width = rows[f"{comp}_s"].to_numpy(dtype=float)
+        if not np.any(width > 0):
+            continue
         hatch = COMPONENT_HATCHES.get(comp)
         ax.barh(y, width, left=left, height=0.8, color=COMPONENT_COLOURS[comp], label=label, hatch=hatch,
                 edgecolor="#888888" if hatch else "white", linewidth=0.5)
@@ -423,6 +433,60 @@ def plot_layered_breakdown(df: pd.DataFrame, ax: "Optional[Axes]" = None, *, top
     ax.set_title("App phases split by the layer below that saw the time"
                  + (" (per rank, summed over epochs)" if by_rank else " (summed over ranks and epochs)"), pad=34)
     ax.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=3, frameon=False, fontsize="small")
+    return fig
+
+
+def _light(colour: str, keep: float = 0.45) -> tuple:
+    """``colour`` mixed with white (``keep`` of the colour): an app category's part of a bar, apart from the layer
+    drawn in that category's full colour (io and the file system share red)."""
+    from matplotlib.colors import to_rgb
+
+    return tuple(keep * c + (1 - keep) for c in to_rgb(colour))
+
+
+def plot_where_time_goes(df: pd.DataFrame, ax: "Optional[Axes]" = None, *, tfdata: bool = False) -> "Figure":
+    """The first screen's picture (:func:`trace_merge.analysis.where_time_goes_df`): one bar per app phase, its
+    self time split into the file-system and communication layers' time, the framework split where a profile
+    looked, and the rest in a light shade of the phase's category colour (what the app layer alone knows); a
+    dashed outline to the phase's inclusive time where nested phases add to it. ``tfdata``: the run has tf.data
+    events (the input wait's legend entry)."""
+    if not len(df):
+        return _no_data(ax, (6.4, 2), "no app phases")
+    fig, ax = _figure_and_axes(ax, (6.4, 1.4 + 0.42 * len(df)))
+    y = np.arange(len(df))
+    left = np.zeros(len(df))
+    names = component_labels(tfdata)
+    cats = df["cat"].fillna("").to_numpy(dtype=object)
+    for seg in WHERE_SEGMENTS:
+        width = df[f"{seg}_s"].to_numpy(dtype=float)
+        if seg != "cat":
+            if np.any(width > 0):
+                ax.barh(y, width, left=left, height=0.7, color=COMPONENT_COLOURS[seg], label=names[seg],
+                        edgecolor="white", linewidth=0.5)
+        else:  # one legend entry per category drawn
+            for cat in dict.fromkeys(cats):
+                sel = (cats == cat) & (width > 0)
+                if sel.any():
+                    ax.barh(y[sel], width[sel], left=left[sel], height=0.7,
+                            color=_light(CAT_COLOURS.get(cat, CAT_COLOURS["other"])), edgecolor="white",
+                            linewidth=0.5, label=f"{CAT_NAMES.get(cat, cat)} phase, not split by a profile")
+        left += width
+    inclusive = df["inclusive_s"].to_numpy(dtype=float)
+    nested = np.nan_to_num(inclusive) > 1.05 * df["self_s"].to_numpy(dtype=float)
+    if nested.any():
+        ax.barh(y[nested], inclusive[nested], height=0.86, fill=False, edgecolor="#444", linestyle="--",
+                linewidth=0.8, label="inclusive time (nested phases too)")
+    labels = []
+    for phase, cat, own, incl in zip(df["phase"], cats, df["self_s"], inclusive):
+        name = phase if not cat else f"{phase} · {CAT_NAMES.get(cat, cat)}"
+        both = np.isfinite(incl) and incl > 1.05 * own
+        labels.append(f"{name}\nself {sig3(own)} s" + (f", inclusive {sig3(incl)} s" if both else ""))
+    ax.set_yticks(y, labels, fontsize="x-small")
+    ax.invert_yaxis()
+    ax.set_xlabel("self time (s), summed over ranks and epochs")
+    # below the axes, outside them: constrained layout makes room, so it covers neither bars nor the axis label
+    fig.legend(*ax.get_legend_handles_labels(), loc="outside lower center", ncol=2, frameon=False,
+               fontsize="x-small")
     return fig
 
 
@@ -453,7 +517,8 @@ def _stairs(ax: "Axes", values: np.ndarray, edges: np.ndarray, baseline: "float 
     ax.autoscale_view()
 
 
-def _draw_steps(ax: "Axes", steps: pd.DataFrame, x0: int, legend: bool, top: Optional[float]) -> None:
+def _draw_steps(ax: "Axes", steps: pd.DataFrame, x0: int, legend: bool, top: Optional[float],
+                wait_label: str) -> None:
     """One rank's steps as stacked stairs from ``x0``: input wait from 0, the rest of the step above it,
     warm-up steps hatched (and, above ``top``, clipped with their time written), a dashed line where an epoch
     begins."""
@@ -461,7 +526,7 @@ def _draw_steps(ax: "Axes", steps: pd.DataFrame, x0: int, legend: bool, top: Opt
     wait = steps["input_wait_s"].to_numpy(dtype=float)
     step = steps["step_s"].to_numpy(dtype=float)
     _stairs(ax, wait, edges, 0.0, color=COMPONENT_COLOURS["input_wait"],
-            label=COMPONENT_LABELS["input_wait"] if legend else None)
+            label=wait_label if legend else None)
     _stairs(ax, step, edges, wait, color=_STEP_REST_COLOUR, label="rest of the step" if legend else None)
     warm = steps["warmup"].to_numpy(dtype=bool) if "warmup" in steps else np.zeros(len(steps), dtype=bool)
     # a warm-up step's whole length: the part the verdict excluded (graph tracing, first fill) included
@@ -483,7 +548,7 @@ def _draw_steps(ax: "Axes", steps: pd.DataFrame, x0: int, legend: bool, top: Opt
                         xytext=(2, -2), textcoords="offset points", va="top", fontsize="x-small", color="#444")
 
 
-def plot_step_series(df: pd.DataFrame, ax: "Optional[Axes]" = None) -> "Figure":
+def plot_step_series(df: pd.DataFrame, ax: "Optional[Axes]" = None, *, tfdata: bool = False) -> "Figure":
     """Step time per rank over the steps in time order, input wait stacked at the bottom.
 
     Each step is one unit on x (its position in the rank's time order; epochs start at the dashed lines); the
@@ -497,9 +562,13 @@ def plot_step_series(df: pd.DataFrame, ax: "Optional[Axes]" = None) -> "Figure":
         input_wait_s, basis`` (``"framework"`` or ``"app"``: where the step boundaries came from).
     ax
         Axes to draw on; a new figure when ``None``.
+    tfdata
+        The run has tf.data events (:func:`trace_merge.analysis.has_tfdata`): the wait is named "input wait
+        (tf.data)", else "input wait".
     """
     if not len(df):
         return _no_data(ax, (9, 2), "no training steps")
+    wait_label = component_labels(tfdata)["input_wait"]
     rows = df.sort_values(["rank", "start_ns"], kind="stable")
     per_rank = list(rows.groupby("rank", sort=True))
     bases = [_STEP_BASIS.get(b, str(b)) for b in sorted(as_text(rows["basis"]).unique())]
@@ -509,7 +578,7 @@ def plot_step_series(df: pd.DataFrame, ax: "Optional[Axes]" = None) -> "Figure":
         fig = _new_figure((10, 1.2 + 1.5 * len(per_rank)))
         axes = fig.subplots(len(per_rank), 1, sharex=True, sharey=True, squeeze=False)[:, 0]
         for i, (a, (rank, steps)) in enumerate(zip(axes, per_rank)):
-            _draw_steps(a, steps, 0, legend=not i, top=top)
+            _draw_steps(a, steps, 0, legend=not i, top=top, wait_label=wait_label)
             a.set_ylabel(f"rank {rank}\nstep (s)")
         fig.suptitle(title)
         axes[0].legend(loc="lower right", bbox_to_anchor=(1.0, 1.0), ncol=3, frameon=False, fontsize="small")
@@ -518,7 +587,7 @@ def plot_step_series(df: pd.DataFrame, ax: "Optional[Axes]" = None) -> "Figure":
         return fig
     fig, x0 = ax.figure, 0
     for i, (rank, steps) in enumerate(per_rank):
-        _draw_steps(ax, steps, x0, legend=not i, top=top)
+        _draw_steps(ax, steps, x0, legend=not i, top=top, wait_label=wait_label)
         ax.annotate(f"rank {rank}", (x0, 0), xycoords=ax.get_xaxis_transform(), xytext=(2, -24),
                     textcoords="offset points", fontsize="small")
         x0 += len(steps) + max(1, len(rows) // 50)

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Optional
 import pandas as pd
 
 from trace_merge import __version__, analysis, plots
-from trace_merge.findings import findings, next_step
+from trace_merge.findings import findings, idle_text, next_step
 from trace_merge.formatting import sig3
 from trace_merge.html_parts import figure, key_values, table
 from trace_merge.jobinfo import slurm_line
@@ -48,7 +48,7 @@ td:first-child,th:first-child{text-align:left}
 ol.findings{padding-left:20px;margin:4px 0;font-size:13px} ol.findings li{margin-bottom:7px}
 .sev{font-size:11px;font-weight:600;padding:1px 5px;border-radius:3px;margin-right:4px}
 .sev-high{background:#fdecea;color:#a12} .sev-medium{background:#fff4e5;color:#8a4b00} .sev-info{background:#eee}
-.ev{color:#555} .try{color:#135}
+.ev{color:#555} .try{color:#135} .idle{font-size:13px;margin:4px 0} .cap{font-size:12px}
 """
 
 
@@ -70,14 +70,37 @@ def _residual_ms(residual: "Residual") -> dict[str, Any]:
                                                           else v) for k, v in residual.as_dict().items()}
 
 
-def _top_phases_figure(layered: pd.DataFrame) -> "Figure":
-    """The first screen's picture: the layered split of the top phases, compact."""
-    fig = plots._new_figure((6.4, 3.6))
-    ax = fig.add_subplot()
-    plots.plot_layered_breakdown(layered, ax=ax, top=6)
-    ax.set_title("")  # the section heading says it; the legend goes below, where it covers nothing
-    ax.legend(loc="upper center", bbox_to_anchor=(0.42, -0.2), ncol=2, frameon=False, fontsize="x-small")
-    return fig
+#: findings shown open on the first screen; the rest are folded under them
+OPEN_FINDINGS = 3
+
+
+def _finding_items(found: "list[Finding]") -> str:
+    return "".join(
+        f'<li><span class="sev sev-{f.severity}">{f.severity}</span><b>{html.escape(f.title)}</b><br>'
+        f'<span class="ev">{html.escape(f.evidence)} · layer {html.escape(f.layer)}</span><br>'
+        f'<span class="try">Try: {html.escape(f.action)}</span></li>' for f in found)
+
+
+def findings_html(found: "list[Finding]") -> str:
+    """Every finding: the first :data:`OPEN_FINDINGS` open, the rest in a ``<details>`` that continues the list."""
+    html_ = f'<ol class="findings">{_finding_items(found[:OPEN_FINDINGS])}</ol>'
+    if len(found) > OPEN_FINDINGS:
+        html_ += (f"<details><summary>{len(found) - OPEN_FINDINGS} more finding(s)</summary>"
+                  f'<ol class="findings" start="{OPEN_FINDINGS + 1}">{_finding_items(found[OPEN_FINDINGS:])}</ol>'
+                  "</details>")
+    return html_
+
+
+def where_caption(where: pd.DataFrame) -> str:
+    """What the first screen's bars are, with the share of their time no framework profile split."""
+    total = float(where["self_s"].sum())
+    unsplit = 100 * float(where["cat_s"].sum()) / total if total else 0.0
+    return ("Bars: each app phase's self time (nested phases' time is theirs), summed over ranks and epochs; dashed "
+            "outline: its inclusive time. The file-system and communication layers are traced over the whole run; "
+            "the framework split (compute, Python, input wait) only where a TF profile looked. "
+            + (f"The light part of each bar, {unsplit:.0f} % of the time, no framework profile split (“not "
+               "observed” in the layered breakdown): it is drawn as the phase's own category."
+               if unsplit >= 0.5 else "Every phase was split by a profile."))
 
 
 def _first_screen(run: "Run", a: "analysis.Summary", found: "list[Finding]") -> str:
@@ -87,23 +110,20 @@ def _first_screen(run: "Run", a: "analysis.Summary", found: "list[Finding]") -> 
     reasons = [*v.notes, *a.explanations][:4]
     reason_html = "".join(f"<li>{html.escape(r)}</li>" for r in reasons)
     early_html = "".join(f'<p class="warn"><b>{html.escape(w)}</b></p>' for w in run.ended_early())
-    items = "".join(
-        f'<li><span class="sev sev-{f.severity}">{f.severity}</span><b>{html.escape(f.title)}</b><br>'
-        f'<span class="ev">{html.escape(f.evidence)} · layer {html.escape(f.layer)}</span><br>'
-        f'<span class="try">Try: {html.escape(f.action)}</span></li>' for f in found[:3])
-    unseen = float(a.layered["not_observed_s"].sum()) if len(a.layered) else 0.0
-    total = float(a.layered["time_s"].sum()) if len(a.layered) else 0.0
-    coverage = (f"Hatched: {100 * unseen / total:.0f} % of the app phases' time was not observed by any lower "
-                "layer (outside every TF profile window)." if total and unseen else "")
-    picture = (figure("where the time goes", lambda: _top_phases_figure(a.layered)) + f'<p class="sub">{coverage}'
-               " Full table under “Layered breakdown”.</p>") if len(a.layered) else "<p><i>no app phases</i></p>"
+    idle = idle_text(a)
+    idle_html = f'<p class="idle">{html.escape(idle[0].upper() + idle[1:])}</p>' if idle else ""
+    where = analysis.where_time_goes_df(a.layered, a.event_stats)
+    tfdata = analysis.has_tfdata(a.event_stats)
+    picture = (figure("where the time goes", lambda: plots.plot_where_time_goes(where, tfdata=tfdata))
+               + f'<p class="sub cap">{html.escape(where_caption(where))} Full table under “Layered breakdown”.</p>'
+               if len(where) else "<p><i>no app phases</i></p>")
     return (
         f'<div class="answer">{early_html}<div class="verdict {css_class}"><b>Is it input-bound?</b> '
-        f"{html.escape(analysis.verdict_text(v))}</div><ul>{reason_html}</ul>"
+        f"{html.escape(analysis.verdict_text(v))}</div><ul>{reason_html}</ul>{idle_html}"
         f'<p class="next"><b>Next step:</b> {html.escape(next_step(found))}</p></div>'
         f'<div class="grid"><div><h2>Where the time goes</h2>{picture}</div>'
-        f'<div><h2>Findings (top {min(3, len(found))} of {len(found)})</h2><ol class="findings">{items}</ol>'
-        '<p class="sub">All of them: <code>trace-merge findings RUN</code>; rules in docs/findings.md.</p></div></div>')
+        f'<div><h2>Findings ({len(found)})</h2>{findings_html(found)}'
+        '<p class="sub">Rules: docs/findings.md; the same list: <code>trace-merge findings RUN</code>.</p></div></div>')
 
 
 def render_report(run: "Run", parts: "Optional[analysis.Summary]" = None) -> str:
@@ -126,6 +146,8 @@ def render_report(run: "Run", parts: "Optional[analysis.Summary]" = None) -> str
     m = a.metrics
     access = run.access_pattern()
     found = findings(a)
+    tfdata = analysis.has_tfdata(a.event_stats)
+    labels = analysis.component_labels(tfdata)
     facts = {
         "path": str(run.path),
         "events": m.events,
@@ -167,14 +189,14 @@ def render_report(run: "Run", parts: "Optional[analysis.Summary]" = None) -> str
         "<h2>Layered breakdown: what the lower layers did inside each app phase</h2>",
         "<p>Each app phase's self time (innermost phase per thread), split by what the lower layers of the same "
         "rank were doing inside it; where they overlap the first of "
-        f"{' &gt; '.join(html.escape(analysis.COMPONENT_LABELS[c]) for c in analysis.COMPONENTS)} wins, so "
+        f"{' &gt; '.join(html.escape(labels[c]) for c in analysis.COMPONENTS)} wins, so "
         "each row sums to the phase's time. Epoch “none”: the phase ran outside every epoch. Definitions: "
         "docs/metrics.md in the toolkit's repository.</p>",
-        figure("layered breakdown", lambda: plots.plot_layered_breakdown(a.layered)) if len(a.layered) else "",
+        figure("layered breakdown", lambda: plots.plot_layered_breakdown(a.layered, tfdata=tfdata)) if len(a.layered) else "",
         table(analysis.epochs_as_text(a.layered, "none")),
         "<h2>Steps: input wait per step</h2>",
         "<p>" + "<br>".join(html.escape(n) for n in [*v.notes, *a.explanations]) + "</p>",
-        figure("step series", lambda: plots.plot_step_series(a.steps)) if len(a.steps) else "",
+        figure("step series", lambda: plots.plot_step_series(a.steps, tfdata=tfdata)) if len(a.steps) else "",
         "<h2>Drill-down: breakdown by phase category, app layer</h2>",
         "<p>Exclusive share of each epoch's wall time: the innermost phase on each thread, then priority "
         f"{' &gt; '.join(analysis.PRIORITY)} across threads; time outside every epoch has its own column; rows "

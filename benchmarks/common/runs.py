@@ -11,6 +11,8 @@ import math
 from pathlib import Path
 from typing import Any, Sequence
 
+from trace_merge.formatting import BYTES_IN, size_text
+
 log = logging.getLogger(__name__)
 SUMMARY = "summary.json"
 #: breakdown columns shown in the terminal, in this order
@@ -149,14 +151,15 @@ def format_bandwidth(parts: dict[str, Any], title: str = "") -> str:
     """Read bytes, union read time and bandwidth per rank, and the job aggregate."""
     bw = parts["analysis"].bandwidth
     lines = [title] if title else []
-    lines.append(f"{'rank':>4} {'layer':>7} {'reads':>6} {'MiB':>8} {'read s':>8} {'MB/s':>9}")
+    mb = BYTES_IN["MB"]  # decimal, as the MB/s beside it (trace_merge.formatting)
+    lines.append(f"{'rank':>4} {'layer':>7} {'reads':>6} {'MB':>8} {'read s':>8} {'MB/s':>9}")
     for _, row in bw.iterrows():
         lines.append(f"{int(row['rank']):>4} {str(row['layer']):>7} {int(row['reads']):>6} "
-                     f"{row['read_bytes'] / 2**20:8.2f} {row['read_time_s']:8.4f} {row['read_bw_MB_per_s']:9.1f}")
+                     f"{row['read_bytes'] / mb:8.2f} {row['read_time_s']:8.4f} {row['read_bw_MB_per_s']:9.1f}")
     s = parts.get("summary", {})
     if s.get("read_bandwidth_bytes_per_s"):
-        lines.append(f"aggregate: {s['read_bytes'] / 2**20:.2f} MiB in {s['read_time_s']:.4f} s (slowest rank) = "
-                     f"{s['read_bandwidth_bytes_per_s'] / 1e6:.1f} MB/s")
+        lines.append(f"aggregate: {size_text(s['read_bytes'])} in {s['read_time_s']:.4f} s (slowest rank) = "
+                     f"{s['read_bandwidth_bytes_per_s'] / mb:.1f} MB/s")
     return "\n".join(lines)
 
 

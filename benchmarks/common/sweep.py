@@ -19,6 +19,7 @@ from benchmarks.common.errors import TraceInputError
 from benchmarks.common.launch import Layers, run_command, stream
 from benchmarks.common.runs import finalize_run, format_breakdown
 from benchmarks.common.shuffle import MODES
+from trace_merge.formatting import BYTES_IN
 from trace_merge.outputs import refuse_existing
 
 
@@ -106,21 +107,21 @@ def comparison_rows(points: Sequence[Point], results: Sequence[dict]) -> list[di
 
 def format_comparison(rows: Sequence[dict[str, Any]]) -> str:
     width = max([12, *(len(r["point"]) for r in rows)])
-    head = (f"{'point':<{width}} {'samples/s':>9} {'steady':>9} {'read MiB':>9} {'read s':>8} {'read MB/s':>10} {'io %':>6} "
+    head = (f"{'point':<{width}} {'samples/s':>9} {'steady':>9} {'read MB':>9} {'read s':>8} {'read MB/s':>10} {'io %':>6} "
             f"{'wait %':>6} {'comp %':>6} {'comm %':>6} {'exposed %':>9} {'ep0 MB/s':>9} {'later MB/s':>10} "
-            f"{'study read %':>12} {'storage MiB':>11}")
+            f"{'study read %':>12} {'storage MB':>11}")
     lines = [head]
     for r in rows:
         def num(key: str, fmt: str, scale: float = 1.0) -> str:
             v = r.get(key)
             return format(v / scale, fmt) if v is not None else "-"
         lines.append(f"{r['point']:<{width}} {num('throughput_samples_per_s', '9.1f')} "
-                     f"{num('steady_throughput_samples_per_s', '9.1f')} {num('read_bytes', '9.2f', 2**20)} "
-                     f"{num('read_time_s', '8.4f')} {num('read_bandwidth_bytes_per_s', '10.1f', 1e6)} "
+                     f"{num('steady_throughput_samples_per_s', '9.1f')} {num('read_bytes', '9.2f', BYTES_IN['MB'])} "
+                     f"{num('read_time_s', '8.4f')} {num('read_bandwidth_bytes_per_s', '10.1f', BYTES_IN['MB'])} "
                      f"{num('io_pct', '6.2f')} {num('wait_pct', '6.2f')} {num('compute_pct', '6.2f')} "
                      f"{num('comm_pct', '6.2f')} {num('exposed_io_pct', '9.2f')} "
                      f"{num('epoch0_read_bw_MB_per_s', '9.1f')} {num('later_read_bw_MB_per_s', '10.1f')} "
-                     f"{num('study_read_pct', '12.2f')} {num('storage_read_bytes', '11.2f', 2**20)}")
+                     f"{num('study_read_pct', '12.2f')} {num('storage_read_bytes', '11.2f', BYTES_IN['MB'])}")
     return "\n".join(lines)
 
 

@@ -73,6 +73,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import TraceInputError
+from ..formatting import size_text
 from ..schema import CATS, DIFFERENT_DAY_NS, MAX_EPOCH_NS, MAX_RANKS, SourceData, checked_int, to_frame
 
 log = logging.getLogger(__name__)
@@ -179,9 +180,9 @@ def _text_limit(compressed_bytes: int) -> int:
 
 
 def _bomb(path: str, compressed_bytes: int) -> TraceInputError:
-    return TraceInputError(path, f"decompresses to more than {_text_limit(compressed_bytes) >> 20} MiB "
-                                 f"({MAX_TEXT_RATIO}x its {compressed_bytes:,} bytes): not a trace (a gzip bomb?); "
-                                 "skipped")
+    return TraceInputError(path, f"decompresses to more than {size_text(_text_limit(compressed_bytes))} "
+                                 f"({MAX_TEXT_RATIO}x its {size_text(compressed_bytes)}): not a trace (a gzip "
+                                 "bomb?); skipped")
 
 
 def read(path: "str | os.PathLike[str]", args: bool = True) -> SourceData:
