@@ -249,5 +249,5 @@ def test_rereads_cache_size_is_what_one_rank_reads_each_epoch():
                       "start_ns": np.array(s), "end_ns": np.array(e), "epoch": list(ep), "step": list(st),
                       "bytes": list(nb), "file": list(f)})
     found = {x.key: x for x in findings.findings(analysis.summarise(frame))}
-    assert "epoch 0 read 74 MB" in found["rereads_every_epoch"].evidence
-    assert found["rereads_every_epoch"].action.startswith("cache it when 20 MB per rank fits")
+    assert "epoch 0 read 74.0 MB" in found["rereads_every_epoch"].evidence
+    assert found["rereads_every_epoch"].action.startswith("cache it when 20.0 MB per rank fits")
