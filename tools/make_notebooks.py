@@ -85,7 +85,7 @@ tfdata = has_tfdata(run.event_stats())
 LABELS = component_labels(tfdata)
 verdict = run.verdict()
 print("verdict:", verdict_text(verdict))
-for note in verdict["notes"]:
+for note in verdict.notes:
     print("  -", note)'''),
         ("md", """## Each app phase split by the layer below that saw the time
 
