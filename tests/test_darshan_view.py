@@ -102,10 +102,11 @@ def test_heatmap_conserves_bytes(darshan_logs, tmp_path):
 def test_summary_of_a_plain_log_is_the_darshan_view(darshan_logs, capsys):
     assert main(["summary", str(darshan_logs / "ior_hdf5_example.darshan")]) == 0
     out = capsys.readouterr().out
-    for heading in ("job context:", "I/O per module", "operation counts", "file categories"):
+    for heading in ("job context:", "I/O per module", "operation counts", "access sizes", "common access sizes",
+                    "file categories", "data per mount point", "time per rank"):
         assert heading in out
     assert "verdict:" not in out and "no data" not in out and "input wait" not in out and "input_pct" not in out
-    assert re.search(r"^ POSIX +1 +4,202,504 +4,195,800 ", out, re.M), out
+    assert re.search(r"^ POSIX +1 +4.20 MB +4.20 MB ", out, re.M), out  # decimal units, formatting.size_text
     assert "32324925" in out and "/global/cscratch1 (lustre)" in out
     # JSON keeps its keys and adds the view
     assert main(["summary", str(darshan_logs / "ior_hdf5_example.darshan"), "--json"]) == 0
@@ -118,9 +119,12 @@ def test_report_of_a_plain_log_shows_the_view(darshan_logs, tmp_path, capsys):
     assert main(["report", str(darshan_logs / "dxt.darshan"), "-o", str(out)]) == 0
     text = out.read_text(encoding="utf-8")
     heads = re.findall(r"<h2>([^<]*)</h2>", text)
-    assert heads[1:] == ["Job context: dxt.darshan", "I/O per module", "Operation counts", "File categories",
-                         "DXT heat map"]
-    assert "Input-bound verdict" not in text and text.count("<img") == 1
+    assert heads[1:] == ["Warnings (0)", "Job context: dxt.darshan", "I/O per module", "Operation counts",
+                         "Access sizes", "Common access sizes", "File categories", "Data per mount point",
+                         "Time per rank", "DXT heat map"]
+    assert heads[0].startswith("Findings (")
+    # I/O cost, access sizes, mounts, time per rank, DXT heat map: all drawn
+    assert "Input-bound verdict" not in text and text.count("<img") == 5 and "not drawn" not in text
 
 
 def test_training_run_with_darshan_gets_a_drill_down(real_run, darshan_logs, tmp_path, capsys):
@@ -157,3 +161,126 @@ def test_a_large_runs_summary_counts_the_dxt_segments_without_its_rows(darshan_l
     assert f"{segments:,} DXT segments" in capsys.readouterr().out
     with pytest.raises(partitioned.RowsNotKept):
         lean.frame
+
+
+# -- the tables PyDarshan's summary report also shows, against its own API ---------------------------------
+
+
+def _report(path):
+    import darshan
+
+    darshan.enable_experimental()
+    return darshan.DarshanReport(str(path), read_all=True)
+
+
+@pytest.mark.parametrize("log", LOGS)
+def test_access_sizes_equal_pydarshan(darshan_logs, log):
+    """Our histogram is PyDarshan's ``mod_agg_iohist``; its totals are the read and write op counts."""
+    from trace_merge.darshan_view import SIZE_BINS
+
+    view = darshan_view(Run.open(darshan_logs / log))
+    report = _report(darshan_logs / log)
+    ops = view.operations.set_index("module")
+    for mod, part in view.access_sizes.groupby("module"):
+        report.mod_agg_iohist(mod)
+        agg = report.summary["agg_iohist"][mod]
+        for op in ("read", "write"):
+            theirs = [int(agg[f"{op.upper()}_{b}"]) for b in SIZE_BINS]
+            assert part[f"{op}s"].tolist() == theirs, (mod, op)
+        if mod == "POSIX":  # every POSIX read and write falls in one bin
+            assert part["reads"].sum() == ops.loc[mod, "reads"] and part["writes"].sum() == ops.loc[mod, "writes"]
+
+
+@pytest.mark.parametrize("log", LOGS)
+def test_common_sizes_equal_pydarshan(darshan_logs, log):
+    from darshan.experimental.plots.plot_common_access_table import plot_common_access_table
+
+    view = darshan_view(Run.open(darshan_logs / log))
+    report = _report(darshan_logs / log)
+    for mod, part in view.common_sizes.groupby("module"):
+        theirs = plot_common_access_table(report, mod).df
+        # the same counts, largest first (ties may be ordered apart), and each size with its count
+        assert part["count"].tolist() == theirs["Count"].astype(int).tolist(), mod
+        full = dict(zip(theirs["Access Size"].astype(int), theirs["Count"].astype(int)))
+        assert all(full.get(s, n) == n for s, n in zip(part["access_size"], part["count"])), mod
+        assert (part["access_bytes"] == part["access_size"]).all()
+
+
+@pytest.mark.parametrize("log", LOGS)
+def test_bytes_per_mount_add_up_to_the_modules(darshan_logs, log):
+    """POSIX + STDIO bytes per mount point sum to the modules' totals; files read / written per mount sum to
+    PyDarshan's unique-file counts of its "Data Access by Category"."""
+    from darshan.experimental.plots import data_access_by_filesystem as dabf
+
+    view = darshan_view(Run.open(darshan_logs / log))
+    mods = view.modules.set_index("module")
+    fs_mods = [m for m in ("POSIX", "STDIO") if m in mods.index]
+    if not fs_mods:
+        assert not len(view.mounts)
+        return
+    for col in ("bytes_read", "bytes_written"):
+        assert view.mounts[col].sum() == sum(int(mods.loc[m, col]) for m in fs_mods), col
+    report = _report(darshan_logs / log)
+    reads, writes = dabf.rec_to_rw_counter_dfs_with_cols(report, file_id_dict=report.data["name_records"])
+    files_read, files_written = dabf.process_unique_files(reads, writes)
+    assert view.mounts["files_read"].sum() == int(files_read.sum())
+    assert view.mounts["files_written"].sum() == int(files_written.sum())
+
+
+@pytest.mark.parametrize("log", LOGS)
+def test_file_sizes_and_rate_estimate_equal_pydarshan(darshan_logs, log):
+    """Mean and largest file size per category (offset + 1) and the per-module I/O performance estimate (MB/s;
+    PyDarshan's is MiB/s) from PyDarshan's C accumulator."""
+    import darshan
+    from darshan.backend.cffi_backend import accumulate_records
+
+    view = darshan_view(Run.open(darshan_logs / log))
+    report = darshan.DarshanReport(str(darshan_logs / log), read_all=True)
+    mods = view.modules.set_index("module")
+    for mod in ("POSIX", "MPI-IO", "STDIO"):
+        if mod not in report.records or not len(report.records[mod]):
+            continue
+        derived = accumulate_records(report.records[mod].to_df(), mod, report.metadata["job"]["nprocs"]).derived_metrics
+        theirs = derived.agg_perf_by_slowest * 1.048576
+        if theirs > 0:  # PyDarshan's STDIO estimate of example.darshan is 0 though its ranks moved data
+            assert mods.loc[mod, "MB_per_s_by_slowest"] == pytest.approx(theirs, rel=1e-6), mod
+        cats = view.files[view.files["module"] == mod].set_index("category")
+        for i, name in ((1, "read-only"), (2, "write-only"), (3, "read-write")):
+            cc = derived.category_counters[i]
+            if cc.count and cc.max_offset_bytes >= 0:
+                assert cats.loc[name, "largest_file_bytes"] == cc.max_offset_bytes + 1, (mod, name)
+                assert cats.loc[name, "mean_file_bytes"] == round((cc.total_max_offset_bytes + cc.count) / cc.count)
+
+
+def test_time_per_rank_is_darshans(darshan_logs):
+    """Shared files: Darshan's slowest/fastest-rank counters as they are; own files: per-rank sums."""
+    import darshan
+
+    log = darshan_logs / "shane_macsio_id29959_5-22-32552-7035573431850780836_1590156158.darshan"
+    view = darshan_view(Run.open(log))
+    report = darshan.DarshanReport(str(log), read_all=True)
+    counters, names = report.records["POSIX"].to_df(), report.name_records
+    c, f = counters["counters"], counters["fcounters"]
+    row = view.rank_times[view.rank_times["files"] == "shared: macsio_hdf5_000.h5"].iloc[0]
+    ref = f[[names[i].endswith("macsio_hdf5_000.h5") for i in f["id"]]].iloc[0]
+    refc = c[[names[i].endswith("macsio_hdf5_000.h5") for i in c["id"]]].iloc[0]
+    assert row["slowest_s"] == ref["POSIX_F_SLOWEST_RANK_TIME"] and row["fastest_s"] == ref["POSIX_F_FASTEST_RANK_TIME"]
+    assert (row["slowest_rank"], row["fastest_rank"]) == (refc["POSIX_SLOWEST_RANK"], refc["POSIX_FASTEST_RANK"])
+    total = ref["POSIX_F_READ_TIME"] + ref["POSIX_F_WRITE_TIME"] + ref["POSIX_F_META_TIME"]
+    assert row["mean_s"] == pytest.approx(total / 16) and row["stdev_s"] == pytest.approx(ref["POSIX_F_VARIANCE_RANK_TIME"] ** 0.5)
+    assert row["slowest_over_mean"] == pytest.approx(row["slowest_s"] / row["mean_s"])
+    # own files: dxt.darshan's one rank; ior's H5D records per rank
+    ior = darshan_view(Run.open(darshan_logs / "ior_hdf5_example.darshan")).rank_times.set_index(["module", "files"])
+    h5d = ior.loc[("H5D", "own files")]
+    assert h5d["ranks"] == 3 and h5d["slowest_s"] >= h5d["median_s"] >= h5d["fastest_s"]
+
+
+@pytest.mark.parametrize("log", ["ior_hdf5_example.darshan", "shane_macsio_id29959_5-22-32552-7035573431850780836_1590156158.darshan"])
+def test_new_charts_render(darshan_logs, log, tmp_path):
+    from trace_merge.darshan_view import plot_access_sizes, plot_io_cost, plot_mounts, plot_rank_times
+
+    view = darshan_view(Run.open(darshan_logs / log))
+    for plot in (plot_io_cost, plot_access_sizes, plot_mounts, plot_rank_times):
+        out = tmp_path / f"{plot.__name__}.png"
+        plot(view).savefig(out)
+        assert out.stat().st_size > 5_000, plot.__name__

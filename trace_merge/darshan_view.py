@@ -12,11 +12,17 @@ job header of each ``.darshan`` log among the run's sources:
   POSIX): their times overlap and are not added up;
 * operation counts per module (opens, reads, writes, seeks, stats, mmaps, fsyncs, flushes; MPI-IO's reads,
   writes and opens are independent + collective (+ non-blocking), with the collective ones apart too);
-* file categories -- read-only / write-only / read-write files (by bytes moved, Darshan's rule) and their bytes;
+* access sizes -- reads and writes per Darshan size bin (:func:`access_sizes`) and the four most common
+  sizes (:func:`common_sizes`);
+* file categories -- read-only / write-only / read-write files (by bytes moved, Darshan's rule), their bytes and
+  their mean and largest size;
+* data per mount point -- POSIX + STDIO files and bytes per mount of the log's mount table (:func:`_mounts`);
+* time per rank -- the straggler evidence: slowest / fastest / median rank on own files, Darshan's
+  slowest/fastest-rank counters on shared ones (:func:`rank_times`);
 * a DXT heat map: bytes read and written per time bin × rank (:func:`plot_dxt_heatmap`).
 
-Totals equal PyDarshan's (``tests/test_darshan_view.py`` checks bytes and operation counts on its example
-logs). What only this toolkit adds: when the run also has app phases, the DXT rows are on one clock with them
+The report draws the I/O cost, access sizes, mounts and time per rank too (``plot_*``). Totals equal
+PyDarshan's (``tests/test_darshan_view.py`` checks every table against its API on its example logs). What only this toolkit adds: when the run also has app phases, the DXT rows are on one clock with them
 (``trace_merge.dxt_clock``), so the report's timeline and ``trace-merge export --perfetto`` show each segment
 inside the phase that caused it.
 """
@@ -74,6 +80,10 @@ class DarshanView:
     runtime_s: Optional[float]
     dxt_segments: int
     notes: list[str] = field(default_factory=list)
+    access_sizes: pd.DataFrame = field(default_factory=pd.DataFrame)
+    common_sizes: pd.DataFrame = field(default_factory=pd.DataFrame)
+    mounts: pd.DataFrame = field(default_factory=pd.DataFrame)
+    rank_times: pd.DataFrame = field(default_factory=pd.DataFrame)
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-able form (``trace-merge summary --json``)."""
@@ -81,7 +91,9 @@ class DarshanView:
 
         return {"job": self.job, "nprocs": self.nprocs, "runtime_s": self.runtime_s,
                 "modules": _records(self.modules), "operations": _records(self.operations),
-                "files": _records(self.files), "dxt_segments": self.dxt_segments, "notes": self.notes}
+                "files": _records(self.files), "access_sizes": _records(self.access_sizes),
+                "common_sizes": _records(self.common_sizes), "mounts": _records(self.mounts),
+                "rank_times": _records(self.rank_times), "dxt_segments": self.dxt_segments, "notes": self.notes}
 
 
 def has_training(run: "Run") -> bool:
@@ -104,21 +116,29 @@ def darshan_view(run: "Run") -> Optional[DarshanView]:
     c = c[c["module"].isin(list(MODULES))]
     if not len(c):
         return None
-    files = set(c["file"].unique())
-    job = [_job_header(p, files) for p in _logs(run)]
+    headers = [_job_header(p) for p in _logs(run)]
+    job = [j for j, _ in headers]
+    mount_table = sorted({m for _, mounts in headers for m in mounts}, key=lambda m: -len(m[0]))
+    mounts = _mounts(c, mount_table)
+    for j, table in headers:  # each log's own mount table against all the run's files
+        used = _mounts(c, table) if table else pd.DataFrame(columns=["mount", "fs_type"])
+        j["mounts used"] = ", ".join(f"{m} ({t})" for m, t in zip(used["mount"], used["fs_type"]) if t) or "none recorded"
     notes = []
     nprocs = sum(int(j["nprocs"]) for j in job if j.get("nprocs")) if job else 0
     if not nprocs:
         nprocs = max(1, int(counters["rank"].max()) + 1)
         notes.append(f"no job header (the .darshan log is not beside the run): nprocs {nprocs} is the highest "
                      "rank seen + 1")
+    if not mount_table:
+        notes.append("no mount table in the log: data per mount point is by top-level directory (PyDarshan's rule)")
     runtime = max((j["run time (s)"] for j in job if j.get("run time (s)") is not None), default=None)
     by = c.groupby(["module", "counter"], sort=False)["value"]
     sums, unknown = by.sum(), by.min() < 0
     return DarshanView(job=job, modules=_modules(c, sums, unknown, nprocs, runtime),
                        operations=_operations(sums, unknown),
                        files=_categories(c), nprocs=nprocs, runtime_s=runtime,
-                       dxt_segments=run.dxt_segments(), notes=notes)
+                       dxt_segments=run.dxt_segments(), notes=notes, access_sizes=access_sizes(c),
+                       common_sizes=common_sizes(c), mounts=mounts, rank_times=rank_times(c, nprocs))
 
 
 def _logs(run: "Run") -> list[Path]:
@@ -135,9 +155,9 @@ def _logs(run: "Run") -> list[Path]:
     return found
 
 
-def _job_header(path: Path, files: set) -> dict[str, Any]:
-    """One log's job context, read with PyDarshan after the reader's structural check (PyDarshan's C code
-    crashes on a broken log)."""
+def _job_header(path: Path) -> "tuple[dict[str, Any], list[tuple[str, str]]]":
+    """One log's job context and mount table (``(mount point, fs type)`` pairs), read with PyDarshan after the
+    reader's structural check (PyDarshan's C code crashes on a broken log)."""
     from trace_merge.readers import darshan as reader
 
     reader.validate(path)
@@ -156,6 +176,7 @@ def _job_header(path: Path, files: set) -> dict[str, Any]:
     if runtime is None and start is not None and end is not None:
         runtime = (end - start) / 1e9 + 1  # whole seconds in old logs: Darshan counts the last one
     exe = meta.get("exe") or ""
+    mounts = [(str(point), str(fstype)) for point, fstype in (getattr(report, "mounts", None) or [])]
     return {
         "log": path.name,
         # identifiers, not quantities: no thousands separators in the report
@@ -170,27 +191,14 @@ def _job_header(path: Path, files: set) -> dict[str, Any]:
         "Darshan library": (job.get("metadata") or {}).get("lib_ver"),
         "modules": ", ".join(report.modules),
         "partial": any(m.get("partial_flag") for m in report.modules.values()),
-        "mounts used": _mounts_used(report, files),
-    }
+        "mounts used": None,  # filled by darshan_view from the per-mount table
+    }, mounts
 
 
 def _utc(ns: Optional[int]) -> Optional[str]:
     if ns is None:
         return None
     return _dt.datetime.fromtimestamp(ns / 1e9, _dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
-
-
-def _mounts_used(report: Any, files: set) -> str:
-    """The mount points (with file-system type) the job's files lie on: the longest mount prefix of each name."""
-    mounts = sorted(getattr(report, "mounts", None) or [], key=lambda m: -len(m[0]))
-    used: dict[str, str] = {}
-    for name in files:
-        for point, fstype in mounts:
-            # names such as <STDOUT> are no paths and lie on no mount
-            if str(name).startswith(point.rstrip("/") + "/"):
-                used[point] = fstype
-                break
-    return ", ".join(f"{p} ({t})" for p, t in sorted(used.items())) or "none recorded"
 
 
 def _modules(c: pd.DataFrame, sums: pd.Series, unknown: pd.Series, nprocs: int,
@@ -211,10 +219,24 @@ def _modules(c: pd.DataFrame, sums: pd.Series, unknown: pd.Series, nprocs: int,
             "read_time_s": times[0], "write_time_s": times[1], "meta_time_s": times[2],
             "io_time_per_proc_s": per_proc,
             "io_pct_of_runtime": 100 * per_proc / runtime if runtime and per_proc is not None else None,
+            "MB_per_s_by_slowest": _rate_by_slowest(c[c["module"] == key]) if key != "H5F" else None,
         })
     df = pd.DataFrame(rows, columns=["module", "files", "bytes_read", "bytes_written", "read_time_s",
-                                     "write_time_s", "meta_time_s", "io_time_per_proc_s", "io_pct_of_runtime"])
+                                     "write_time_s", "meta_time_s", "io_time_per_proc_s", "io_pct_of_runtime",
+                                     "MB_per_s_by_slowest"])
     return df.astype({"bytes_read": "Int64", "bytes_written": "Int64"})
+
+
+def _rate_by_slowest(m: pd.DataFrame) -> Optional[float]:
+    """Darshan's I/O performance estimate ("agg_perf_by_slowest", PyDarshan's per-module "I/O performance
+    estimate") in MB/s: all bytes moved ÷ (the slowest rank's time on its own files + each shared file's
+    slowest-rank time) -- what the job would reach if the slowest rank set the pace."""
+    m = m[m["value"] >= 0]
+    moved = m.loc[m["counter"].isin(["BYTES_READ", "BYTES_WRITTEN"]), "value"].sum()
+    own = m[(m["rank"] >= 0) & m["counter"].isin(["F_READ_TIME", "F_WRITE_TIME", "F_META_TIME"])]
+    slowest = own.groupby("rank")["value"].sum().max() if len(own) else 0.0
+    slowest += m.loc[(m["rank"] < 0) & (m["counter"] == "F_SLOWEST_RANK_TIME"), "value"].sum()
+    return float(moved / 1e6 / slowest) if slowest > 0 else None
 
 
 def _operations(sums: pd.Series, unknown: pd.Series) -> pd.DataFrame:
@@ -258,17 +280,148 @@ def _categories(c: pd.DataFrame) -> pd.DataFrame:
         for label, sel in (("read-only", (r > 0) & (w == 0)), ("write-only", (r == 0) & (w > 0)),
                            ("read-write", (r > 0) & (w > 0))):
             files = per.index[sel]
-            size = mx.reindex(files).max() if len(files) and len(mx) else None
+            # a file's size: its largest offset touched + 1 (PyDarshan's "File Count Summary" sizes)
+            size = mx.reindex(files) + 1 if len(files) and len(mx) else pd.Series(dtype=float)
+            known = len(size) and size.notna().all() and (size > 0).all()
             rows.append({"module": MODULES[key], "category": label, "files": int(sel.sum()),
                          "bytes_read": int(r[sel].sum()), "bytes_written": int(w[sel].sum()),
-                         "largest_file_bytes": int(size) + 1 if size is not None and size == size and size >= 0
-                         else None})
+                         "mean_file_bytes": int(round(size.mean())) if known else None,
+                         "largest_file_bytes": int(size.max()) if known else None})
         rows.append({"module": MODULES[key], "category": "neither (opened, stat'ed, ...)",
                      "files": int(nfiles - ((r > 0) | (w > 0)).sum()), "bytes_read": 0, "bytes_written": 0,
-                     "largest_file_bytes": None})
+                     "mean_file_bytes": None, "largest_file_bytes": None})
     df = pd.DataFrame(rows, columns=["module", "category", "files", "bytes_read", "bytes_written",
-                                     "largest_file_bytes"])
-    return df.astype({"largest_file_bytes": "Int64"})
+                                     "mean_file_bytes", "largest_file_bytes"])
+    return df.astype({"mean_file_bytes": "Int64", "largest_file_bytes": "Int64"})
+
+
+# -- access sizes, mount points, time per rank --------------------------------------------------------
+
+#: Darshan's access-size bins: counter suffix -> label (Darshan's K, M, G here are powers of 1024)
+SIZE_BINS = {"0_100": "0-100", "100_1K": "100-1K", "1K_10K": "1K-10K", "10K_100K": "10K-100K",
+             "100K_1M": "100K-1M", "1M_4M": "1M-4M", "4M_10M": "4M-10M", "10M_100M": "10M-100M",
+             "100M_1G": "100M-1G", "1G_PLUS": "1G+"}
+#: module -> infix of its size-histogram counters (MPI-IO and H5D bin the whole request of a call: ``_AGG_``)
+_SIZE_INFIX = {"POSIX": "", "MPIIO": "AGG_", "H5D": "AGG_"}
+#: the modules that keep the four most common access sizes (``<M>_ACCESS1..4_ACCESS`` / ``_COUNT``)
+_COMMON_SIZED = ("POSIX", "MPIIO", "H5D")
+COMMON_SIZES_SHOWN = 4  # as PyDarshan's table
+#: the mount of a name that is no path (``<STDOUT>``, an anonymized number)
+NO_MOUNT = "(no path: <STDIN>, <STDOUT>, ...)"
+#: the modules whose per-rank I/O time is compared, and the shared files shown per module (largest gap first)
+_RANKED = ("POSIX", "MPIIO", "STDIO", "H5D")
+SHARED_FILES_SHOWN = 5
+
+
+def _wide(c: pd.DataFrame, key: str, counters: "list[str]") -> pd.DataFrame:
+    """``key``'s records, one row per (rank, file), one column per counter of ``counters`` it has."""
+    m = c[(c["module"] == key) & c["counter"].isin(counters)]
+    if not len(m):
+        return pd.DataFrame()
+    return m.pivot_table(index=["rank", "file"], columns="counter", values="value", aggfunc="sum")
+
+
+def access_sizes(c: pd.DataFrame) -> pd.DataFrame:
+    """Reads and writes per access-size bin and module, over all records (PyDarshan's "Access Sizes"); a
+    counter left at -1 (not recorded) adds nothing."""
+    rows = []
+    for key, infix in _SIZE_INFIX.items():
+        m = c[(c["module"] == key) & (c["value"] >= 0)]
+        total = m.groupby("counter")["value"].sum()
+        counts = {op: [int(total.get(f"SIZE_{op.upper()}_{infix}{b}", 0)) for b in SIZE_BINS] for op in ("read", "write")}
+        if not any(counts["read"]) and not any(counts["write"]):
+            continue
+        rows += [{"module": MODULES[key], "access_size": label, "reads": r, "writes": w}
+                 for label, r, w in zip(SIZE_BINS.values(), counts["read"], counts["write"])]
+    return pd.DataFrame(rows, columns=["module", "access_size", "reads", "writes"])
+
+
+def common_sizes(c: pd.DataFrame, top: int = COMMON_SIZES_SHOWN) -> pd.DataFrame:
+    """The ``top`` most common access sizes per module, counts summed over all records' ACCESS1..4 slots
+    (PyDarshan's "Common Access Sizes"); ties by the smaller size first."""
+    rows = []
+    for key in _COMMON_SIZED:
+        names = [f"ACCESS{i}_{k}" for i in range(1, 5) for k in ("ACCESS", "COUNT")]
+        w = _wide(c, key, names)
+        if not len(w):
+            continue
+        slots = pd.concat([pd.DataFrame({"size": w.get(f"ACCESS{i}_ACCESS"), "count": w.get(f"ACCESS{i}_COUNT")})
+                           for i in range(1, 5)]).dropna()
+        per = slots[slots["count"] > 0].groupby("size")["count"].sum().reset_index()
+        per = per.sort_values(["count", "size"], ascending=[False, True]).head(top)
+        rows += [{"module": MODULES[key], "access_bytes": int(s), "access_size": int(s), "count": int(n)}
+                 for s, n in zip(per["size"], per["count"])]
+    return pd.DataFrame(rows, columns=["module", "access_bytes", "access_size", "count"])
+
+
+def _mount_of(name: str, table: "list[tuple[str, str]]") -> "tuple[str, str]":
+    """The mount point (longest prefix) and fs type of one file name; without a mount table the top-level
+    directory (PyDarshan's "Data Access by Category" rule) and type "?"."""
+    if not name.startswith("/"):
+        return NO_MOUNT, ""
+    for point, fstype in table:
+        if point == "/" or name.startswith(point.rstrip("/") + "/"):
+            return point, fstype
+    return ("/" + name.split("/")[1], "?") if not table else ("(on no listed mount)", "")
+
+
+def _mounts(c: pd.DataFrame, table: "list[tuple[str, str]]") -> pd.DataFrame:
+    """Files and bytes per mount point from the POSIX and STDIO records (the levels that reach the file system;
+    MPI-IO and HDF5 go through POSIX). ``table``: the job's mounts, longest point first."""
+    cols = ["mount", "fs_type", "files", "files_read", "files_written", "bytes_read", "bytes_written"]
+    m = c[c["module"].isin(["POSIX", "STDIO"])]
+    if not len(m):
+        return pd.DataFrame(columns=cols)
+    moved = m[m["counter"].isin(["BYTES_READ", "BYTES_WRITTEN"]) & (m["value"] >= 0)]
+    per = moved.pivot_table(index="file", columns="counter", values="value", aggfunc="sum")
+    per = per.reindex(index=m["file"].unique(), columns=["BYTES_READ", "BYTES_WRITTEN"]).fillna(0.0)
+    where = [_mount_of(str(f), table) for f in per.index]
+    per["mount"], per["fs_type"] = [w[0] for w in where], [w[1] for w in where]
+    out = per.groupby(["mount", "fs_type"]).agg(
+        files=("BYTES_READ", "size"), files_read=("BYTES_READ", lambda v: int((v > 0).sum())),
+        files_written=("BYTES_WRITTEN", lambda v: int((v > 0).sum())),
+        bytes_read=("BYTES_READ", "sum"), bytes_written=("BYTES_WRITTEN", "sum")).reset_index()
+    out = out.astype({"files": int, "files_read": int, "files_written": int, "bytes_read": "int64",
+                      "bytes_written": "int64"})
+    order = (out["bytes_read"] + out["bytes_written"]).sort_values(ascending=False, kind="stable").index
+    return out.loc[order, cols].reset_index(drop=True)
+
+
+def rank_times(c: pd.DataFrame, nprocs: int) -> pd.DataFrame:
+    """Straggler evidence: I/O time (read + write + metadata) per rank, per module.
+
+    Two kinds of rows: ``own files`` -- each rank's time summed over its per-rank records (slowest, fastest,
+    median, mean over the ranks that have such records); and per shared file (one record reduced over all
+    ranks by Darshan) its ``F_SLOWEST_RANK_TIME`` / ``F_FASTEST_RANK_TIME`` with their ranks, the mean (the
+    summed times ÷ nprocs) and ``sqrt(F_VARIANCE_RANK_TIME)``. ``slowest_over_mean`` is the straggler ratio:
+    1 when every rank took as long."""
+    rows = []
+    times = ["F_READ_TIME", "F_WRITE_TIME", "F_META_TIME"]
+    for key in _RANKED:
+        m = c[(c["module"] == key) & (c["rank"] >= 0) & c["counter"].isin(times) & (c["value"] >= 0)]
+        own = m.groupby("rank")["value"].sum()
+        if len(own):
+            rows.append({"module": MODULES[key], "files": "own files", "ranks": len(own),
+                         "slowest_rank": int(own.idxmax()), "slowest_s": own.max(), "fastest_rank": int(own.idxmin()),
+                         "fastest_s": own.min(), "median_s": own.median(), "mean_s": own.mean(),
+                         "stdev_s": own.std(ddof=0)})
+        shared = _wide(c[c["rank"] < 0], key, [*times, "F_SLOWEST_RANK_TIME", "F_FASTEST_RANK_TIME",
+                                               "SLOWEST_RANK", "FASTEST_RANK", "F_VARIANCE_RANK_TIME"])
+        if not len(shared) or "F_SLOWEST_RANK_TIME" not in shared:
+            continue
+        shared = shared[shared["F_SLOWEST_RANK_TIME"] >= 0]
+        gap = shared["F_SLOWEST_RANK_TIME"] - shared.get("F_FASTEST_RANK_TIME", 0.0)
+        for (_, name), r in shared.loc[gap.sort_values(ascending=False).index[:SHARED_FILES_SHOWN]].iterrows():
+            total = sum(max(float(r.get(t, 0.0)), 0.0) for t in times)
+            rows.append({"module": MODULES[key], "files": f"shared: {str(name).rsplit('/', 1)[-1]}", "ranks": nprocs,
+                         "slowest_rank": int(r.get("SLOWEST_RANK", -1)), "slowest_s": r["F_SLOWEST_RANK_TIME"],
+                         "fastest_rank": int(r.get("FASTEST_RANK", -1)), "fastest_s": r.get("F_FASTEST_RANK_TIME"),
+                         "median_s": np.nan, "mean_s": total / nprocs,
+                         "stdev_s": float(np.sqrt(max(r.get("F_VARIANCE_RANK_TIME", np.nan), 0.0)))})
+    df = pd.DataFrame(rows, columns=["module", "files", "ranks", "slowest_rank", "slowest_s", "fastest_rank",
+                                     "fastest_s", "median_s", "mean_s", "stdev_s"])
+    df["slowest_over_mean"] = df["slowest_s"] / df["mean_s"].where(df["mean_s"] > 0)
+    return df
 
 
 # -- heat map ------------------------------------------------------------------------------------------
@@ -361,6 +514,112 @@ def plot_dxt_heatmap(frame: pd.DataFrame, bins: int = _HEATMAP_BINS) -> "Figure"
     return fig
 
 
+# -- charts of the tables ------------------------------------------------------------------------------
+
+
+def plot_io_cost(view: DarshanView) -> "Figure":
+    """PyDarshan's "I/O Cost" bar: read / write / metadata time per process for each module, stacked, with the
+    share of the run time on the right axis when the run time is known."""
+    from trace_merge.plots import CAT_COLOURS, IO_COLOURS, _new_figure
+
+    df = view.modules.dropna(subset=["read_time_s", "write_time_s", "meta_time_s"])
+    if not len(df):
+        raise ValueError("no module records its read, write and metadata times")
+    fig = _new_figure((6.5, 3.2))
+    ax = fig.add_subplot()
+    bottom = np.zeros(len(df))
+    for part, colour in (("read", IO_COLOURS["read"]), ("write", IO_COLOURS["write"]), ("meta", CAT_COLOURS["comm"])):
+        height = df[f"{part}_time_s"].to_numpy(float) / view.nprocs
+        ax.bar(df["module"], height, bottom=bottom, color=colour, label=part)
+        bottom += height
+    ax.set_ylabel("seconds per process")
+    ax.legend(fontsize="small", loc="upper left")
+    if view.runtime_s:
+        top = ax.secondary_yaxis("right", functions=(lambda s: 100 * s / view.runtime_s,
+                                                     lambda p: p * view.runtime_s / 100))
+        top.set_ylabel("% of the run time")
+    ax.set_title(f"I/O cost: time per process (summed over ranks ÷ {view.nprocs:,})", fontsize="medium", loc="left")
+    return fig
+
+
+def plot_access_sizes(view: DarshanView) -> "Figure":
+    """PyDarshan's "Access Sizes": reads and writes per Darshan size bin, one panel per module."""
+    from trace_merge.plots import IO_COLOURS, _new_figure
+
+    df = view.access_sizes
+    if not len(df):
+        raise ValueError("no access-size counters (POSIX_SIZE_*, MPIIO_SIZE_*_AGG_*, H5D_SIZE_*_AGG_*)")
+    mods = list(dict.fromkeys(df["module"]))
+    fig = _new_figure((9, 2.4 * len(mods)))
+    x = np.arange(len(SIZE_BINS))
+    for i, mod in enumerate(mods):
+        ax = fig.add_subplot(len(mods), 1, i + 1)
+        part = df[df["module"] == mod]
+        for shift, op in ((-0.2, "reads"), (0.2, "writes")):
+            bars = ax.bar(x + shift, part[op].to_numpy(), width=0.4, color=IO_COLOURS[op[:-1]], label=op)
+            ax.bar_label(bars, labels=[f"{v:,}" if v else "" for v in part[op]], fontsize="x-small")
+        ax.set_xticks(x, list(SIZE_BINS.values()), fontsize="small")
+        ax.set_ylabel("operations")
+        ax.set_title(f"{mod} access sizes (bytes; Darshan's bins, K = 1024)", fontsize="medium", loc="left")
+        ax.legend(fontsize="small")
+    return fig
+
+
+def plot_mounts(view: DarshanView) -> "Figure":
+    """PyDarshan's "Data Access by Category": bytes and files read / written per mount point."""
+    from trace_merge.plots import IO_COLOURS, _new_figure
+
+    df = view.mounts
+    if not len(df):
+        raise ValueError("no POSIX or STDIO records")
+    fig = _new_figure((9, 1.0 + 0.7 * len(df)))
+    y = np.arange(len(df))[::-1]
+    labels = [f"{m} ({t})" if t else m for m, t in zip(df["mount"], df["fs_type"])]
+    for i, (what, unit) in enumerate((("bytes", "MB"), ("files", "files"))):
+        ax = fig.add_subplot(1, 2, i + 1)
+        for shift, op in ((0.2, "read"), (-0.2, "written")):
+            col = f"{what}_{op}"
+            vals = df[col].to_numpy(float) / (1e6 if what == "bytes" else 1)
+            bars = ax.barh(y + shift, vals, height=0.4, color=IO_COLOURS["read" if op == "read" else "write"],
+                           label=f"{what} {op}")
+            texts = [size_text(v) if what == "bytes" else f"{int(v):,}" for v in df[col]]
+            ax.bar_label(bars, labels=texts, fontsize="x-small", padding=2)
+        ax.set_yticks(y, labels if i == 0 else [""] * len(y), fontsize="small")
+        ax.set_xlabel(unit)
+        ax.margins(x=0.25)
+        ax.legend(fontsize="small", loc="lower left", bbox_to_anchor=(0, 1), ncol=2, frameon=False)
+    fig.suptitle("Data per mount point (POSIX + STDIO)", fontsize="medium")
+    return fig
+
+
+def plot_rank_times(view: DarshanView) -> "Figure":
+    """Time per rank: for each row of :attr:`DarshanView.rank_times`, the fastest-to-slowest range of the ranks'
+    I/O time, with the mean (and, for own files, the median) marked."""
+    from trace_merge.plots import CAT_COLOURS, _new_figure
+
+    df = view.rank_times
+    if not len(df):
+        raise ValueError("no read/write/metadata times per rank")
+    fig = _new_figure((9, 1.0 + 0.45 * len(df)))
+    ax = fig.add_subplot()
+    y = np.arange(len(df))[::-1]
+    ax.hlines(y, df["fastest_s"], df["slowest_s"], color=CAT_COLOURS["io"], linewidth=6, alpha=0.35)
+    ax.plot(df["slowest_s"], y, "|", color=CAT_COLOURS["io"], markersize=14, label="slowest rank")
+    ax.plot(df["fastest_s"], y, "|", color=CAT_COLOURS["compute"], markersize=14, label="fastest rank")
+    ax.plot(df["mean_s"], y, "o", color="black", markersize=4, label="mean")
+    ax.plot(df["median_s"], y, "D", color="#7f7f7f", markersize=4, label="median")
+    for yy, (_, r) in zip(y, df.iterrows()):
+        ax.annotate(f"rank {r['slowest_rank']}", (r["slowest_s"], yy), xytext=(6, -3),
+                    textcoords="offset points", fontsize="x-small")
+    ax.set_yticks(y, [f"{m}: {f}" for m, f in zip(df["module"], df["files"])], fontsize="small")
+    ax.set_xlabel("I/O time per rank (read + write + metadata, s)")
+    ax.margins(x=0.12)
+    ax.legend(fontsize="x-small", loc="upper left", bbox_to_anchor=(1, 1))
+    ax.set_title("Time per rank: the spread between the fastest and the slowest rank", fontsize="medium",
+                 loc="left")
+    return fig
+
+
 # -- text and HTML -------------------------------------------------------------------------------------
 
 
@@ -374,30 +633,57 @@ def _job_lines(view: DarshanView) -> list[str]:
     return lines
 
 
-def _shown(df: pd.DataFrame) -> pd.DataFrame:
-    """Integer columns as text with thousands separators, "-" for unknown (pandas prints <NA>)."""
-    out = df.copy()
-    for col in out.columns:
-        if pd.api.types.is_integer_dtype(out[col].dtype):
-            out[col] = [f"{v:,}" if v is not pd.NA else "-" for v in out[col]]
-    return out
+def _ids(df: pd.DataFrame) -> pd.DataFrame:
+    """Rank columns as identifiers (no thousands separators)."""
+    return df.astype({c: str for c in ("slowest_rank", "fastest_rank") if c in df.columns})
+
+
+def _access_size_lines(view: DarshanView) -> list[str]:
+    """One line per module and direction: the non-empty bins and the total."""
+    lines = []
+    for mod, part in view.access_sizes.groupby("module", sort=False):
+        for op in ("reads", "writes"):
+            bins = ", ".join(f"{b} {n:,}" for b, n in zip(part["access_size"], part[op]) if n)
+            lines.append(f"  {mod} {op}: {bins or 'none'} ({int(part[op].sum()):,} in all)")
+    return lines or ["  (none)"]
+
+
+#: the notes under each table, shared by the text and the HTML
+_ABOUT = {
+    "modules": "times summed over ranks; I/O cost = read + write + metadata time ÷ {nprocs} process(es), as % of "
+               "the run time (PyDarshan's “I/O Cost”); MB_per_s_by_slowest = all bytes ÷ the slowest rank's I/O "
+               "time (Darshan's performance estimate); modules nest (H5D over MPI-IO over POSIX), so their times "
+               "overlap",
+    "operations": "MPI-IO reads, writes and opens are independent + collective (+ non-blocking); the collective "
+                  "ones are also shown apart",
+    "access_sizes": "operations per request size, Darshan's bins (K, M, G = 1024, 1024², 1024³ bytes); MPI-IO and "
+                    "H5D bin the whole request of a call",
+    "common_sizes": "the four most frequent request sizes per module (ACCESS1..4 counters summed over records)",
+    "files": "files by bytes moved over all ranks (Darshan's rule); a file's size is its largest offset touched + 1; "
+             "“neither”: opened or stat'ed only",
+    "mounts": "POSIX and STDIO files and bytes per mount point (the longest mount-table prefix of each name)",
+    "rank_times": "I/O time (read + write + metadata) per rank: “own files” over each rank's per-rank records; a "
+                  "shared file from Darshan's slowest/fastest-rank counters, mean = summed time ÷ nprocs, "
+                  "stdev = √ F_VARIANCE_RANK_TIME; slowest_over_mean ≫ 1 marks a straggler",
+}
 
 
 def view_text(view: DarshanView, *, aligned: bool = False) -> str:
     """The view as text tables (``trace-merge summary``)."""
-    from trace_merge.formatting import frame_text
+    from trace_merge.formatting import frame_text, text_width
 
-    def _frame_text(df: pd.DataFrame) -> str:
-        return frame_text(_shown(df))
+    def table(df: pd.DataFrame) -> str:
+        return frame_text(_ids(df), width=text_width())
 
     lines = ["job context:", *_job_lines(view)]
     lines += [f"note: {n}" for n in view.notes]
-    lines += ["", f"I/O per module (times: summed over ranks; I/O cost = read + write + metadata time ÷ "
-                  f"{view.nprocs} process(es), as % of the run time; modules nest, so their times overlap):",
-              _frame_text(view.modules)]
-    lines += ["", "operation counts (MPI-IO: independent + collective + non-blocking):",
-              _frame_text(view.operations)]
-    lines += ["", "file categories (by bytes moved, all ranks together):", _frame_text(view.files)]
+    lines += ["", f"I/O per module ({_ABOUT['modules'].format(nprocs=view.nprocs)}):", table(view.modules)]
+    lines += ["", f"operation counts ({_ABOUT['operations']}):", table(view.operations)]
+    lines += ["", f"access sizes ({_ABOUT['access_sizes']}):", *_access_size_lines(view)]
+    lines += ["", f"common access sizes ({_ABOUT['common_sizes']}):", table(view.common_sizes)]
+    lines += ["", f"file categories ({_ABOUT['files']}):", table(view.files)]
+    lines += ["", f"data per mount point ({_ABOUT['mounts']}):", table(view.mounts)]
+    lines += ["", f"time per rank ({_ABOUT['rank_times']}):", table(view.rank_times)]
     dxt = (f"DXT: {view.dxt_segments:,} segments; the heat map of bytes per rank over time is in "
            "`trace-merge report`") if view.dxt_segments else "DXT: none (Darshan ran without DXT_ENABLE_IO_TRACE=1)"
     lines += ["", dxt]
@@ -412,21 +698,31 @@ def html_sections(run: "Run", view: DarshanView, *, aligned: bool = False) -> li
     from trace_merge.html_parts import figure as _figure, key_values as _kv, table as _table
 
     level = "h3" if aligned else "h2"
+
+    def section(title: str, about: str, *body: str) -> list[str]:
+        return [f"<{level}>{title}</{level}>", f"<p>{html.escape(about[:1].upper() + about[1:])}.</p>", *body]
+
+    sizes = view.access_sizes.pivot_table(index="module", columns="access_size", values=["reads", "writes"],
+                                          sort=False) if len(view.access_sizes) else pd.DataFrame()
+    if len(sizes):  # one row per module and direction, the bins as columns
+        sizes = sizes.stack(level=0, future_stack=True)[list(SIZE_BINS.values())].astype(int)
+        sizes = sizes.rename_axis(["module", "op"]).reset_index()
     out = [] if not aligned else ["<h2>Drill-down: the Darshan log</h2>"]
     for job in view.job:
         out += [f"<{level}>Job context: {html.escape(str(job['log']))}</{level}>", _kv(job)]
     out += [f'<p class="warn">{html.escape(n)}</p>' for n in view.notes]
-    out += [f"<{level}>I/O per module</{level}>",
-            f"<p>Bytes and cumulative times over all ranks; I/O cost = read + write + metadata time ÷ {view.nprocs} "
-            "process(es), as a share of the run time (PyDarshan's “I/O Cost”). Modules nest (H5D over MPI-IO over "
-            "POSIX), so their times overlap.</p>", _table(view.modules),
-            f"<{level}>Operation counts</{level}>",
-            "<p>MPI-IO reads, writes and opens are independent + collective (+ non-blocking); the collective ones "
-            "are also shown apart.</p>", _table(view.operations),
-            f"<{level}>File categories</{level}>",
-            "<p>Files by bytes moved over all ranks (Darshan's rule); “neither”: opened or stat'ed only.</p>",
-            _table(view.files),
-            f"<{level}>DXT heat map</{level}>"]
+    out += section("I/O per module", _ABOUT["modules"].format(nprocs=view.nprocs), _table(view.modules),
+                   _figure("I/O cost", lambda: plot_io_cost(view)))
+    out += section("Operation counts", _ABOUT["operations"], _table(view.operations))
+    out += section("Access sizes", _ABOUT["access_sizes"], _table(sizes),
+                   _figure("Access sizes", lambda: plot_access_sizes(view)) if len(view.access_sizes) else "")
+    out += section("Common access sizes", _ABOUT["common_sizes"], _table(view.common_sizes))
+    out += section("File categories", _ABOUT["files"], _table(view.files))
+    out += section("Data per mount point", _ABOUT["mounts"], _table(view.mounts),
+                   _figure("Data per mount point", lambda: plot_mounts(view)) if len(view.mounts) else "")
+    out += section("Time per rank", _ABOUT["rank_times"], _table(_ids(view.rank_times)),
+                   _figure("Time per rank", lambda: plot_rank_times(view)) if len(view.rank_times) else "")
+    out.append(f"<{level}>DXT heat map</{level}>")
     if view.dxt_segments:
         if aligned:
             out.append("<p>The DXT segments are on one clock with the app phases (docs/frame.md, clocks): the "
@@ -457,8 +753,9 @@ def summary_text(run: "Run", view: DarshanView) -> str:
     return "\n".join([*lines, "", view_text(view)])
 
 
-def report_sections(run: "Run", view: DarshanView) -> list[str]:
-    """The whole report body of a run that is only Darshan data (:func:`trace_merge.report.render_report`)."""
+def report_sections(run: "Run", view: DarshanView, findings: str = "") -> list[str]:
+    """The whole report body of a run that is only Darshan data (:func:`trace_merge.report.render_report`);
+    ``findings``: the findings section's HTML (the report renders it, as for a training run)."""
     from trace_merge import __version__
 
     warnings = "".join(f"<li>{html.escape(w)}</li>" for w in run.warnings) or "<li>none</li>"
@@ -466,5 +763,5 @@ def report_sections(run: "Run", view: DarshanView) -> list[str]:
             f'<p class="sub">generated {_dt.datetime.now(_dt.timezone.utc):%Y-%m-%d %H:%M UTC} by trace_merge '
             f"{__version__}: the Darshan log view</p>",
             f"<p>{html.escape(_headline(run, view))}.</p>",
-            f"<h2>Warnings ({len(run.warnings)})</h2><ul class='warn'>{warnings}</ul>",
+            findings, f"<h2>Warnings ({len(run.warnings)})</h2><ul class='warn'>{warnings}</ul>",
             *html_sections(run, view)]

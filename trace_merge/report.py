@@ -140,7 +140,10 @@ def render_report(run: "Run", parts: "Optional[analysis.Summary]" = None) -> str
 
     view = darshan_view.darshan_view(run)
     if view is not None and not darshan_view.has_training(run):  # a plain Darshan log: no training sections
-        return _page(run, darshan_view.report_sections(run, view))
+        found = run.findings()
+        found_html = (f"<h2>Findings ({len(found)})</h2>{findings_html(found)}<p class=\"sub\">Rules: docs/findings.md "
+                      "(file-system findings); the same list: <code>trace-merge findings RUN</code>.</p>")
+        return _page(run, darshan_view.report_sections(run, view, found_html))
     a = parts if parts is not None else run.analyse()
     v = a.verdict
     m = a.metrics
