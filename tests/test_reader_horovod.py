@@ -68,7 +68,8 @@ def test_comm_rows_inside_app_window(timeline: dict) -> None:
     # Horovod 0.28 may lose the last E events at shutdown; those activities are reported, not invented
     assert all("never ended" in w for w in src.warnings)
     f = src.frame
-    assert set(f["layer"].astype(str)) == {"comm"} and set(f["cat"].astype(str)) == {"comm"}
+    neg = f["name"].astype(str).str.startswith("NEGOTIATE_").to_numpy()
+    assert set(f["layer"].astype(str)) == {"comm"} and set(f.loc[~neg, "cat"].astype(str)) == {"comm"}
     assert {"NEGOTIATE_ALLREDUCE", "ALLREDUCE", "MPI_ALLREDUCE"} <= set(f["name"].astype(str))
     assert (f["rank"] == 0).all()
     t0, t1 = timeline["window"]
@@ -85,6 +86,26 @@ def test_comm_rows_inside_app_window(timeline: dict) -> None:
     assert (mpi["start_ns"].to_numpy() >= ar["start_ns"].to_numpy()).all()
     assert (mpi["end_ns"].to_numpy() <= ar["end_ns"].to_numpy()).all()
     assert all("dtype" in json.loads(a) for a in ar["args"])
+
+
+def test_ready_marks_name_the_last_ready_rank(timeline: dict) -> None:
+    """Horovod 0.28 marks each rank ready ("0", "1") in a tensor's first negotiation only (the rest come from its
+    response cache): the reader keeps the order, gives the cached ones the first's last ready rank, and says in
+    ``cat`` whether rank 0 (the writer) waited for it (``wait``) or was it (``other``)."""
+    f = read_any(timeline["path"]).frame
+    neg = f[f["name"].astype(str).str.startswith("NEGOTIATE_")].sort_values("start_ns")
+    first: dict = {}
+    for a, cat in zip(neg["args"], neg["cat"].astype(str)):
+        a = json.loads(a)
+        if a["tensor"] in first:
+            assert "ready_order" not in a and a["last_ready"] == first[a["tensor"]]
+        else:
+            assert sorted(a["ready_order"]) == [0, 1] and a["last_ready"] == a["ready_order"][-1]
+            first[a["tensor"]] = a["last_ready"]
+        assert cat == ("other" if a["last_ready"] == 0 else "wait")
+    # eager hvd.allreduce names its tensor HorovodAllreduce whatever name= says: one tensor, 4 negotiations (the
+    # last may be lost at shutdown), 3 of them cached
+    assert len(first) == 1 and len(neg) >= 3
 
 
 @pytest.mark.parametrize("cut", [0.4, 0.75])

@@ -1,6 +1,6 @@
 """Waiting for other ranks is not communication: real 2-rank Horovod runs (``mpiexec -n 2 timelogger run
 --horovod-timeline``), one with rank 1 sleeping before each allreduce (rank 0 waits in Horovod's ``NEGOTIATE_*``),
-one balanced."""
+one with rank 0 sleeping (the timeline's own rank is the straggler: rank 1 waits), one balanced."""
 from __future__ import annotations
 
 import os
@@ -17,7 +17,7 @@ from trace_merge.run import Run
 
 pytestmark = [pytest.mark.horovod, pytest.mark.mpi, pytest.mark.tf]
 
-#: each step: 20 ms of work on every rank, then (argv[1]) seconds more on rank 1 only, then the allreduce
+#: each step: 20 ms of work on every rank, then (argv[1]) seconds more on rank argv[2] only, then the allreduce
 STEPS = textwrap.dedent(
     """
     import sys, time
@@ -35,7 +35,7 @@ STEPS = textwrap.dedent(
         for step in range(6):
             tl.set_step(step)
             with tl.phase("Training Iteration", cat="compute"):
-                time.sleep(0.02 + (float(sys.argv[1]) if hvd.rank() == 1 else 0.0))
+                time.sleep(0.02 + (float(sys.argv[1]) if hvd.rank() == int(sys.argv[2]) else 0.0))
                 hvd.allreduce(x, op=hvd.Sum, name="grad")
     time.sleep(0.3)  # let Horovod's timeline writer catch up before shutdown
     tl.close()
@@ -43,14 +43,14 @@ STEPS = textwrap.dedent(
 )
 
 
-def _run(tmp: Path, slow_s: float) -> Run:
+def _run(tmp: Path, slow_s: float, slow_rank: int = 1, *flags: str) -> Run:
     pytest.importorskip("horovod.tensorflow")
     script = tmp / "steps.py"
     script.write_text(STEPS)
     bindir = Path(sys.executable).parent
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PATH=f"{bindir}{os.pathsep}{os.environ.get('PATH', '')}")
     subprocess.run([mpiexec(), "-n", "2", str(bindir / "timelogger"), "run", "-o", str(tmp / "run"),
-                    "--horovod-timeline", "--", sys.executable, str(script), str(slow_s)],
+                    "--horovod-timeline", *flags, "--", sys.executable, str(script), str(slow_s), str(slow_rank)],
                    check=True, env=env, timeout=120, capture_output=True)
     return Run.open(tmp / "run")
 
@@ -69,6 +69,24 @@ def test_a_slow_rank_is_a_straggler_not_communication(tmp_path: Path) -> None:
     assert "straggler is rank 1" in wait.title and "rank 0 " in wait.evidence
     assert "fusion buffer will not help" in wait.action
     # the wait is its own term of the step cycles: input wait + compute + sync wait + other = the cycle
+    s = a.steps[a.steps["counted"]]
+    total = s["input_wait_s"] + s["compute_s"] + s["sync_wait_s"] + s["other_s"]
+    assert ((total - s["step_s"]).abs() < 1e-6).all()
+
+
+@pytest.mark.parametrize("flags", [(), ("--horovod-ready-marks",)], ids=["cached", "marks"])
+def test_a_slow_rank_0_is_the_straggler_and_does_not_wait(tmp_path: Path, flags: tuple) -> None:
+    """Rank 0 writes the timeline; when it is the late one its negotiations are the others' wait, not its own.
+    Horovod's per-rank ready marks name rank 0 the last ready: by default only in the first negotiation (the rest
+    come from its response cache, and take its word), with ``--horovod-ready-marks`` in every one."""
+    run = _run(tmp_path, 0.05, 0, *flags)
+    a = run.analyse()
+    per = a.input_bound.set_index("rank")
+    assert per.loc[0, "sync_wait_pct"] < 5 and per.loc[1, "sync_wait_pct"] == 0
+    # rank 1 waited ~50 of ~72 ms of each step for rank 0
+    assert per.loc[0, "others_wait_s"] >= 0.4 * per.loc[0, "step_s"]
+    wait = {f.key: f for f in run.findings(a)}["ranks_wait_for_straggler"]
+    assert "straggler is rank 0" in wait.title and "rank 1" not in wait.title and "rank 0 " in wait.evidence
     s = a.steps[a.steps["counted"]]
     total = s["input_wait_s"] + s["compute_s"] + s["sync_wait_s"] + s["other_s"]
     assert ((total - s["step_s"]).abs() < 1e-6).all()

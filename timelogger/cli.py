@@ -1,4 +1,5 @@
-"""``timelogger run -o RUN_DIR [--posix [--posix-filter DIR]] [--horovod-timeline] [--tf-profile[=SPEC]]
+"""``timelogger run -o RUN_DIR [--posix [--posix-filter DIR]] [--horovod-timeline [--horovod-ready-marks]]
+[--tf-profile[=SPEC]]
 [--no-hooks] [--force] -- CMD ...``
 
 Runs once per rank (``mpiexec -n N timelogger run ... -- python train.py`` or under ``srun``): prepares the run
@@ -83,6 +84,10 @@ def setup_parser(sub: Optional[Any] = None) -> argparse.ArgumentParser:
                              "code imports dftracer, else 'preload')")
     parser.add_argument("--horovod-timeline", action="store_true",
                         help="HOROVOD_TIMELINE=RUN_DIR/horovod/timeline.json (Horovod's rank 0 writes it)")
+    parser.add_argument("--horovod-ready-marks", action="store_true",
+                        help="with --horovod-timeline: HOROVOD_CACHE_CAPACITY=0, so that every negotiation in the "
+                             "timeline says which rank was ready last (the straggler); Horovod's response cache, "
+                             "which this turns off, marks only a tensor's first. Changes how Horovod negotiates")
     parser.add_argument("--tf-profile", nargs="?", const="all", default=None, metavar="SPEC",
                         help="TF profiler window around model.fit for TimeLoggerCallback (TIMELOGGER_TF_PROFILE): "
                              "'all' (default: the whole fit), 'START:STOP' (global steps START..STOP-1, from 0), "
@@ -572,6 +577,11 @@ def _prepare_in(args: argparse.Namespace, env: Dict[str, str], made: List[Path],
         layer_dirs.append(layout.HOROVOD_DIR)
         env["HOROVOD_TIMELINE"] = str(layout.horovod_timeline(run_dir))
         layers["horovod_timeline"] = env["HOROVOD_TIMELINE"]
+        if args.horovod_ready_marks:
+            # Horovod 0.28 draws the per-rank ready marks only in negotiations its response cache does not answer
+            env["HOROVOD_CACHE_CAPACITY"] = "0"
+    elif args.horovod_ready_marks:
+        raise LaunchError("--horovod-ready-marks needs --horovod-timeline")
     if args.tf_profile is not None:
         try:
             parse_profile_spec(args.tf_profile)
@@ -635,7 +645,8 @@ def _prepare_in(args: argparse.Namespace, env: Dict[str, str], made: List[Path],
             "world_size": world, "launcher": launcher, "ranks": known, "ranks_dir": layout.LAUNCH_DIR,
             "hosts": sorted({r["hostname"] for r in known}),
             "hostname": hostname(), "versions": _versions(), "clocks": record["clock"], "layers": layers,
-            "env": {k: env[k] for k in (ENV_DIR, ENV_TF_PROFILE, "HOROVOD_TIMELINE", "DFTRACER_LOG_FILE",
+            "env": {k: env[k] for k in (ENV_DIR, ENV_TF_PROFILE, "HOROVOD_TIMELINE", "HOROVOD_CACHE_CAPACITY",
+                                        "DFTRACER_LOG_FILE",
                                         "DFTRACER_DATA_DIR", "DARSHAN_LOGPATH", "SLURM_JOB_ID") if k in env},
         }
         if slurm:  # the job's context (job id, name, node list, ...); each rank's task ids stay in its launch record

@@ -720,6 +720,7 @@ class _Attribution:
         self._add("busy", covered_ns(*subtract_intervals(*subtract_intervals(*busy, *wait_ev), *sync), cws, cwe))
         self._add("loop_wait", covered_ns(*loop_wait, cws, cwe))
         self._add("fw_wait", covered_ns(*lower.raw["input_wait"], cws, cwe))
+        self._add("others_wait", covered_ns(*lower.raw["others_wait"], cws, cwe))
         # the input pipeline's own work (file-system calls, app io/preprocess phases on any thread): while the step
         # computes and while it waits. A pipeline that reads ahead works in both; a synchronous one only in waits
         producer = union_of(lower.raw["fs"], self_time["io"], self_time["preprocess"])
@@ -838,9 +839,11 @@ class _LowerSlab:
     function around them). tf.data producer threads' work (framework ``io``/``preprocess``) is no component: it
     runs the user's Python (``py_function``, generators) or decodes, which is what the remainder stands for.
     ``exclusive`` resolves overlaps by :data:`LOWER_COMPONENTS` order. ``sync_wait``: the timeline's negotiations
-    (:data:`_NEGOTIATION`, ranks waiting for one another; rank 0's) that no component covers: no component of the
-    layered breakdown, a term of the step cycles. ``unclaimed_covered`` is the framework
-    layer's coverage (:attr:`_Attribution.covered`) no component claimed: only there can the remainder be called Python.
+    (:data:`_NEGOTIATION`) in which its rank waited for a later one (``cat`` ``wait``) that no component covers: no
+    component of the layered breakdown, a term of the step cycles; ``others_wait``: those in which its rank was
+    the last ready (``cat`` ``other``: the other ranks waited for it), a fact for the straggler, no term.
+    ``unclaimed_covered`` is the framework layer's coverage (:attr:`_Attribution.covered`) no component claimed:
+    only there can the remainder be called Python.
     Rows are clipped to their rank's window and to the slab.
     """
 
@@ -859,7 +862,10 @@ class _LowerSlab:
             "comm": (c.is_comm[lay] & ~negotiating) | (fw & c.cat_is("comm")[cat]),
             "input_wait": fw & c.cat_is("wait")[cat],
             "compute": fw & (c.cat_is("compute")[cat] | c.cat_is("other")[cat]),
-            "sync_wait": c.is_comm[lay] & negotiating,
+            # the timeline reader's cat says what a negotiation was for the rank that wrote it: ``wait`` (it waited
+            # for the last ready rank), ``other`` (it was the last: the others waited for it), ``comm`` (not told)
+            "sync_wait": c.is_comm[lay] & negotiating & c.cat_is("wait")[cat],
+            "others_wait": c.is_comm[lay] & negotiating & c.cat_is("other")[cat],
         }
         # Horovod writes its timeline on rank 0 only, but a collective it shows executing (not negotiating)
         # runs on every rank at once: other ranks get those activities as their communication time.
@@ -890,7 +896,7 @@ _COLLECTIVE = re.compile(
     r"^(ALLREDUCE|ALLGATHER|BROADCAST|ALLTOALL|REDUCESCATTER|BARRIER|MPI_|NCCL_|GLOO_|CCL_|MEMCPY_)")
 #: Horovod timeline activities of ranks waiting for one another: a ``NEGOTIATE_*`` runs from the first rank's
 #: readiness for a tensor to the last's (measured on Horovod 0.28: a 50 ms sleep on either of 2 ranks gives
-#: 50 ms negotiations), so it is synchronisation wait, never communication
+#: 50 ms negotiations), so it is synchronisation wait, never communication; whose wait is the reader's ``cat``
 _NEGOTIATION = re.compile(r"^NEGOTIATE_")
 
 
@@ -1137,7 +1143,9 @@ def input_bound_df(frame: pd.DataFrame, layers: "str | Sequence[str] | None" = N
         ``rank``, ``basis`` (``framework`` when cycles inside a TF profile window are counted, else ``app``,
         ``epoch`` or ``run``), ``steps`` (counted), ``steps_total``, ``step_s``, ``input_wait_s``,
         ``input_pct``, ``compute_s``, ``au_pct`` (= compute_s ÷ step_s × 100), ``sync_wait_s`` and
-        ``sync_wait_pct`` (waiting for other ranks, :func:`step_series_df`), ``other_s`` (none of them),
+        ``sync_wait_pct`` (waiting for other ranks, :func:`step_series_df`), ``others_wait_s`` (the other ranks
+        waiting for this one: Horovod negotiations in which it was the last ready; not a term of the cycle, its
+        own time there is its work), ``other_s`` (none of them),
         ``excluded_s`` (the warm-up step left out), ``input_visible`` (False: no counted cycle has any wait
         evidence -- Keras batches timed whole, no TF profile -- so input wait cannot be seen), ``verdict``.
     """
@@ -1162,8 +1170,9 @@ def step_series_df(frame: pd.DataFrame) -> pd.DataFrame:
       thread computes;
     - **compute** = union of framework compute/comm and the app's ``compute``/``comm`` self time on the consumer
       threads, minus input wait (a Keras batch holds its fetch; the profile tells it apart) and sync wait;
-    - **sync wait** = Horovod negotiations (ranks waiting for one another) of the rank no lower-layer work of its
-      own covers, minus input wait: a step phase around ``hvd.allreduce`` holds it;
+    - **sync wait** = Horovod negotiations in which the rank waited for a later one (``cat`` ``wait``: the timeline
+      reader's), less any lower-layer work of its own, minus input wait: a step phase around ``hvd.allreduce``
+      holds it;
     - **other** = the rest (checkpoints, logging, Python between steps), its own term.
 
     A cycle is ``basis="framework"`` when a TF profile window covers at least half of it. Where a rank's
@@ -1248,8 +1257,8 @@ def _input_bound(att: Optional[_Attribution], series: Optional[pd.DataFrame] = N
     """Per-rank sums of :func:`_step_series` (``series`` when the caller has it already)."""
     cols = ["rank", "basis", "steps", "steps_total", "step_s", "input_wait_s", "framework_wait_s", "profiled_steps",
             "warmup_steps", "input_pct", "compute_s",
-            "au_pct", "sync_wait_s", "sync_wait_pct", "other_s", "excluded_s", "input_visible", "verdict",
-            "unexplained_phase", "unexplained_phase_s", "unexplained_gap_s", "between_epochs_s", "producer_s",
+            "au_pct", "sync_wait_s", "sync_wait_pct", "others_wait_s", "other_s", "excluded_s", "input_visible",
+            "verdict", "unexplained_phase", "unexplained_phase_s", "unexplained_gap_s", "between_epochs_s", "producer_s",
             "producer_in_wait_s", "producer_in_compute_s"]
     if att is None:
         return pd.DataFrame({c: pd.Series(dtype="object" if c in ("basis", "verdict", "unexplained_phase")
@@ -1271,6 +1280,7 @@ def _input_bound(att: Optional[_Attribution], series: Optional[pd.DataFrame] = N
     fw_steps = per_rank((used["basis"] == "framework").to_numpy(dtype=float))
     steps = np.bincount(r_used, minlength=n)
     fw_wait_s = per_rank(att.sum("fw_wait", len(series))[counted] / 1e9)
+    others_wait_s = per_rank(att.sum("others_wait", len(series))[counted] / 1e9)
     warmup_steps = per_rank(used["warmup"].to_numpy(dtype=float))
     steps_total = np.bincount(series["_r"].to_numpy(dtype=_I8), minlength=n)
     excluded_s = per_rank(series["excluded_s"].to_numpy(), series["_r"].to_numpy(dtype=_I8))
@@ -1309,6 +1319,7 @@ def _input_bound(att: Optional[_Attribution], series: Optional[pd.DataFrame] = N
         "au_pct": au_pct,
         "sync_wait_s": sync_s,
         "sync_wait_pct": sync_pct,
+        "others_wait_s": others_wait_s,
         "other_s": step_s - wait_s - comp_s - sync_s,
         "excluded_s": excluded_s,
         "input_visible": visible,

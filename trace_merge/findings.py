@@ -226,30 +226,44 @@ def _imbalance_finding(a: "Summary") -> Optional[Finding]:
 
 
 def _sync_wait_finding(a: "Summary") -> Optional[Finding]:
-    """Ranks waiting for the others at the collectives (Horovod's ``NEGOTIATE_*``: from the first rank ready for a
-    tensor to the last), a material share of their step cycles: a straggler, not the network. Horovod's timeline is
-    rank 0's, so the waiting rank it shows is rank 0 and the late one is another rank."""
+    """Ranks waiting for a straggler at the collectives (Horovod's ``NEGOTIATE_*``: from the first rank ready for a
+    tensor to the last), a material share of the step cycles: a straggler, not the network. The timeline is one
+    rank's (rank 0's); its negotiations say whether that rank waited for a later one (``sync_wait_s``: the
+    straggler is another rank) or was the last ready itself (``others_wait_s``: it is the straggler)."""
     ib = a.input_bound
     if not len(ib) or "sync_wait_s" not in ib:
         return None
     ib = ib[(ib["steps"] > 0) & (ib["step_s"] > 0)]
-    share = (ib["sync_wait_s"] / ib["step_s"]).astype(float)
-    waiting = ib[share >= SYNC_WAIT_SHARE]
-    if not len(waiting):
+    waiting = ib[ib["sync_wait_s"] >= SYNC_WAIT_SHARE * ib["step_s"]]
+    waited_for = ib[ib["others_wait_s"] >= SYNC_WAIT_SHARE * ib["step_s"]] if "others_wait_s" in ib else ib[:0]
+    if not len(waiting) and not len(waited_for):
         return None
-    ranks = sorted(int(r) for r in a.input_bound["rank"])
-    others = [r for r in ranks if r not in set(waiting["rank"].astype(int))]
-    late = (f"rank {others[0]}" if len(others) == 1 else
-            f"one of ranks {', '.join(map(str, others))} (the timeline does not say which)" if others else "unknown")
-    who = ", ".join(f"rank {int(r)} {100 * w / t:.0f} % ({w:.3g} of {t:.3g} s)"
-                    for r, w, t in zip(waiting["rank"], waiting["sync_wait_s"], waiting["step_s"]))
+
+    def shares(rows: pd.DataFrame, col: str) -> str:
+        return ", ".join(f"rank {int(r)} {100 * w / t:.0f} % ({w:.3g} of {t:.3g} s)"
+                         for r, w, t in zip(rows["rank"], rows[col], rows["step_s"]))
+
+    late = [f"rank {int(r)}" for r in waited_for["rank"]]
+    evidence = []
+    if len(waited_for):
+        evidence.append("the other ranks waited for (Horovod NEGOTIATE_* in which it was the last ready, share of "
+                        f"its counted step cycles): {shares(waited_for, 'others_wait_s')}")
+    if len(waiting):
+        others = sorted(set(a.input_bound["rank"].astype(int)) - set(waiting["rank"].astype(int)))
+        # the summary keeps each negotiation's waiting rank, not its last ready one: the timeline's args.last_ready
+        late.append(f"rank {others[0]}" if len(others) == 1 else
+                    f"one of ranks {', '.join(map(str, others))} (per negotiation: the timeline's args.last_ready)"
+                    if others else "unknown")
+        evidence.append("waiting for the other ranks (Horovod NEGOTIATE_*, not communication) in the counted step "
+                        f"cycles: {shares(waiting, 'sync_wait_s')}")
+    who = " and ".join(late)
+    impact = pd.concat([waiting["sync_wait_s"], waited_for["others_wait_s"]]).max()
     return Finding(
         "ranks_wait_for_straggler", "medium", f"Ranks wait for a straggler at the collectives: the likely straggler "
-        f"is {late}", f"waiting for the other ranks (Horovod NEGOTIATE_*, not communication) in the counted step "
-        f"cycles: {who}", "comm + app",
+        f"is {who}", "; ".join(evidence), "comm + app",
         f"balance the work per rank (the same number and size of samples per rank: `dataset.shard(hvd.size(), "
-        f"hvd.rank())`, equal batch sizes), then look at {late}'s input pipeline and node (other jobs, its file "
-        "system targets); a larger fusion buffer will not help", float(waiting["sync_wait_s"].max()))
+        f"hvd.rank())`, equal batch sizes), then look at {who}'s input pipeline and node (other jobs, its file "
+        "system targets); a larger fusion buffer will not help", float(impact))
 
 
 def _coverage_finding(a: "Summary") -> Optional[Finding]:

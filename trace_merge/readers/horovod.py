@@ -6,11 +6,20 @@ Horovod shuts down cleanly and holds several events per line. Each ``pid`` is on
 ``args.start_time_since_epoch_in_micros``, the epoch time of ``ts == 0`` (µs). Activities are ``B``/``E``
 pairs (nested per tensor: ``ALLREDUCE`` ⊃ ``MPI_ALLREDUCE``) and ``X`` events.
 
-Rows: layer ``comm``, cat ``comm``, ``name`` = the activity (``NEGOTIATE_ALLREDUCE``, ``ALLREDUCE``,
-``MPI_ALLREDUCE``, ...), ``tid`` = the timeline pid (tensor index), ``args`` = ``{"tensor": name, ...}`` plus
+Rows: layer ``comm``, cat ``comm`` (a negotiation's: below), ``name`` = the activity (``NEGOTIATE_ALLREDUCE``,
+``ALLREDUCE``, ``MPI_ALLREDUCE``, ...), ``tid`` = the timeline pid (tensor index), ``args`` = ``{"tensor": name, ...}`` plus
 the ``E`` event's args (dtype, shape). Zero-length ``X`` events named by a rank number (``"0"``, ``"1"``:
-"rank N is ready" ticks inside a negotiation) are counted per negotiation in ``args.ready_ranks``, not
-made rows.
+"rank N is ready" marks inside a negotiation) are no rows: a negotiation keeps them as ``args.ready_order``
+(the ranks in the order Horovod saw them ready) and ``args.last_ready`` (the last of them: the rank the others
+waited for). Horovod 0.28 marks only a tensor's uncached negotiations: its first, or every one with
+``HOROVOD_CACHE_CAPACITY=0`` (``timelogger run --horovod-ready-marks``). One answered from its response cache has
+no marks (measured: it still spans first to last ready) and takes ``last_ready`` from the tensor's latest marked
+negotiation. A negotiation with neither has no ``last_ready``.
+
+``cat`` is ``comm``, but a negotiation's says what it was for the rank that wrote the timeline (the only rank whose
+time these rows are; the summary's pieces keep no ``args``): ``wait`` where another rank was the last ready (this
+rank waited for it), ``other`` where this rank was (the others waited for it; it was busy elsewhere), ``comm``
+where the timeline does not tell.
 """
 from __future__ import annotations
 
@@ -178,15 +187,18 @@ def read(path: "str | os.PathLike[str]", rank: int = 0) -> SourceData:
         )
 
     names: list[str] = []
+    cats: list[str] = []
     tids: list[int] = []
     starts: list[float] = []
     ends: list[float] = []
-    args: list[dict[str, Any]] = []  # serialised at the end, after ready ticks are counted
+    args: list[dict[str, Any]] = []  # serialised at the end, after ready marks are gathered
     stacks: dict[int, list[tuple[str, float]]] = {}
-    ready: dict[tuple[int, int], int] = {}  # (pid, stack depth) of an open B -> rank-ready ticks inside it
+    ready: dict[tuple[int, int], list[int]] = {}  # (pid, stack depth) of an open B -> ranks marked ready inside it
+    last_ready: dict[int, int] = {}  # pid -> last ready rank of the tensor's latest marked negotiation
 
     def add(name: str, pid: int, ts: float, te: float, extra: "dict[str, Any] | None") -> int:
         names.append(name)
+        cats.append("comm")
         tids.append(pid)
         starts.append(ts)
         ends.append(te)
@@ -215,14 +227,19 @@ def read(path: "str | os.PathLike[str]", rank: int = 0) -> SourceData:
                 continue
             name, t0 = stack.pop()
             row = add(name, pid, t0, ts, ev.get("args"))
-            ticks = ready.pop((pid, len(stack)), 0)
-            if ticks:
-                args[row]["ready_ranks"] = ticks
+            order = ready.pop((pid, len(stack)), None)
+            if order:
+                args[row]["ready_order"] = order
+                last_ready[pid] = order[-1]
+            if name.startswith("NEGOTIATE_") and pid in last_ready:
+                # a cached negotiation has no marks: the tensor's last marked one tells who was last
+                args[row]["last_ready"] = last_ready[pid]
+                cats[row] = "other" if last_ready[pid] == rank else "wait"
         else:  # X
             name = str(ev.get("name", ""))
             if dur == 0 and name.isdigit() and stack:
-                k = (pid, len(stack) - 1)  # counted on the enclosing open activity
-                ready[k] = ready.get(k, 0) + 1
+                # kept on the enclosing open activity, in file order (= time order: Horovod writes them as it goes)
+                ready.setdefault((pid, len(stack) - 1), []).append(int(name))
                 continue
             add(name, pid, ts, ts + dur, ev.get("args"))
 
@@ -244,7 +261,7 @@ def read(path: "str | os.PathLike[str]", rank: int = 0) -> SourceData:
     frame = to_frame(
         {
             "layer": "comm",
-            "cat": "comm",
+            "cat": cats,
             "name": names,
             "rank": np.full(len(names), int(rank), dtype=np.int64),
             "tid": np.asarray(tids, dtype=np.int64),
