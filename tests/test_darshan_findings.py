@@ -137,3 +137,29 @@ def test_example_logs_get_no_training_advice_and_no_self_contradicting_evidence(
         assert f.severity in ("high", "medium", "info")
     sev = [("high", "medium", "info").index(f.severity) for f in found]
     assert sev == sorted(sev)
+
+
+#: the imbalance evidence on PyDarshan's example logs as the finding's own per-rank sums gave it, before the
+#: finding read the view's time per rank (darshan_view.rank_times): the one computation must not change it
+IMBALANCE_BEFORE = {
+    "example.darshan": "shared file 'vpicio.hdf5': slowest rank 1312 85.5 s, fastest rank 597 20.4 s",
+    "sample-badost.darshan": "rank 1507 spent 778 s in POSIX I/O on its own files, rank 959 4.61 s (median 12 s "
+                             "over 2,048 ranks)",
+}
+
+
+@pytest.mark.parametrize("name", sorted(IMBALANCE_BEFORE))
+def test_imbalance_is_the_views_time_per_rank(name):
+    from trace_merge.darshan_view import darshan_view
+
+    logs = {p.name: p for p in _example_logs()}
+    if name not in logs:
+        pytest.skip("PyDarshan's example logs are not installed")
+    run = Run.open(logs[name])
+    view = darshan_view(run)
+    found = [f for f in darshan_findings(run.counters, view.nprocs, view.runtime_s) if f.key == "rank_io_imbalance"]
+    assert len(found) == 1 and found[0].evidence == IMBALANCE_BEFORE[name]
+    # these logs' POSIX records are all of data files: the view's table shows the same numbers
+    posix = view.rank_times[view.rank_times["module"] == "POSIX"].iloc[0]
+    assert f"rank {posix['slowest_rank']} " in found[0].evidence
+    assert f"{posix['slowest_s']:.3g} s" in found[0].evidence and f"{posix['fastest_s']:.3g} s" in found[0].evidence

@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from trace_merge.bandwidth import is_data_path
+from trace_merge.darshan_view import OWN_FILES, SHARED, long_counters, rank_times
 from trace_merge.findings import Finding
 from trace_merge.formatting import size_text as _size
 from trace_merge.schema import as_text
@@ -59,6 +60,14 @@ def _wide(counters: pd.DataFrame, module: str) -> pd.DataFrame:
     c["counter"] = c["counter"].str[len(module) + 1:]
     c["value"] = c["value"].clip(lower=0)
     return c.pivot_table(index=["rank", "file"], columns="counter", values="value", aggfunc="sum").fillna(0.0)
+
+
+def _posix_rank_times(counters: pd.DataFrame, nprocs: int) -> pd.DataFrame:
+    """The view's time per rank (:func:`trace_merge.darshan_view.rank_times`) over the POSIX records of data
+    files: one computation for the table and the finding."""
+    c = long_counters(counters)
+    c = c[(c["module"] == "POSIX") & c["file"].map(is_data_path).to_numpy(dtype=bool)]
+    return rank_times(c, nprocs)
 
 
 def _col(w: pd.DataFrame, name: str) -> pd.Series:
@@ -164,27 +173,26 @@ def _metadata(posix: pd.DataFrame, nprocs: int, runtime: Optional[float]) -> Opt
         total_meta / nprocs)
 
 
-def _imbalance(posix: pd.DataFrame, runtime: Optional[float]) -> Optional[Finding]:
-    """The slowest rank against the fastest: per rank over its own files, and per shared file (rank -1 records
-    keep POSIX_F_SLOWEST/FASTEST_RANK_TIME)."""
+def _imbalance(times: pd.DataFrame, runtime: Optional[float]) -> Optional[Finding]:
+    """The slowest rank against the fastest, from the view's time per rank (:func:`trace_merge.darshan_view.
+    rank_times`) of the POSIX records of data files: per rank over its own files, and the shared file (a rank -1
+    record, POSIX_F_SLOWEST/FASTEST_RANK_TIME) with the largest gap."""
     cases = []
-    io = _col(posix, "F_READ_TIME") + _col(posix, "F_WRITE_TIME") + _col(posix, "F_META_TIME")
-    per_rank = io[io.index.get_level_values("rank") >= 0].groupby(level="rank").sum()
-    if len(per_rank) >= 2:
-        slow, fast = per_rank.idxmax(), per_rank.idxmin()
-        cases.append((per_rank[slow] - per_rank[fast], f"rank {slow} spent {per_rank[slow]:.3g} s in POSIX I/O on "
-                      f"its own files, rank {fast} {per_rank[fast]:.3g} s (median {per_rank.median():.3g} s over "
-                      f"{len(per_rank):,} ranks)", per_rank[slow]))
-    if "F_SLOWEST_RANK_TIME" in posix:
-        shared = posix[posix.index.get_level_values("rank") < 0]
-        gap = shared["F_SLOWEST_RANK_TIME"] - _col(shared, "F_FASTEST_RANK_TIME")
-        if len(gap) and gap.max() > 0:
-            i = gap.idxmax()
-            cases.append((gap[i], f"shared file {i[1].rsplit('/', 1)[-1]!r}: slowest rank "
-                          f"{int(shared.loc[i].get('SLOWEST_RANK', -1))} {shared.loc[i, 'F_SLOWEST_RANK_TIME']:.3g} s, "
-                          f"fastest rank {int(shared.loc[i].get('FASTEST_RANK', -1))} "
-                          f"{shared.loc[i].get('F_FASTEST_RANK_TIME', 0.0):.3g} s",
-                          shared.loc[i, "F_SLOWEST_RANK_TIME"]))
+    own = times[times["files"] == OWN_FILES]
+    if len(own) and own["ranks"].iloc[0] >= 2:
+        r = own.iloc[0]
+        cases.append((r["slowest_s"] - r["fastest_s"], f"rank {r['slowest_rank']} spent {r['slowest_s']:.3g} s in "
+                      f"POSIX I/O on its own files, rank {r['fastest_rank']} {r['fastest_s']:.3g} s (median "
+                      f"{r['median_s']:.3g} s over {r['ranks']:,} ranks)", r["slowest_s"]))
+    shared = times[times["files"].str.startswith(SHARED)]
+    fastest = shared["fastest_s"].astype(float).fillna(0.0)  # a record without F_FASTEST_RANK_TIME
+    gap = shared["slowest_s"] - fastest
+    if len(gap) and gap.max() > 0:
+        i = gap.idxmax()
+        r = shared.loc[i]
+        cases.append((gap[i], f"shared file {r['files'].removeprefix(SHARED)!r}: slowest rank {r['slowest_rank']} "
+                      f"{r['slowest_s']:.3g} s, fastest rank {r['fastest_rank']} {fastest[i]:.3g} s",
+                      r["slowest_s"]))
     cases = [c for c in cases if c[0] >= IMBALANCE_MIN_S and c[0] >= IMBALANCE_SHARE * c[2]]
     if not cases:
         return None
@@ -249,7 +257,8 @@ def darshan_findings(counters: pd.DataFrame, nprocs: int = 1, runtime_s: Optiona
             return float(_col(posix, col).sum()) / nprocs
 
         found += _small_requests(posix, moved, per_proc)
-        found += [_misaligned(posix), _metadata(posix, nprocs, runtime_s), _imbalance(posix, runtime_s)]
+        found += [_misaligned(posix), _metadata(posix, nprocs, runtime_s),
+                  _imbalance(_posix_rank_times(counters, nprocs), runtime_s)]
         found += _random_access(posix, per_proc)
     found += _no_collective(mpiio)
     found.append(_stdio_bulk(posix, stdio) if len(stdio) else None)

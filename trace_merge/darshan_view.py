@@ -108,12 +108,7 @@ def darshan_view(run: "Run") -> Optional[DarshanView]:
     counters = run.counters
     if not len(counters):
         return None
-    names = as_text(counters["counter"])
-    module = names.str.split("_", n=1).str[0]
-    c = pd.DataFrame({"module": module.to_numpy(), "counter": names.str.split("_", n=1).str[1].to_numpy(),
-                      "rank": counters["rank"].to_numpy(), "file": as_text(counters["file"]).to_numpy(),
-                      "value": counters["value"].to_numpy()})
-    c = c[c["module"].isin(list(MODULES))]
+    c = long_counters(counters)
     if not len(c):
         return None
     headers = [_job_header(p) for p in _logs(run)]
@@ -139,6 +134,17 @@ def darshan_view(run: "Run") -> Optional[DarshanView]:
                        files=_categories(c), nprocs=nprocs, runtime_s=runtime,
                        dxt_segments=run.dxt_segments(), notes=notes, access_sizes=access_sizes(c),
                        common_sizes=common_sizes(c), mounts=mounts, rank_times=rank_times(c, nprocs))
+
+
+def long_counters(counters: pd.DataFrame) -> pd.DataFrame:
+    """A counters table (:attr:`trace_merge.run.Run.counters`) as the view's tables read it: one row per
+    record and counter, columns ``module`` (a key of :data:`MODULES`), ``counter`` (the name without the module),
+    ``rank``, ``file``, ``value``; other modules' counters left out."""
+    parts = as_text(counters["counter"]).str.split("_", n=1)
+    c = pd.DataFrame({"module": parts.str[0].to_numpy(), "counter": parts.str[1].to_numpy(),
+                      "rank": counters["rank"].to_numpy(), "file": as_text(counters["file"]).to_numpy(),
+                      "value": counters["value"].to_numpy()})
+    return c[c["module"].isin(list(MODULES))]
 
 
 def _logs(run: "Run") -> list[Path]:
@@ -311,6 +317,8 @@ NO_MOUNT = "(no path: <STDIN>, <STDOUT>, ...)"
 #: the modules whose per-rank I/O time is compared, and the shared files shown per module (largest gap first)
 _RANKED = ("POSIX", "MPIIO", "STDIO", "H5D")
 SHARED_FILES_SHOWN = 5
+#: :func:`rank_times`' ``files``: the row over each rank's own files, and the prefix of a shared file's name
+OWN_FILES, SHARED = "own files", "shared: "
 
 
 def _wide(c: pd.DataFrame, key: str, counters: "list[str]") -> pd.DataFrame:
@@ -388,7 +396,9 @@ def _mounts(c: pd.DataFrame, table: "list[tuple[str, str]]") -> pd.DataFrame:
 
 
 def rank_times(c: pd.DataFrame, nprocs: int) -> pd.DataFrame:
-    """Straggler evidence: I/O time (read + write + metadata) per rank, per module.
+    """Straggler evidence: I/O time (read + write + metadata) per rank, per module, from ``c``
+    (:func:`long_counters`). The one computation of it: the view shows it for every file, the
+    ``rank_io_imbalance`` finding (:mod:`trace_merge.darshan_findings`) reads it for the POSIX records of data files.
 
     Two kinds of rows: ``own files`` -- each rank's time summed over its per-rank records (slowest, fastest,
     median, mean over the ranks that have such records); and per shared file (one record reduced over all
@@ -401,7 +411,7 @@ def rank_times(c: pd.DataFrame, nprocs: int) -> pd.DataFrame:
         m = c[(c["module"] == key) & (c["rank"] >= 0) & c["counter"].isin(times) & (c["value"] >= 0)]
         own = m.groupby("rank")["value"].sum()
         if len(own):
-            rows.append({"module": MODULES[key], "files": "own files", "ranks": len(own),
+            rows.append({"module": MODULES[key], "files": OWN_FILES, "ranks": len(own),
                          "slowest_rank": int(own.idxmax()), "slowest_s": own.max(), "fastest_rank": int(own.idxmin()),
                          "fastest_s": own.min(), "median_s": own.median(), "mean_s": own.mean(),
                          "stdev_s": own.std(ddof=0)})
@@ -411,9 +421,11 @@ def rank_times(c: pd.DataFrame, nprocs: int) -> pd.DataFrame:
             continue
         shared = shared[shared["F_SLOWEST_RANK_TIME"] >= 0]
         gap = shared["F_SLOWEST_RANK_TIME"] - shared.get("F_FASTEST_RANK_TIME", 0.0)
-        for (_, name), r in shared.loc[gap.sort_values(ascending=False).index[:SHARED_FILES_SHOWN]].iterrows():
+        # stable: of equal gaps the first file in the table comes first, for whoever reads the top row
+        top = gap.sort_values(ascending=False, kind="stable").index[:SHARED_FILES_SHOWN]
+        for (_, name), r in shared.loc[top].iterrows():
             total = sum(max(float(r.get(t, 0.0)), 0.0) for t in times)
-            rows.append({"module": MODULES[key], "files": f"shared: {str(name).rsplit('/', 1)[-1]}", "ranks": nprocs,
+            rows.append({"module": MODULES[key], "files": f"{SHARED}{str(name).rsplit('/', 1)[-1]}", "ranks": nprocs,
                          "slowest_rank": int(r.get("SLOWEST_RANK", -1)), "slowest_s": r["F_SLOWEST_RANK_TIME"],
                          "fastest_rank": int(r.get("FASTEST_RANK", -1)), "fastest_s": r.get("F_FASTEST_RANK_TIME"),
                          "median_s": np.nan, "mean_s": total / nprocs,
