@@ -102,7 +102,8 @@ def test_heatmap_conserves_bytes(darshan_logs, tmp_path):
 def test_summary_of_a_plain_log_is_the_darshan_view(darshan_logs, capsys):
     assert main(["summary", str(darshan_logs / "ior_hdf5_example.darshan")]) == 0
     out = capsys.readouterr().out
-    for heading in ("job context:", "I/O per module", "operation counts", "access sizes", "common access sizes",
+    for heading in ("job context:", "I/O per module", "operation counts", "access pattern", "access sizes",
+                    "common access sizes",
                     "file categories", "data per mount point", "time per rank"):
         assert heading in out
     assert "verdict:" not in out and "no data" not in out and "input wait" not in out and "input_pct" not in out
@@ -120,11 +121,11 @@ def test_report_of_a_plain_log_shows_the_view(darshan_logs, tmp_path, capsys):
     text = out.read_text(encoding="utf-8")
     heads = re.findall(r"<h2>([^<]*)</h2>", text)
     assert heads[1:] == ["Warnings (0)", "Job context: dxt.darshan", "I/O per module", "Operation counts",
-                         "Access sizes", "Common access sizes", "File categories", "Data per mount point",
+                         "Access pattern", "Access sizes", "Common access sizes", "File categories", "Data per mount point",
                          "Time per rank", "DXT heat map"]
     assert heads[0].startswith("Findings (")
-    # I/O cost, access sizes, mounts, time per rank, DXT heat map: all drawn
-    assert "Input-bound verdict" not in text and text.count("<img") == 5 and "not drawn" not in text
+    # I/O cost, operation counts, access pattern, access sizes, mounts, time per rank, DXT heat map: all drawn
+    assert "Input-bound verdict" not in text and text.count("<img") == 7 and "not drawn" not in text
 
 
 def test_training_run_with_darshan_gets_a_drill_down(real_run, darshan_logs, tmp_path, capsys):
@@ -277,10 +278,90 @@ def test_time_per_rank_is_darshans(darshan_logs):
 
 @pytest.mark.parametrize("log", ["ior_hdf5_example.darshan", "shane_macsio_id29959_5-22-32552-7035573431850780836_1590156158.darshan"])
 def test_new_charts_render(darshan_logs, log, tmp_path):
-    from trace_merge.darshan_view import plot_access_sizes, plot_io_cost, plot_mounts, plot_rank_times
+    from trace_merge.darshan_view import (plot_access_pattern, plot_access_sizes, plot_io_cost, plot_mounts,
+                                          plot_operations, plot_rank_times)
 
     view = darshan_view(Run.open(darshan_logs / log))
-    for plot in (plot_io_cost, plot_access_sizes, plot_mounts, plot_rank_times):
+    for plot in (plot_io_cost, plot_operations, plot_access_pattern, plot_access_sizes, plot_mounts,
+                 plot_rank_times):
         out = tmp_path / f"{plot.__name__}.png"
         plot(view).savefig(out)
         assert out.stat().st_size > 5_000, plot.__name__
+
+
+# -- the charts PyDarshan's summary report draws, bar for bar -----------------------------------------------
+
+
+def _bars(ax, label: str) -> dict:
+    """The heights of ``ax``'s bars of the legend entry ``label`` (None: the first set), by their x tick label."""
+    ticks = [t.get_text() for t in ax.get_xticklabels()]
+    bars = next(c for c in ax.containers if label is None or c.get_label() == label)
+    return {ticks[round(b.get_x() + b.get_width() / 2)]: b.get_height() for b in bars}
+
+
+@pytest.mark.parametrize("log", LOGS)
+def test_access_pattern_is_pydarshans(darshan_logs, log):
+    """The table and the chart hold what PyDarshan's "Access Pattern" figure draws from its C accumulator's
+    summary record: all, sequential and consecutive POSIX reads and writes."""
+    import darshan
+    from darshan.backend.cffi_backend import accumulate_records
+    from darshan.experimental.plots import plot_posix_access_pattern
+
+    from trace_merge.darshan_view import plot_access_pattern
+
+    view = darshan_view(Run.open(darshan_logs / log))
+    report = darshan.DarshanReport(str(darshan_logs / log), read_all=True)
+    if "POSIX" not in report.records or not len(report.records["POSIX"]):
+        assert not len(view.access_pattern)
+        return
+    record = accumulate_records(report.records["POSIX"].to_df(), "POSIX", report.metadata["job"]["nprocs"]).summary_record
+    theirs = plot_posix_access_pattern(record).axes[0]
+    ours = plot_access_pattern(view).axes[0]
+    table = view.access_pattern.set_index("op")
+    for kind in ("total", "sequential", "consecutive"):
+        expected = _bars(theirs, kind)  # PyDarshan's x labels: read, write
+        assert [int(table.loc[op, kind]) for op in ("reads", "writes")] == [expected["read"], expected["write"]]
+        assert _bars(ours, kind) == {"reads": expected["read"], "writes": expected["write"]}, kind
+    for kind in ("sequential", "consecutive"):
+        assert (table[f"{kind}_pct"] == 100 * table[kind] / table["total"]).where(table["total"] > 0, True).all()
+
+
+#: PyDarshan's operation-count bar -> ours, per module of its figure
+PYDARSHAN_BARS = {
+    "POSIX": {"Read": "reads", "Write": "writes", "Open": "opens", "Stat": "stats", "Seek": "seeks",
+              "Fsync": "fsyncs"},  # its Mmap bar is always 0 ("faulty?" in its source)
+    "MPI-IO": {"Col. Read": "collective reads", "Col. Write": "collective writes", "Col. Open": "collective opens",
+               "Sync": "fsyncs"},
+    "STDIO": {"Read": "reads", "Write": "writes", "Open": "opens", "Seek": "seeks", "Flush": "flushes"},
+    "H5F": {"H5F Open": "opens", "H5F Flush": "flushes"},
+    "H5D": {"H5D Read": "reads", "H5D Write": "writes", "H5D Open": "opens", "H5D Flush": "flushes"},
+}
+
+
+@pytest.mark.parametrize("log", LOGS)
+def test_operation_chart_is_pydarshans(darshan_logs, log):
+    """Our operation-count bars against PyDarshan's ``plot_opcounts`` figure, bar for bar; MPI-IO's bar is the
+    independent + collective (+ non-blocking) calls with the collective part drawn inside it."""
+    from darshan.experimental.plots import plot_opcounts
+
+    from trace_merge.darshan_view import plot_operations
+
+    view = darshan_view(Run.open(darshan_logs / log))
+    report = _report(darshan_logs / log)
+    panels = {ax.get_title(loc="left").split(" operations")[0]: ax for ax in plot_operations(view).axes}
+    assert list(panels) == list(view.operations["module"])
+    compared = 0
+    for mod, ax in panels.items():
+        theirs = _bars(plot_opcounts(report, mod).axes[0], None)
+        ours, collective = _bars(ax, "all"), (_bars(ax, "collective") if mod == "MPI-IO" else {})
+        for label, op in PYDARSHAN_BARS[mod].items():
+            if op.startswith("collective "):
+                assert collective[op.split(" ", 1)[1]] == theirs[label], (mod, label)
+            elif op in ours:  # absent: Darshan did not record it (the panel's title names it)
+                assert ours[op] == theirs[label], (mod, label)
+            compared += 1
+        if mod == "MPI-IO":
+            nb = report.summary["agg_ioops"]["MPI-IO"]
+            for op, what in (("reads", "Read"), ("writes", "Write"), ("opens", "Open")):
+                assert ours[op] == theirs[f"Ind. {what}"] + theirs[f"Col. {what}"] + nb.get(f"MPIIO_NB_{op.upper()}", 0)
+    assert compared >= 4

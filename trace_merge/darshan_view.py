@@ -12,6 +12,8 @@ job header of each ``.darshan`` log among the run's sources:
   POSIX): their times overlap and are not added up;
 * operation counts per module (opens, reads, writes, seeks, stats, mmaps, fsyncs, flushes; MPI-IO's reads,
   writes and opens are independent + collective (+ non-blocking), with the collective ones apart too);
+* the POSIX access pattern -- reads and writes against the sequential and the consecutive ones
+  (:func:`access_pattern`);
 * access sizes -- reads and writes per Darshan size bin (:func:`access_sizes`) and the four most common
   sizes (:func:`common_sizes`);
 * file categories -- read-only / write-only / read-write files (by bytes moved, Darshan's rule), their bytes and
@@ -21,7 +23,8 @@ job header of each ``.darshan`` log among the run's sources:
   slowest/fastest-rank counters on shared ones (:func:`rank_times`);
 * a DXT heat map: bytes read and written per time bin × rank (:func:`plot_dxt_heatmap`).
 
-The report draws the I/O cost, access sizes, mounts and time per rank too (``plot_*``). Totals equal
+The report draws the I/O cost, operation counts, access pattern, access sizes, mounts and time per rank too
+(``plot_*``). Totals equal
 PyDarshan's (``tests/test_darshan_view.py`` checks every table against its API on its example logs). What only this toolkit adds: when the run also has app phases, the DXT rows are on one clock with them
 (``trace_merge.dxt_clock``), so the report's timeline and ``trace-merge export --perfetto`` show each segment
 inside the phase that caused it.
@@ -84,6 +87,7 @@ class DarshanView:
     common_sizes: pd.DataFrame = field(default_factory=pd.DataFrame)
     mounts: pd.DataFrame = field(default_factory=pd.DataFrame)
     rank_times: pd.DataFrame = field(default_factory=pd.DataFrame)
+    access_pattern: pd.DataFrame = field(default_factory=pd.DataFrame)
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-able form (``trace-merge summary --json``)."""
@@ -93,7 +97,8 @@ class DarshanView:
                 "modules": _records(self.modules), "operations": _records(self.operations),
                 "files": _records(self.files), "access_sizes": _records(self.access_sizes),
                 "common_sizes": _records(self.common_sizes), "mounts": _records(self.mounts),
-                "rank_times": _records(self.rank_times), "dxt_segments": self.dxt_segments, "notes": self.notes}
+                "rank_times": _records(self.rank_times), "access_pattern": _records(self.access_pattern),
+                "dxt_segments": self.dxt_segments, "notes": self.notes}
 
 
 def has_training(run: "Run") -> bool:
@@ -133,7 +138,8 @@ def darshan_view(run: "Run") -> Optional[DarshanView]:
                        operations=_operations(sums, unknown),
                        files=_categories(c), nprocs=nprocs, runtime_s=runtime,
                        dxt_segments=run.dxt_segments(), notes=notes, access_sizes=access_sizes(c),
-                       common_sizes=common_sizes(c), mounts=mounts, rank_times=rank_times(c, nprocs))
+                       common_sizes=common_sizes(c), mounts=mounts, rank_times=rank_times(c, nprocs),
+                       access_pattern=access_pattern(sums, unknown))
 
 
 def long_counters(counters: pd.DataFrame) -> pd.DataFrame:
@@ -258,6 +264,24 @@ def _operations(sums: pd.Series, unknown: pd.Series) -> pd.DataFrame:
         rows.append(row)
     df = pd.DataFrame(rows, columns=["module", *ops]).dropna(axis=1, how="all")
     return df.astype({op: "Int64" for op in ops if op in df.columns})
+
+
+def access_pattern(sums: pd.Series, unknown: pd.Series) -> pd.DataFrame:
+    """PyDarshan's POSIX "Access Pattern": all reads and writes against the sequential ones (offset above the
+    previous request's, ``POSIX_SEQ_*``) and the consecutive ones (offset right where the previous one ended,
+    ``POSIX_CONSEC_*``, so also sequential), summed over all records; a share is of the total. Empty without
+    POSIX records."""
+    cols = ["op", "total", "sequential", "consecutive", "sequential_pct", "consecutive_pct"]
+    rows = []
+    if "POSIX" in sums.index.get_level_values(0):
+        for op, name in (("reads", "READS"), ("writes", "WRITES")):
+            total, seq, consec = (_total(sums, unknown, "POSIX", (n,)) for n in (name, f"SEQ_{name}", f"CONSEC_{name}"))
+            rows.append({"op": op, "total": total, "sequential": seq, "consecutive": consec,
+                         **{f"{k}_pct": 100 * n / total if total and n is not None else None
+                            for k, n in (("sequential", seq), ("consecutive", consec))}})
+    df = pd.DataFrame(rows, columns=cols)
+    return df.astype({"total": "Int64", "sequential": "Int64", "consecutive": "Int64",
+                      "sequential_pct": float, "consecutive_pct": float})
 
 
 def _total(sums: pd.Series, unknown: pd.Series, key: str, names: "tuple[str, ...]") -> Optional[int]:
@@ -554,6 +578,65 @@ def plot_io_cost(view: DarshanView) -> "Figure":
     return fig
 
 
+#: the ``collective <op>`` columns of the operation counts: a part of ``<op>``, drawn inside its bar
+_COLLECTIVE = "collective "
+
+
+def plot_operations(view: DarshanView) -> "Figure":
+    """PyDarshan's "Operation Counts" bars, one panel per module: each operation of :attr:`DarshanView.operations`
+    (MPI-IO's collective part hatched inside its bar); a count Darshan did not record is named, not drawn as 0."""
+    from trace_merge.plots import CAT_COLOURS, _new_figure
+
+    df = view.operations
+    if not len(df):
+        raise ValueError("no operation counters")
+    fig = _new_figure((9, 2.3 * len(df)))
+    key_of = {label: key for key, label in MODULES.items()}
+    for i, (_, row) in enumerate(df.iterrows()):
+        ax = fig.add_subplot(len(df), 1, i + 1)
+        # the module's own operations (another module's column is NA here); a column all NA is not in the table
+        own = [op for op in OPERATIONS[key_of[row["module"]]] if not op.startswith(_COLLECTIVE)]
+        ops = [op for op in own if not pd.isna(row.get(op, np.nan))]
+        missing = [op for op in own if op not in ops]
+        counts = [int(row[op]) for op in ops]
+        bars = ax.bar(ops, counts, color=CAT_COLOURS["io"], alpha=0.45, label="all")
+        ax.bar_label(bars, labels=[f"{n:,}" for n in counts], fontsize="x-small")
+        coll = [(op, int(row[_COLLECTIVE + op])) for op in ops if not pd.isna(row.get(_COLLECTIVE + op, np.nan))]
+        if coll:
+            ax.bar([op for op, _ in coll], [n for _, n in coll], color="none", edgecolor=CAT_COLOURS["io"],
+                   hatch="///", label="collective")
+            ax.legend(fontsize="small")
+        ax.set_title(f"{row['module']} operations" + (f" (not recorded: {', '.join(missing)})" if missing else ""),
+                     fontsize="medium", loc="left")
+        ax.set_ylabel("count")
+        ax.margins(y=0.15)
+    return fig
+
+
+def plot_access_pattern(view: DarshanView) -> "Figure":
+    """PyDarshan's POSIX "Access Pattern": for reads and for writes, all of them, the sequential and the
+    consecutive ones, side by side."""
+    from trace_merge.plots import IO_COLOURS, _new_figure
+
+    df = view.access_pattern.dropna(subset=["total"])
+    if not len(df):
+        raise ValueError("no POSIX read and write counters")
+    fig = _new_figure((6.5, 3.2))
+    ax = fig.add_subplot()
+    x = np.arange(len(df))
+    for shift, kind, alpha in ((-0.27, "total", 1.0), (0, "sequential", 0.6), (0.27, "consecutive", 0.3)):
+        counts = df[kind].astype("Float64").fillna(0).to_numpy(float)
+        bars = ax.bar(x + shift, counts, width=0.27, alpha=alpha, label=kind, edgecolor="black", linewidth=0.3,
+                      color=[IO_COLOURS[op[:-1]] for op in df["op"]])
+        ax.bar_label(bars, labels=["not recorded" if pd.isna(n) else f"{n:,}" for n in df[kind]], fontsize="x-small")
+    ax.set_xticks(x, list(df["op"]))
+    ax.set_ylabel("operations")
+    ax.margins(y=0.15)
+    ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1, 1))
+    ax.set_title("POSIX access pattern (consecutive ⊂ sequential ⊂ total)", fontsize="medium", loc="left")
+    return fig
+
+
 def plot_access_sizes(view: DarshanView) -> "Figure":
     """PyDarshan's "Access Sizes": reads and writes per Darshan size bin, one panel per module."""
     from trace_merge.plots import IO_COLOURS, _new_figure
@@ -668,6 +751,9 @@ _ABOUT = {
                "overlap",
     "operations": "MPI-IO reads, writes and opens are independent + collective (+ non-blocking); the collective "
                   "ones are also shown apart",
+    "access_pattern": "POSIX reads and writes, summed over all records: sequential = at an offset above the previous "
+                      "one's (POSIX_SEQ_*), consecutive = right where the previous one ended (POSIX_CONSEC_*), so "
+                      "also sequential; total − sequential is what the random-access finding counts",
     "access_sizes": "operations per request size, Darshan's bins (K, M, G = 1024, 1024², 1024³ bytes); MPI-IO and "
                     "H5D bin the whole request of a call",
     "common_sizes": "the four most frequent request sizes per module (ACCESS1..4 counters summed over records)",
@@ -691,6 +777,7 @@ def view_text(view: DarshanView, *, aligned: bool = False) -> str:
     lines += [f"note: {n}" for n in view.notes]
     lines += ["", f"I/O per module ({_ABOUT['modules'].format(nprocs=view.nprocs)}):", table(view.modules)]
     lines += ["", f"operation counts ({_ABOUT['operations']}):", table(view.operations)]
+    lines += ["", f"access pattern ({_ABOUT['access_pattern']}):", table(view.access_pattern)]
     lines += ["", f"access sizes ({_ABOUT['access_sizes']}):", *_access_size_lines(view)]
     lines += ["", f"common access sizes ({_ABOUT['common_sizes']}):", table(view.common_sizes)]
     lines += ["", f"file categories ({_ABOUT['files']}):", table(view.files)]
@@ -725,7 +812,10 @@ def html_sections(run: "Run", view: DarshanView, *, aligned: bool = False) -> li
     out += [f'<p class="warn">{html.escape(n)}</p>' for n in view.notes]
     out += section("I/O per module", _ABOUT["modules"].format(nprocs=view.nprocs), _table(view.modules),
                    _figure("I/O cost", lambda: plot_io_cost(view)))
-    out += section("Operation counts", _ABOUT["operations"], _table(view.operations))
+    out += section("Operation counts", _ABOUT["operations"], _table(view.operations),
+                   _figure("Operation counts", lambda: plot_operations(view)))
+    out += section("Access pattern", _ABOUT["access_pattern"], _table(view.access_pattern),
+                   _figure("Access pattern", lambda: plot_access_pattern(view)) if len(view.access_pattern) else "")
     out += section("Access sizes", _ABOUT["access_sizes"], _table(sizes),
                    _figure("Access sizes", lambda: plot_access_sizes(view)) if len(view.access_sizes) else "")
     out += section("Common access sizes", _ABOUT["common_sizes"], _table(view.common_sizes))
