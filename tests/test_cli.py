@@ -298,3 +298,46 @@ def test_summary_of_a_directory_of_many_mostly_empty_trace_files(tmp_path, capsy
     assert doc["events"] == 3 * (n // every) and doc["ranks"] == list(range(n // every))
     assert err.splitlines() == [f"trace-merge: warning: {traces}: {n - n // every} empty trace files skipped "
                                 f"(first: {traces / 'trace-00001-rank_0.pfw'})"]
+
+
+# -- every text command at the terminal's width ----------------------------------------------------------
+
+
+def fits(out: str, width: int) -> list:
+    """The lines over ``width`` that hold more than one token (a single path or name cannot break)."""
+    return [x for x in out.splitlines() if len(x) > width and " " in x.strip()]
+
+
+@pytest.mark.parametrize("log", ["ior_hdf5_example.darshan",
+                                 "shane_macsio_id29959_5-22-32552-7035573431850780836_1590156158.darshan"])
+def test_darshan_summary_fits_80_columns(darshan_logs, capsys, monkeypatch, log):
+    """The Darshan-only summary (headline, findings, the view's prose, tables and job context) wraps at the
+    width; a command line longer than it keeps every word, in the job context's value column."""
+    import darshan
+
+    monkeypatch.setenv("COLUMNS", "80")
+    assert main(["summary", str(darshan_logs / log)]) == 0
+    out = capsys.readouterr().out
+    assert "job context:" in out and "time per rank" in out and not fits(out, 80), fits(out, 80)
+    exe = darshan.DarshanReport(str(darshan_logs / log), read_all=False).metadata["exe"]
+    assert exe.split() == " ".join(out.split("command line", 1)[1].split("log format", 1)[0].split()).split()
+
+
+def test_compare_fits_80_columns(real_run, real_run_factory, tmp_path, capsys, monkeypatch):
+    other, _ = real_run_factory(tmp_path / "b", sizes=(100_000,), epochs=1, posix=False)
+    monkeypatch.setenv("COLUMNS", "80")
+    assert main(["compare", str(real_run[0]), str(other)]) == 0
+    out = capsys.readouterr().out
+    assert not fits(out, 80), fits(out, 80)
+    # the four columns (two runs, delta, ratio) in blocks, each block with the row names
+    assert sum(line.startswith("read_bytes ") for line in out.splitlines()) >= 2
+    assert " ".join(out.split()).endswith("('-': not a number, missing, or divided by 0)")
+
+
+def test_merge_output_fits_80_columns(run_copy, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "80")
+    assert main(["merge", str(run_copy)]) == 0
+    out = capsys.readouterr().out
+    assert not fits(out, 80), fits(out, 80)
+    words = " ".join(out.split())
+    assert f"{run_copy}: merged " in words and f"wrote {run_copy / 'merged.parquet'}" in words

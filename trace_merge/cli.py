@@ -136,12 +136,13 @@ def merge_main(args: argparse.Namespace) -> int:
                     written["summary_parts"] = parts
         finally:
             res.cleanup()
+    from trace_merge.formatting import text_width, wrap
+
     layers = ", ".join(f"{k}: {v:,}" for k, v in res.rows_per_layer().items())
     rows = sum(res.rows.values())
-    _out(f"{run_dir}: merged {rows:,} rows ({layers or 'no intervals'}), "
-         f"{len(res.counters):,} counter rows from {len(res.sources)} files, {len(res.warnings)} warnings")
-    for path in written.values():
-        _out(f"  wrote {path}")
+    lines = [f"{run_dir}: merged {rows:,} rows ({layers or 'no intervals'}), "
+             f"{len(res.counters):,} counter rows from {len(res.sources)} files, {len(res.warnings)} warnings"]
+    _out(wrap([*lines, *(f"  wrote {path}" for path in written.values())], text_width()))
     return 0
 
 
@@ -357,7 +358,7 @@ def summary_main(args: argparse.Namespace) -> int:
     view = darshan_view.darshan_view(run)
     # a plain Darshan log: its own view, no training sections
     if view is not None and not args.json and not darshan_view.has_training(run):
-        _out(darshan_view.summary_text(run, view))
+        _out(darshan_view.summary_text(run, view, text_width()))
         return 0
     parts = run.analyse(args.layers)
     if args.json:
@@ -370,7 +371,7 @@ def summary_main(args: argparse.Namespace) -> int:
     else:
         _out(_summary_text(run, parts, text_width()))
         if view is not None:  # training and a Darshan log: the log's view as a drill-down
-            _out("\ndrill-down, the Darshan log:\n" + darshan_view.view_text(view, aligned=True))
+            _out("\ndrill-down, the Darshan log:\n" + darshan_view.view_text(view, text_width(), aligned=True))
     return 0
 
 
@@ -451,7 +452,7 @@ def compare_main(args: argparse.Namespace) -> int:
     else:
         from numbers import Real
 
-        from trace_merge.formatting import size_text
+        from trace_merge.formatting import frame_text, size_text, text_width, wrap
 
         def text(x, row: str, column: str) -> str:
             if x is None:
@@ -461,9 +462,18 @@ def compare_main(args: argparse.Namespace) -> int:
             return f"{x:.4g}" if isinstance(x, float) else str(x)
 
         shown = table.apply(lambda col: [text(x, row, str(col.name)) for row, x in col.items()])
-        _out(shown.to_string())
-        _out(f"delta = run − {table.columns[0]}, ratio = run ÷ {table.columns[0]} "
-             "('-': not a number, missing, or divided by 0)")
+        width = text_width()  # the runs' columns in blocks as wide as the terminal, each with the row names
+        labels, key = [str(c) for c in table.columns[:len(runs)]], []
+        if max(len(str(c)) for c in shown.columns) > width - max(len(str(i)) for i in shown.index) - 2:
+            # labels too long to head a column beside the row names (paths of runs of one name): numbers, keyed
+            names = {label: f"run {i}" for i, label in enumerate(labels, 1)}
+            key = [f"{name}: {label}" for label, name in names.items()]
+            shown = shown.rename(columns={**names, **{f"{op} {label}": f"{op} {name}" for label, name in names.items()
+                                                      for op in ("delta", "ratio")}})
+            labels = list(names.values())
+        note = (f"delta = run − {labels[0]}, ratio = run ÷ {labels[0]} ('-': not a number, missing, or divided "
+                "by 0)")
+        _out(wrap([*key, frame_text(shown, width, index=True), note], width))
     return 0
 
 

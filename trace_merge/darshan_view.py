@@ -718,13 +718,26 @@ def plot_rank_times(view: DarshanView) -> "Figure":
 # -- text and HTML -------------------------------------------------------------------------------------
 
 
-def _job_lines(view: DarshanView) -> list[str]:
+def _job_lines(view: DarshanView, width: int) -> "list[str]":
+    """The job headers as key-value lines within ``width``, a long value (a command line) wrapped in its own
+    column; a path too long for the column starts under its key instead of past the width beside it."""
+    import textwrap
+
+    from trace_merge.formatting import Preformatted
+
     if not view.job:
         return ["  (no job header)"]
     lines = []
     for job in view.job:
-        width = max(len(k) for k in job)
-        lines += [f"  {k:<{width}}  {'-' if v is None else v}" for k, v in job.items()]
+        keys = max(len(k) for k in job)
+        pad = " " * (keys + 4)
+        for k, v in job.items():
+            value = textwrap.wrap("-" if v is None else str(v), max(width - len(pad), 20), break_long_words=False,
+                                  break_on_hyphens=False) or [""]
+            head = f"  {k:<{keys}}  "
+            if len(head) + len(value[0]) <= width:
+                head, value = head + value[0], value[1:]
+            lines.append(Preformatted("\n".join([head.rstrip(), *(pad + x for x in value)])))
     return lines
 
 
@@ -762,18 +775,19 @@ _ABOUT = {
     "mounts": "POSIX and STDIO files and bytes per mount point (the longest mount-table prefix of each name)",
     "rank_times": "I/O time (read + write + metadata) per rank: “own files” over each rank's per-rank records; a "
                   "shared file from Darshan's slowest/fastest-rank counters, mean = summed time ÷ nprocs, "
-                  "stdev = √ F_VARIANCE_RANK_TIME; slowest_over_mean ≫ 1 marks a straggler",
+                  "stdev = √F_VARIANCE_RANK_TIME; slowest_over_mean ≫ 1 marks a straggler",
 }
 
 
-def view_text(view: DarshanView, *, aligned: bool = False) -> str:
-    """The view as text tables (``trace-merge summary``)."""
-    from trace_merge.formatting import frame_text, text_width
+def view_text(view: DarshanView, width: int, *, aligned: bool = False) -> str:
+    """The view as text tables (``trace-merge summary``), every line within ``width`` but a token longer than it
+    (:func:`trace_merge.formatting.wrap`)."""
+    from trace_merge.formatting import frame_text, wrap
 
     def table(df: pd.DataFrame) -> str:
-        return frame_text(_ids(df), width=text_width())
+        return frame_text(_ids(df), width=width)
 
-    lines = ["job context:", *_job_lines(view)]
+    lines = ["job context:", *_job_lines(view, width)]
     lines += [f"note: {n}" for n in view.notes]
     lines += ["", f"I/O per module ({_ABOUT['modules'].format(nprocs=view.nprocs)}):", table(view.modules)]
     lines += ["", f"operation counts ({_ABOUT['operations']}):", table(view.operations)]
@@ -789,7 +803,7 @@ def view_text(view: DarshanView, *, aligned: bool = False) -> str:
     if aligned and view.dxt_segments:
         lines.append("the DXT segments are on one clock with the app phases: `trace-merge report` (timeline) and "
                      "`trace-merge export --perfetto` show each inside the phase that made it")
-    return "\n".join(lines)
+    return wrap(lines, width)
 
 
 def html_sections(run: "Run", view: DarshanView, *, aligned: bool = False) -> list[str]:
@@ -843,8 +857,11 @@ def _headline(run: "Run", view: DarshanView) -> str:
             "(no app or framework layer), so no training breakdown or verdict")
 
 
-def summary_text(run: "Run", view: DarshanView) -> str:
-    """``trace-merge summary`` of a run that is only Darshan data: a headline, the warnings and the view."""
+def summary_text(run: "Run", view: DarshanView, width: int) -> str:
+    """``trace-merge summary`` of a run that is only Darshan data: a headline, the warnings and the view, at
+    ``width`` as :func:`view_text`."""
+    from trace_merge.formatting import wrap
+
     lines = [_headline(run, view)]
     found = run.findings()
     lines.append(f"findings ({len(found)}; rules: docs/findings.md, file-system findings):")
@@ -852,7 +869,7 @@ def summary_text(run: "Run", view: DarshanView) -> str:
     if run.warnings:
         lines.append(f"warnings ({len(run.warnings)}):")
         lines += [f"  - {w}" for w in run.warnings]
-    return "\n".join([*lines, "", view_text(view)])
+    return "\n".join([wrap(lines, width), "", view_text(view, width)])  # the view's lines are fitted already
 
 
 def report_sections(run: "Run", view: DarshanView, findings: str = "") -> list[str]:

@@ -145,12 +145,13 @@ def wrap(lines: "Iterable[str]", width: int) -> str:
     return "\n".join(out)
 
 
-def frame_text(df: pd.DataFrame, width: "int | None" = None) -> Preformatted:
-    """A table as text for the terminal (:func:`formatted` cells, no index); ``(none)`` when empty. With ``width``
-    its columns are set in blocks no wider than that (pandas' ``line_width``), each block under the last."""
+def frame_text(df: pd.DataFrame, width: "int | None" = None, index: bool = False) -> Preformatted:
+    """A table as text for the terminal (:func:`formatted` cells; the index, as row names, with ``index``);
+    ``(none)`` when empty. With ``width`` its columns are set in blocks no wider than that (pandas'
+    ``line_width``), each block under the last."""
     if not len(df):
         return Preformatted("  (none)")
-    text = formatted(df).to_string(index=False, line_width=width)
+    text = formatted(df).to_string(index=index, line_width=width)
     return Preformatted("\n".join(line.rstrip() for line in text.split("\n")))
 
 
