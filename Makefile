@@ -6,7 +6,7 @@ VENV_LATEST := .venv-latest
 HOROVOD_FLAGS := HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_MPI=1 HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_MXNET=1 HOROVOD_WITHOUT_GLOO=1
 PYTEST_ARGS ?=
 
-.PHONY: env env-latest test test-zerocode test-latest test-slurm demo bench notebooks browser clean-env
+.PHONY: env env-latest test test-zerocode test-findings test-latest test-slurm demo bench notebooks browser clean-env
 
 # The project's own modules compiled to bytecode, as pip does for an installed package (an editable install leaves
 # it to the import system, which writes none under PYTHONDONTWRITEBYTECODE: every process then compiled them again,
@@ -38,11 +38,16 @@ $(VENV_LATEST)/.stamp: tools/requirements-latest.txt setup.cfg setup.py trace_me
 	touch $@
 
 test: env
-	PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(VENV)/bin/python -m pytest -q -m "not zerocode" $(PYTEST_ARGS)
+	PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(VENV)/bin/python -m pytest -q -m "not zerocode and not findings_real" $(PYTEST_ARGS)
 
 # Unmodified workloads (plain TF2 loops, Keras fit, DLIO's default traces) under the launcher's zero-code hooks
 test-zerocode: env
 	PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(VENV)/bin/python -m pytest -q -m zerocode $(PYTEST_ARGS)
+
+# Findings' rules on real runs built for and against them: 2-rank Horovod stragglers, Keras fit with and without
+# prefetch under the POSIX tracer
+test-findings: env
+	PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(VENV)/bin/python -m pytest -q -m findings_real $(PYTEST_ARGS)
 
 test-latest: env-latest
 	PATH=$(CURDIR)/$(VENV_LATEST)/bin:$$PATH $(VENV_LATEST)/bin/python -m pytest -q -m "not horovod" $(PYTEST_ARGS)

@@ -241,6 +241,7 @@ def keras_files(tmp_path_factory) -> Path:
 
 
 @pytest.mark.tf
+@pytest.mark.findings_real
 @pytest.mark.parametrize("prefetch", [True, False])
 def test_producers_idle_on_a_real_keras_fit(keras_files, tmp_path, prefetch):
     """``model.fit`` over ``from_tensor_slices(paths).map(read_file + 3 ms decode).batch(16)``, 256 files, 2

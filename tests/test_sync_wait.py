@@ -15,7 +15,7 @@ from test_reader_horovod import mpiexec
 
 from trace_merge.run import Run
 
-pytestmark = [pytest.mark.horovod, pytest.mark.mpi, pytest.mark.tf]
+pytestmark = [pytest.mark.horovod, pytest.mark.mpi, pytest.mark.tf, pytest.mark.findings_real]
 
 #: each step: 60 ms of work on every rank (long against a loaded machine's scheduling jitter), then (argv[1]) seconds more on rank argv[2] only, then the allreduce
 STEPS = textwrap.dedent(
