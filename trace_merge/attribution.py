@@ -1459,8 +1459,9 @@ def _verdict(per: pd.DataFrame) -> Verdict:
                               unexplained_gap_pct=100.0 * float(seen["unexplained_gap_s"].sum()) / step,
                               between_epochs_s=float(seen["between_epochs_s"].sum()))
     if out.between_epochs_s:
-        notes.append(f"between epochs: {out.between_epochs_s:.3g} s outside every epoch's iteration (validation, "
-                     "checkpoints, callbacks, a profiler starting), in no step cycle and not input wait")
+        notes.append(f"between epochs: {out.between_epochs_s:.3g} s outside every epoch's iteration, in no step "
+                     "cycle and not input wait (what a job does there: e.g. validation, checkpoints, callbacks, a "
+                     "profiler starting)")
     if pct + au + sync < MIN_EXPLAINED_PCT:
         notes.append(f"the accelerator idles {100 - au:.0f} % of the step cycles: input wait {pct:.0f} %, "
                      f"unexplained {out.other_pct:.0f} % ({unexplained_text(out)}); time what the loop does there with "
@@ -1533,8 +1534,10 @@ def _verdict_notes(per: pd.DataFrame) -> list[str]:
         notes.append(line)
     warm = per[per["excluded_s"] > 0]
     if len(warm):
-        notes.append(f"excluded: the first step of each epoch and rank (pipeline warm-up: shuffle-buffer fill, graph "
-                     f"tracing, first file opens; DLIO's rule), {float(warm['excluded_s'].sum()):.3g} s in all")
+        over = " (summed over ranks)" if len(warm) > 1 else ""
+        notes.append(f"excluded: the first step of each epoch and rank (pipeline warm-up, e.g. shuffle-buffer fill, "
+                     f"graph tracing, first file opens; DLIO's rule), {float(warm['excluded_s'].sum()):.3g} s in "
+                     f"all{over}")
     blind = per[~per["input_visible"].astype(bool)]
     if len(blind):
         notes.append(f"blind spot on {_ranks_text(blind['rank'])}: no wait evidence inside the step cycles (the "

@@ -215,10 +215,12 @@ def _layered_text(layered: pd.DataFrame, width: int, top: int = 30) -> "list[str
 #: The summary's terms, explained once under the verdict (docs/metrics.md has the definitions).
 GLOSSARY = (
     ("step cycle", "from one training step's start to the next one's on the same rank; input wait + compute + "
-                   "other = the cycle"),
-    ("AU", "accelerator utilisation: compute time ÷ step-cycle time (the first step excluded, as DLIO does)"),
-    ("basis", "where the input wait was seen: 'framework' = the TF profiler's IteratorGetNext waits, 'app' = the "
-              "TimeLogger phases of the training loop"),
+                   "waiting for other ranks (Horovod negotiation) + other = the cycle"),
+    ("AU", "accelerator utilisation: compute time ÷ step-cycle time (each epoch's first step excluded, as DLIO "
+           "does)"),
+    ("basis", "what saw most counted cycles: 'framework' = a TF profile window (its IteratorGetNext waits), 'app' "
+              "= the app layer's phases of the training loop (TimeLogger, the launcher's hooks, DLIO's events); "
+              "the basis note says where the input wait came from"),
     ("input_visible", "whether any input wait could be seen on that rank; without it the verdict is 'unknown'"),
     ("exposed I/O", "input (io/wait) time of the app layer during which no other thread computed"),
     ("not observed", "time inside an app phase that no lower layer saw (outside every TF profile window)"),

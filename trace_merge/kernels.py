@@ -380,14 +380,21 @@ def explain(metrics: Metrics, verdict: att_.Verdict, layered: pd.DataFrame) -> l
     if len(layered):
         io_phases = layered[layered["cat"] == "io"].groupby("phase")[["time_s", "fs_s", "python_s",
                                                                        "not_observed_s"]].sum()
+        # the io phases that matter (>= 1 % of the ranks' wall time), largest first: a 6 us phase explains nothing
+        floor = 0.01 * (metrics.job_wall_s or 0.0) * max(metrics.ranks, 1)
+        io_phases = io_phases[io_phases["time_s"] >= max(floor, 1e-9)].sort_values("time_s", ascending=False)
+        shown = 0
         for phase, row in io_phases.iterrows():
             rest = row["python_s"] + row["not_observed_s"]
-            if row["time_s"] > 0 and rest >= 0.5 * row["time_s"] and "posix" in ",".join(
+            if shown < 3 and rest >= 0.5 * row["time_s"] and "posix" in ",".join(
                     layered.loc[layered["phase"] == phase, "layers"]):
-                out.append(f"'{phase}' is an io phase, but only {100 * row['fs_s'] / row['time_s']:.0f} % of its "
-                           f"{row['time_s']:.3g} s is file-system time; the rest is Python / decode / IPC "
-                           f"({100 * row['python_s'] / row['time_s']:.0f} % seen inside a TF profile) or not "
-                           f"observed ({100 * row['not_observed_s'] / row['time_s']:.0f} %)")
+                shown += 1
+                pct = {k: 100 * row[k] / row["time_s"] for k in ("fs_s", "python_s", "not_observed_s")}
+                rest_text = (f"Python / decode / IPC seen inside a TF profile ({pct['python_s']:.0f} %) or not "
+                             f"observed ({pct['not_observed_s']:.0f} %)" if row["python_s"] > 0 else
+                             "time no lower layer saw (Python, decoding, IPC or waiting: no TF profile covered it)")
+                out.append(f"'{phase}' is an io phase, but only {pct['fs_s']:.0f} % of its {row['time_s']:.3g} s is "
+                           f"file-system time; the rest is {rest_text}")
         out.extend(coverage_notes(layered))
     return out
 
