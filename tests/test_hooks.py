@@ -85,7 +85,9 @@ def test_unmodified_keras_fit_verdict_matches_its_own_clock(tmp_path, kind, prof
     assert v.basis == "framework", v
     assert abs(v.input_pct - truth["input_pct"]) <= 10 and abs(v.au_pct - truth["au_pct"]) <= 10, (v, truth)
     assert v.label == verdict_label(truth["input_pct"])
-    assert v.cycles_total == 24 and v.cycles == (24 if profile else 20)
+    # the default window covers steps 1:21; the cycle in which the profiler stops (Keras 3 stops it later in the
+    # batch than Keras 2) may be covered for half its length, and then counts too
+    assert v.cycles_total == 24 and (v.cycles == 24 if profile else v.cycles in (20, 21)), v
     assert "Training Iteration" in _app_names(run)  # the callback the hooks added
     assert not any(n.startswith("Step ") or n == "Fetch Batch" for n in _app_names(run))  # fit records itself
 
