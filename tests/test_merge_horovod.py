@@ -5,7 +5,6 @@ import os
 import shutil
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -17,42 +16,19 @@ from trace_merge.readers import read_any
 
 pytestmark = [pytest.mark.horovod, pytest.mark.mpi, pytest.mark.tf]
 
-HVD_TRAIN = textwrap.dedent(
-    """
-    import time
-    from mpi4py import MPI
-    import tensorflow as tf
-    import horovod.tensorflow as hvd
-    from timelogger import default_logger
-
-    hvd.init()
-    tl = default_logger()
-    tl.sync_clocks(MPI.COMM_WORLD)
-    x = tf.ones([1024])
-    with tl.phase("Train Loop"):
-        tl.set_epoch(0)
-        for step in range(4):
-            tl.set_step(step)
-            with tl.phase("Training Iteration", cat="compute"):
-                y = hvd.allreduce(x * (hvd.rank() + 1), op=hvd.Sum, name="grad")
-                time.sleep(0.01)
-    time.sleep(0.3)  # let Horovod's timeline writer catch up before shutdown
-    tl.close()
-    """
-)
+#: the workload: 4 steps of 10 ms and an allreduce on each of 2 ranks
+HVD_STEPS = Path(__file__).resolve().parent / "workloads" / "hvd_steps.py"
 
 
 @pytest.fixture(scope="module")
 def hvd_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     pytest.importorskip("horovod.tensorflow")
     tmp = tmp_path_factory.mktemp("hvdrun")
-    script = tmp / "train.py"
-    script.write_text(HVD_TRAIN)
     run = tmp / "run"
     bindir = Path(sys.executable).parent
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PATH=f"{bindir}{os.pathsep}{os.environ.get('PATH', '')}")
     subprocess.run([mpiexec(), "-n", "2", str(bindir / "timelogger"), "run", "-o", str(run),
-                    "--horovod-timeline", "--", sys.executable, str(script)],
+                    "--horovod-timeline", "--", sys.executable, str(HVD_STEPS)],
                    check=True, env=env, timeout=300, capture_output=True)
     return run
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -17,40 +16,18 @@ from trace_merge.run import Run
 
 pytestmark = [pytest.mark.horovod, pytest.mark.mpi, pytest.mark.tf, pytest.mark.findings_real]
 
-#: each step: 60 ms of work on every rank (long against a loaded machine's scheduling jitter), then (argv[1]) seconds more on rank argv[2] only, then the allreduce
-STEPS = textwrap.dedent(
-    """
-    import sys, time
-    from mpi4py import MPI
-    import tensorflow as tf
-    import horovod.tensorflow as hvd
-    from timelogger import default_logger
-
-    hvd.init()
-    tl = default_logger()
-    tl.sync_clocks(MPI.COMM_WORLD)
-    x = tf.ones([1024])
-    with tl.phase("Train Loop"):
-        tl.set_epoch(0)
-        for step in range(6):
-            tl.set_step(step)
-            with tl.phase("Training Iteration", cat="compute"):
-                time.sleep(0.06 + (float(sys.argv[1]) if hvd.rank() == int(sys.argv[2]) else 0.0))
-                hvd.allreduce(x, op=hvd.Sum, name="grad")
-    time.sleep(0.3)  # let Horovod's timeline writer catch up before shutdown
-    tl.close()
-    """
-)
+#: each step: 60 ms of work on every rank (long against a loaded machine's scheduling jitter), the straggler's
+#: extra time on one rank, then the allreduce
+HVD_STEPS = Path(__file__).resolve().parent / "workloads" / "hvd_steps.py"
 
 
 def _run(tmp: Path, slow_s: float, slow_rank: int = 1, *flags: str) -> Run:
     pytest.importorskip("horovod.tensorflow")
-    script = tmp / "steps.py"
-    script.write_text(STEPS)
     bindir = Path(sys.executable).parent
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PATH=f"{bindir}{os.pathsep}{os.environ.get('PATH', '')}")
     subprocess.run([mpiexec(), "-n", "2", str(bindir / "timelogger"), "run", "-o", str(tmp / "run"),
-                    "--horovod-timeline", *flags, "--", sys.executable, str(script), str(slow_s), str(slow_rank)],
+                    "--horovod-timeline", *flags, "--", sys.executable, str(HVD_STEPS), "--steps", "6", "--work-ms", "60",
+                    "--slow-ms", str(1000 * slow_s), "--slow-rank", str(slow_rank)],
                    check=True, env=env, timeout=120, capture_output=True)
     return Run.open(tmp / "run")
 
