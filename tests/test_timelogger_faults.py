@@ -16,6 +16,11 @@ import pytest
 from test_timelogger_util import app_files, intervals, meta, read_pfw, run_py
 
 
+def _counts(stdout: str) -> list:
+    """The ``COUNTS`` line a child script prints: ``tl.events_written`` and ``tl.dropped``."""
+    return [int(x) for x in stdout.split("COUNTS")[1].split()]
+
+
 def _lost(events: list) -> int:
     return sum(e["args"]["lost"] for e in meta(events, "timelogger_lost"))
 
@@ -75,7 +80,7 @@ tl.close()
 print("COUNTS", tl.events_written, tl.dropped)
 """
     out = run_py(script, tmp_path)
-    written, dropped = (int(x) for x in out.stdout.split("COUNTS")[1].split())
+    written, dropped = _counts(out.stdout)
     assert dropped > 0 and written + dropped == 5000
     [other] = app_files(tmp_path / "run")
     assert other.read_text() == "x" * 4096
@@ -108,7 +113,7 @@ tl.close()
 print("COUNTS", tl.events_written, tl.dropped)
 """
     out = run_py(script, tmp_path, timeout=120)
-    written, dropped = (int(x) for x in out.stdout.split("COUNTS")[1].split())
+    written, dropped = _counts(out.stdout)
     [path] = app_files(tmp_path / "run")
     events = read_pfw(path, allow_partial_last=True)
     on_disk = len(intervals(events, "Read Sample"))
@@ -174,7 +179,7 @@ tl.close()
 print("COUNTS", tl.events_written, tl.dropped)
 """
     out = run_py(script, tmp_path)
-    assert out.stdout.split("COUNTS")[1].split() == ["100", "1"]
+    assert _counts(out.stdout) == [100, 1]
     [path] = app_files(tmp_path / "run")
     events = read_pfw(path)
     assert len(intervals(events, "good")) == 100 and not intervals(events, "bad")

@@ -470,7 +470,13 @@ class TimeLogger:
         elif self._write_failed is not None:
             self.dropped += 1
             if self.dropped % CHUNK_EVENTS == 0:
-                self._record_lost(self._write_failed)
+                # under the write lock: close() may be closing the descriptor, whose number could then be reused
+                held = self._acquire()
+                try:
+                    self._record_lost(self._write_failed)
+                finally:
+                    if held:
+                        self._release()
 
     # ------------------------------------------------------------------ public API
     @property
