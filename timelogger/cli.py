@@ -209,7 +209,7 @@ def _clear_previous(run_dir: Path, keep: Path) -> int:
     try:
         try:
             os.mkdir(trash_name, 0o700, dir_fd=run_fd)
-            trash_fd = _dir_at(run_fd, trash_name)
+            trash_fd = layout.dir_at(run_fd, trash_name)
         except OSError as exc:
             raise LaunchError(f"{trash}: cannot create ({exc.strerror or exc})") from exc
         try:
@@ -242,18 +242,13 @@ def _clear_previous(run_dir: Path, keep: Path) -> int:
     return moved
 
 
-def _dir_at(dir_fd: int, name: str) -> int:
-    """A descriptor of directory ``name`` in ``dir_fd``, opened without following a link."""
-    return os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), dir_fd=dir_fd)
-
-
 def _move_to_trash(src: Path, src_fd: int, names: List[str], trash_fd: int, sub: str) -> int:
     """Rename ``names`` of directory ``src_fd`` (``src``) into ``trash/sub``; returns how many were there."""
     dst_fd = trash_fd
     if sub:
         with contextlib.suppress(FileExistsError):
             os.mkdir(sub, 0o700, dir_fd=trash_fd)
-        dst_fd = _dir_at(trash_fd, sub)
+        dst_fd = layout.dir_at(trash_fd, sub)
     moved = 0
     try:
         for name in names:

@@ -119,8 +119,9 @@ def write_json_atomic(path: Path, data: Dict[str, Any], dir_fd: Optional[int] = 
         raise
 
 
-#: flags of a directory opened without following a link at its last component
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+def dir_at(dir_fd: int, name: str) -> int:
+    """A descriptor of directory ``name`` in ``dir_fd``, opened without following a link at ``name``."""
+    return os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), dir_fd=dir_fd)
 
 
 def open_layer_dir(run_dir: PathLike, name: str, create: bool = True) -> int:
@@ -136,7 +137,7 @@ def open_layer_dir(run_dir: PathLike, name: str, create: bool = True) -> int:
             with contextlib.suppress(FileExistsError):
                 os.mkdir(name, 0o777, dir_fd=base)  # the umask decides, as for mkdir(1)
         try:
-            fd = os.open(name, _DIR_FLAGS, dir_fd=base)
+            fd = dir_at(base, name)
         except OSError as exc:
             if exc.errno in (errno.ELOOP, errno.ENOTDIR):
                 raise OSError(exc.errno, "is a link or not a directory; refusing to write through it", path) from exc
