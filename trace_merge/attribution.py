@@ -717,7 +717,8 @@ class _Attribution:
         cws, cwe = self._clipped(cy["r"], cy["ws"], cy["we"], slab)
         self._add("wait", covered_ns(*wait_ev, cws, cwe))
         self._add("sync", covered_ns(*sync, cws, cwe))
-        self._add("busy", covered_ns(*subtract_intervals(*subtract_intervals(*busy, *wait_ev), *sync), cws, cwe))
+        computing = subtract_intervals(*busy, *wait_ev)  # once: the busy term and the producers' share below
+        self._add("busy", covered_ns(*subtract_intervals(*computing, *sync), cws, cwe))
         self._add("loop_wait", covered_ns(*loop_wait, cws, cwe))
         self._add("fw_wait", covered_ns(*lower.raw["input_wait"], cws, cwe))
         self._add("others_wait", covered_ns(*lower.raw["others_wait"], cws, cwe))
@@ -726,8 +727,7 @@ class _Attribution:
         producer = union_of(lower.raw["fs"], self_time["io"], self_time["preprocess"])
         self._add("producer", covered_ns(*producer, cws, cwe))
         self._add("producer_in_wait", covered_ns(*intersect_intervals(*producer, *wait_ev), cws, cwe))
-        self._add("producer_in_compute", covered_ns(
-            *intersect_intervals(*producer, *subtract_intervals(*busy, *wait_ev)), cws, cwe))
+        self._add("producer_in_compute", covered_ns(*intersect_intervals(*producer, *computing), cws, cwe))
         # the cycles' time no evidence explains, and how much of it lies outside every app phase (a gap)
         c_ok = cwe > cws
         cycles = merge_intervals(cws[c_ok], cwe[c_ok])
