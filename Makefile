@@ -6,7 +6,7 @@ VENV_LATEST := .venv-latest
 HOROVOD_FLAGS := HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_MPI=1 HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_MXNET=1 HOROVOD_WITHOUT_GLOO=1
 PYTEST_ARGS ?=
 
-.PHONY: env env-latest test test-zerocode test-findings test-latest test-slurm demo bench notebooks browser clean-env
+.PHONY: env env-latest lint test test-zerocode test-findings test-latest test-slurm demo bench notebooks browser clean-env
 
 # The project's own modules compiled to bytecode, as pip does for an installed package (an editable install leaves
 # it to the import system, which writes none under PYTHONDONTWRITEBYTECODE: every process then compiled them again,
@@ -36,6 +36,15 @@ $(VENV_LATEST)/.stamp: tools/requirements-latest.txt setup.cfg setup.py trace_me
 	$(VENV_LATEST)/bin/pip install -q -r tools/requirements-latest.txt
 	$(VENV_LATEST)/bin/pip install -q --no-deps -e .
 	touch $@
+
+# ruff (pyflakes, pycodestyle at 120 columns, bugbear, import order) and mypy; pinned, installed into .venv once
+$(VENV)/.lint-stamp: tools/requirements-lint.txt $(VENV)/.stamp
+	$(VENV)/bin/pip install -q -r tools/requirements-lint.txt
+	touch $@
+
+lint: env $(VENV)/.lint-stamp
+	$(VENV)/bin/ruff check trace_merge timelogger benchmarks tests
+	$(VENV)/bin/mypy
 
 test: env
 	PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(VENV)/bin/python -m pytest -q -m "not zerocode and not findings_real" $(PYTEST_ARGS)
