@@ -85,21 +85,21 @@ def test_kept_summary_parts_carry_the_collectives(hvd_run: Path, tmp_path: Path,
     import numpy as np
     from test_partitioned import assert_same_summary
     from timelogger.layout import MERGED
-    from trace_merge import analysis, cli, engines, kernels, partitioned, run as run_mod, store, stored_summary
+    from trace_merge import analysis, cli, engines, kernels, partitioned, store, stored_summary
     from trace_merge.identity import identity_of
     from trace_merge.run import Run
     from trace_merge.schema import empty_counters
 
     run = shutil.copytree(hvd_run, tmp_path / "run", ignore=shutil.ignore_patterns("merged.parquet", "counters.parquet",
                                                                                    "merge_info.json"))
-    monkeypatch.setattr(run_mod, "PARTITION_ABOVE_BYTES", 0)  # partitioned, however small the run
+    monkeypatch.setattr(engines, "PARTITION_ABOVE_BYTES", 0)  # the command's merge partitioned, however small the run
     assert cli.main(["merge", str(run)]) == 0
     job, parts = stored_summary.read(run, identity_of(run / MERGED))
     info, why, _ = store.trusted(run)
     assert why is None
     pm = store.stored_partitions(run, info, empty_counters())
     again = kernels.JobFacts.of(partitioned.over_ranks(engines.Inline(), analysis._partition_facts, pm.partitions,
-                                                       pm.rows))
+                                                       pm.rank_rows))
     assert sorted(job.collectives) == sorted(again.collectives) and again.collectives  # rank 0's timeline's
     for r, (starts, ends) in again.collectives.items():  # the same intervals (the merge saw them in file order)
         kept_starts, kept_ends = job.collectives[r]

@@ -265,11 +265,11 @@ def test_opening_a_stored_merge_reads_merge_info_once_and_fingerprints_sources_o
     monkeypatch.setattr(sources, "source_identity", counted("identity", identity))
     run = Run.open(merged_copy, partitioned=partitioned)
     assert run.cached and calls == {"info": 1, "identity": 1}
-    assert (run._partitioned is not None) == partitioned
+    assert (not run.merge.in_memory) == partitioned
 
 
 def test_merge_info_round_trips_and_a_hand_edited_field_falls_back(merged_copy):
-    from trace_merge.store import MergeInfo
+    from trace_merge.merged import MergeInfo
 
     text = (merged_copy / "merge_info.json").read_text()
     info = MergeInfo.parse(json.loads(text))

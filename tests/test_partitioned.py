@@ -15,13 +15,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-
 from conftest import BIN, make_dftracer_set
+
 from timelogger.layout import MERGE_INFO, MERGED
-from trace_merge import engines, kernels, merge, partitioned
+from trace_merge import engines, kernels, merge, partitioned, store
 from trace_merge.errors import TraceInputError
-from trace_merge.schema import FRAME_DTYPES
+from trace_merge.merged import RowsNotKept
 from trace_merge.run import Run
+from trace_merge.schema import FRAME_DTYPES
 
 TABLES = ("breakdown", "exposed_io", "input_bound", "steps", "layered", "bandwidth", "epoch_bandwidth",
           "epoch_bandwidth_totals", "study_view", "event_stats")
@@ -131,11 +132,10 @@ def test_engines_agree_with_the_in_memory_merge_on_a_generated_set(generated: Pa
                                   lazy[cols].astype({"file": object, "name": object, "cat": object, "layer": object}))
 
 
-def test_the_in_memory_merge_in_threads_equals_it_one_file_at_a_time(real_run, monkeypatch) -> None:
+def test_the_in_memory_merge_in_threads_equals_it_one_file_at_a_time(real_run) -> None:
     """Threads change when files are read, not what comes out: rows, their order, warnings, residual."""
-    threaded = merge.merge_path(real_run[0])
-    monkeypatch.setattr(partitioned, "_THREADS", 1)
-    one = merge.merge_path(real_run[0])
+    threaded = partitioned.merge_in_memory(real_run[0], threads=4)
+    one = partitioned.merge_in_memory(real_run[0], threads=1)
     pd.testing.assert_frame_equal(threaded.frame, one.frame)
     assert threaded.warnings == one.warnings and threaded.residual == one.residual
     assert threaded.sources == one.sources and threaded.rows_per_layer() == one.rows_per_layer()
@@ -180,8 +180,8 @@ def test_stored_merge_is_rank_row_groups_and_a_resummary_reads_them(generated: P
     assert full.cached and len(full.frame) == info["rows"] and full.frame["host"].notna().all()
     # the partition files are written as they are read (Arrow), rows kept in memory through pandas: the same file
     in_memory = partitioned.merge_in_memory(generated)
-    assert all(isinstance(p, pd.DataFrame) for p in in_memory.partitions.values())
-    assert partitioned.write_parquet(in_memory, tmp_path / "mem.parquet") == layout
+    assert in_memory.in_memory
+    assert store.write_parquet(in_memory, tmp_path / "mem.parquet") == layout
     assert pq.read_table(tmp_path / "mem.parquet").equals(pq.read_table(run / MERGED), check_metadata=True)
 
 
@@ -350,10 +350,10 @@ def test_merge_keeps_the_summary_parts_and_a_resummary_uses_them_only_while_they
     merge is their reduction, equal to one from the partitions and to the in-memory merge's. Parts of another merge,
     of other code or damaged are not used (the partitions are summarised instead, and the summary is the same)."""
     from timelogger.layout import SUMMARY_PARTS
-    from trace_merge import analysis, cli, run as run_mod, stored_summary
+    from trace_merge import analysis, cli, stored_summary
 
     run = shutil.copytree(generated, tmp_path / "traces")
-    monkeypatch.setattr(run_mod, "PARTITION_ABOVE_BYTES", 0)  # the partitioned merge, however small the set
+    monkeypatch.setattr(engines, "PARTITION_ABOVE_BYTES", 0)  # the command's merge partitioned, however small the set
     assert cli.main(["merge", str(run)]) == 0
     parts = run / SUMMARY_PARTS
     assert parts.is_file()
@@ -387,7 +387,7 @@ def test_merge_keeps_the_summary_parts_and_a_resummary_uses_them_only_while_they
         assert again.cached and (computed == []) == used, name
         assert_same_summary(memory, again)
     # a new merge (--force) replaces them; one that keeps no parts (in memory) removes the old ones
-    monkeypatch.setattr(run_mod, "PARTITION_ABOVE_BYTES", 1 << 40)
+    monkeypatch.setattr(engines, "PARTITION_ABOVE_BYTES", 1 << 40)
     assert cli.main(["merge", str(run), "--force"]) == 0
     assert not parts.exists()
 
@@ -396,23 +396,23 @@ def test_a_summary_only_merge_writes_no_partition_and_gives_the_same_summary(
         generated: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
     """``summary`` and ``findings`` of a large run keep each rank's summary, not its rows: no partition is written,
     the numbers are those of a merge that keeps its rows, and asking a lean run for rows is a clear error."""
-    from trace_merge import cli, run as run_mod
+    from trace_merge import cli
 
     kept = Run.open(generated, partitioned=True, workers=2)
     lean = Run.open(generated, partitioned=True, workers=2, keep_rows=False)
     assert_same_summary(kept, lean)
-    assert list(kept._partitioned.spill.rglob("partition-rank-*"))
-    assert not list(lean._partitioned.spill.rglob("partition-rank-*"))
+    assert list(kept.merge.spill.rglob("partition-rank-*"))
+    assert not list(lean.merge.spill.rglob("partition-rank-*"))
     for rows in (lambda: lean.frame, lambda: lean.load(["rank"]), lambda: lean.analyse("all"),
                  lambda: lean.access_pattern()):
-        with pytest.raises(partitioned.RowsNotKept, match="kept only its summary"):
+        with pytest.raises(RowsNotKept, match="kept only its summary"):
             rows()
     assert lean.dxt_segments() == kept.dxt_segments() == 0 and lean.rows_per_layer() == kept.rows_per_layer()
     # the layers chosen when it is opened are the ones the merge summarises
     posix = Run.open(generated, partitioned=True, keep_rows=False, layers=["posix"])
     assert posix.analyse(["posix"]).metrics == kept.analyse(["posix"]).metrics != kept.analyse().metrics
     # the commands: what a merge that keeps its rows says
-    monkeypatch.setattr(run_mod, "PARTITION_ABOVE_BYTES", 0)
+    monkeypatch.setattr(engines, "PARTITION_ABOVE_BYTES", 0)
     written: list = []
     real = partitioned._write_arrow
     monkeypatch.setattr(partitioned, "_write_arrow", lambda frame, path: written.append(path) or real(frame, path))
@@ -443,7 +443,7 @@ def test_a_rank_task_removes_its_spilled_pieces_when_it_is_done(generated: Path,
     done = partitioned.merge_partitioned(generated, engine=engines.Inline(), analysis=kernels.SummaryHook(),
                                          keep_rows=False)
     try:
-        assert len(seen) == len(done.rows) > 1 and not any(any(s) for s in seen)
+        assert len(seen) == len(done.rank_rows) > 1 and not any(any(s) for s in seen)
         assert not list(done.spill.rglob("*.piece")) and not list(done.spill.rglob("*.arrow"))
     finally:
         done.cleanup()
@@ -478,7 +478,7 @@ def test_a_summary_only_merge_lets_a_ranks_rows_go_before_the_attribution_tables
     lean = partitioned.merge_partitioned(generated, engine=engines.Inline(), analysis=kernels.SummaryHook(),
                                          keep_rows=False)
     try:
-        assert len(alive_at_series) == len(lean.rows) == 4 and not any(alive_at_series)
+        assert len(alive_at_series) == len(lean.rank_rows) == 4 and not any(alive_at_series)
     finally:
         lean.cleanup()
     with pytest.raises(RuntimeError, match="taken once"):

@@ -47,7 +47,7 @@ def test_report_is_self_contained_and_has_every_section(report_file):
 
 def test_report_lists_warnings_escaped(real_run):
     run = Run.open(real_run[0])
-    run.warnings = ["/x/<rank-3>.pfw: truncated & skipped"]
+    run.warnings[:] = ["/x/<rank-3>.pfw: truncated & skipped"]
     text = render_report(run)
     assert "/x/&lt;rank-3&gt;.pfw: truncated &amp; skipped" in text and "Warnings (1)" in text
 

@@ -14,18 +14,26 @@ def _limit_and_threads_used(items: int) -> tuple[int, int]:
     seen = set()
     barrier_free = threads.thread_map(lambda _: seen.add(threading.get_ident()), range(items))
     assert barrier_free == [None] * items
-    return threads._limit, len(seen)
+    return threads.limit(), len(seen)
 
 
-def test_thread_map_keeps_order_raises_the_first_error_and_runs_here_at_a_limit_of_one(monkeypatch) -> None:
-    monkeypatch.setattr(threads, "_limit", 4)
+def test_thread_map_keeps_order_raises_the_first_error_and_runs_here_at_a_limit_of_one() -> None:
+    before = threads.limit()
+    try:
+        _thread_map_at_limits()
+    finally:
+        threads.set_limit(before)
+
+
+def _thread_map_at_limits() -> None:
+    threads.set_limit(4)
     assert threads.thread_map(lambda x: x * x, range(50)) == [x * x for x in range(50)]
     with pytest.raises(ZeroDivisionError):
         threads.thread_map(lambda x: 1 // (x - 3), range(8))
     threads.set_limit(1)
     assert threads.thread_map(lambda _: threading.get_ident(), range(8)) == [threading.get_ident()] * 8
     threads.set_limit(0)  # never below one
-    assert threads._limit == 1
+    assert threads.limit() == 1
 
 
 @pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="one core: every process has one thread")

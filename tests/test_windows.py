@@ -1,7 +1,7 @@
 """Ranks too big to hold whole, merged and summarised window by window (``partitioned._merge_rank_in_windows``):
 step propagation, the tables of rows and the whole merge equal to the whole rank's, however the windows are cut.
 
-The thresholds are lowered here (``engines.WINDOW_ABOVE_ROWS``, ``engines.WINDOW_ROWS``) so that the real runs'
+The thresholds are lowered here (``engines.Windows``) so that the real runs'
 ranks of a few thousand rows take the windowed path with tens of windows; ``benchmarks/perf/merge_scale.py`` runs it
 at the size it is for (6.2 M-row ranks).
 """
@@ -13,12 +13,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-
 from conftest import make_dftracer_set
 from test_attribution_slabs import random_job
 from test_merge_bad_values import app_file, shift_file
+
 from trace_merge import align as A
-from trace_merge import engines, kernels, partitioned
+from trace_merge import engines, kernels, partitioned, store
 from trace_merge.intervals import time_windows
 from trace_merge.merge import merge_path
 
@@ -100,22 +100,22 @@ def test_the_tables_of_rows_summed_window_by_window_on_a_real_run(real_run) -> N
             assert_parts_alike(rank, rows, job)
 
 
-def merged(run: Path, monkeypatch, above: int, rows: int) -> tuple:
+def merged(run: Path, above: int, rows: int) -> tuple:
     """Everything a partitioned merge gives (summary, residual, warnings, layer rows, rows, DXT, the kept rows)."""
-    monkeypatch.setattr(engines, "WINDOW_ABOVE_ROWS", above)
-    monkeypatch.setattr(engines, "WINDOW_ROWS", rows)
-    pm = partitioned.merge_partitioned(run, engine=engines.Inline(), analysis=kernels.SummaryHook(), keep_rows=True)
+    pm = partitioned.merge_partitioned(run, engine=engines.Inline(), analysis=kernels.SummaryHook(), keep_rows=True,
+                                       windows=engines.Windows(above, rows))
     try:
-        return (pm.summary, pm.residual, sorted(pm.warnings), pm.layer_rows, pm.rows, pm.dxt_segments, pm.load())
+        return (pm.summary, pm.residual, sorted(pm.warnings), pm.info.rows_per_layer, pm.rank_rows, pm.dxt_segments,
+                pm.load())
     finally:
         pm.cleanup()
 
 
 def assert_merged_alike(run: Path, monkeypatch, calls: list) -> None:
-    whole = merged(run, monkeypatch, 1 << 40, 1 << 17)
+    whole = merged(run, 1 << 40, 1 << 17)
     assert not calls
     for rows in (13, 400):
-        got = merged(run, monkeypatch, 0, rows)
+        got = merged(run, 0, rows)
         assert calls, "the windowed path ran"
         calls.clear()
         for f in dataclasses.fields(kernels.Summary):
@@ -155,7 +155,7 @@ def test_a_shifted_layer_is_flagged_alike_window_by_window(run_copy: Path, monke
     run = run_copy
     shift_file(app_file(run), 30_000_000)
     assert_merged_alike(run, monkeypatch, windowed_calls)
-    got = merged(run, monkeypatch, 0, 50)
+    got = merged(run, 0, 50)
     assert any(w.startswith("rank 0: 100 % of its posix rows lie outside its app layer's") for w in got[2]), got[2]
 
 
@@ -165,18 +165,17 @@ def test_a_windowed_ranks_estimate_is_its_order_and_one_window() -> None:
     assert engines.task_bytes(4 * big) - engines.task_bytes(big) == 3 * big * engines.ORDER_BYTES_PER_ROW
 
 
-def test_a_stored_merge_is_written_a_row_group_at_a_time(tmp_path: Path, monkeypatch) -> None:
+def test_a_stored_merge_is_written_a_row_group_at_a_time(tmp_path: Path) -> None:
     """``merged.parquet`` from partitions written window by window (a batch per window): the same rows whatever the
     row groups' size, each row group of one rank and at most that size."""
     import pyarrow.parquet as pq
 
-    monkeypatch.setattr(engines, "WINDOW_ABOVE_ROWS", 0)
-    monkeypatch.setattr(engines, "WINDOW_ROWS", 40)
     traces = make_dftracer_set(tmp_path / "gen", ranks=2, epochs=2, steps=8)
-    pm = partitioned.merge_partitioned(traces, engine=engines.Inline(), analysis=kernels.SummaryHook(), keep_rows=True)
+    pm = partitioned.merge_partitioned(traces, engine=engines.Inline(), analysis=kernels.SummaryHook(), keep_rows=True,
+                                       windows=engines.Windows(0, 40))
     try:
-        whole = partitioned.write_parquet(pm, tmp_path / "whole.parquet")
-        small = partitioned.write_parquet(pm, tmp_path / "small.parquet", row_group_rows=64)
+        whole = store.write_parquet(pm, tmp_path / "whole.parquet")
+        small = store.write_parquet(pm, tmp_path / "small.parquet", row_group_rows=64)
     finally:
         pm.cleanup()
     assert [(p["rank"], p["rows"]) for p in small] == [(p["rank"], p["rows"]) for p in whole]

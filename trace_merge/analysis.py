@@ -4,31 +4,71 @@ The kernels live beside this module, one room each: :mod:`trace_merge.intervals`
 :mod:`trace_merge.attribution` (breakdowns, layered attribution, exposed input, verdict, AU) and
 :mod:`trace_merge.bandwidth` (bytes, bandwidth, access pattern). This module re-exports their public
 functions and the :class:`~trace_merge.kernels.Summary` the CLI, the HTML report and notebooks show (built by
-the per-rank kernels of :mod:`trace_merge.kernels`), and adds per-event statistics and comparisons. Metric definitions for users: ``docs/metrics.md``.
+the per-rank kernels of :mod:`trace_merge.kernels`), and adds per-event statistics and comparisons. Metric
+definitions for users: ``docs/metrics.md``.
 """
 from __future__ import annotations
 
 import logging
-from typing import Any, Optional, Sequence
+from typing import Optional, Sequence
 
 import numpy as np
 import pandas as pd
 
 from trace_merge import kernels, partitioned
-# the summary lives beside the kernels that build it; re-exported here, where users look for it
-from trace_merge.kernels import (STUDY_COMPONENTS, STUDY_TOTAL, Metrics, Summary, coverage_notes, explain,
-                                 overall_breakdown, study_view_df)
-from trace_merge.attribution import (COMPONENT_LABELS, COMPONENTS, LOWER_COMPONENTS, component_view_df,
-                                     INPUT_BOUND_HIGH_PCT, INPUT_BOUND_MODERATE_PCT, PRIORITY, accelerator_utilisation,
-                                     breakdown_df, exposed_io_df, input_bound_df, layered_breakdown_df,
-                                     step_series_df, Verdict, verdict, verdict_label, verdict_text)
-from trace_merge.bandwidth import (READ_LAYER_ORDER, SIZE_BINS, access_pattern_df, bandwidth_df,
-                                   bandwidth_totals, epoch_bandwidth_df, epoch_bandwidth_totals,
-                                   job_wall_ns, read_rows)
-from trace_merge.intervals import (covered_ns, grouped_union_ns, intersect_intervals, merge_intervals,
-                                   subtract_intervals, union_ns)
+from trace_merge.attribution import (
+    COMPONENT_LABELS,
+    COMPONENTS,
+    INPUT_BOUND_HIGH_PCT,
+    INPUT_BOUND_MODERATE_PCT,
+    LOWER_COMPONENTS,
+    PRIORITY,
+    Verdict,
+    accelerator_utilisation,
+    breakdown_df,
+    component_view_df,
+    exposed_io_df,
+    input_bound_df,
+    layered_breakdown_df,
+    step_series_df,
+    verdict,
+    verdict_label,
+    verdict_text,
+)
+from trace_merge.bandwidth import (
+    READ_LAYER_ORDER,
+    SIZE_BINS,
+    access_pattern_df,
+    bandwidth_df,
+    bandwidth_totals,
+    epoch_bandwidth_df,
+    epoch_bandwidth_totals,
+    job_wall_ns,
+    read_rows,
+)
 from trace_merge.engines import Engine
-from trace_merge.schema import as_text, by_rank, empty_frame
+from trace_merge.intervals import (
+    covered_ns,
+    grouped_union_ns,
+    intersect_intervals,
+    merge_intervals,
+    subtract_intervals,
+    union_ns,
+)
+
+# the summary lives beside the kernels that build it; re-exported here, where users look for it
+from trace_merge.kernels import (
+    STUDY_COMPONENTS,
+    STUDY_TOTAL,
+    Metrics,
+    Summary,
+    coverage_notes,
+    explain,
+    overall_breakdown,
+    study_view_df,
+)
+from trace_merge.merged import Merge, Partition
+from trace_merge.schema import Layers, as_text, by_rank, empty_frame, layer_order, layers_key
 from trace_merge.threads import thread_map
 
 logger = logging.getLogger(__name__)
@@ -146,54 +186,87 @@ def summarise(frame: pd.DataFrame, counters: Optional[pd.DataFrame] = None,
     return kernels.combine(parts, job, counters)
 
 
-# -- a partitioned merge, partition by partition (:mod:`trace_merge.partitioned`) -------------------------------
+# -- a merge whose rows are apart, partition by partition (:mod:`trace_merge.merged`) ----------------------------
 
 
-def _partition_facts(item: "tuple[Any]") -> kernels.RankFacts:
+def _partition_facts(item: "tuple[Partition]") -> kernels.RankFacts:
     """:class:`~trace_merge.kernels.RankFacts` of a stored partition ``(where,)`` (the first pass of a re-summary)."""
-    frame = partitioned.read_partition(item[0], ("layer", "cat", "name", "rank", "start_ns", "end_ns", "file",
-                                                 "bytes"))
+    frame = item[0].load(("layer", "cat", "name", "rank", "start_ns", "end_ns", "file", "bytes"))
     return kernels.rank_facts(frame, int(frame["rank"].iloc[0]) if len(frame) else 0)
 
 
-def _summarise_partition(item: "tuple[Any, kernels.JobFacts, Any]") -> kernels.RankParts:
+def _summarise_partition(item: "tuple[Partition, kernels.JobFacts, Layers]") -> kernels.RankParts:
     """The summary kernels on one rank partition ``(where, job, layers)``, reading only the columns they need."""
     where, job, layers = item
-    return kernels.rank_parts(partitioned.read_partition(where, kernels.KERNEL_COLUMNS), job, layers)
+    return kernels.rank_parts(where.load(kernels.KERNEL_COLUMNS), job, layers)
 
 
-def _access_pattern_of(item: "tuple[Any, frozenset]") -> pd.DataFrame:
+def _access_pattern_of(item: "tuple[Partition, frozenset[str]]") -> pd.DataFrame:
     where, names = item
-    return access_pattern_df(partitioned.read_partition(where, ("layer", "name", "cat", "rank", "start_ns", "bytes",
-                                                                "offset", "file", "epoch")), names)
+    return access_pattern_df(where.load(("layer", "name", "cat", "rank", "start_ns", "bytes", "offset", "file",
+                                         "epoch")), names)
 
 
-def summarise_stored(pm: "partitioned.Merge", engine: "Optional[Engine]" = None,
-                     stored: "Optional[tuple[kernels.JobFacts, list]]" = None) -> None:
-    """Fill a stored merge's facts and summary (:func:`trace_merge.store.stored_partitions`): from the parts the
+def summarise_stored(pm: Merge, engine: "Optional[Engine]" = None,
+                     stored: "Optional[tuple[kernels.JobFacts, list[kernels.RankParts]]]" = None
+                     ) -> "tuple[kernels.JobFacts, Summary]":
+    """A stored merge's job facts and summary (:func:`trace_merge.store.stored_partitions`): from the parts the
     merge kept (``stored``, :func:`trace_merge.stored_summary.read`) when it did, else a pass over a few columns for
     the job's facts, then the summary kernels partition by partition."""
     if stored is not None:
-        pm.job, parts = stored
+        job, parts = stored
     else:
-        with partitioned.engine_for_rows(engine, pm.rows) as eng:
-            pm.job = kernels.JobFacts.of(partitioned.over_ranks(eng, _partition_facts, pm.partitions, pm.rows))
-            parts = partitioned.over_ranks(eng, _summarise_partition, pm.partitions, pm.rows, pm.job, None)
-    pm.summary = kernels.SummaryHook().combine(parts, pm.job, pm.counters)
+        with partitioned.engine_for_rows(engine, pm.rank_rows) as eng:
+            job = kernels.JobFacts.of(partitioned.over_ranks(eng, _partition_facts, pm.partitions, pm.rank_rows))
+            parts = partitioned.over_ranks(eng, _summarise_partition, pm.partitions, pm.rank_rows, job, None)
+    return job, kernels.SummaryHook().combine(parts, job, pm.counters)
 
 
-def summarise_again(pm: "partitioned.Merge", layers: Any = None, engine: "Optional[Engine]" = None) -> Summary:
-    """:func:`summarise` of a partitioned merge with other ``layers``, partition by partition."""
-    with partitioned.engine_for_rows(engine, pm.rows) as eng:
-        parts = partitioned.over_ranks(eng, _summarise_partition, pm.partitions, pm.rows, pm.job, layers)
-    return kernels.SummaryHook(layers).combine(parts, pm.job, pm.counters)
+def summarise_merge(pm: Merge, layers: Layers = None, engine: "Optional[Engine]" = None) -> Summary:
+    """:func:`summarise` of a merge: of its frame when the merge ran no summary (a run merged in memory), else its
+    summary of ``layers``, computed partition by partition for other ``layers`` than the merge's and kept."""
+    if pm.job is None:
+        return summarise(pm.frame, pm.counters, layers)
+    key = layers_key(layers)
+    if key not in pm.summaries:
+        with partitioned.engine_for_rows(engine, pm.rank_rows) as eng:
+            parts = partitioned.over_ranks(eng, _summarise_partition, pm.partitions, pm.rank_rows, pm.job, layers)
+        pm.summaries[key] = kernels.SummaryHook(layers).combine(parts, pm.job, pm.counters)
+    return pm.summaries[key]
 
 
-def access_pattern(pm: "partitioned.Merge", engine: "Optional[Engine]" = None) -> pd.DataFrame:
-    """:func:`access_pattern_df` of a partitioned merge, partition by partition (rows are per rank and epoch)."""
-    with partitioned.engine_for_rows(engine, pm.rows) as eng:
-        parts = partitioned.over_ranks(eng, _access_pattern_of, pm.partitions, pm.rows, pm.job.app_files)
+def access_pattern(pm: Merge, engine: "Optional[Engine]" = None) -> pd.DataFrame:
+    """:func:`access_pattern_df` of a merge, partition by partition while its rows are apart (rows are per rank and
+    epoch)."""
+    if not pm.rows_apart or pm.job is None:
+        return access_pattern_df(pm.frame)
+    with partitioned.engine_for_rows(engine, pm.rank_rows) as eng:
+        parts = partitioned.over_ranks(eng, _access_pattern_of, pm.partitions, pm.rank_rows, pm.job.app_files)
     return kernels._concat(parts) if parts else access_pattern_df(empty_frame())
+
+
+def merge_breakdown(pm: Merge, layers: Layers = None, per_layer: bool = False) -> pd.DataFrame:
+    """:func:`breakdown_df` of a merge (rank by rank while its rows are apart: the same rows)."""
+    if not pm.rows_apart or pm.job is None:
+        return breakdown_df(pm.frame, layers, per_layer=per_layer)
+    use = pm.job.use(layers)  # the job's layers, as the whole frame would choose them
+    parts = [breakdown_df(f, use, per_layer=per_layer) for f in pm.rank_frames(kernels.KERNEL_COLUMNS)]
+    out = kernels._concat(parts, sort=())
+    if not len(out):
+        return breakdown_df(empty_frame(), use, per_layer=per_layer)
+    if not per_layer:
+        return out
+    # the whole frame's order: per layer (the schema's order), its rows rank by rank
+    key = pd.Series([layer_order(x) for x in out["layer"]])
+    return out.loc[key.sort_values(kind="stable").index].reset_index(drop=True)
+
+
+def events_and_ranks(pm: Merge) -> "tuple[int, list[int]]":
+    """The merge's events and ranks: from its job facts when it has them, else from its frame."""
+    if pm.job is not None:
+        return int(pm.job.events), list(pm.job.ranks)
+    frame = pm.frame
+    return len(frame), sorted(int(r) for r in frame["rank"].unique()) if len(frame) else []
 
 
 def has_tfdata(event_stats: pd.DataFrame) -> bool:
@@ -280,7 +353,7 @@ __all__ = [
     "verdict_label", "verdict_text", "accelerator_utilisation", "bandwidth_df", "bandwidth_totals", "job_wall_ns",
     "epoch_bandwidth_df", "epoch_bandwidth_totals", "component_view_df", "study_view_df",
     "access_pattern_df", "event_stats_df", "overall_breakdown", "Metrics", "run_metrics", "compare_df", "summarise",
-    "summarise_stored", "summarise_again", "access_pattern",
+    "summarise_stored", "summarise_merge", "access_pattern", "merge_breakdown", "events_and_ranks",
     "STUDY_COMPONENTS", "STUDY_TOTAL",
 ]
 

@@ -18,13 +18,15 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, NamedTuple, Optional, Sequence
 
-from timelogger.layout import MERGED, REPORT
-from trace_merge import __version__, engines
+from timelogger.layout import REPORT
+from trace_merge import __version__, opening
 from trace_merge.errors import TraceInputError
 from trace_merge.outputs import input_umask, refuse_existing
 
 if TYPE_CHECKING:
     import pandas as pd
+
+    from trace_merge.opening import MergeOptions
 
 logger = logging.getLogger(__name__)
 PROG = "trace-merge"
@@ -54,8 +56,14 @@ def _open_run(path: "str | Path", args: Optional[argparse.Namespace] = None, sum
 
     if args is None:  # a command without the engine options
         return Run.open(path)
+    return Run.open(path, options=_merge_options(args, summary_only))
+
+
+def _merge_options(args: argparse.Namespace, summary_only: bool = False) -> "MergeOptions":
+    from trace_merge.opening import MergeOptions
+
     more = {"layers": args.layers, "keep_rows": False} if summary_only else {}
-    return Run.open(path, scheduler=args.scheduler, workers=args.workers, memory_bytes=args.memory_limit, **more)
+    return MergeOptions(scheduler=args.scheduler, workers=args.workers, memory_bytes=args.memory_limit, **more)
 
 
 def _add_engine_options(parser: argparse.ArgumentParser) -> None:
@@ -115,51 +123,18 @@ def merge_setup_parser(parser: argparse.ArgumentParser) -> None:
 
 
 def merge_main(args: argparse.Namespace) -> int:
-    from timelogger.layout import MERGED, SUMMARY_PARTS
-    from trace_merge import store, stored_summary
-    from trace_merge.identity import identity_of
+    from trace_merge.formatting import text_width, wrap
+    from trace_merge.opening import merge_and_store
 
     run_dir = _input(args.run_dir)
     if not run_dir.is_dir():
         raise TraceInputError(run_dir, "not a directory (merge writes merged.parquet into the run directory)")
-    # the lock before the existence check: of two merges started together the second is refused here
-    with store.lock(run_dir):
-        store.refuse_stored(run_dir, force=args.force)  # before the (slow) merge
-        (run_dir / SUMMARY_PARTS).unlink(missing_ok=True)  # an earlier merge's: it would not match the new one
-        res = _merge(run_dir, args)
-        try:
-            # checked above under the same lock, so nothing can have appeared since
-            written = store.write_merged(res, run_dir, force=True)
-            if res.parts is not None:
-                parts = stored_summary.write(run_dir, identity_of(run_dir / MERGED), res.job, res.parts)
-                if parts is not None:
-                    written["summary_parts"] = parts
-        finally:
-            res.cleanup()
-    from trace_merge.formatting import text_width, wrap
-
-    layers = ", ".join(f"{k}: {v:,}" for k, v in res.rows_per_layer().items())
-    rows = sum(res.rows.values())
-    lines = [f"{run_dir}: merged {rows:,} rows ({layers or 'no intervals'}), "
+    res, written = merge_and_store(run_dir, _merge_options(args), force=args.force)
+    layers = ", ".join(f"{k}: {v:,}" for k, v in res.info.rows_per_layer.items())
+    lines = [f"{run_dir}: merged {res.info.rows:,} rows ({layers or 'no intervals'}), "
              f"{len(res.counters):,} counter rows from {len(res.sources)} files, {len(res.warnings)} warnings"]
     _out(wrap([*lines, *(f"  wrote {path}" for path in written.values())], text_width()))
     return 0
-
-
-def _merge(run_dir: Path, args: argparse.Namespace):
-    """The in-memory merge of a small run, the partitioned one (every column kept) of a large run or on Dask."""
-    from trace_merge import engines, merge, partitioned
-    from trace_merge.kernels import SummaryHook
-    from trace_merge.run import partitioned_input
-
-    size = partitioned_input(run_dir, args.scheduler)
-    if size is None:
-        return merge.merge_path(run_dir)
-    engine = engines.engine_for(args.scheduler, size, args.workers, args.memory_limit)
-    try:  # with the summary's parts, kept beside the merge (trace_merge.stored_summary)
-        return partitioned.merge_partitioned(run_dir, engine=engine, summary_only=False, analysis=SummaryHook())
-    finally:
-        engine.close()
 
 
 # -- summary -------------------------------------------------------------------------------------------
@@ -603,16 +578,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _start_pool_early(args: argparse.Namespace) -> None:
-    """A command that merges (it has the engine options) given inputs large enough for the local pool starts the
-    pool's fork server before it imports the analysis: the server imports the same modules meanwhile, on the other
-    core, and the first wave finds it ready (merge_scale.py's 5 M-event summary: 0.2-0.3 s sooner). The walk that
-    decides it counts every file's bytes, stopping at the threshold; a stored merge is summarised from its parts."""
-    path = getattr(args, "path", None) or getattr(args, "run_dir", None)
-    if path is None or not hasattr(args, "scheduler") or args.scheduler is not None or args.workers == 1:
-        return
-    if (Path(path) / MERGED).exists() or not engines.holds_at_least(path, engines.PARTITION_ABOVE_BYTES):
-        return
-    engines.start_fork_server()
+    """A command that merges (it has the engine options) starts the local pool's fork server early
+    (:func:`trace_merge.opening.start_pool_early`)."""
+    if hasattr(args, "scheduler"):
+        opening.start_pool_early(getattr(args, "path", None) or getattr(args, "run_dir", None), args.scheduler,
+                                 args.workers)
 
 
 class _OneLine(logging.Formatter):
@@ -669,7 +639,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 def _main(args: argparse.Namespace) -> int:
     _start_pool_early(args)
-    with engines.one_blas_thread():
+    with opening.one_blas_thread():
         import numpy  # noqa: F401  (every command's analysis imports it: loaded here with one BLAS thread)
     handler = _configure_logging(args.debug)
     # SIGTERM (``kill``, Slurm at the time limit) would end the process before any ``finally``, leaving

@@ -23,6 +23,7 @@ import os
 import sys
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, ThreadPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass
 from typing import Any, Callable, Optional, Protocol, Sequence
 
 from trace_merge.errors import TraceInputError
@@ -46,6 +47,16 @@ WINDOW_ABOVE_ROWS = 4 << 20
 #: rows of one window of such a rank: 128 Ki rows keep a window's arrays and glibc's free holes between them small
 #: (a 6.2 M-row rank's worker peaked at 313 MiB PSS, 647 with windows of 512 Ki), at the same speed
 WINDOW_ROWS = 1 << 17
+
+
+@dataclass(frozen=True)
+class Windows:
+    """When a rank task is merged window by window, and how many rows a window holds (the defaults above)."""
+
+    above_rows: int = WINDOW_ABOVE_ROWS
+    rows: int = WINDOW_ROWS
+
+
 #: what such a rank holds per row whatever its windows (its starts and their order while it is ordered; the int32
 #: order while its windows are read): 291 MiB peak RSS above the process's own for 6.2 M rows, inline
 ORDER_BYTES_PER_ROW = 40
@@ -350,7 +361,8 @@ def _one_thread_each(mmap_threshold: int, threads: int) -> None:
 
     import pyarrow as pa
 
-    from trace_merge import _lifeline, threads as task_threads
+    from trace_merge import _lifeline
+    from trace_merge import threads as task_threads
 
     # the forkserver (it preloaded _lifeline: SERVER is its pid; had it not, this worker imported it just now): when
     # it dies with the driver, no worker is left behind

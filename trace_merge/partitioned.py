@@ -37,7 +37,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator, Optional, Protocol, Sequence
+from typing import Any, Callable, Optional, Protocol, Sequence
 
 import numpy as np
 import pandas as pd
@@ -47,13 +47,34 @@ from trace_merge import engines, sources
 from trace_merge.dxt_clock import place_source
 from trace_merge.engines import Engine, Inline
 from trace_merge.errors import TraceInputError
+from trace_merge.intervals import time_windows
+from trace_merge.merged import (
+    ArrowFile,
+    InMemory,
+    Merge,
+    MergeInfo,
+    NotKept,
+    Partition,
+    file_batches,
+    require_rows,
+    schema_dtypes,
+)
 from trace_merge.outputs import pid_alive
 from trace_merge.readers import detect, rank_from_name, read_any
 from trace_merge.readers.darshan import dxt_rows
+from trace_merge.schema import (
+    COUNTER_DTYPES,
+    FRAME_COLUMNS,
+    FRAME_DTYPES,
+    SourceData,
+    by_rank,
+    concat_column,
+    concat_frames,
+    empty_counters,
+    empty_frame,
+    only_columns,
+)
 from trace_merge.sources import resolve_names
-from trace_merge.intervals import time_windows
-from trace_merge.schema import (COUNTER_DTYPES, FRAME_COLUMNS, FRAME_DTYPES, SourceData, by_rank, concat_column,
-                                concat_frames, empty_counters, empty_frame, only_columns)
 
 log = logging.getLogger(__name__)
 
@@ -108,27 +129,6 @@ def _write_arrow(frame: pd.DataFrame, path: Path) -> None:
     with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
         writer.write_table(table)
     os.replace(tmp, path)
-
-
-def _schema_dtypes(table: "pa.Table") -> pd.DataFrame:
-    """A table read back from Arrow or Parquet as a frame with the schema's dtypes, converting only the columns
-    whose dtype differs (``astype`` of an empty mapping copies the whole frame: on a 2.5 M-row partition that copy
-    was 0.25-0.4 s, half of the read). The frame's arrays are its own and writable (``to_pandas`` copies them out
-    of the file's memory map)."""
-    frame = table.to_pandas()
-    wrong = {c: FRAME_DTYPES[c] for c in frame.columns if str(frame[c].dtype) != FRAME_DTYPES[c]}
-    return frame.astype(wrong) if wrong else frame
-
-
-def read_arrow(path: "str | os.PathLike[str]", columns: Optional[Sequence[str]] = None) -> pd.DataFrame:
-    """A spilled piece or a rank partition as a frame with the schema's dtypes (``columns``: only those)."""
-    import pyarrow as pa
-
-    with pa.memory_map(str(path), "r") as source:
-        table = pa.ipc.open_file(source).read_all()
-    if columns is not None:
-        table = table.select([c for c in columns if c in table.column_names])
-    return _schema_dtypes(table)
 
 
 #: a spilled piece's file: this magic, the length of a JSON header (8 bytes, little-endian), the header (the rows, and
@@ -470,13 +470,14 @@ class RankTask:
     analysis: Optional[Analysis] = None
     job: Any = None  # the analysis' job facts
     keep: bool = True  # False: the rows are summarised and let go, neither written nor returned
+    windows: engines.Windows = engines.Windows()
 
 
 @dataclass
 class RankResult:
     rank: int
     rows: int
-    partition: "str | pd.DataFrame | None"  # the partition file, or its rows (None: not kept)
+    partition: Partition
     start_ns: int
     end_ns: int
     residual: dict
@@ -564,16 +565,16 @@ class _RankWindows:
 
 
 def _merge_rank_in_windows(task: RankTask) -> RankResult:
-    """:func:`merge_rank` of a rank of more than :data:`~trace_merge.engines.WINDOW_ABOVE_ROWS` rows, a window of
-    :data:`~trace_merge.engines.WINDOW_ROWS` held at a time: ordered once (:class:`_RankWindows`), its steps
-    propagated in two passes (:func:`~trace_merge.align.propagate_windows`), written window by window to its
+    """:func:`merge_rank` of a rank of more than ``task.windows.above_rows`` rows
+    (:class:`~trace_merge.engines.Windows`), a window of ``task.windows.rows`` held at a time: ordered once
+    (:class:`_RankWindows`), its steps propagated in two passes (:func:`~trace_merge.align.propagate_windows`), written window by window to its
     partition file, and summarised from that file window by window. The same rows, tags and tables as
     :func:`merge_rank`'s (tests/test_windows.py)."""
     import pyarrow as pa
 
     columns = [c for c in FRAME_COLUMNS if c in task.columns]
     windows = _RankWindows([functools.partial(p.column, task.names) for p in task.pieces if p.rows], columns,
-                           task.rank, engines.WINDOW_ROWS)
+                           task.rank, task.windows.rows)
     n = len(windows.order)
     warnings = list(windows.warnings)
     residual_rows: list = []
@@ -614,12 +615,13 @@ def _merge_rank_in_windows(task: RankTask) -> RankResult:
     residual = A.residual_parts(concat_frames(residual_rows), task.residual_basis) if residual_rows else {}
 
     def stored(cols: Sequence[str]):
-        for batch in _file_batches(path):
+        for batch in file_batches(path):
             have = [c for c in cols if c in batch.schema.names]
-            yield _schema_dtypes(pa.Table.from_batches([batch]).select(have))
+            yield schema_dtypes(pa.Table.from_batches([batch]).select(have))
             del batch
 
-    result = RankResult(task.rank, n, str(path) if task.keep else None, lo or 0, hi or 0, residual, [], warnings,
+    kept: Partition = ArrowFile(str(path)) if task.keep else NotKept()
+    result = RankResult(task.rank, n, kept, lo or 0, hi or 0, residual, [], warnings,
                         layer_rows, None, dxt)
     if task.analysis is not None:
         result.parts = task.analysis.rank(RankRows(None, stored), task.job)
@@ -632,7 +634,7 @@ def _merge_rank_in_windows(task: RankTask) -> RankResult:
 
 def merge_rank(task: RankTask) -> RankResult:
     """One rank: its pieces merged, ordered and tagged, written as its partition, and summarised (wave 4)."""
-    if (sum(p.rows for p in task.pieces) > engines.WINDOW_ABOVE_ROWS and task.out is not None
+    if (sum(p.rows for p in task.pieces) > task.windows.above_rows and task.out is not None
             and not any(p.kind == "darshan" for p in task.pieces)):
         return _merge_rank_in_windows(task)
 
@@ -645,8 +647,8 @@ def merge_rank(task: RankTask) -> RankResult:
         posix = concat_frames([f[(f["layer"] == "posix").to_numpy()] for f in
                                (p.resolved(task.names) for p in task.pieces if p.kind == "dftracer")])
         for source in dict.fromkeys(p.source for p in darshan):
-            placed, found, notes = place_source(source, concat_frames([p.load() for p in darshan if p.source == source]),
-                                                app, posix)
+            segments = concat_frames([p.load() for p in darshan if p.source == source])
+            placed, found, notes = place_source(source, segments, app, posix)
             if len(placed):
                 parts.append(placed.__getitem__)
             clocks += [c.as_dict() for c in found]
@@ -663,10 +665,10 @@ def merge_rank(task: RankTask) -> RankResult:
     del rows
     frame = pd.DataFrame({c: late[c] if c in late.columns else frame[c] for c in columns}, copy=False)
     del late
-    partition: "str | pd.DataFrame | None" = frame if task.keep else None
+    partition: Partition = InMemory(frame) if task.keep else NotKept()
     if task.keep and task.out is not None:
         _write_arrow(frame, Path(task.out))
-        partition = task.out
+        partition = ArrowFile(task.out)
     layer_rows = {str(k): int(v) for k, v in frame["layer"].value_counts(sort=False).items() if v}
     result = RankResult(task.rank, len(frame), partition, int(frame["start_ns"].min()) if len(frame) else 0,
                         int(frame["end_ns"].max()) if len(frame) else 0, residual, clocks, warnings, layer_rows, None,
@@ -683,23 +685,10 @@ def merge_rank(task: RankTask) -> RankResult:
     return result
 
 
-def read_partition(where: "str | tuple | pd.DataFrame", columns: Optional[Sequence[str]] = None) -> pd.DataFrame:
-    """One rank's partition: its rows (a merge in memory), an Arrow file of this merge, or ``(merged.parquet,
-    [row groups])`` of a stored merge; only ``columns`` when given."""
-    if isinstance(where, pd.DataFrame):
-        return where if columns is None else where[[c for c in columns if c in where.columns]]
-    if isinstance(where, str):
-        return read_arrow(where, columns)
-    import pyarrow.parquet as pq
-
-    path, groups = where
-    table = pq.ParquetFile(path).read_row_groups(list(groups), columns=list(columns) if columns else None)
-    return _schema_dtypes(table)
-
-
-def over_ranks(engine: Engine, fn: Any, partitions: dict, rows: dict, *extra: Any) -> list:
+def over_ranks(engine: Engine, fn: Any, partitions: "dict[int, Partition]", rows: "dict[int, int]", *extra: Any
+               ) -> list:
     """``fn((partition, *extra))`` for every rank's partition, in rank order, on ``engine``."""
-    _require_rows(partitions)
+    require_rows(partitions)
     ranks = sorted(partitions)
     return engine.map(fn, [(partitions[r], *extra) for r in ranks], sizes=[rows[r] for r in ranks])
 
@@ -717,97 +706,6 @@ def engine_for_rows(engine: Optional[Engine], rows: dict):
 
 
 # -- the driver ---------------------------------------------------------------------------------------------
-
-
-class RowsNotKept(RuntimeError):
-    """The rows of a merge that kept only its summary were asked for."""
-
-
-def _rows_kept(partitions: dict) -> bool:
-    return all(p is not None for p in partitions.values())
-
-
-def _require_rows(partitions: dict) -> None:
-    if not _rows_kept(partitions):
-        raise RowsNotKept("this merge kept only its summary, not its rows (opened with keep_rows=False); open the "
-                          "run again to read them")
-
-
-@dataclass
-class Merge:
-    """A merged run, whichever engine made it (:func:`merge_partitioned`, :func:`merge_in_memory`, a stored merge):
-    its rows per rank (:attr:`partitions`, loaded by :meth:`load` or all at once as :attr:`frame`) and what the merge
-    found on the way.
-
-    ``warnings`` are one line each, ``"<path>: <cause>"``; ``residual`` is the alignment check; ``sources`` the
-    files that made it into the merge; ``clock_offsets_ns`` rank -> the offset (that rank's clock minus rank 0's)
-    subtracted from its rows; ``dxt_clock`` per Darshan log and rank, where its DXT segments were placed
-    (:meth:`trace_merge.dxt_clock.DxtClock.as_dict`); ``inputs`` the identity of every file found, read or not, taken
-    before reading; ``dropped`` app file -> intervals its TimeLogger writer dropped.
-    """
-
-    partitions: dict  # rank -> its rows (in memory), its Arrow file, (merged.parquet, row groups), or None (not kept)
-    rows: dict  # rank -> rows
-    counters: pd.DataFrame
-    summary: Any  # the analysis hook's reduction (None without a hook)
-    job: Any  # the analysis hook's job facts (None without a hook)
-    warnings: list
-    residual: A.Residual
-    manifest: Optional[dict]
-    sources: list
-    clock_offsets_ns: dict
-    dxt_clock: list
-    inputs: dict
-    dropped: dict
-    spill: Optional[Path]  # the spill directory this merge owns (None: in memory, or a stored merge's partitions)
-    layer_rows: dict = field(default_factory=dict)  # layer -> rows
-    parts: Optional[list] = None  # the analysis' tables of each rank, in rank order (None without an analysis)
-    dxt_segments: Optional[int] = None  # Darshan DXT segments among the rows (None: not counted, a stored merge)
-
-    @property
-    def rows_kept(self) -> bool:
-        """False when the merge summarised the rows and let them go (``merge_partitioned(keep_rows=False)``)."""
-        return _rows_kept(self.partitions)
-
-    @functools.cached_property
-    def frame(self) -> pd.DataFrame:
-        """Every row (schema :data:`trace_merge.schema.FRAME_DTYPES`), absolute epoch ns on rank 0's clock, epoch and
-        step propagated, in time order; loaded on first use."""
-        return self.load()
-
-    @property
-    def in_memory(self) -> bool:
-        """The partitions are rows in memory (the inline engine's merge), not files."""
-        return all(isinstance(p, pd.DataFrame) for p in self.partitions.values())
-
-    def load(self, columns: Optional[Sequence[str]] = None, ranks: Optional[Sequence[int]] = None) -> pd.DataFrame:
-        """The merged rows (only ``columns`` / ``ranks`` when given), loaded now.
-
-        Raises
-        ------
-        RowsNotKept
-            The merge kept no rows (``keep_rows=False``).
-        """
-        _require_rows(self.partitions)
-        use = [r for r in sorted(self.partitions) if ranks is None or r in set(ranks)]
-        frames = [read_partition(self.partitions[r], columns) for r in use]
-        if not frames:
-            return empty_frame() if columns is None else empty_frame()[list(columns)]
-        if columns is not None:
-            return pd.concat(frames, ignore_index=True)
-        frame = A.time_order(concat_frames(frames))
-        for c in FRAME_COLUMNS:  # a summary's partitions leave out args and host
-            if c not in frame.columns:
-                frame[c] = pd.Series([None] * len(frame), dtype=FRAME_DTYPES[c])
-        return frame[list(FRAME_COLUMNS)]
-
-    def rows_per_layer(self) -> dict[str, int]:
-        """Rows per layer, most first."""
-        return dict(sorted(self.layer_rows.items(), key=lambda kv: -kv[1]))
-
-    def cleanup(self) -> None:
-        if self.spill is not None:
-            shutil.rmtree(self.spill, ignore_errors=True)
 
 
 def new_spill_dir(parent: "str | os.PathLike[str] | None" = None) -> Path:
@@ -837,8 +735,10 @@ def new_spill_dir(parent: "str | os.PathLike[str] | None" = None) -> Path:
     return Path(tempfile.mkdtemp(prefix=f"trace-merge-{host}-{os.getpid()}-", dir=base))
 
 
-def merge_partitioned(path: "str | os.PathLike[str]", engine: Optional[Engine] = None, spill_dir: "str | os.PathLike[str] | None" = None,
-                      analysis: Optional[Analysis] = None, summary_only: bool = True, keep_rows: bool = True) -> Merge:
+def merge_partitioned(path: "str | os.PathLike[str]", engine: Optional[Engine] = None,
+                      spill_dir: "str | os.PathLike[str] | None" = None,
+                      analysis: Optional[Analysis] = None, summary_only: bool = True, keep_rows: bool = True,
+                      windows: engines.Windows = engines.Windows()) -> Merge:
     """Merge and summarise the traces under ``path`` partition by partition (see the module docstring).
 
     Parameters
@@ -858,7 +758,9 @@ def merge_partitioned(path: "str | os.PathLike[str]", engine: Optional[Engine] =
     keep_rows
         False: each rank's rows are summarised and let go, no partition is written (with ``analysis``; the 20 M-event
         set's summary wrote 1.8 GB of partitions, 7 % of its time); :meth:`Merge.load` then raises
-        :class:`RowsNotKept`.
+        :class:`~trace_merge.merged.RowsNotKept`.
+    windows
+        When a rank is merged window by window, and the window's rows (:class:`~trace_merge.engines.Windows`).
     """
     path = Path(path)
     files, manifest, warnings, inputs = _found(path)
@@ -869,7 +771,7 @@ def merge_partitioned(path: "str | os.PathLike[str]", engine: Optional[Engine] =
     try:
         tasks = _tasks(files, warnings, str(spill), columns, analysis)
         return _run(path, tasks, manifest, warnings, inputs, engine, spill, columns, analysis, _launch(manifest),
-                    sources.launch_records(path), keep_rows=keep_rows or analysis is None)
+                    sources.launch_records(path), keep_rows=keep_rows or analysis is None, rank_windows=windows)
     except BaseException:
         shutil.rmtree(spill, ignore_errors=True)
         raise
@@ -879,13 +781,14 @@ def merge_partitioned(path: "str | os.PathLike[str]", engine: Optional[Engine] =
 _THREADS = max(1, min(4, os.cpu_count() or 1))
 
 
-def merge_in_memory(path: "str | os.PathLike[str]") -> Merge:
+def merge_in_memory(path: "str | os.PathLike[str]", threads: int = _THREADS) -> Merge:
     """The same pipeline in this process, every piece and partition kept in memory and every column kept, without
-    the summary (:func:`trace_merge.merge.merge_path`: a run that fits in memory)."""
+    the summary (:func:`trace_merge.merge.merge_path`: a run that fits in memory), reading up to ``threads`` files
+    at once."""
     path = Path(path)
     files, manifest, warnings, inputs = _found(path)
     tasks = _tasks(files, warnings, None, FRAME_COLUMNS, None)
-    return _run(path, tasks, manifest, warnings, inputs, Inline(_THREADS), None, FRAME_COLUMNS, None,
+    return _run(path, tasks, manifest, warnings, inputs, Inline(threads), None, FRAME_COLUMNS, None,
                 _launch(manifest), sources.launch_records(path))
 
 
@@ -925,7 +828,8 @@ def _tasks(files: list, warnings: list, spill: Optional[str], columns: tuple, an
 
 def _run(path: Optional[Path], tasks: "list[SourceTask]", manifest: Optional[dict], warnings: list, inputs: dict,
          engine: Engine, spill: Optional[Path], columns: tuple, analysis: Optional[Analysis], launch: Optional[int],
-         launched: Sequence[dict], keep_rows: bool = True) -> Merge:
+         launched: Sequence[dict], keep_rows: bool = True, rank_windows: engines.Windows = engines.Windows()
+         ) -> Merge:
     app_tasks = [t for t in tasks if t.kind in A.APP_KINDS]
     clock = _Clock(engine)
     app_results = engine.map(ingest, app_tasks)
@@ -985,7 +889,7 @@ def _run(path: Optional[Path], tasks: "list[SourceTask]", manifest: Optional[dic
     darshan_alone = all(r.kind == "darshan" for r in kept if r.pieces)
     basis = A.ResidualBasis.of([_residual_flags(r) for r in kept])
     rank_tasks = [RankTask(rank, pieces_of[rank], str(spill / f"partition-rank-{rank}.arrow") if spill else None,
-                           names, darshan_alone, basis, columns, analysis, job, keep_rows)
+                           names, darshan_alone, basis, columns, analysis, job, keep_rows, rank_windows)
                   for rank in sorted(pieces_of)]
     done = engine.map(merge_rank, rank_tasks, sizes=[sum(p.rows for p in t.pieces) for t in rank_tasks])
     clock("ranks", len(rank_tasks))  # each task removed its pieces (merge_rank)
@@ -1000,14 +904,18 @@ def _run(path: Optional[Path], tasks: "list[SourceTask]", manifest: Optional[dic
             layer_rows[layer] = layer_rows.get(layer, 0) + n
     for w in warnings:
         log.warning("%s", w)
+    info = MergeInfo(
+        sources=[r.path for r in kept], inputs=inputs, warnings=warnings,
+        residual=A.residual_of([d.residual for d in done], basis), clock_offsets_ns=offsets,
+        dxt_clock=[c for d in done for c in d.dxt_clock],
+        dropped_intervals={r.path: int(A.meta_value(r.meta, "dropped")) for r in kept
+                           if r.kind in A.APP_KINDS and A.meta_value(r.meta, "dropped")},
+        rows_per_layer=dict(sorted(layer_rows.items(), key=lambda kv: -kv[1])),
+        rows=sum(d.rows for d in done), counter_rows=len(counters_df))
     return Merge(
-        partitions={d.rank: d.partition for d in done}, rows={d.rank: d.rows for d in done}, counters=counters_df,
-        summary=summary, job=job, warnings=warnings, residual=A.residual_of([d.residual for d in done], basis),
-        manifest=manifest, sources=[r.path for r in kept], clock_offsets_ns=offsets,
-        dxt_clock=[c for d in done for c in d.dxt_clock], inputs=inputs,
-        dropped={r.path: int(A.meta_value(r.meta, "dropped")) for r in kept
-                 if r.kind in A.APP_KINDS and A.meta_value(r.meta, "dropped")},
-        spill=spill, layer_rows=layer_rows, parts=[d.parts for d in done] if analysis is not None else None,
+        partitions={d.rank: d.partition for d in done}, rank_rows={d.rank: d.rows for d in done},
+        counters=counters_df, info=info, manifest=manifest, spill=spill, job=job, summary=summary,
+        parts=[d.parts for d in done] if analysis is not None else None,
         dxt_segments=sum(d.dxt_segments for d in done))
 
 
@@ -1038,85 +946,3 @@ def _shift_app_pieces(pieces: Sequence[Piece], offsets: dict) -> None:
 
 def _residual_flags(r: SourceResult) -> dict:
     return {k: sum(int(p.residual_flags.get(k, 0)) for p in r.pieces) for k in A._FLAGS}
-
-
-# -- a stored merge: merged.parquet, one row group run per rank ---------------------------------------------
-
-
-def parquet_schema():
-    """The Arrow schema of ``merged.parquet``: the frame schema's, categories as ``dictionary<string>`` (an all-null
-    category column of one rank would otherwise be ``dictionary<null>`` and not fit the others' row groups)."""
-    import pyarrow as pa
-
-    schema = pa.Schema.from_pandas(empty_frame(), preserve_index=False)
-    for i, fld in enumerate(schema):
-        if pa.types.is_dictionary(fld.type):
-            schema = schema.set(i, fld.with_type(pa.dictionary(pa.int32(), pa.string())))
-    return schema
-
-
-#: rows of a row group of ``merged.parquet``: Arrow's Parquet writer holds about 0.37 KiB a row of the group it writes
-#: (the 50 M-event set: 384 MiB above the driver's own with groups of 1 Mi rows, 193 with 512 Ki, in 12.3 s against
-#: 11.9; 256 Ki took 15.8-16.1 s and made the file 17 % larger)
-ROW_GROUP_ROWS = 1 << 19
-
-
-def write_parquet(pm: Merge, path: Path, row_group_rows: int = ROW_GROUP_ROWS) -> list[dict]:
-    """Write the partitions into one ``merged.parquet``, rank after rank, each rank's rows in row groups of its own,
-    a row group in memory at a time (:func:`_partition_tables`). Returns ``[{rank, rows, row_groups}]`` for
-    ``merge_info.json``."""
-    import pyarrow.parquet as pq
-
-    schema = parquet_schema()
-    layout = []
-    group = 0
-    with pq.ParquetWriter(str(path), schema) as writer:
-        for rank in sorted(pm.partitions):
-            rows, first = 0, group
-            for table in _partition_tables(pm, rank, schema, row_group_rows):
-                writer.write_table(table, row_group_size=row_group_rows)
-                rows += table.num_rows
-                group += max(1, -(-table.num_rows // row_group_rows))
-            layout.append({"rank": int(rank), "rows": rows, "row_groups": list(range(first, group))})
-    return layout
-
-
-def _partition_tables(pm: Merge, rank: int, schema: "pa.Schema", rows: int) -> "Iterator[pa.Table]":
-    """One rank's partition as Arrow tables of ``schema``, ``rows`` rows each (the last one fewer). A partition file
-    of this merge is read as it is, batch by batch (only the category codes are widened), not through pandas and
-    back (the 20 M-event set's ``merged.parquet``: 3.7 s less of the 7.7 s it took to write); and read, not mapped:
-    the mapped pages of a whole partition stayed in the process (the 50 M-event set's merge: 1.36 GiB in the driver).
-    Rows kept in memory are converted through pandas."""
-    import pyarrow as pa
-
-    def conformed(table: "pa.Table") -> "pa.Table":  # the schema's columns: a partition may hold a subset
-        return pa.Table.from_arrays([table.column(f.name).cast(f.type) if f.name in table.column_names
-                                     else pa.nulls(table.num_rows, f.type) for f in schema], schema=schema)
-
-    where = pm.partitions[rank]
-    if not isinstance(where, str):
-        yield pa.Table.from_pandas(pm.load(ranks=[rank]), schema=schema, preserve_index=False)
-        return
-    pending, held, given = [], 0, False
-    for batch in _file_batches(where):
-        pending.append(batch)
-        held += batch.num_rows
-        while held >= rows:
-            table = pa.Table.from_batches(pending)
-            yield conformed(table.slice(0, rows))
-            pending, held, given = table.slice(rows).to_batches(), held - rows, True
-    if held:
-        yield conformed(pa.Table.from_batches(pending))
-    elif not given:  # an empty partition: one empty row group, as for every rank
-        yield schema.empty_table()
-
-
-def _file_batches(path: "str | os.PathLike[str]") -> "Iterator[pa.RecordBatch]":
-    """The record batches of an Arrow IPC file one at a time, read, not mapped: the pages of a mapped file stay in
-    the process while it is mapped (a whole partition by the end of a sweep over it)."""
-    import pyarrow as pa
-
-    with pa.OSFile(str(path), "rb") as source:
-        reader = pa.ipc.open_file(source)
-        for i in range(reader.num_record_batches):
-            yield reader.get_batch(i)

@@ -1,32 +1,30 @@
 """A profiled run as one object: ``Run.open(path)`` → frame, counters, warnings, analyses.
 
 ``path`` may be a run directory (``merged.parquet`` is used when it was made from exactly the source files there
-now, told by name, size and content fingerprint (:mod:`trace_merge.identity`), else the sources are merged in
-memory and the reason is a warning), a bare directory of DFTracer ``.pfw[.gz]`` files, or a single trace file
-such as a ``.darshan`` log.
+now, told by name, size and content fingerprint (:mod:`trace_merge.identity`), else the sources are merged again
+and the reason is a warning), a bare directory of DFTracer ``.pfw[.gz]`` files, or a single trace file such as a
+``.darshan`` log. How it is opened is :func:`trace_merge.opening.open_merge`'s one decision; a :class:`Run` holds
+the :class:`~trace_merge.merged.Merge` it returns and asks the analysis of it.
 """
 from __future__ import annotations
 
-import json
 import logging
 import math
 import os
-import weakref
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 
 import numpy as np
 import pandas as pd
 
-from timelogger.layout import COUNTERS, MERGED
-from trace_merge import analysis, kernels, sources, store, stored_summary
+from trace_merge import analysis, kernels
 from trace_merge.align import Residual
-from trace_merge.engines import PARTITION_ABOVE_BYTES
-from trace_merge.errors import TraceInputError
-from trace_merge.readers.darshan import dxt_rows
 from trace_merge.formatting import json_records as _records
-from trace_merge.schema import COUNTER_DTYPES, FRAME_COLUMNS, concat_frames, empty_frame, layer_order
+from trace_merge.merged import JSONValue, Merge
+from trace_merge.opening import MergeOptions, open_merge
+from trace_merge.readers.darshan import dxt_rows
+from trace_merge.schema import FRAME_COLUMNS, Layers, concat_frames
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from trace_merge.findings import Finding
@@ -51,80 +49,38 @@ def _plain(obj: Any) -> Any:
 
 @dataclass
 class Run:
-    """One profiled run, merged onto one clock.
+    """One profiled run, merged onto one clock: what was opened (:attr:`path`) and its
+    :class:`~trace_merge.merged.Merge` (:func:`trace_merge.opening.open_merge`), with the analyses as methods.
 
     Attributes
     ----------
     path
         What was opened.
-    frame
-        Interval rows (:mod:`trace_merge.schema`), absolute epoch ns.
-    counters
-        Counter rows (Darshan), possibly empty.
-    warnings
-        One-line ``"<path>: <cause>"`` warnings from reading and aligning (skipped files, missing ranks).
-    residual
-        Alignment check (:class:`trace_merge.align.Residual`; nothing checked when there is nothing to check).
-    manifest
-        The run's ``manifest.json``, or ``None``.
-    sources
-        The files that made it into the frame.
-    cached
-        True when the frame came from a fresh ``merged.parquet``.
-    dropped
-        app file -> intervals its TimeLogger writer dropped (:attr:`trace_merge.partitioned.Merge.dropped`).
-    dxt_clock
-        Where each Darshan log's DXT segments were placed, per rank (see
-        :attr:`trace_merge.partitioned.Merge.dxt_clock`).
+    merge
+        The merge: its rows (loaded as :attr:`frame` on first use when they are in partitions), counters and what
+        the merge found (:attr:`warnings`, :attr:`residual`, ...).
     """
 
     path: Path
-    frame: pd.DataFrame
-    counters: pd.DataFrame
-    warnings: list[str] = field(default_factory=list)
-    residual: Residual = field(default_factory=Residual)
-    manifest: Optional[dict[str, Any]] = None
-    sources: list[str] = field(default_factory=list)
-    cached: bool = False
-    dropped: dict[str, int] = field(default_factory=dict)
-    dxt_clock: list[dict[str, Any]] = field(default_factory=list)
-
-    def __post_init__(self) -> None:
-        self._partitioned = None
-        self._summaries: dict = {}
-        if self.frame is _LAZY:
-            del self.frame  # loaded on first use (__getattr__)
-
-    def __getattr__(self, name: str) -> Any:
-        if name == "frame" and self.__dict__.get("_partitioned") is not None:
-            self.frame = self._partitioned.frame
-            return self.frame
-        raise AttributeError(name)
+    merge: Merge
 
     @classmethod
-    def open(cls, path: "str | os.PathLike[str]", scheduler: Any = None, workers: Optional[int] = None,
-             memory_bytes: Optional[int] = None, partitioned: Optional[bool] = None,
-             layers: "str | Sequence[str] | None" = None, keep_rows: bool = True) -> "Run":
-        """Open a run directory, a bare trace directory or a single trace file.
+    def open(cls, path: "str | os.PathLike[str]", scheduler: object = None, workers: Optional[int] = None,
+             memory_bytes: Optional[int] = None, partitioned: Optional[bool] = None, layers: Layers = None,
+             keep_rows: bool = True, options: Optional[MergeOptions] = None) -> "Run":
+        """Open a run directory, a bare trace directory or a single trace file (:func:`trace_merge.opening.open_merge`).
 
-        Sources larger than :data:`PARTITION_ABOVE_BYTES` (or any, with ``scheduler``) are merged partition by
-        partition (:mod:`trace_merge.partitioned`): memory follows the largest rank, the summary is computed by
-        the merge, and :attr:`frame` is loaded only when asked for.
+        Sources larger than :data:`~trace_merge.engines.PARTITION_ABOVE_BYTES` (or any, with ``scheduler``) are
+        merged partition by partition (:mod:`trace_merge.partitioned`): memory follows the largest rank, the summary
+        is computed by the merge, and :attr:`frame` is loaded only when asked for.
 
         Parameters
         ----------
-        scheduler
-            A Dask distributed scheduler address (or ``Client``/``LocalCluster``) to run the merge's tasks on.
-        workers, memory_bytes
-            The local pool's processes and memory budget (:class:`trace_merge.engines.LocalPool`).
-        partitioned
-            Force (True) or refuse (False) the partitioned path; default: by size, or when ``scheduler`` is given.
-        layers
-            The layers the partitioned merge summarises (as :meth:`analyse`'s; its summary is then at hand).
-        keep_rows
-            False: a partitioned merge keeps only the summary of ``layers``, not the rows (no partition is written:
-            1.8 GB for 20 M events, 7 % of the merge's time); reading rows (:attr:`frame`, :meth:`load`, another
-            layer choice) then raises :class:`~trace_merge.partitioned.RowsNotKept`. For a summary, nothing else.
+        scheduler, workers, memory_bytes, partitioned, layers, keep_rows
+            As :class:`~trace_merge.opening.MergeOptions`' fields of those names.
+        options
+            All of them and the size thresholds as one :class:`~trace_merge.opening.MergeOptions` (the arguments
+            above are then ignored).
 
         Raises
         ------
@@ -132,95 +88,56 @@ class Run:
             Nothing usable at ``path`` (the message names the file and the cause), or ``path`` is a directory
             holding runs rather than a run (:func:`trace_merge.sources.refuse_runs_below`; runs are never pooled).
         """
-        from trace_merge import merge
+        if options is None:
+            options = MergeOptions(scheduler=scheduler, workers=workers, memory_bytes=memory_bytes,
+                                   partitioned=partitioned, layers=layers, keep_rows=keep_rows)
+        return cls(Path(path), open_merge(path, options))
 
-        p = Path(path)
-        if not p.exists():
-            raise TraceInputError(p, "no such file or directory")
-        notes: list[str] = []
+    # what the merge found
+    @property
+    def frame(self) -> pd.DataFrame:
+        """Interval rows (:mod:`trace_merge.schema`), absolute epoch ns (loaded on first use when partitioned)."""
+        return self.merge.frame
 
-        def remerge(why: str, command: str) -> None:  # derived data to make again, never an error
-            notes.append(f"{why}; merged again from the sources ({command} stores the new merge)")
-            logger.warning("%s", notes[-1])
+    @property
+    def counters(self) -> pd.DataFrame:
+        """Counter rows (Darshan), possibly empty."""
+        return self.merge.counters
 
-        info, why, command = store.trusted(p) if p.is_dir() else (None, None, "")
-        if why:
-            remerge(why, command)
-        if info is not None:
-            big = info.partitions is not None and info.rows >= PARTITION_ABOVE_ROWS
-            if info.partitions is not None and partitioned is not False and (scheduler is not None or partitioned
-                                                                               or big):
-                stored_run = cls._open_stored(p, info, scheduler, workers, memory_bytes)
-                if stored_run is not None:
-                    return stored_run
-            try:
-                frame, counters, info = store.read_merged(p, info)
-            except TraceInputError as exc:
-                remerge(str(exc), store.FORCE)
-            else:
-                logger.info("%s: using %s", p, MERGED)
-                return cls(path=p, frame=frame, counters=counters, warnings=list(info.warnings),
-                           residual=info.residual, manifest=sources.load_manifest(p)[0],
-                           sources=list(info.sources), cached=True, dropped=dict(info.dropped_intervals),
-                           dxt_clock=list(info.dxt_clock))
-        size = partitioned_input(p, scheduler, partitioned)
-        if size is not None:
-            return cls._open_partitioned(p, notes, size, scheduler, workers, memory_bytes, layers, keep_rows)
-        res = merge.merge_path(p)
-        return cls(path=p, frame=res.frame, counters=res.counters, warnings=notes + list(res.warnings),
-                   residual=res.residual, manifest=res.manifest, sources=list(res.sources),
-                   dropped=dict(res.dropped), dxt_clock=list(res.dxt_clock))
+    @property
+    def warnings(self) -> list[str]:
+        """One-line ``"<path>: <cause>"`` warnings from reading and aligning (skipped files, missing ranks)."""
+        return self.merge.warnings
 
-    @classmethod
-    def _open_stored(cls, p: Path, info: "store.MergeInfo", scheduler: Any, workers: Optional[int],
-                     memory_bytes: Optional[int]) -> "Optional[Run]":
-        """A trusted stored merge with a partition layout, summarised rank by rank (its frame loaded on demand);
-        None when its counters cannot be read (the whole-frame path then says why)."""
-        from trace_merge import engines
+    @property
+    def residual(self) -> Residual:
+        """Alignment check (:class:`trace_merge.align.Residual`; nothing checked when there is nothing to check)."""
+        return self.merge.residual
 
-        try:
-            counters = pd.read_parquet(p / COUNTERS).astype(COUNTER_DTYPES)
-        except (OSError, ValueError):
-            return None
-        pm = store.stored_partitions(p, info, counters)
-        kept = stored_summary.read(p, (info.outputs or {}).get(MERGED))
-        if kept is not None:
-            analysis.summarise_stored(pm, stored=kept)
-        else:
-            engine = engines.engine_for(scheduler, sum(pm.rows.values()) * 100, workers, memory_bytes)
-            try:
-                analysis.summarise_stored(pm, engine)
-            finally:
-                engine.close()
-        return cls._of_partitions(p, pm, list(pm.warnings), sources.load_manifest(p)[0], cached=True,
-                                  dropped=dict(info.dropped_intervals))
+    @property
+    def manifest(self) -> "Optional[dict[str, JSONValue]]":
+        """The run's ``manifest.json``, or ``None``."""
+        return self.merge.manifest
 
-    @classmethod
-    def _open_partitioned(cls, p: Path, notes: list[str], size: int, scheduler: Any, workers: Optional[int],
-                          memory_bytes: Optional[int], layers: "str | Sequence[str] | None" = None,
-                          keep_rows: bool = True) -> "Run":
-        from trace_merge import engines, partitioned
+    @property
+    def sources(self) -> list[str]:
+        """The files that made it into the frame."""
+        return self.merge.sources
 
-        engine = engines.engine_for(scheduler, size, workers, memory_bytes)
-        try:
-            pm = partitioned.merge_partitioned(p, engine=engine, analysis=kernels.SummaryHook(layers),
-                                               keep_rows=keep_rows)
-        finally:
-            engine.close()
-        return cls._of_partitions(p, pm, notes + list(pm.warnings), pm.manifest, cached=False,
-                                  dropped=dict(pm.dropped), layers=layers)
+    @property
+    def cached(self) -> bool:
+        """True when the frame came from a fresh ``merged.parquet``."""
+        return self.merge.cached
 
-    @classmethod
-    def _of_partitions(cls, p: Path, pm: Any, warnings: list[str], manifest: Optional[dict], cached: bool,
-                       dropped: dict[str, int], layers: "str | Sequence[str] | None" = None) -> "Run":
-        """A run whose frame stays in ``pm``'s partitions until asked for, with the summary the merge computed."""
-        run = cls(path=p, frame=_LAZY, counters=pm.counters, warnings=warnings, residual=pm.residual,
-                  manifest=manifest, sources=list(pm.sources), cached=cached, dropped=dropped,
-                  dxt_clock=list(pm.dxt_clock))
-        run._partitioned = pm
-        run._summaries[_key(layers)] = pm.summary
-        weakref.finalize(run, pm.cleanup)  # the partitions live as long as the run
-        return run
+    @property
+    def dropped(self) -> dict[str, int]:
+        """App file -> intervals its TimeLogger writer dropped."""
+        return self.merge.dropped_intervals
+
+    @property
+    def dxt_clock(self) -> "list[dict[str, JSONValue]]":
+        """Where each Darshan log's DXT segments were placed, per rank."""
+        return self.merge.dxt_clock
 
     def ended_early(self) -> list[str]:
         """The warnings that say a rank ended early or lost intervals: every number of the run is partial."""
@@ -229,15 +146,12 @@ class Run:
 
     def rows_per_layer(self) -> dict[str, int]:
         """Rows per layer, most first (from the merge's counts when the frame is not loaded)."""
-        if self._rows_apart():
-            return self._partitioned.rows_per_layer()
-        counts = self.frame["layer"].value_counts()
-        return {str(k): int(v) for k, v in counts.items() if v}
+        return self.merge.rows_per_layer()
 
     def dxt_segments(self) -> int:
         """Darshan DXT segments among the rows (the merge's count when the frame is not loaded)."""
-        if self._rows_apart() and self._partitioned.dxt_segments is not None:
-            return int(self._partitioned.dxt_segments)
+        if self.merge.rows_apart and self.merge.dxt_segments is not None:
+            return int(self.merge.dxt_segments)
         return len(self.rows_where(dxt_rows, ("layer", "name", "pid", "tid")))
 
     @property
@@ -245,38 +159,15 @@ class Run:
         """Short name for tables: the directory or file name."""
         return self.path.name or str(self.path)
 
-    def breakdown(self, layers: "str | Sequence[str] | None" = None, per_layer: bool = False) -> pd.DataFrame:
+    def breakdown(self, layers: Layers = None, per_layer: bool = False) -> pd.DataFrame:
         """:func:`trace_merge.analysis.breakdown_df` of this run (rank by rank when partitioned: the same rows)."""
-        if not self._rows_apart():
-            return analysis.breakdown_df(self.frame, layers, per_layer=per_layer)
-        use = self._partitioned.job.use(layers)  # the job's layers, as the whole frame would choose them
-        parts = [analysis.breakdown_df(f, use, per_layer=per_layer) for f in self._parts(kernels.KERNEL_COLUMNS)]
-        out = kernels._concat(parts, sort=())
-        if not len(out):
-            return analysis.breakdown_df(empty_frame(), use, per_layer=per_layer)
-        if not per_layer:
-            return out
-        # the whole frame's order: per layer (the schema's order), its rows rank by rank
-        key = pd.Series([layer_order(x) for x in out["layer"]])
-        return out.loc[key.sort_values(kind="stable").index].reset_index(drop=True)
-
-    def _rows_apart(self) -> bool:
-        """The rows are in the partitions, not loaded as :attr:`frame`."""
-        return self._partitioned is not None and "frame" not in self.__dict__
-
-    def _parts(self, columns: Sequence[str]) -> "Iterator[pd.DataFrame]":
-        """The rows (``columns``) a rank at a time when partitioned, else the frame's."""
-        if not self._rows_apart():
-            yield self.frame[list(columns)]
-            return
-        for rank in sorted(self._partitioned.partitions):
-            yield self._partitioned.load(columns, ranks=[rank])
+        return analysis.merge_breakdown(self.merge, layers, per_layer)
 
     def rows_where(self, keep: "Callable[[pd.DataFrame], np.ndarray]", columns: Sequence[str] = FRAME_COLUMNS
                    ) -> pd.DataFrame:
         """The rows (``columns``) for which ``keep(rows)`` is true, read a rank at a time when partitioned (a
         large run's rows are never all in memory); in rank order, each rank's in time order."""
-        rows = concat_frames([f[keep(f)] for f in self._parts(columns)])
+        rows = concat_frames([f[keep(f)] for f in self.merge.rank_frames(columns)])
         return rows[[c for c in columns if c in rows.columns]]
 
     def steady_state_window(self, steps: int = 4) -> "Optional[tuple[int, int]]":
@@ -286,7 +177,8 @@ class Run:
         from trace_merge.plots import window_of_steps
 
         fw = self.rows_where(lambda f: (f["layer"] == "framework").to_numpy(), ("layer", "start_ns", "end_ns"))
-        for f in self._parts(kernels.KERNEL_COLUMNS):  # in rank order: the first part with steps has the lowest's
+        # in rank order: the first part with steps has the lowest rank's
+        for f in self.merge.rank_frames(kernels.KERNEL_COLUMNS):
             marks = step_marks_df(f)
             if len(marks):
                 return window_of_steps(marks, fw, steps)
@@ -299,7 +191,7 @@ class Run:
         end; for ``plots.plot_timeline(rows, start_ns=lo, end_ns=hi, span=span)``."""
         from trace_merge.plots import excerpt_window
 
-        lo, hi, span = excerpt_window(self._parts, start_ns, end_ns, max_events, cut=True)
+        lo, hi, span = excerpt_window(self.merge.rank_frames, start_ns, end_ns, max_events, cut=True)
         rows = self.rows_where(lambda f: ((f["end_ns"] >= lo) & (f["start_ns"] <= hi)).to_numpy(),
                                ("rank", "layer", "cat", "name", "start_ns", "end_ns", "dur_ns", "bytes", "file"))
         return rows, lo, hi, span
@@ -322,23 +214,14 @@ class Run:
 
     def access_pattern(self) -> pd.DataFrame:
         """:func:`trace_merge.analysis.access_pattern_df` of this run (partition by partition when partitioned)."""
-        if self._rows_apart():
-            return analysis.access_pattern(self._partitioned)
-        return analysis.access_pattern_df(self.frame)
+        return analysis.access_pattern(self.merge)
 
     def load(self, columns: Optional[Sequence[str]] = None, ranks: Optional[Sequence[int]] = None,
              epochs: Optional[Sequence[int]] = None) -> pd.DataFrame:
         """Part of the frame: only ``columns``, ``ranks`` and ``epochs`` (rows tagged with one of them). A
         partitioned run reads only those ranks' partitions and those columns, without loading :attr:`frame`."""
         want = None if columns is None else list(dict.fromkeys([*columns, *(["epoch"] if epochs is not None else [])]))
-        if self._rows_apart():
-            frame = self._partitioned.load(want, ranks)
-        else:
-            frame = self.frame
-            if ranks is not None:
-                frame = frame[frame["rank"].isin(list(ranks)).to_numpy()]
-            if want is not None:
-                frame = frame[want]
+        frame = self.merge.load(want, ranks)
         if epochs is not None:
             frame = frame[frame["epoch"].isin(list(epochs)).fillna(False).to_numpy(dtype=bool)]
         return frame[list(columns)].reset_index(drop=True) if columns is not None else frame.reset_index(drop=True)
@@ -372,12 +255,7 @@ class Run:
         layers
             Layers the breakdown, exposed I/O and verdict are made from (default: ``app`` when present).
         """
-        if _key(layers) not in self._summaries:
-            if self._partitioned is not None:
-                self._summaries[_key(layers)] = analysis.summarise_again(self._partitioned, layers)
-            else:
-                return analysis.summarise(self.frame, self.counters, layers)
-        return self._summaries[_key(layers)]
+        return analysis.summarise_merge(self.merge, layers)
 
     def findings(self, parts: "Optional[analysis.Summary]" = None) -> "list[Finding]":
         """:func:`trace_merge.findings.findings` of this run: what to change, most important first."""
@@ -416,11 +294,7 @@ class Run:
 
         a = parts if parts is not None else self.analyse()
         found = self.findings(a)
-        if self._partitioned is not None:
-            events, ranks = self._partitioned.job.events, list(self._partitioned.job.ranks)
-        else:
-            events = len(self.frame)
-            ranks = sorted(int(r) for r in self.frame["rank"].unique()) if len(self.frame) else []
+        events, ranks = analysis.events_and_ranks(self.merge)
         per_layer = self.rows_per_layer()
         return {
             "path": str(self.path),
@@ -449,26 +323,6 @@ class Run:
             "next_step": next_step(found),
             "idle": _plain(idle(a)),
         }
-
-
-#: a stored merge of at least this many rows is summarised partition by partition (:meth:`Run.open`)
-PARTITION_ABOVE_ROWS = 1_000_000
-
-
-def partitioned_input(p: Path, scheduler: Any = None, partitioned: Optional[bool] = None) -> Optional[int]:
-    """The bytes of ``p``'s sources when they are to be merged partition by partition, else None: forced by
-    ``partitioned``, or a ``scheduler`` given, or at least :data:`PARTITION_ABOVE_BYTES` (``Run.open``, ``merge``)."""
-    if partitioned is False:
-        return None
-    size = sources.source_bytes(p)
-    return size if scheduler is not None or partitioned or size >= PARTITION_ABOVE_BYTES else None
-
-
-_LAZY = object()
-
-
-def _key(layers: Any) -> Any:
-    return tuple(layers) if isinstance(layers, list) else layers
 
 
 def _unique_labels(runs: Sequence[Run]) -> list[str]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any, Hashable, Mapping, Optional, Sequence, Union
 
 import numpy as np
 import pandas as pd
@@ -20,6 +20,15 @@ CATS = ("io", "preprocess", "compute", "comm", "checkpoint", "wait", "other")
 def layer_order(layer: str) -> int:
     """Sort key of a layer: its place in :data:`LAYERS`, unknown layers after them."""
     return LAYERS.index(layer) if layer in LAYERS else len(LAYERS)
+
+
+#: the layers an analysis is made from: None (``app`` when present, else all), ``"all"``, or layer names
+Layers = Optional[Union[str, Sequence[str]]]
+
+
+def layers_key(layers: Layers) -> Hashable:
+    """``layers`` as a dictionary key (a list as a tuple)."""
+    return tuple(layers) if isinstance(layers, list) else layers
 
 
 #: the app phase that is one training step (TimeLogger's Keras callback and the benchmarks use it)

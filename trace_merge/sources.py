@@ -206,7 +206,7 @@ def find_sources(
     path: Path,
 ) -> "tuple[list[tuple[Path, str]], dict[str, Any] | None, list[str], dict[str, Identity]]":
     """:func:`discover` plus warnings (unreadable manifest, unlistable directories, copies left out) and the
-    identity of what was found (:attr:`trace_merge.partitioned.Merge.inputs`).
+    identity of what was found (:attr:`trace_merge.merged.MergeInfo.inputs`).
 
     The same content under two names (a rank file copied beside itself, a trace set synced twice) would count
     every event twice: the later copy is left out with ``"<copy>: same content as <first>; skipped"``.

@@ -29,6 +29,7 @@ import pandas as pd
 from timelogger.layout import MERGED, SUMMARY_PARTS, link_not_followed
 from trace_merge import kernels
 from trace_merge.errors import OutputWriteError
+from trace_merge.identity import Identity
 from trace_merge.outputs import atomic_output
 
 log = logging.getLogger(__name__)
@@ -49,7 +50,7 @@ def code_key() -> str:
     return h.hexdigest()
 
 
-def write(run_dir: Path, merged: dict, job: kernels.JobFacts, parts: Sequence[kernels.RankParts]) -> Optional[Path]:
+def write(run_dir: Path, merged: Identity, job: kernels.JobFacts, parts: Sequence[kernels.RankParts]) -> Optional[Path]:
     """Write ``summary_parts.zip`` for the ``merged.parquet`` of identity ``merged`` (a temporary name renamed into
     place). Returns its path, or None when the parts cannot be stored (logged; the summary is then computed from
     the partitions each time)."""
@@ -80,7 +81,7 @@ def write(run_dir: Path, merged: dict, job: kernels.JobFacts, parts: Sequence[ke
         return None
 
 
-def read(run_dir: Path, merged: Optional[dict]) -> "Optional[tuple[kernels.JobFacts, list[kernels.RankParts]]]":
+def read(run_dir: Path, merged: Optional[Identity]) -> "Optional[tuple[kernels.JobFacts, list[kernels.RankParts]]]":
     """The stored job facts and rank parts when they belong to the ``merged.parquet`` of identity ``merged`` and
     to this code; None otherwise (why at debug level)."""
     import pyarrow as pa

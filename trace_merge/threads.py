@@ -18,6 +18,11 @@ R = TypeVar("R")
 _limit = os.cpu_count() or 1
 
 
+def limit() -> int:
+    """The most threads one :func:`thread_map` uses in this process."""
+    return _limit
+
+
 def set_limit(threads: int) -> None:
     """At most ``threads`` threads for one :func:`thread_map` in this process from now on."""
     global _limit
