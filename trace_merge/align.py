@@ -497,10 +497,10 @@ def alignment_residual(frame: pd.DataFrame, tolerance_ns: int = RESIDUAL_TOLERAN
 
 
 #: what decides how a residual is computed, per rank (:func:`residual_flags`)
-_FLAGS = ("fw", "fw_epoch", "app", "app_epoch", "step_phase", "step_phase_epoch")
+RESIDUAL_FLAGS = ("fw", "fw_epoch", "app", "app_epoch", "step_phase", "step_phase_epoch")
 
 
-def _residual_rows(frame: pd.DataFrame) -> "tuple[pd.DataFrame, pd.DataFrame]":
+def residual_rows(frame: pd.DataFrame) -> "tuple[pd.DataFrame, pd.DataFrame]":
     """(framework rows with a step, app rows with a step)."""
     has_step = frame["step"].notna().to_numpy()
     layer = frame["layer"]
@@ -510,7 +510,7 @@ def _residual_rows(frame: pd.DataFrame) -> "tuple[pd.DataFrame, pd.DataFrame]":
 def residual_flags(frame: pd.DataFrame) -> dict[str, int]:
     """What of the residual's inputs one partition has (counts; the job's are their sums)."""
     if not len(frame):
-        return dict.fromkeys(_FLAGS, 0)
+        return dict.fromkeys(RESIDUAL_FLAGS, 0)
     # counts of masks: no copy of the rows
     has_step = frame["step"].notna().to_numpy()
     has_epoch = frame["epoch"].notna().to_numpy()
@@ -534,7 +534,7 @@ class ResidualBasis:
 
     @classmethod
     def of(cls, flags: "Sequence[Mapping[str, int]]") -> "ResidualBasis":
-        tot = {k: sum(int(f.get(k, 0)) for f in flags) for k in _FLAGS}
+        tot = {k: sum(int(f.get(k, 0)) for f in flags) for k in RESIDUAL_FLAGS}
         step_phase = tot["step_phase"] > 0
         app_epoch = tot["step_phase_epoch"] if step_phase else tot["app_epoch"]
         return cls(fw=tot["fw"], app=tot["app"] > 0, step_phase=step_phase,
@@ -545,7 +545,7 @@ def residual_parts(frame: pd.DataFrame, basis: ResidualBasis) -> dict[str, "tupl
     """One partition's share of the residual: numbering -> (ns outside per matched event, unmatched events)."""
     if not basis.fw or not basis.app or not len(frame):
         return {}
-    fw, app = _residual_rows(frame)
+    fw, app = residual_rows(frame)
     if not len(fw):
         return {}
     if basis.step_phase:
@@ -592,7 +592,7 @@ def time_order(frame: pd.DataFrame) -> pd.DataFrame:
     Same result as ``sort_values(["start_ns", "layer"], kind="stable")`` at a third of its cost: one
     order from numpy, then one ``take`` per column without pandas' block machinery.
     """
-    order = _time_order(frame["start_ns"].to_numpy(), frame["layer"].array)
+    order = rows_time_order(frame["start_ns"].to_numpy(), frame["layer"].array)
     if order is None:
         return frame.reset_index(drop=True)
     columns = list(frame.columns)
@@ -601,7 +601,7 @@ def time_order(frame: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(dict(zip(columns, arrays)), columns=columns, copy=False)
 
 
-def _time_order(start: np.ndarray, layer: pd.Categorical) -> "np.ndarray | None":
+def rows_time_order(start: np.ndarray, layer: pd.Categorical) -> "np.ndarray | None":
     """The order of :func:`time_order` (``None``: the rows are in it already)."""
     def layer_key(tied: np.ndarray) -> np.ndarray:
         codes = layer.codes[tied].astype(np.int64)
@@ -630,7 +630,7 @@ class TimeOrdered:
         self.order = None
         if self._parts:
             self._placed = {"layer": self._column("layer"), "start_ns": self._column("start_ns")}
-            self.order = _time_order(np.asarray(self._placed["start_ns"], dtype=np.int64), self._placed["layer"])
+            self.order = rows_time_order(np.asarray(self._placed["start_ns"], dtype=np.int64), self._placed["layer"])
 
     def _column(self, name: str) -> Any:
         return concat_column([part(name) for part in self._parts], name)

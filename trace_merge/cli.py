@@ -181,7 +181,7 @@ def _layered_text(layered: pd.DataFrame, width: int, top: int = 30) -> "list[str
                                               *comp, "layers"]]
     table = table[table["time_s"] > 0].sort_values(["rank", "time_s"], ascending=[True, False], kind="stable")
     shown = table.groupby("rank", sort=True).head(top)
-    out = [frame_text(shown, width)]
+    out: list[str] = [frame_text(shown, width)]
     if len(shown) < len(table):
         out.append(f"  ({len(table) - len(shown)} shorter rows not shown: --json or the report has all)")
     return out
@@ -435,7 +435,7 @@ def compare_main(args: argparse.Namespace) -> int:
             if x is None:
                 return "-"
             if "bytes" in row and not column.startswith("ratio ") and isinstance(x, Real):
-                return size_text(x)
+                return size_text(float(x))
             return f"{x:.4g}" if isinstance(x, float) else str(x)
 
         shown = table.apply(lambda col: [text(x, row, str(col.name)) for row, x in col.items()])

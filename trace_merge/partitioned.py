@@ -37,7 +37,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Optional, Protocol, Sequence
+from typing import Any, Callable, Iterator, Optional, Protocol, Sequence
 
 import numpy as np
 import pandas as pd
@@ -150,7 +150,7 @@ def _write_piece(frame: pd.DataFrame, path: Path) -> None:
 
     def place(data: Any) -> list:
         nonlocal at
-        view = memoryview(np.ascontiguousarray(data)).cast("B") if isinstance(data, np.ndarray) else data
+        view = _bytes_of(np.ascontiguousarray(data)) if isinstance(data, np.ndarray) else data
         buffers.append((at, view))
         where = [at, len(view)]
         at += -(-len(view) // _PIECE_ALIGN) * _PIECE_ALIGN
@@ -203,10 +203,15 @@ def _piece_header(fh: Any, path: str) -> "tuple[dict, int]":
     return header, -(-(len(_PIECE_MAGIC) + 8 + size) // _PIECE_ALIGN) * _PIECE_ALIGN
 
 
-def _read_into(fh: Any, start: int, where: list, dtype: "str | np.dtype", rows: int) -> np.ndarray:
+def _bytes_of(array: np.ndarray) -> memoryview:
+    """A contiguous array's bytes, without a copy (numpy arrays are buffers; its stubs for 1.x do not say so)."""
+    return memoryview(array).cast("B")  # type: ignore[arg-type]
+
+
+def _read_into(fh: Any, start: int, where: list, dtype: "str | np.dtype | type", rows: int) -> np.ndarray:
     out = np.empty(rows, dtype=dtype)
     fh.seek(start + where[0])
-    if fh.readinto(memoryview(out).cast("B")) != where[1]:
+    if fh.readinto(_bytes_of(out)) != where[1]:
         raise TraceInputError(fh.name, "a spilled piece cut short (changed while the merge ran?)")
     return out
 
@@ -270,7 +275,7 @@ class Piece:
 
     def column(self, names: dict, name: str) -> pd.Series:
         """One column of :meth:`resolved` (read from the piece's file alone)."""
-        col = self.frame[name] if self.path is None else _read_piece_column(self.path, name)
+        col = _read_piece_column(self.path, name) if self.path is not None else self.load()[name]
         return resolve_names(col.to_frame(), names)[name] if name == "file" and self.kind == "dftracer" else col
 
     def store(self, frame: pd.DataFrame) -> None:
@@ -499,13 +504,14 @@ class _RankWindows:
 
     def __init__(self, parts: "list[Callable[[str], pd.Series]]", columns: Sequence[str], rank: int, rows: int) -> None:
         self._parts = parts
-        start = [np.asarray(part("start_ns"), dtype=np.int64) for part in parts]
-        self._offsets = np.cumsum([0] + [len(s) for s in start])
-        start = np.concatenate(start)
+        starts = [np.asarray(part("start_ns"), dtype=np.int64) for part in parts]
+        self._offsets = np.cumsum([0] + [len(s) for s in starts])
+        start = np.concatenate(starts)
+        del starts
         layer = concat_column([part("layer") for part in parts], "layer")
-        order = A._time_order(start, layer)
+        order: Optional[np.ndarray] = A.rows_time_order(start, layer)
         # int32 positions where they fit: the order is held while the windows are read (a 6.2 M-row rank: 25 MiB)
-        self.order = np.arange(start.size, dtype=_position_dtype(start.size)) if order is None else \
+        self.order: np.ndarray = np.arange(start.size, dtype=_position_dtype(start.size)) if order is None else \
             order.astype(_position_dtype(start.size))
         del order
         self.cuts = time_windows(start[self.order], rows)
@@ -567,9 +573,9 @@ class _RankWindows:
 def _merge_rank_in_windows(task: RankTask) -> RankResult:
     """:func:`merge_rank` of a rank of more than ``task.windows.above_rows`` rows
     (:class:`~trace_merge.engines.Windows`), a window of ``task.windows.rows`` held at a time: ordered once
-    (:class:`_RankWindows`), its steps propagated in two passes (:func:`~trace_merge.align.propagate_windows`), written window by window to its
-    partition file, and summarised from that file window by window. The same rows, tags and tables as
-    :func:`merge_rank`'s (tests/test_windows.py)."""
+    (:class:`_RankWindows`), its steps propagated in two passes (:func:`~trace_merge.align.propagate_windows`),
+    written window by window to its partition file, and summarised from that file window by window. The same rows,
+    tags and tables as :func:`merge_rank`'s (tests/test_windows.py)."""
     import pyarrow as pa
 
     columns = [c for c in FRAME_COLUMNS if c in task.columns]
@@ -583,10 +589,11 @@ def _merge_rank_in_windows(task: RankTask) -> RankResult:
         for frame in windows(columns if cols is None else [c for c in columns if c in cols or c == "name"
                                                              or c == "rank"]):
             if cols is not None and task.residual_basis.fw and task.residual_basis.app:
-                fw, app = A._residual_rows(frame)  # the readers' tags, before propagation
+                fw, app = A.residual_rows(frame)  # the readers' tags, before propagation
                 residual_rows.extend(f for f in (fw, app) if len(f))
             yield frame
 
+    assert task.out is not None  # merge_rank windows only ranks written to a file
     path = Path(task.out)
     tmp = path.with_name(path.name + ".tmp")
     layer_rows: dict = {}
@@ -674,9 +681,9 @@ def merge_rank(task: RankTask) -> RankResult:
                         int(frame["end_ns"].max()) if len(frame) else 0, residual, clocks, warnings, layer_rows, None,
                         int(dxt_rows(frame).sum()))
     if task.analysis is not None:
-        rows = RankRows(frame)
+        taken = RankRows(frame)
         del frame  # the hook's now: rows not kept are let go while it runs
-        result.parts = task.analysis.rank(rows, task.job)
+        result.parts = task.analysis.rank(taken, task.job)
     # the pieces are read: they go here, beside the other ranks' work, not one by one in the driver after the wave
     # (on merge_scale.py's 20 M-event set, 144 spill files took the driver 0.31 s to unlink). Last, so that a task
     # run again after its worker died still finds them.
@@ -694,15 +701,16 @@ def over_ranks(engine: Engine, fn: Any, partitions: "dict[int, Partition]", rows
 
 
 @contextlib.contextmanager
-def engine_for_rows(engine: Optional[Engine], rows: dict):
+def engine_for_rows(engine: Optional[Engine], rows: "dict[int, int]") -> Iterator[Engine]:
     """``engine``, or a local one sized to ``rows`` that is closed afterwards."""
-    own = engine is None
-    engine = engines.local(sum(rows.values()) * 100) if own else engine
-    try:
+    if engine is not None:
         yield engine
+        return
+    own = engines.local(sum(rows.values()) * 100)
+    try:
+        yield own
     finally:
-        if own:
-            engine.close()
+        own.close()
 
 
 # -- the driver ---------------------------------------------------------------------------------------------
@@ -945,4 +953,4 @@ def _shift_app_pieces(pieces: Sequence[Piece], offsets: dict) -> None:
 
 
 def _residual_flags(r: SourceResult) -> dict:
-    return {k: sum(int(p.residual_flags.get(k, 0)) for p in r.pieces) for k in A._FLAGS}
+    return {k: sum(int(p.residual_flags.get(k, 0)) for p in r.pieces) for k in A.RESIDUAL_FLAGS}

@@ -114,10 +114,7 @@ def category_mask(series: pd.Series, predicate) -> np.ndarray:
     codes = series.cat.codes.to_numpy()
     cats = series.cat.categories
     hit = np.zeros(len(cats) + 1, dtype=bool)  # the last entry: null (code -1)
-    if len(cats) * 64 > len(codes):
-        todo = present_codes(codes, len(cats))
-    else:
-        todo = range(len(cats))
+    todo = present_codes(codes, len(cats)) if len(cats) * 64 > len(codes) else np.arange(len(cats))
     for code in todo:
         hit[code] = bool(predicate(str(cats[code])))
     return hit[codes]
