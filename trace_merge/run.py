@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import os
 import weakref
 from dataclasses import dataclass, field
@@ -25,6 +24,7 @@ from trace_merge.align import Residual
 from trace_merge.engines import PARTITION_ABOVE_BYTES
 from trace_merge.errors import TraceInputError
 from trace_merge.readers.darshan import dxt_rows
+from trace_merge.formatting import json_plain as _plain
 from trace_merge.formatting import json_records as _records
 from trace_merge.schema import COUNTER_DTYPES, FRAME_COLUMNS, concat_frames, empty_frame, layer_order
 
@@ -32,21 +32,6 @@ if TYPE_CHECKING:  # pragma: no cover - typing only
     from trace_merge.findings import Finding
 
 logger = logging.getLogger(__name__)
-
-
-def _plain(obj: Any) -> Any:
-    """Make nested dicts/lists of scalars JSON-able (numpy scalars → numbers, NaN/NA → None)."""
-    if isinstance(obj, dict):
-        return {str(k): _plain(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_plain(v) for v in obj]
-    if hasattr(obj, "item") and not isinstance(obj, (str, bytes)):
-        obj = obj.item()
-    if obj is pd.NA or (isinstance(obj, float) and not math.isfinite(obj)):
-        return None
-    if obj is None or isinstance(obj, (str, int, float, bool)):
-        return obj
-    return str(obj)
 
 
 @dataclass
