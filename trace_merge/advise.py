@@ -25,12 +25,12 @@ import shutil
 import subprocess
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence, overload
 
 import numpy as np
 
 from trace_merge.errors import TraceInputError
-from trace_merge.run import _plain
+from trace_merge.formatting import json_plain
 
 #: the knobs the model knows: parallel input slots, prefetch depth, samples per rank and step, ranks
 KNOBS = ("readers", "prefetch", "batch", "ranks")
@@ -210,6 +210,10 @@ class Model:
         return asdict(self)
 
 
+@overload
+def step_time(i: float, c: float, k: float) -> float: ...
+@overload
+def step_time(i: np.ndarray, c: np.ndarray, k: float) -> np.ndarray: ...
 def step_time(i: "float | np.ndarray", c: "float | np.ndarray", k: float) -> "float | np.ndarray":
     """The smooth maximum of input time ``i`` and compute time ``c`` per step (module docstring)."""
     top = np.maximum(i, c)
@@ -512,7 +516,7 @@ def write_advice(a: Advice, out: Path, title: str = "", target_au: float = TARGE
     text = format_advice(a, title, target_au)
     out.mkdir(parents=True, exist_ok=True)
     (out / "advise.txt").write_text(text + "\n")
-    (out / "advise.json").write_text(json.dumps(_plain(a.as_dict()), indent=1) + "\n")
+    (out / "advise.json").write_text(json.dumps(json_plain(a.as_dict()), indent=1) + "\n")
     return text
 
 

@@ -423,7 +423,7 @@ def compare_main(args: argparse.Namespace) -> int:
     runs = [_open_run(p) for p in args.runs]
     table = runs[0].compare(*runs[1:])
     if args.json:
-        from trace_merge.run import _plain
+        from trace_merge.formatting import json_plain as _plain
 
         _out(json.dumps({str(c): _plain(table[c].to_dict()) for c in table.columns}, indent=1))
     else:
@@ -481,7 +481,7 @@ def noise_main(args: argparse.Namespace) -> int:
     table = noise.noise_table(noise.open_runs(quiet, args.from_epoch), noise.open_runs(noisy, args.from_epoch))
     phases = None if args.all_phases else noise.top_phases(table, 8)
     if args.json:
-        from trace_merge.run import _plain
+        from trace_merge.formatting import json_plain as _plain
 
         _out(json.dumps(_plain(table.to_dict(orient="records")), indent=1))
     else:

@@ -12,7 +12,7 @@ Rules and thresholds are documented in docs/findings.md.
 """
 from __future__ import annotations
 
-from typing import Optional
+from typing import Callable, Optional
 
 import numpy as np
 import pandas as pd
@@ -82,7 +82,7 @@ def _top_file(per_file: pd.Series) -> str:
     return f"; most in {name.rsplit('/', 1)[-1]!r} ({int(per_file.max()):,})"
 
 
-def _small_requests(posix: pd.DataFrame, moved: float, per_proc: float) -> list[Finding]:
+def _small_requests(posix: pd.DataFrame, moved: float, per_proc: Callable[[str], float]) -> list[Finding]:
     out = []
     for op, verb in (("READ", "read"), ("WRITE", "write")):
         total = float(_col(posix, f"{op}S").sum())
@@ -127,7 +127,7 @@ def _misaligned(posix: pd.DataFrame) -> Optional[Finding]:
         "`striping_unit` hint, Lustre `lfs setstripe -S` matching the request size)")
 
 
-def _random_access(posix: pd.DataFrame, per_proc) -> list[Finding]:
+def _random_access(posix: pd.DataFrame, per_proc: Callable[[str], float]) -> list[Finding]:
     out = []
     for op, verb in (("READ", "read"), ("WRITE", "write")):
         if f"SEQ_{op}S" not in posix:

@@ -24,9 +24,9 @@ job header of each ``.darshan`` log among the run's sources:
 * a DXT heat map: bytes read and written per time bin × rank (:func:`plot_dxt_heatmap`).
 
 The report draws the I/O cost, operation counts, access pattern, access sizes, mounts and time per rank too
-(``plot_*``). Totals equal
-PyDarshan's (``tests/test_darshan_view.py`` checks every table against its API on its example logs). What only this toolkit adds: when the run also has app phases, the DXT rows are on one clock with them
-(``trace_merge.dxt_clock``), so the report's timeline and ``trace-merge export --perfetto`` show each segment
+(``plot_*``). Totals equal PyDarshan's (``tests/test_darshan_view.py`` checks every table against its API on its
+example logs). What only this toolkit adds: when the run also has app phases, the DXT rows are on one clock with
+them (``trace_merge.dxt_clock``), so the report's timeline and ``trace-merge export --perfetto`` show each segment
 inside the phase that caused it.
 """
 from __future__ import annotations
@@ -122,7 +122,8 @@ def darshan_view(run: "Run") -> Optional[DarshanView]:
     mounts = _mounts(c, mount_table)
     for j, table in headers:  # each log's own mount table against all the run's files
         used = _mounts(c, table) if table else pd.DataFrame(columns=["mount", "fs_type"])
-        j["mounts used"] = ", ".join(f"{m} ({t})" for m, t in zip(used["mount"], used["fs_type"]) if t) or "none recorded"
+        named = [f"{m} ({t})" for m, t in zip(used["mount"], used["fs_type"]) if t]
+        j["mounts used"] = ", ".join(named) or "none recorded"
     notes = []
     nprocs = sum(int(j["nprocs"]) for j in job if j.get("nprocs")) if job else 0
     if not nprocs:
@@ -176,7 +177,8 @@ def _job_header(path: Path) -> "tuple[dict[str, Any], list[tuple[str, str]]]":
     try:
         import darshan
     except ImportError:
-        raise TraceInputError(path, "reading Darshan logs needs PyDarshan: pip install 'dlio-layers[darshan]'") from None
+        raise TraceInputError(path, "reading Darshan logs needs PyDarshan: "
+                              "pip install 'dlio-layers[darshan]'") from None
     try:
         report = darshan.DarshanReport(os.fspath(path), read_all=False)
     except Exception as err:  # PyDarshan raises bare RuntimeError/ValueError on bad logs
@@ -223,7 +225,8 @@ def _modules(c: pd.DataFrame, sums: pd.Series, unknown: pd.Series, nprocs: int,
         # a -1 in any record means "not recorded": the time is unknown, not a negative number of seconds
         times = [None if unknown.get((key, f"F_{k}_TIME"), False) else float(s.get(f"F_{k}_TIME", 0.0))
                  for k in ("READ", "WRITE", "META")]
-        per_proc = None if None in times else sum(times) / nprocs
+        known = [t for t in times if t is not None]
+        per_proc = sum(known) / nprocs if len(known) == len(times) else None
         rows.append({
             "module": label, "files": int(c.loc[c["module"] == key, "file"].nunique()),
             "bytes_read": _total(sums, unknown, key, ("BYTES_READ",)) if key != "H5F" else 0,
@@ -360,7 +363,8 @@ def access_sizes(c: pd.DataFrame) -> pd.DataFrame:
     for key, infix in _SIZE_INFIX.items():
         m = c[(c["module"] == key) & (c["value"] >= 0)]
         total = m.groupby("counter")["value"].sum()
-        counts = {op: [int(total.get(f"SIZE_{op.upper()}_{infix}{b}", 0)) for b in SIZE_BINS] for op in ("read", "write")}
+        counts = {op: [int(total.get(f"SIZE_{op.upper()}_{infix}{b}", 0)) for b in SIZE_BINS]
+                  for op in ("read", "write")}
         if not any(counts["read"]) and not any(counts["write"]):
             continue
         rows += [{"module": MODULES[key], "access_size": label, "reads": r, "writes": w}
@@ -513,14 +517,14 @@ def plot_dxt_heatmap(frame: pd.DataFrame, bins: int = _HEATMAP_BINS) -> "Figure"
     the total per bin above it; colours from :data:`trace_merge.plots.IO_COLOURS`."""
     from matplotlib.colors import LinearSegmentedColormap
 
-    from trace_merge.plots import IO_COLOURS, _new_figure
+    from trace_merge.plots import IO_COLOURS, new_figure
 
     df, module = heatmap_df(frame, bins)
     if not len(df):
         raise ValueError("no DXT segments in this run (Darshan ran without DXT_ENABLE_IO_TRACE=1)")
     ranks = np.sort(df["rank"].unique())
     span = float(df["t1_s"].max())
-    fig = _new_figure((9, 2.6 + 2 * min(0.18 * len(ranks), 3.0)))
+    fig = new_figure((9, 2.6 + 2 * min(0.18 * len(ranks), 3.0)))
     grid = fig.add_gridspec(4, 2, height_ratios=[1, 3, 1, 3], width_ratios=[40, 1])
     for row, (op, colour) in enumerate(IO_COLOURS.items()):
         part = df[df["op"] == op]
@@ -556,12 +560,12 @@ def plot_dxt_heatmap(frame: pd.DataFrame, bins: int = _HEATMAP_BINS) -> "Figure"
 def plot_io_cost(view: DarshanView) -> "Figure":
     """PyDarshan's "I/O Cost" bar: read / write / metadata time per process for each module, stacked, with the
     share of the run time on the right axis when the run time is known."""
-    from trace_merge.plots import CAT_COLOURS, IO_COLOURS, _new_figure
+    from trace_merge.plots import CAT_COLOURS, IO_COLOURS, new_figure
 
     df = view.modules.dropna(subset=["read_time_s", "write_time_s", "meta_time_s"])
     if not len(df):
         raise ValueError("no module records its read, write and metadata times")
-    fig = _new_figure((6.5, 3.2))
+    fig = new_figure((6.5, 3.2))
     ax = fig.add_subplot()
     bottom = np.zeros(len(df))
     for part, colour in (("read", IO_COLOURS["read"]), ("write", IO_COLOURS["write"]), ("meta", CAT_COLOURS["comm"])):
@@ -570,9 +574,10 @@ def plot_io_cost(view: DarshanView) -> "Figure":
         bottom += height
     ax.set_ylabel("seconds per process")
     ax.legend(fontsize="small", loc="upper left")
-    if view.runtime_s:
-        top = ax.secondary_yaxis("right", functions=(lambda s: 100 * s / view.runtime_s,
-                                                     lambda p: p * view.runtime_s / 100))
+    runtime = view.runtime_s
+    if runtime:
+        top = ax.secondary_yaxis("right", functions=(lambda s: np.divide(np.multiply(100, s), runtime),
+                                                     lambda p: np.divide(np.multiply(p, runtime), 100)))
         top.set_ylabel("% of the run time")
     ax.set_title(f"I/O cost: time per process (summed over ranks ÷ {view.nprocs:,})", fontsize="medium", loc="left")
     return fig
@@ -585,12 +590,12 @@ _COLLECTIVE = "collective "
 def plot_operations(view: DarshanView) -> "Figure":
     """PyDarshan's "Operation Counts" bars, one panel per module: each operation of :attr:`DarshanView.operations`
     (MPI-IO's collective part hatched inside its bar); a count Darshan did not record is named, not drawn as 0."""
-    from trace_merge.plots import CAT_COLOURS, _new_figure
+    from trace_merge.plots import CAT_COLOURS, new_figure
 
     df = view.operations
     if not len(df):
         raise ValueError("no operation counters")
-    fig = _new_figure((9, 2.3 * len(df)))
+    fig = new_figure((9, 2.3 * len(df)))
     key_of = {label: key for key, label in MODULES.items()}
     for i, (_, row) in enumerate(df.iterrows()):
         ax = fig.add_subplot(len(df), 1, i + 1)
@@ -616,12 +621,12 @@ def plot_operations(view: DarshanView) -> "Figure":
 def plot_access_pattern(view: DarshanView) -> "Figure":
     """PyDarshan's POSIX "Access Pattern": for reads and for writes, all of them, the sequential and the
     consecutive ones, side by side."""
-    from trace_merge.plots import IO_COLOURS, _new_figure
+    from trace_merge.plots import IO_COLOURS, new_figure
 
     df = view.access_pattern.dropna(subset=["total"])
     if not len(df):
         raise ValueError("no POSIX read and write counters")
-    fig = _new_figure((6.5, 3.2))
+    fig = new_figure((6.5, 3.2))
     ax = fig.add_subplot()
     x = np.arange(len(df))
     for shift, kind, alpha in ((-0.27, "total", 1.0), (0, "sequential", 0.6), (0.27, "consecutive", 0.3)):
@@ -639,13 +644,13 @@ def plot_access_pattern(view: DarshanView) -> "Figure":
 
 def plot_access_sizes(view: DarshanView) -> "Figure":
     """PyDarshan's "Access Sizes": reads and writes per Darshan size bin, one panel per module."""
-    from trace_merge.plots import IO_COLOURS, _new_figure
+    from trace_merge.plots import IO_COLOURS, new_figure
 
     df = view.access_sizes
     if not len(df):
         raise ValueError("no access-size counters (POSIX_SIZE_*, MPIIO_SIZE_*_AGG_*, H5D_SIZE_*_AGG_*)")
     mods = list(dict.fromkeys(df["module"]))
-    fig = _new_figure((9, 2.4 * len(mods)))
+    fig = new_figure((9, 2.4 * len(mods)))
     x = np.arange(len(SIZE_BINS))
     for i, mod in enumerate(mods):
         ax = fig.add_subplot(len(mods), 1, i + 1)
@@ -662,12 +667,12 @@ def plot_access_sizes(view: DarshanView) -> "Figure":
 
 def plot_mounts(view: DarshanView) -> "Figure":
     """PyDarshan's "Data Access by Category": bytes and files read / written per mount point."""
-    from trace_merge.plots import IO_COLOURS, _new_figure
+    from trace_merge.plots import IO_COLOURS, new_figure
 
     df = view.mounts
     if not len(df):
         raise ValueError("no POSIX or STDIO records")
-    fig = _new_figure((9, 1.0 + 0.7 * len(df)))
+    fig = new_figure((9, 1.0 + 0.7 * len(df)))
     y = np.arange(len(df))[::-1]
     labels = [f"{m} ({t})" if t else m for m, t in zip(df["mount"], df["fs_type"])]
     for i, (what, unit) in enumerate((("bytes", "MB"), ("files", "files"))):
@@ -690,12 +695,12 @@ def plot_mounts(view: DarshanView) -> "Figure":
 def plot_rank_times(view: DarshanView) -> "Figure":
     """Time per rank: for each row of :attr:`DarshanView.rank_times`, the fastest-to-slowest range of the ranks'
     I/O time, with the mean (and, for own files, the median) marked."""
-    from trace_merge.plots import CAT_COLOURS, _new_figure
+    from trace_merge.plots import CAT_COLOURS, new_figure
 
     df = view.rank_times
     if not len(df):
         raise ValueError("no read/write/metadata times per rank")
-    fig = _new_figure((9, 1.0 + 0.45 * len(df)))
+    fig = new_figure((9, 1.0 + 0.45 * len(df)))
     ax = fig.add_subplot()
     y = np.arange(len(df))[::-1]
     ax.hlines(y, df["fastest_s"], df["slowest_s"], color=CAT_COLOURS["io"], linewidth=6, alpha=0.35)
@@ -727,7 +732,7 @@ def _job_lines(view: DarshanView, width: int) -> "list[str]":
 
     if not view.job:
         return ["  (no job header)"]
-    lines = []
+    lines: list[str] = []
     for job in view.job:
         keys = max(len(k) for k in job)
         pad = " " * (keys + 4)
@@ -808,7 +813,9 @@ def view_text(view: DarshanView, width: int, *, aligned: bool = False) -> str:
 
 def html_sections(run: "Run", view: DarshanView, *, aligned: bool = False) -> list[str]:
     """The view as HTML sections of the report (:mod:`trace_merge.report`)."""
-    from trace_merge.html_parts import figure as _figure, key_values as _kv, table as _table
+    from trace_merge.html_parts import figure as _figure
+    from trace_merge.html_parts import key_values as _kv
+    from trace_merge.html_parts import table as _table
 
     level = "h3" if aligned else "h2"
 

@@ -21,9 +21,9 @@ of the region where the score is highest; ``uncertainty_ns`` is half its width. 
 with the best *other* local maximum more than :data:`SEPARATION_NS` away: of the matchable segments (those
 of files the reference saw) that the runner-up leaves unexplained, the share the best offset explains
 (``(b − r) / (1 − r)`` with ``b``, ``r`` the shares explained; 1 when the best explains every segment and
-the runner-up does not, ~0 for a periodic pattern that fits as well one period later). The header is kept when fewer than :data:`MIN_SEGMENTS` match, the
-confidence is below :data:`MIN_CONFIDENCE`, or the optimum is wider than ``2 ×``
-:data:`MAX_UNCERTAINTY_NS`.
+the runner-up does not, ~0 for a periodic pattern that fits as well one period later). The header is kept when
+fewer than :data:`MIN_SEGMENTS` match, the confidence is below :data:`MIN_CONFIDENCE`, or the optimum is wider
+than ``2 ×`` :data:`MAX_UNCERTAINTY_NS`.
 
 :func:`estimate_rank` is the per-rank kernel (one rank's rows in, one small :class:`DxtClock` out);
 :func:`place_source` applies it to every rank of one Darshan source. Users' description: ``docs/frame.md``.
@@ -182,7 +182,9 @@ class _Votes:
             for f in np.unique(ref_file[known]):  # one file's phases merged: one vote per window
                 mine = ref_file[known] == f
                 ws, we = merge_intervals(r_start[mine], r_end[mine])
-                groups.append(np.full(len(ws), f)), lo.append(ws), hi.append(we)
+                groups.append(np.full(len(ws), f))
+                lo.append(ws)
+                hi.append(we)
             self.items = _Grouped(np.concatenate(groups), np.concatenate(lo), np.concatenate(hi))
             self.queries = [s_code]
         else:
@@ -222,7 +224,9 @@ class _Votes:
                 d = self.items.lo[k] - self.s_start[i]
                 lo, hi = np.maximum(d - POSIX_TOLERANCE_NS, w_lo), np.minimum(d + POSIX_TOLERANCE_NS, w_hi)
             keep = lo <= hi
-            out_i.append(i[keep]), out_lo.append(lo[keep]), out_hi.append(hi[keep])
+            out_i.append(i[keep])
+            out_lo.append(lo[keep])
+            out_hi.append(hi[keep])
         return np.concatenate(out_i), np.concatenate(out_lo), np.concatenate(out_hi)
 
 

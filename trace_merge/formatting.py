@@ -160,5 +160,21 @@ def json_records(df: pd.DataFrame) -> list[dict[str, Any]]:
     return json.loads(df.to_json(orient="records", double_precision=10)) if len(df) else []
 
 
+def json_plain(obj: Any) -> Any:
+    """Make nested dicts/lists of scalars JSON-able (numpy scalars → numbers, NaN/NA → None)."""
+    if isinstance(obj, dict):
+        return {str(k): json_plain(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [json_plain(v) for v in obj]
+    if hasattr(obj, "item") and not isinstance(obj, (str, bytes)):
+        obj = obj.item()
+    if obj is pd.NA or (isinstance(obj, float) and not math.isfinite(obj)):
+        return None
+    if obj is None or isinstance(obj, (str, int, float, bool)):
+        return obj
+    return str(obj)
+
+
 __all__ = ["MISSING", "BYTES_IN", "DEFAULT_WIDTH", "sig3", "size_text", "cell", "formatted", "UNITS", "number",
-           "readable", "text_width", "Preformatted", "wrap", "frame_text", "json_records"]
+           "readable", "text_width", "Preformatted", "wrap", "frame_text", "json_records",
+           "json_plain"]

@@ -41,8 +41,10 @@ def table(df: pd.DataFrame, max_rows: int = 200) -> str:
 def key_values(d: dict[str, Any]) -> str:
     if not d:
         return "<p><i>none</i></p>"
-    rows = "".join(f"<tr><td>{html.escape(str(k))}</td><td>{html.escape(cell(v, str(k)) if not isinstance(v, (dict, list)) else json.dumps(v, default=str))}</td></tr>"
-                   for k, v in d.items())
+    def text(k: Any, v: Any) -> str:
+        return json.dumps(v, default=str) if isinstance(v, (dict, list)) else cell(v, str(k))
+
+    rows = "".join(f"<tr><td>{html.escape(str(k))}</td><td>{html.escape(text(k, v))}</td></tr>" for k, v in d.items())
     return f'<table class="kv">{rows}</table>'
 
 

@@ -25,7 +25,7 @@ Nesting
 from __future__ import annotations
 
 import math
-from typing import Callable, Iterable, Optional
+from typing import Any, Callable, Iterable, Optional
 
 import numpy as np
 import pandas as pd
@@ -33,11 +33,17 @@ import pandas as pd
 try:
     from trace_merge import _sweep
 except ImportError:  # installed without a C compiler
-    _sweep = None
+    _sweep = None  # type: ignore[assignment]  # the stub types the module; callers test it for None
 
 _I8 = np.int64
 _EMPTY = np.zeros(0, dtype=_I8)
 EMPTY = (_EMPTY, _EMPTY)
+
+
+def _i8(a: "np.ndarray | Iterable[int]") -> np.ndarray:
+    """``a`` as contiguous int64, as the C sweeps take bounds."""
+    return np.ascontiguousarray(a, dtype=_I8)
+
 
 def merge_intervals(starts: Iterable[int], ends: Iterable[int]) -> tuple[np.ndarray, np.ndarray]:
     """Merge intervals into a sorted list of disjoint intervals (the "merged interval list").
@@ -112,7 +118,7 @@ def time_windows(starts: np.ndarray, rows: int) -> list[int]:
 
 def _runs_order(runs: np.ndarray, second: np.ndarray) -> np.ndarray:
     """Stable order by ``(runs, second)`` when ``runs`` is already ascending: one stable sort of a single int64 key
-    (run number, then ``second``), ten times cheaper than :func:`numpy.lexsort` of the two keys."""
+    (run number, then ``second``), where :func:`numpy.lexsort` of the two keys would sort twice."""
     head = np.empty(len(runs), dtype=bool)
     head[0] = True
     np.not_equal(runs[1:], runs[:-1], out=head[1:])
@@ -184,8 +190,8 @@ def covered_ns(ms: np.ndarray, me: np.ndarray, w_s: np.ndarray, w_e: np.ndarray)
     """How much of each window ``[w_s, w_e)`` a merged list covers, int64 ns, one value per window.
 
     Uses the cumulative covered length ``F(t)`` of the merged list, so any number of windows costs two
-    binary searches each; in C (``_sweep.covered``) windows in time order walk the list once instead (a phase's
-    merged intervals against a component's: 3-4x numpy's time).
+    binary searches each; in C (``_sweep.covered``) windows in time order (a phase's merged intervals against a
+    component's) walk the list once instead.
     """
     w_s = np.asarray(w_s, dtype=_I8)
     w_e = np.asarray(w_e, dtype=_I8)
@@ -193,7 +199,7 @@ def covered_ns(ms: np.ndarray, me: np.ndarray, w_s: np.ndarray, w_e: np.ndarray)
         return np.zeros(w_s.shape, dtype=_I8)
     if _sweep is not None and w_s.ndim == 1 and w_e.shape == w_s.shape:
         out = np.empty(w_s.size, dtype=_I8)
-        _sweep.covered(*(np.ascontiguousarray(a, dtype=_I8) for a in (ms, me, w_s, w_e)), out)
+        _sweep.covered(_i8(ms), _i8(me), _i8(w_s), _i8(w_e), out)
         return out
     cum = np.concatenate(([0], np.cumsum(me - ms)))
 
@@ -216,7 +222,7 @@ class Axis:
     def __init__(self, groups: np.ndarray, starts: np.ndarray, ends: np.ndarray, ngroups: int) -> None:
         lo = np.full(ngroups, np.iinfo(_I8).max, dtype=_I8)
         hi = np.full(ngroups, np.iinfo(_I8).min, dtype=_I8)
-        if groups.size:  # O(n), no sort; numpy's ufunc.at is 5-10x faster than a pandas group-by here
+        if groups.size:  # O(n), no sort (a pandas group-by would cost more here)
             np.minimum.at(lo, groups, starts)
             np.maximum.at(hi, groups, ends)
         absent = np.bincount(groups, minlength=ngroups) == 0 if groups.size else np.ones(ngroups, dtype=bool)
@@ -330,9 +336,9 @@ def nesting_parents(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     n = len(starts)
     if n == 0:
         return np.zeros(0, dtype=np.int64)
-    if _sweep is not None:  # the sweep itself, one pass in C: a tenth of the passes below
+    if _sweep is not None:  # the sweep itself, one pass in C instead of the passes below
         parent = np.empty(n, dtype=position_type(n))
-        _sweep.nesting_parents(np.ascontiguousarray(starts, dtype=_I8), np.ascontiguousarray(ends, dtype=_I8), parent)
+        _sweep.nesting_parents(_i8(starts), _i8(ends), parent)
         return parent
     parent = _candidate_parents(starts, ends)
     for _ in range(_PARENT_PASSES):
@@ -351,7 +357,7 @@ _PARENT_PASSES = 4
 _SHALLOW = 4
 
 
-def position_type(n: int) -> type:
+def position_type(n: int) -> "type[np.signedinteger[Any]]":
     """The integer type of positions among ``n`` intervals: int32 where it holds them (half the memory of the
     index arrays of a rank's millions of intervals)."""
     return np.int32 if n < 2**31 else np.int64
@@ -362,7 +368,7 @@ def _candidate_parents(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     n = len(starts)
     pos_t = position_type(n)
     index = np.arange(n, dtype=pos_t)
-    # stable: on the nearly sorted ends of a trace numpy's timsort is 20x faster than its default quicksort
+    # stable: numpy's timsort, which is fast on the nearly sorted ends of a trace (its default quicksort is not)
     closed = np.searchsorted(np.sort(ends, kind="stable"), starts, side="right").astype(pos_t)
     depth = index - closed
     del closed
@@ -374,7 +380,8 @@ def _candidate_parents(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
             at = depth == d
             cand[at] = last[at]
         return cand
-    depth, index = depth.astype(np.int64), None  # the key below needs 64 bits
+    depth = depth.astype(np.int64)  # the key below needs 64 bits
+    del index
     by_depth = np.argsort(narrow(depth), kind="stable")  # (depth, index) order
     key = depth[by_depth] * (n + 1) + by_depth
     pos = np.empty(n, dtype=np.int64)
@@ -407,7 +414,7 @@ def _nesting_parents_loop(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     """The stack sweep :func:`nesting_parents` reproduces; one Python step per interval."""
     parent = [-1] * len(starts)
     stack: list[int] = []
-    ends_list = ends.tolist()  # plain lists: element access in this loop is ~5x faster than numpy's
+    ends_list = ends.tolist()  # plain lists: their element access in this loop is cheaper than numpy's
     for i, start in enumerate(starts.tolist()):
         while stack and ends_list[stack[-1]] <= start:
             stack.pop()
@@ -434,8 +441,7 @@ def innermost(
         parent = nesting_parents(starts, ends)
     if _sweep is not None and parent.dtype in (np.int32, np.int64):
         idx = np.empty(len(q_start), dtype=np.int64)
-        _sweep.innermost(*(np.ascontiguousarray(a, dtype=_I8) for a in (starts, ends)), np.ascontiguousarray(parent),
-                         *(np.ascontiguousarray(a, dtype=_I8) for a in (q_start, q_end)), idx)
+        _sweep.innermost(_i8(starts), _i8(ends), np.ascontiguousarray(parent), _i8(q_start), _i8(q_end), idx)
         return idx
     idx = np.searchsorted(starts, q_start, "right") - 1
     while True:
@@ -500,8 +506,8 @@ def self_segments(groups: np.ndarray, starts: np.ndarray, ends: np.ndarray
     Within a group, intervals form a nesting forest (:func:`nesting_parents`; equal starts: the longer one is
     the parent). An interval's self time is the gap before its first child, the gaps between consecutive
     children and the gap after its last child, clipped to the interval (a child, or a descendant, that crosses
-    its parent's end keeps the rest, as the innermost open interval). So each instant of a group belongs to exactly one interval -- the innermost open one --
-    and the segments of one group never overlap.
+    its parent's end keeps the rest, as the innermost open interval). So each instant of a group belongs to exactly
+    one interval -- the innermost open one -- and the segments of one group never overlap.
 
     Parameters
     ----------
@@ -547,14 +553,10 @@ def _swept_segments(ts: np.ndarray, te: np.ndarray, parent: np.ndarray) -> "tupl
     return seg_s[:k], seg_e[:k], at[:k]
 
 
-def _vectorised_segments(ts: np.ndarray, te: np.ndarray, parent: np.ndarray
-                         ) -> "tuple[np.ndarray, np.ndarray, np.ndarray]":
-    """:func:`_swept_segments` in numpy (an install without a C compiler)."""
-    child = np.flatnonzero(parent >= 0)
-    child = child[np.argsort(parent[child], kind="stable")]  # grouped by parent, each group in start order
-    par = parent[child]
-    # reach: the last end in an interval's subtree. A crossing descendant can outlive its ancestors, and
-    # whatever follows a child only starts once all of the child's subtree has ended.
+def _subtree_reach(te: np.ndarray, child: np.ndarray, par: np.ndarray) -> np.ndarray:
+    """The last end in each interval's subtree (``child``: the intervals with a parent, ``par`` their parents). A
+    crossing descendant can outlive its ancestors, and whatever follows a child only starts once all of the
+    child's subtree has ended."""
     reach = te.copy()
     while child.size:
         grown = reach.copy()
@@ -562,7 +564,16 @@ def _vectorised_segments(ts: np.ndarray, te: np.ndarray, parent: np.ndarray
         if np.array_equal(grown, reach):
             break
         reach = grown
-    grown = None
+    return reach
+
+
+def _vectorised_segments(ts: np.ndarray, te: np.ndarray, parent: np.ndarray
+                         ) -> "tuple[np.ndarray, np.ndarray, np.ndarray]":
+    """:func:`_swept_segments` in numpy (an install without a C compiler)."""
+    child = np.flatnonzero(parent >= 0)
+    child = child[np.argsort(parent[child], kind="stable")]  # grouped by parent, each group in start order
+    par = parent[child]
+    reach = _subtree_reach(te, child, par)
     head_end = te.copy()
     tail_end = np.zeros(child.size, dtype=_I8)
     if child.size:

@@ -1,10 +1,11 @@
 """Writing output files: never over an existing file without ``force``, never a half-written file in place.
 
 - :func:`atomic_outputs` writes a *set* of files so that all of them land or none: every file goes to a
-  temporary name ``.<name>.tmp-<pid>-<random>`` beside its target (created exclusively, never through a link), and only when all are written are they renamed into
-  place. A failure (disk full, a signal turned into an exception) removes the temporaries. Temporaries left by a
-  process that died (``kill -9``) are removed by the next writer of the same targets. SIGTERM and SIGINT are
-  held back while the files are renamed, so that they land together.
+  temporary name ``.<name>.tmp-<pid>-<random>`` beside its target (created exclusively, never through a link), and
+  only when all are written are they renamed into place. A failure (disk full, a signal turned into an
+  exception) removes the temporaries. Temporaries left by a process that died (``kill -9``) are removed by the
+  next writer of the same targets. SIGTERM and SIGINT are held back while the files are renamed, so that they
+  land together.
 - :func:`input_umask` keeps outputs no more readable than the inputs they were made from (``trace-merge`` sets it
   as its umask for the command): a run of 0700/0600 files gives 0600 outputs, not world-readable ones.
 - :func:`exclusive` keeps two processes from writing the same outputs at once (``trace-merge merge`` of one run
@@ -24,7 +25,8 @@ import socket
 import stat
 import threading
 from pathlib import Path
-from typing import Iterator, Sequence
+from types import FrameType
+from typing import Any, Callable, Iterator, Optional, Sequence, Union
 
 from trace_merge.errors import OutputBusyError, OutputExistsError, OutputWriteError, TraceInputError
 
@@ -194,9 +196,11 @@ def _signals_held() -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    pending: list[tuple[int, object]] = []
-    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
-    previous = {sig: h for sig, h in previous.items() if h is not None}  # None: set outside Python, left alone
+    pending: list[tuple[int, Optional[FrameType]]] = []
+    installed = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    # None: set outside Python, left alone
+    previous: dict[int, Union[Callable[[int, Optional[FrameType]], Any], int]] = {
+        sig: h for sig, h in installed.items() if h is not None}
     for sig in previous:
         signal.signal(sig, lambda signum, frame: pending.append((signum, frame)))
     try:

@@ -1,7 +1,8 @@
 """Figures for the analyses in :mod:`trace_merge.analysis` (compute/plot pairs).
 
 Each ``plot_*`` takes the DataFrame its ``*_df`` partner returns (the timeline takes the frame itself),
-draws on ``ax`` when given, and returns the :class:`matplotlib.figure.Figure`. Figures are made with
+draws on ``ax`` when given, and returns the :class:`matplotlib.figure.Figure` (given ``ax``: the figure or
+subfigure holding it). Figures are made with
 :class:`~matplotlib.figure.Figure` directly, never through ``pyplot``, so library code neither opens windows
 nor changes the user's backend; save them with ``fig.savefig(...)``.
 """
@@ -13,15 +14,14 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional, Sequence
 import numpy as np
 import pandas as pd
 
-from trace_merge.analysis import (COMPONENT_LABELS, OTHER_PHASES, PRIORITY, SIZE_BINS, WHERE_SEGMENTS,
-                                  component_labels)
-from trace_merge.formatting import sig3, size_text
+from trace_merge.analysis import COMPONENT_LABELS, OTHER_PHASES, PRIORITY, SIZE_BINS, WHERE_SEGMENTS, component_labels
 from trace_merge.attribution import step_marks_df
+from trace_merge.formatting import sig3, size_text
 from trace_merge.schema import STEP_PHASE, as_text
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from matplotlib.axes import Axes
-    from matplotlib.figure import Figure
+    from matplotlib.figure import Figure, SubFigure
 
 logger = logging.getLogger(__name__)
 
@@ -55,7 +55,8 @@ def plot_grouped_bars(table: pd.DataFrame, colours: dict, *, labels: Optional[di
                       ticks: Optional[list] = None, xlabel: str = "", ylabel: str = "", title: str = "") -> "Figure":
     """One group of bars per row of ``table`` (x, labelled ``ticks``), one bar per column in ``colours[column]``
     with legend label ``labels[column]`` (default: the column name); the legend outside the data, on the right."""
-    fig, ax = _figure_and_axes(None, (8, 3.2))
+    fig = new_figure((8, 3.2))
+    ax = fig.add_subplot()
     width = 0.8 / len(table.columns)
     for i, col in enumerate(table.columns):
         ax.bar(np.arange(len(table)) + (i - (len(table.columns) - 1) / 2) * width, table[col].to_numpy(dtype=float),
@@ -72,7 +73,8 @@ def plot_stacked_bars(parts: "list[tuple[str, Any, str, Optional[str]]]", ticks:
                       ylabel: str = "", title: str = "") -> "Figure":
     """One stacked bar per tick: ``parts`` are ``(label, values, colour, hatch)`` from the bottom up (``values``
     one per tick, missing as 0); the legend outside the data, on the right."""
-    fig, ax = _figure_and_axes(None, (8, 3.4))
+    fig = new_figure((8, 3.4))
+    ax = fig.add_subplot()
     x = np.arange(len(ticks))
     bottom = np.zeros(len(x))
     for label, values, colour, hatch in parts:
@@ -87,7 +89,8 @@ def plot_stacked_bars(parts: "list[tuple[str, Any, str, Optional[str]]]", ticks:
     return fig
 
 
-def _new_figure(size: tuple[float, float]) -> "Figure":
+def new_figure(size: tuple[float, float]) -> "Figure":
+    """A figure of ``size`` inches, not tied to pyplot (nothing global to close), laid out to fit its labels."""
     try:
         from matplotlib.figure import Figure
     except ImportError as exc:  # pragma: no cover - matplotlib is in the [merge] extra
@@ -95,14 +98,14 @@ def _new_figure(size: tuple[float, float]) -> "Figure":
     return Figure(figsize=size, layout="constrained")
 
 
-def _figure_and_axes(ax: "Optional[Axes]", size: tuple[float, float]) -> "tuple[Figure, Axes]":
+def _figure_and_axes(ax: "Optional[Axes]", size: tuple[float, float]) -> "tuple[Figure | SubFigure, Axes]":
     if ax is not None:
         return ax.figure, ax
-    fig = _new_figure(size)
+    fig = new_figure(size)
     return fig, fig.add_subplot()
 
 
-def _no_data(ax: "Optional[Axes]", size: tuple[float, float], text: str) -> "Figure":
+def _no_data(ax: "Optional[Axes]", size: tuple[float, float], text: str) -> "Figure | SubFigure":
     fig, ax = _figure_and_axes(ax, size)
     ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, color="#666")
     ax.set_axis_off()
@@ -113,7 +116,7 @@ def _row_label(rank: int, epoch: object) -> str:
     return f"rank {rank} · all" if pd.isna(epoch) else f"rank {rank} · epoch {epoch}"
 
 
-def plot_breakdown(df: pd.DataFrame, ax: "Optional[Axes]" = None, *, totals: bool = False) -> "Figure":
+def plot_breakdown(df: pd.DataFrame, ax: "Optional[Axes]" = None, *, totals: bool = False) -> "Figure | SubFigure":
     """Stacked horizontal bars of the exclusive shares, one bar per rank × epoch.
 
     Parameters
@@ -151,7 +154,7 @@ def plot_breakdown(df: pd.DataFrame, ax: "Optional[Axes]" = None, *, totals: boo
     return fig
 
 
-def plot_bandwidth(df: pd.DataFrame, ax: "Optional[Axes]" = None) -> "Figure":
+def plot_bandwidth(df: pd.DataFrame, ax: "Optional[Axes]" = None) -> "Figure | SubFigure":
     """Read bandwidth per rank (MB/s, bars) with the bytes read written on each bar.
 
     Parameters
@@ -193,7 +196,7 @@ def excerpt_window(parts: "Callable[[Sequence[str]], Iterable[pd.DataFrame]]", s
     another), so that no more than a part and ``max_events`` starts per part are held. Returns ``(lo, hi)`` and
     the run's ``(first start, last end)``. ``cut``: a given window holding more than ten times ``max_events``
     events is cut to about ``max_events`` from its start (a report's excerpt of steps that hold a million events
-    would take minutes to draw and show nothing one could read)."""
+    would be slow to draw and show nothing one could read)."""
     t0 = t1 = None
     n = 0
     fw_lo = fw_hi = stepped = last_start = None
@@ -210,7 +213,7 @@ def excerpt_window(parts: "Callable[[Sequence[str]], Iterable[pd.DataFrame]]", s
         has_step = f["step"].notna().to_numpy()
         if has_step.any():
             stepped = _min(stepped, int(s[has_step].min()))
-    if t0 is None:
+    if t0 is None or t1 is None or last_start is None:  # all set by the first row
         raise ValueError("no rows to draw")
     span = (t0, t1)
 
@@ -227,7 +230,7 @@ def excerpt_window(parts: "Callable[[Sequence[str]], Iterable[pd.DataFrame]]", s
         anchor = lo
     elif n <= max_events:
         return t0, t1, span
-    elif fw_lo is not None:
+    elif fw_lo is not None and fw_hi is not None:  # both set by the first framework row
         pad = (fw_hi - fw_lo) // 10
         lo, hi = fw_lo - pad, fw_hi + pad
         if few(lo, hi):
@@ -236,12 +239,12 @@ def excerpt_window(parts: "Callable[[Sequence[str]], Iterable[pd.DataFrame]]", s
     else:
         anchor = stepped if stepped is not None else t0
     # the start max_events after the anchor: each part's first max_events + 1 starts from the anchor hold it
-    first, after = 0, []
+    first, heads = 0, []
     for st in sorted_starts():
         k = int(np.searchsorted(st, anchor))
         first += k
-        after.append(st[k:k + max_events + 1])
-    after = np.sort(np.concatenate(after))
+        heads.append(st[k:k + max_events + 1])
+    after = np.sort(np.concatenate(heads))
     at = min(max_events, n - 1 - first)
     value = int(after[at]) if 0 <= at < len(after) else last_start  # no start after the anchor: the last one
     return anchor, max(value, anchor + 1), span
@@ -257,7 +260,7 @@ def _max(a: Optional[int], b: int) -> int:
 
 def plot_timeline(frame: pd.DataFrame, ax: "Optional[Axes]" = None, *, start_ns: Optional[int] = None,
                   end_ns: Optional[int] = None, max_events: int = 3000, by: str = "cat",
-                  span: Optional[tuple[int, int]] = None) -> "Figure":
+                  span: Optional[tuple[int, int]] = None) -> "Figure | SubFigure":
     """Timeline of the run or an excerpt of it: one lane per rank × layer, intervals coloured by cat.
 
     Parameters
@@ -324,7 +327,7 @@ def plot_timeline(frame: pd.DataFrame, ax: "Optional[Axes]" = None, *, start_ns:
     return fig
 
 
-def plot_access_pattern(df: pd.DataFrame, ax: "Optional[Axes]" = None) -> "Figure":
+def plot_access_pattern(df: pd.DataFrame, ax: "Optional[Axes]" = None) -> "Figure | SubFigure":
     """Read-size histogram (Darshan's bins) and, without ``ax``, sequential/random reads per rank.
 
     Parameters
@@ -332,8 +335,9 @@ def plot_access_pattern(df: pd.DataFrame, ax: "Optional[Axes]" = None) -> "Figur
     df
         :func:`trace_merge.analysis.access_pattern_df` output.
     """
+    fig: "Figure | SubFigure"
     if ax is None:
-        fig = _new_figure((10, 3.4))
+        fig = new_figure((10, 3.4))
         ax_size, ax_seq = fig.subplots(1, 2)
     else:
         fig, ax_size, ax_seq = ax.figure, ax, None
@@ -379,7 +383,7 @@ def _phase_rows(df: pd.DataFrame, top: int, by_rank: bool) -> pd.DataFrame:
 
 
 def plot_layered_breakdown(df: pd.DataFrame, ax: "Optional[Axes]" = None, *, top: int = 12,
-                           by_rank: bool = False, tfdata: Optional[bool] = None) -> "Figure":
+                           by_rank: bool = False, tfdata: Optional[bool] = None) -> "Figure | SubFigure":
     """App phase → components: one horizontal bar per app phase, split by the layer below that saw the time.
 
     A bar's length is the phase's self time summed over ranks and epochs; its segments are the components
@@ -421,12 +425,12 @@ def plot_layered_breakdown(df: pd.DataFrame, ax: "Optional[Axes]" = None, *, top
         ax.barh(y, width, left=left, height=0.8, color=COMPONENT_COLOURS[comp], label=label, hatch=hatch,
                 edgecolor="#888888" if hatch else "white", linewidth=0.5)
         left += width
-    labels = []
+    ticks = []
     for phase, cat, t, rank in zip(rows["phase"], rows["cat"], rows["time_s"],
                                    rows["rank"] if by_rank else [None] * len(rows)):
         name = f"{phase} [{cat}]" if cat else phase
-        labels.append(f"{name}{'' if rank is None else f' · rank {rank}'} · {t:.3g} s")
-    ax.set_yticks(y, labels, fontsize="small")
+        ticks.append(f"{name}{'' if rank is None else f' · rank {rank}'} · {t:.3g} s")
+    ax.set_yticks(y, ticks, fontsize="small")
     ax.invert_yaxis()
     ax.set_ylabel("app phase [cat] · self time")
     ax.set_xlabel("self time (s)")
@@ -444,7 +448,8 @@ def _light(colour: str, keep: float = 0.45) -> tuple:
     return tuple(keep * c + (1 - keep) for c in to_rgb(colour))
 
 
-def plot_where_time_goes(df: pd.DataFrame, ax: "Optional[Axes]" = None, *, tfdata: bool = False) -> "Figure":
+def plot_where_time_goes(df: pd.DataFrame, ax: "Optional[Axes]" = None, *,
+                         tfdata: bool = False) -> "Figure | SubFigure":
     """The first screen's picture (:func:`trace_merge.analysis.where_time_goes_df`): one bar per app phase, its
     self time split into the file-system and communication layers' time, the framework split where a profile
     looked, and the rest in a light shade of the phase's category colour (what the app layer alone knows); a
@@ -505,11 +510,11 @@ def _steady_top(rows: pd.DataFrame) -> Optional[float]:
 
 def _stairs(ax: "Axes", values: np.ndarray, edges: np.ndarray, baseline: "float | np.ndarray", **kw: Any) -> None:
     """``ax.stairs(values, edges, baseline=baseline, fill=True, **kw)``, the data limits taken from the values:
-    ``stairs`` walks every vertex of the patch in Python for them (two minutes for the 1 M steps of a 20 M-event
-    run's eight ranks)."""
+    ``stairs`` walks every vertex of the patch in Python for them (slow for a run's millions of steps)."""
     from matplotlib.patches import StepPatch
 
-    patch = StepPatch(values, edges, baseline=baseline, fill=True, **kw)
+    # matplotlib's stub types baseline as a float; it takes an array too (documented, and used so here)
+    patch = StepPatch(values, edges, baseline=baseline, fill=True, **kw)  # type: ignore[arg-type]
     ax.add_artist(patch)
     patch.sticky_edges.y.append(float(np.min(baseline)))
     ys = np.concatenate((np.atleast_1d(values), np.atleast_1d(baseline))).astype(float)
@@ -548,7 +553,7 @@ def _draw_steps(ax: "Axes", steps: pd.DataFrame, x0: int, legend: bool, top: Opt
                         xytext=(2, -2), textcoords="offset points", va="top", fontsize="x-small", color="#444")
 
 
-def plot_step_series(df: pd.DataFrame, ax: "Optional[Axes]" = None, *, tfdata: bool = False) -> "Figure":
+def plot_step_series(df: pd.DataFrame, ax: "Optional[Axes]" = None, *, tfdata: bool = False) -> "Figure | SubFigure":
     """Step time per rank over the steps in time order, input wait stacked at the bottom.
 
     Each step is one unit on x (its position in the rank's time order; epochs start at the dashed lines); the
@@ -574,8 +579,9 @@ def plot_step_series(df: pd.DataFrame, ax: "Optional[Axes]" = None, *, tfdata: b
     bases = [_STEP_BASIS.get(b, str(b)) for b in sorted(as_text(rows["basis"]).unique())]
     title = f"Step time per rank, input wait at the bottom (steps: {', '.join(bases)})"
     top = _steady_top(rows)
+    fig: "Figure | SubFigure"
     if ax is None:
-        fig = _new_figure((10, 1.2 + 1.5 * len(per_rank)))
+        fig = new_figure((10, 1.2 + 1.5 * len(per_rank)))
         axes = fig.subplots(len(per_rank), 1, sharex=True, sharey=True, squeeze=False)[:, 0]
         for i, (a, (rank, steps)) in enumerate(zip(axes, per_rank)):
             _draw_steps(a, steps, 0, legend=not i, top=top, wait_label=wait_label)
@@ -657,6 +663,7 @@ def window_of_steps(marks: pd.DataFrame, fw: pd.DataFrame, steps: int = 4) -> Op
         score = (int(fw_steps[first]), order)
         if best is None or score > best[0]:
             best = (score, e.iloc[1 + first: 1 + first + steps])
+    assert best is not None  # rule 4 returned unless some epoch has more than ``steps`` steps
     window = best[1]
     return int(window["start_ns"].iloc[0]), int(window["end_ns"].max())
 

@@ -23,7 +23,7 @@ from trace_merge.jobinfo import slurm_line
 from trace_merge.outputs import atomic_output, refuse_existing
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
-    from matplotlib.figure import Figure
+    from matplotlib.figure import Figure, SubFigure
 
     from trace_merge.align import Residual
     from trace_merge.findings import Finding
@@ -38,7 +38,8 @@ h1{font-size:1.5em;margin-bottom:0} h2{font-size:1.15em;border-bottom:1px solid 
 th,td{border:1px solid #ddd;padding:3px 7px;text-align:right} th{background:#f3f3f3}
 td:first-child,th:first-child{text-align:left}
 .verdict{font-size:1.1em;padding:10px 14px;border-radius:6px;display:inline-block;margin:8px 0}
-.v-not{background:#e6f4ea} .v-moderately{background:#fff4e5} .v-highly{background:#fdecea} .v-accelerator{background:#fdecea} .v-unknown{background:#eee}
+.v-not{background:#e6f4ea} .v-moderately{background:#fff4e5} .v-highly{background:#fdecea} \
+.v-accelerator{background:#fdecea} .v-unknown{background:#eee}
 .warn{color:#8a4b00} img{max-width:100%;border:1px solid #eee;margin:6px 0} details{margin:6px 0}
 .kv td:first-child{font-weight:600} .scroll{overflow-x:auto}
 .answer{border:1px solid #ddd;border-radius:6px;padding:4px 16px 8px;margin:10px 0}
@@ -58,7 +59,7 @@ def _per_layer_totals(run: "Run") -> pd.DataFrame:
     return per[["layer", "rank", "wall_s", *[f"{c}_pct" for c in analysis.PRIORITY]]]
 
 
-def _timeline(run: "Run", window: "Optional[tuple[int, int]]") -> "Figure":
+def _timeline(run: "Run", window: "Optional[tuple[int, int]]") -> "Figure | SubFigure":
     """The timeline excerpt: only its rows are read (a large run's are never all in memory)."""
     rows, lo, hi, span = run.excerpt(*(window or (None, None)))
     return plots.plot_timeline(rows, start_ns=lo, end_ns=hi, span=span)
@@ -195,7 +196,8 @@ def render_report(run: "Run", parts: "Optional[analysis.Summary]" = None) -> str
         f"{' &gt; '.join(html.escape(labels[c]) for c in analysis.COMPONENTS)} wins, so "
         "each row sums to the phase's time. Epoch “none”: the phase ran outside every epoch. Definitions: "
         "docs/metrics.md in the toolkit's repository.</p>",
-        figure("layered breakdown", lambda: plots.plot_layered_breakdown(a.layered, tfdata=tfdata)) if len(a.layered) else "",
+        (figure("layered breakdown", lambda: plots.plot_layered_breakdown(a.layered, tfdata=tfdata))
+         if len(a.layered) else ""),
         table(analysis.epochs_as_text(a.layered, "none")),
         "<h2>Steps: input wait per step</h2>",
         "<p>" + "<br>".join(html.escape(n) for n in [*v.notes, *a.explanations]) + "</p>",

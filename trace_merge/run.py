@@ -9,7 +9,6 @@ the :class:`~trace_merge.merged.Merge` it returns and asks the analysis of it.
 from __future__ import annotations
 
 import logging
-import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +19,7 @@ import pandas as pd
 
 from trace_merge import analysis, kernels
 from trace_merge.align import Residual
+from trace_merge.formatting import json_plain as _plain
 from trace_merge.formatting import json_records as _records
 from trace_merge.merged import JSONValue, Merge
 from trace_merge.opening import MergeOptions, open_merge
@@ -30,21 +30,6 @@ if TYPE_CHECKING:  # pragma: no cover - typing only
     from trace_merge.findings import Finding
 
 logger = logging.getLogger(__name__)
-
-
-def _plain(obj: Any) -> Any:
-    """Make nested dicts/lists of scalars JSON-able (numpy scalars → numbers, NaN/NA → None)."""
-    if isinstance(obj, dict):
-        return {str(k): _plain(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_plain(v) for v in obj]
-    if hasattr(obj, "item") and not isinstance(obj, (str, bytes)):
-        obj = obj.item()
-    if obj is pd.NA or (isinstance(obj, float) and not math.isfinite(obj)):
-        return None
-    if obj is None or isinstance(obj, (str, int, float, bool)):
-        return obj
-    return str(obj)
 
 
 @dataclass

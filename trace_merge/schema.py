@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, field
-from typing import Any, Hashable, Mapping, Optional, Sequence, Union
+from typing import Any, Hashable, Iterable, Mapping, Optional, Sequence, Union
 
 import numpy as np
 import pandas as pd
@@ -109,12 +109,16 @@ def present_codes(codes: np.ndarray, categories: int) -> np.ndarray:
 
 def category_mask(series: pd.Series, predicate) -> np.ndarray:
     """Evaluate ``predicate(str) -> bool`` once per category instead of once per row (null: False): per category
-    present where there are many categories for the rows, else per category (finding which are present took half
-    the time of a 2.5 M-row column of 25 names)."""
+    present where there are many categories for the rows, else per category (finding which are present would
+    cost more than it saves)."""
     codes = series.cat.codes.to_numpy()
     cats = series.cat.categories
     hit = np.zeros(len(cats) + 1, dtype=bool)  # the last entry: null (code -1)
-    todo = present_codes(codes, len(cats)) if len(cats) * 64 > len(codes) else np.arange(len(cats))
+    todo: Iterable[int]
+    if len(cats) * 64 > len(codes):
+        todo = present_codes(codes, len(cats))
+    else:
+        todo = range(len(cats))
     for code in todo:
         hit[code] = bool(predicate(str(cats[code])))
     return hit[codes]
@@ -174,7 +178,7 @@ def to_frame(columns: Mapping[str, Any], owned: bool = False) -> pd.DataFrame:
             continue
         data[name] = pd.Series(value).astype(dtype).array
     # copy=False: the arrays are already owned (astype copied them); consolidating them into 2-D blocks would
-    # copy every int column again (~0.6 s per 5 M rows) for nothing.
+    # copy every int column again for nothing.
     return pd.DataFrame(data, columns=list(FRAME_COLUMNS), copy=False)
 
 
@@ -207,8 +211,8 @@ def to_counters(columns: Mapping[str, Any]) -> pd.DataFrame:
 
 
 def empty_counters() -> pd.DataFrame:
-    """A zero-row ``counters`` table (a copy of one built once: every block of a trace has one, and building it took
-    2.7 ms, 3 % of reading a 2.5 M-event DFTracer file)."""
+    """A zero-row ``counters`` table (a copy of one built once: every block of a trace has one, and building it
+    each time was a noticeable part of reading a trace)."""
     return _empty_counters_built().copy()
 
 

@@ -21,7 +21,7 @@ import json
 import logging
 import zipfile
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Optional, Sequence
 
 import numpy as np
 import pandas as pd

@@ -9,7 +9,7 @@ from benchmarks.common.errors import dispatch
 
 
 def _generate(argv: Sequence[str]) -> int:
-    from benchmarks.climate.data import GenSpec, SMOKE_DATA, DEMO_DATA, generate
+    from benchmarks.climate.data import DEMO_DATA, SMOKE_DATA, GenSpec, generate
 
     p = argparse.ArgumentParser(prog="python -m benchmarks.climate generate",
                                 description="Write synthetic climate files data-YYYY-MM-DD-HH-k.h5.")

@@ -25,8 +25,8 @@ MODES = ("full", "no-io")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args, train_args = demo_arguments(argv, "python -m benchmarks.climate demo", __doc__.splitlines()[0], Path("runs/demo-climate"),
-                                      "python -m benchmarks.climate ablate --dist mpi ...")
+    args, train_args = demo_arguments(argv, "python -m benchmarks.climate demo", __doc__.splitlines()[0],
+                                      Path("runs/demo-climate"), "python -m benchmarks.climate ablate --dist mpi ...")
     t0 = time.perf_counter()
     data = args.out / "data"
     print(f"== climate dataset {data}: {DEMO_DATA.files} files of 16x{DEMO_DATA.height}x{DEMO_DATA.width} "

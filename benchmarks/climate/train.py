@@ -25,8 +25,18 @@ from benchmarks.common.env import env_world_size
 from benchmarks.common.errors import TraceInputError
 from benchmarks.common.modes import opens_files, trains
 from benchmarks.common.shuffle import steps_per_epoch
-from benchmarks.common.training import (ProfileWindow, add_run_flags, finish, open_run, rank_epoch_files, say,
-                                        start_backend, start_node_cache, steady_throughput, step_functions)
+from benchmarks.common.training import (
+    ProfileWindow,
+    add_run_flags,
+    finish,
+    open_run,
+    rank_epoch_files,
+    say,
+    start_backend,
+    start_node_cache,
+    steady_throughput,
+    step_functions,
+)
 
 CLASSES = 3
 

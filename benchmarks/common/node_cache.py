@@ -54,7 +54,8 @@ _libc = None
 
 
 def resident_fraction(path: str) -> float:
-    """Share of the file's pages in the page cache (``mincore`` of a private mapping that touches no page); 0 for an empty file."""
+    """Share of the file's pages in the page cache (``mincore`` of a private mapping that touches no page); 0 for
+    an empty file."""
     global _libc
     size = os.path.getsize(path)
     if size == 0:

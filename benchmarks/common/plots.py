@@ -8,7 +8,6 @@ import pandas as pd
 
 from trace_merge.plots import CAT_COLOURS, SHUFFLE_COLOURS
 
-
 #: what the bandwidth panel draws per shuffle mode: the first epoch (a cold node cache) and the later ones apart
 _SERIES = (("epoch0_read_bw_MB_per_s", "epoch 0", "o"), ("later_read_bw_MB_per_s", "later epochs", "s"))
 

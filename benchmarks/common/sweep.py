@@ -107,12 +107,12 @@ def comparison_rows(points: Sequence[Point], results: Sequence[dict]) -> list[di
 
 def format_comparison(rows: Sequence[dict[str, Any]]) -> str:
     width = max([12, *(len(r["point"]) for r in rows)])
-    head = (f"{'point':<{width}} {'samples/s':>9} {'steady':>9} {'read MB':>9} {'read s':>8} {'read MB/s':>10} {'io %':>6} "
-            f"{'wait %':>6} {'comp %':>6} {'comm %':>6} {'exposed %':>9} {'ep0 MB/s':>9} {'later MB/s':>10} "
-            f"{'study read %':>12} {'storage MB':>11}")
+    head = (f"{'point':<{width}} {'samples/s':>9} {'steady':>9} {'read MB':>9} {'read s':>8} {'read MB/s':>10} "
+            f"{'io %':>6} {'wait %':>6} {'comp %':>6} {'comm %':>6} {'exposed %':>9} {'ep0 MB/s':>9} "
+            f"{'later MB/s':>10} {'study read %':>12} {'storage MB':>11}")
     lines = [head]
     for r in rows:
-        def num(key: str, fmt: str, scale: float = 1.0) -> str:
+        def num(key: str, fmt: str, scale: float = 1.0, r: dict[str, Any] = r) -> str:
             v = r.get(key)
             return format(v / scale, fmt) if v is not None else "-"
         lines.append(f"{r['point']:<{width}} {num('throughput_samples_per_s', '9.1f')} "

@@ -4,8 +4,8 @@ Generates the demo dataset once (deterministic; re-used on later runs), runs HEP
 local and global shuffle with every local layer on (TimeLogger, a TF profiler window, the Horovod timeline, the
 DFTracer POSIX preload) and the node-local cache emulation (``--node-cache emulate``: a file is cold the first time
 a rank reads it, as on a cluster), merges each run, prints the two breakdowns side by side with the read bandwidths
-(per epoch too) and the original study's view, and writes the HTML report and a Perfetto trace of each run. Every invocation writes a fresh ``OUT/<timestamp>/``;
-``OUT/latest`` points at the newest.
+(per epoch too) and the original study's view, and writes the HTML report and a Perfetto trace of each run.
+Every invocation writes a fresh ``OUT/<timestamp>/``; ``OUT/latest`` points at the newest.
 """
 from __future__ import annotations
 
@@ -15,19 +15,27 @@ from pathlib import Path
 from typing import Sequence
 
 from benchmarks.common.launch import stream, venv_tool
-from benchmarks.common.runs import (demo_arguments, format_bandwidth, format_breakdown, format_layered,
-                                   format_layers, link_latest, new_stamp, side_by_side)
+from benchmarks.common.runs import (
+    demo_arguments,
+    format_bandwidth,
+    format_breakdown,
+    format_layered,
+    format_layers,
+    link_latest,
+    new_stamp,
+    side_by_side,
+)
+from benchmarks.common.sweep import Point, comparison_rows, format_comparison, layers_for, run_point
 from benchmarks.hepcnn.config import DEMO_DATA
 from benchmarks.hepcnn.data import generate
-from benchmarks.common.sweep import Point, comparison_rows, format_comparison, layers_for, run_point
 from timelogger import layout
 from trace_merge.analysis import verdict_text
 from trace_merge.findings import findings, next_step
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args, train_args = demo_arguments(argv, "python -m benchmarks.hepcnn demo", __doc__.splitlines()[0], Path("runs/demo"),
-                                      "python -m benchmarks.hepcnn sweep --dist mpi ...")
+    args, train_args = demo_arguments(argv, "python -m benchmarks.hepcnn demo", __doc__.splitlines()[0],
+                                      Path("runs/demo"), "python -m benchmarks.hepcnn sweep --dist mpi ...")
     t0 = time.perf_counter()
     out = args.out
     data = out / "data"

@@ -1,4 +1,5 @@
-"""``python -m benchmarks.hepcnn sweep`` and ``ablate``: HEP-CNN's points (:mod:`benchmarks.common.sweep`, :mod:`benchmarks.common.ablate`)."""
+"""``python -m benchmarks.hepcnn sweep`` and ``ablate``: HEP-CNN's points (:mod:`benchmarks.common.sweep`,
+:mod:`benchmarks.common.ablate`)."""
 from __future__ import annotations
 
 from typing import Sequence

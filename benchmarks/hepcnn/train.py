@@ -18,12 +18,22 @@ import numpy as np
 from benchmarks.common.env import env_world_size
 from benchmarks.common.errors import TraceInputError
 from benchmarks.common.modes import opens_files, trains
-from benchmarks.common.training import (ProfileWindow, add_run_flags, finish, open_run, rank_epoch_files, say,
-                                        start_backend, start_node_cache, steady_throughput, step_functions)
+from benchmarks.common.shuffle import shard, steps_per_epoch
+from benchmarks.common.training import (
+    ProfileWindow,
+    add_run_flags,
+    finish,
+    open_run,
+    rank_epoch_files,
+    say,
+    start_backend,
+    start_node_cache,
+    steady_throughput,
+    step_functions,
+)
 from benchmarks.hepcnn.config import TrainConfig, add_train_flags, config_from_args
 from benchmarks.hepcnn.data import DatasetInfo, check_dataset, dataset_without_reading
 from benchmarks.hepcnn.loaders import FileReader, make_loader
-from benchmarks.common.shuffle import shard, steps_per_epoch
 
 log = logging.getLogger(__name__)
 
@@ -148,8 +158,9 @@ def train(cfg: TrainConfig, info: DatasetInfo, run_dir: Path, tl: Any, t0: float
         say(rank, f"final {final['on']} loss {final['loss']:.4f} accuracy {final['accuracy']:.3f}")
     samples = sum(s["samples"] for s in epoch_stats)
     summary = {
-        "benchmark": "hepcnn", "mode": cfg.mode, "epochs": cfg.epochs, "ranks": size, "dist": dist.kind, "shuffle": cfg.shuffle,
-        "loader": cfg.loader, "batch_per_rank": cfg.batch, "image_size": info.image_size, "width": cfg.width,
+        "benchmark": "hepcnn", "mode": cfg.mode, "epochs": cfg.epochs, "ranks": size, "dist": dist.kind,
+        "shuffle": cfg.shuffle, "loader": cfg.loader, "batch_per_rank": cfg.batch, "image_size": info.image_size,
+        "width": cfg.width,
         "train_files": len(files), "samples_trained": samples, "train_time_s": train_time,
         "throughput_samples_per_s": samples / train_time,
         "steady_throughput_samples_per_s": steady_throughput(epoch_stats),

@@ -18,8 +18,9 @@ function, is not timed):
 * ``slow_*``: the pipeline with a 5 ms ``py_function`` sleep per batch, plain and timed, to check that the timed
   ``Call to Next Batch`` intervals add up to the sleep (honesty).
 
-Reported: ``*_us_per_step`` (minimum over rounds of fit wall time / steps; ``spread_pct`` = (max - min) / min), ``hook_overhead_us_per_step`` and
-``hook_overhead_pct`` (timed vs plain), and for the slow pipeline the mean timed wait per batch.
+Reported: ``*_us_per_step`` (minimum over rounds of fit wall time / steps; ``spread_pct`` = (max - min) / min),
+``hook_overhead_us_per_step`` and ``hook_overhead_pct`` (timed vs plain), and for the slow pipeline the mean timed
+wait per batch.
 """
 from __future__ import annotations
 

@@ -19,7 +19,8 @@ Trace sets (``dftracer_gen_fake_trace``, 8 ranks x 20 epochs, 2 hosts): ``0.6M``
 4. the reference issue 20 names: DuckDB (``read_json`` of ``name`` and ``dur``, GROUP BY name: per-name count, sum,
    min, max) on a third cold copy, when ``duckdb`` is installed (``make bench`` installs it);
 5. with ``--scheduler``, ``trace-merge summary --scheduler ADDRESS`` on a fresh copy (``local``: a Dask
-   ``LocalCluster`` of 2 single-thread workers started here for that run only), whose summary must equal the local engine's;
+   ``LocalCluster`` of 2 single-thread workers started here for that run only), whose summary must equal the local
+   engine's;
 6. checks that per event name the count, the sum, min and max of ``dur`` (µs) and the bytes of read/write calls
    agree exactly between the two tools (``stats_equal``; mismatches are listed, and the exit status is 1);
 7. prints wall seconds, CPU seconds (user + sys, workers included) and the peak memory of each tool's whole
@@ -59,7 +60,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # runnable as a sc
 
 from benchmarks.common.errors import BenchmarkError, cli_main  # noqa: E402
 from benchmarks.common.launch import venv_tool  # noqa: E402
-
 
 
 @dataclass(frozen=True)

@@ -193,8 +193,10 @@ def hazards(work: Path) -> list:
             "columns={name: 'VARCHAR', ph: 'BIGINT', ts: 'BIGINT'})", [str(path)]).fetchall()
         ours = pfw.read(path)
         out.append({"case": name,
-                    "duckdb": {"events": sum(1 for r in rows if r[1] == 1), "metadata": sum(1 for r in rows if r[1] == 4),
-                               "ts_us": [r[2] for r in rows if r[1] == 1][:3], "null_rows": sum(r[0] is None for r in rows)},
+                    "duckdb": {"events": sum(1 for r in rows if r[1] == 1),
+                               "metadata": sum(1 for r in rows if r[1] == 4),
+                               "ts_us": [r[2] for r in rows if r[1] == 1][:3],
+                               "null_rows": sum(r[0] is None for r in rows)},
                     "reader": {"events": len(ours.frame), "metadata": len(ours.meta.get("hosts") or {}),
                                "ts_us": [t / 1e3 for t in ours.frame["start_ns"].head(3)],
                                "warnings": [w.split(": ", 1)[-1][:90] for w in ours.warnings]}})
@@ -226,7 +228,8 @@ def main(argv: "list[str] | None" = None) -> int:
             results[name].append(run_once(program, files))
     summary = {}
     for name, runs in results.items():
-        row = {"engine": name, "files": len(files), "MB_compressed": round(sum(f.stat().st_size for f in files) / 1e6, 1),
+        row = {"engine": name, "files": len(files),
+               "MB_compressed": round(sum(f.stat().st_size for f in files) / 1e6, 1),
                **{k: round(statistics.median(r[k] for r in runs), 3) for k in ("wall_s", "cpu_s", "peak_rss_MiB")},
                "events": sorted({r["events"] for r in runs})}
         print(json.dumps(row))

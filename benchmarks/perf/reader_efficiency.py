@@ -32,10 +32,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from benchmarks.common.launch import Layers, run_command, stream  # noqa: E402
 from benchmarks.common.node_cache import drop_all  # noqa: E402
 from benchmarks.common.runs import SUMMARY  # noqa: E402
+from benchmarks.common.sweep import layers_for  # noqa: E402
 from benchmarks.hepcnn.config import DEMO, DEMO_DATA  # noqa: E402
 from benchmarks.hepcnn.data import check_dataset, generate  # noqa: E402
 from benchmarks.hepcnn.loaders import FileReader, TFDataLoader  # noqa: E402
-from benchmarks.common.sweep import layers_for  # noqa: E402
 
 READ_TARGET = 0.90
 TL_TARGET_PCT = 0.5
@@ -216,7 +216,8 @@ def overhead(data: Path, repeat: int) -> dict[str, float]:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--data", type=Path, default=Path("runs/demo/data"), help="HEP-CNN dataset (the demo one is generated if absent)")
+    p.add_argument("--data", type=Path, default=Path("runs/demo/data"),
+                   help="HEP-CNN dataset (the demo one is generated if absent)")
     p.add_argument("--repeat", type=int, default=2)
     p.add_argument("--skip-overhead", action="store_true")
     args = p.parse_args()
