@@ -192,7 +192,7 @@ def propagate_steps(frame: pd.DataFrame, in_place: bool = False) -> pd.DataFrame
     what their reader gave them (e.g. the TF profiler's own ``step_num``).
 
     ``in_place``: write the tags into ``frame``'s own ``epoch`` and ``step`` columns (a caller that owns them: a
-    rank task's frame) instead of new ones -- on a 2.5 M-row rank, 45 MiB less at the rank task's high-water mark.
+    rank task's frame) instead of new ones, lowering the rank task's high-water mark (docs/measurements.md#align).
     """
     if not len(frame):
         return frame
@@ -206,7 +206,7 @@ def propagate_steps(frame: pd.DataFrame, in_place: bool = False) -> pd.DataFrame
     pid, tid = frame["pid"].to_numpy(), frame["tid"].to_numpy()
     # each column as int64 values and a missing mask, written in place: the app rows' tags are read from it before
     # any is cleared, the other rows written (it was a float copy with NaN for missing, a second copy for the result
-    # and a conversion back: inexact above 2**53, and 28 MiB more at the peak of a 2.5 M-row rank)
+    # and a conversion back: inexact above 2**53, and a higher peak: docs/measurements.md#align)
     values = {c: _tag_arrays(out, c, in_place) for c in ("step", "epoch")}
     tagged_any = is_app & ~(values["step"][1] & values["epoch"][1])
     # rows, and positions among a rank's app rows below, as int32 where they fit: half the memory of the index
@@ -613,7 +613,7 @@ def rows_time_order(start: np.ndarray, layer: pd.Categorical) -> "np.ndarray | N
 
 
 #: columns no step of a rank task reads before the kernels (:func:`propagate_steps` and the checks do not): put in
-#: time order after the steps, so a 2.48 M-row rank's 60 MiB of them are not held through ``propagate_steps``' peak
+#: time order after the steps, so they are not held through ``propagate_steps``' peak (docs/measurements.md#align)
 LATE_COLUMNS = ("dur_ns", "bytes", "offset", "args")
 
 
@@ -621,7 +621,7 @@ class TimeOrdered:
     """:func:`time_order` of the concatenation of ``parts`` (:func:`~trace_merge.schema.concat_frames`: categories
     united), each part a function giving one of its columns by name. Put together one column at a time, each part's
     column asked for when that column's turn comes: a rank merged from spilled pieces is held once, not as its pieces
-    and their concatenation and then that and its copy in time order (a 2.48 M-row rank: 211 MiB, not 422). The order
+    and their concatenation and then that and its copy in time order (docs/measurements.md#align). The order
     is taken once (from ``layer`` and ``start_ns``); :meth:`frame` puts any columns in it, when they are needed."""
 
     def __init__(self, parts: "Sequence[Callable[[str], pd.Series]]") -> None:

@@ -679,9 +679,9 @@ def _main(args: argparse.Namespace) -> int:
 
 def run() -> int:
     """The ``trace-merge`` program (its console script, ``python -m trace_merge``): :func:`main`, then the objects
-    left are frozen (``gc.freeze``), so that the interpreter's exit does not walk them all once more for garbage:
-    58-62 ms of a summary's end, 13-19 ms with them frozen. The process is ending: the system frees its memory. Not
-    in :func:`main`, which a program embedding the CLI may call many times."""
+    left are frozen (``gc.freeze``), so that the interpreter's exit does not walk them all once more for garbage
+    (docs/measurements.md#cli). The process is ending: the system frees its memory. Not in :func:`main`, which a
+    program embedding the CLI may call many times."""
     status = main()
     gc.freeze()
     return status

@@ -34,18 +34,16 @@ log = logging.getLogger(__name__)
 INLINE_BELOW_BYTES = 32 << 20
 #: memory a rank task holds at its peak above the worker's own: :data:`TASK_BYTES` plus :data:`BYTES_PER_ROW` per row
 #: of its partition (:func:`task_bytes`). Measured as the peak RSS of a fresh worker's first rank task above its RSS
-#: before it: 112-123 MiB for ranks of 620 k rows and 343-387 MiB for ranks of 2.48 M rows (merge_scale.py's sets,
-#: summary and stored merge alike), 177-193 MiB for one of 988 k rows (tests/test_partitioned.py), about 45 MB plus
-#: 150 B per row; the estimate is 18-56 % above those (the test's margin at least 16 %). With the sweeps in C the
-#: 988 k-row rank peaks at 168-184 MiB (the kernel's high-water mark)
+#: before it (merge_scale.py's sets, tests/test_partitioned.py's rank); the estimate stays above every measurement
+#: (docs/measurements.md#engines)
 TASK_BYTES = 80 << 20
 BYTES_PER_ROW = 160
 #: a rank task of more rows than this is merged and summarised window by window
 #: (:func:`~trace_merge.partitioned.merge_rank`), the others whole: above it, whole ranks would put two workers'
-#: tasks over 1 GiB together (a 6.2 M-row rank whole: 700 MiB)
+#: tasks over 1 GiB together (docs/measurements.md#engines)
 WINDOW_ABOVE_ROWS = 4 << 20
-#: rows of one window of such a rank: 128 Ki rows keep a window's arrays and glibc's free holes between them small
-#: (a 6.2 M-row rank's worker peaked at 313 MiB PSS, 647 with windows of 512 Ki), at the same speed
+#: rows of one window of such a rank: 128 Ki rows keep a window's arrays and glibc's free holes between them small,
+#: at the speed of larger windows (docs/measurements.md#engines)
 WINDOW_ROWS = 1 << 17
 
 
@@ -58,7 +56,7 @@ class Windows:
 
 
 #: what such a rank holds per row whatever its windows (its starts and their order while it is ordered; the int32
-#: order while its windows are read): 291 MiB peak RSS above the process's own for 6.2 M rows, inline
+#: order while its windows are read), from its peak RSS above the process's own, inline (docs/measurements.md#engines)
 ORDER_BYTES_PER_ROW = 40
 #: seconds to wait for a Dask scheduler to answer
 CONNECT_TIMEOUT_S = 20
@@ -162,9 +160,8 @@ class LocalPool:
                 return self._map(fn, items, sizes)
             finally:
                 # a wave's workers end with it: the next wave's start from the fork server holding nothing of this
-                # one's (a worker's allocators keep much of what its tasks freed: on merge_scale.py's 20 M-event
-                # set each ingest worker still held ~180 MiB when the rank wave began; the summary's peak PSS went
-                # from 1185-1208 MiB to 1071 MiB at the same wall time)
+                # one's (a worker's allocators keep much of what its tasks freed, which would sit under the next
+                # wave's tasks: docs/measurements.md#engines)
                 self.close()
 
     def _map(self, fn: Callable, items: list, sizes: Optional[Sequence[int]]) -> list:
@@ -173,9 +170,8 @@ class LocalPool:
         pool = self._executor(WORKER_MMAP_THRESHOLD if sizes is not None else STREAMING_MMAP_THRESHOLD)
         # a big rank's task hands back what it freed before the worker's next task (its heap would otherwise sit
         # under the next one's columns); other tasks leave it for the next, which needs as much: a file's blocks
-        # (the wave's workers end with it), or a rank whose columns all come from the heap. Handed back, each
-        # 620 k-event file's blocks paid 28 k page faults again (0.04-0.05 system CPU-s), and each 620 k-row rank
-        # 8-16 k
+        # (the wave's workers end with it), or a rank whose columns all come from the heap. Handed back, they
+        # paid their page faults again (docs/measurements.md#engines)
         released = functools.partial(_then_release, fn)
         need = [task_bytes(n) for n in sizes] if sizes is not None else [0] * len(items)
         order = sorted(range(len(items)), key=lambda i: -need[i])  # largest first: the tail is short
@@ -212,7 +208,7 @@ class LocalPool:
     def _abandon(self) -> None:
         """Let go of a pool a worker died in, without waiting on it: its own shutdown joins every worker, and a
         worker spawned for the next task after the executor had sent its workers SIGTERM is never told to stop, so
-        that join can wait forever (a clean-clone CI run hung 900 s on it). The workers left are killed, so the
+        that join can wait forever (seen in CI: docs/measurements.md#engines). The workers left are killed, so the
         executor's thread can finish."""
         pool, self._pool = self._pool, None
         if pool is None:
@@ -241,8 +237,8 @@ def _fork_server() -> Any:
 
 
 #: OpenBLAS, numpy's BLAS, starts a thread per core when it is loaded, which spins (``sched_yield``) for a while:
-#: 0.08-0.15 CPU-s of every process that imports numpy, taken from the cores the driver and the fork server import
-#: on side by side. Nothing here uses BLAS.
+#: CPU time of every process that imports numpy (docs/measurements.md#engines), taken from the cores the driver and
+#: the fork server import on side by side. Nothing here uses BLAS.
 _BLAS_THREADS = "OPENBLAS_NUM_THREADS"
 
 
@@ -263,9 +259,10 @@ def one_blas_thread():
 
 
 def start_fork_server() -> Any:
-    """Start the local pool's fork server now rather than at the first wave: it imports its preloads (0.3-0.4 s)
-    while this process is still importing the same modules for itself, on the other core. Without effect after the
-    server has started (every wave's workers are forked from the one server). Returns its multiprocessing context."""
+    """Start the local pool's fork server now rather than at the first wave: it imports its preloads
+    (docs/measurements.md#engines) while this process is still importing the same modules for itself, on the other
+    core. Without effect after the server has started (every wave's workers are forked from the one server). Returns
+    its multiprocessing context."""
     import multiprocessing.forkserver
 
     ctx = _fork_server()
@@ -352,7 +349,7 @@ def _worker_died(item: Any) -> TraceInputError:
 
 def _one_thread_each(mmap_threshold: int, threads: int) -> None:
     """In a pool worker: die with the forkserver, Arrow parses with one thread (the pool's processes already use
-    every core; measured on a DFTracer trace, threads cost 18 % more CPU for the same parse), a task's column work
+    every core; threads cost more CPU for the same parse: docs/measurements.md#engines), a task's column work
     uses the worker's share of the cores, ``threads`` (at least one: :mod:`trace_merge.threads`), and glibc's malloc
     keeps at most :data:`WORKER_MALLOC_ARENAS` arenas and reuses what a task freed below ``mmap_threshold`` bytes
     (:data:`WORKER_MMAP_THRESHOLD` for the rank waves, :data:`STREAMING_MMAP_THRESHOLD` for the ingest waves)."""
@@ -369,10 +366,9 @@ def _one_thread_each(mmap_threshold: int, threads: int) -> None:
     _lifeline.die_with_parent(_lifeline.SERVER if _lifeline.SERVER != os.getpid() else None)
     pa.set_cpu_count(1)
     task_threads.set_limit(threads)
-    # what the worker was forked with (the preloaded modules: 62 k objects) is never garbage: left out of its
-    # collections, a collection (after a big rank, _then_release) walks only what the tasks made (14-28 ms a task
-    # before, 0 now) and writes nothing to the pages it shares with the fork server (the 5 M-event summary took
-    # 0.95x the time, 6 interleaved pairs of whole-process runs)
+    # what the worker was forked with (the preloaded modules' objects) is never garbage: left out of its
+    # collections, a collection (after a big rank, _then_release) walks only what the tasks made and writes nothing
+    # to the pages it shares with the fork server (docs/measurements.md#engines)
     gc.freeze()
     try:
         libc = ctypes.CDLL("libc.so.6")
@@ -384,24 +380,20 @@ def _one_thread_each(mmap_threshold: int, threads: int) -> None:
 
 
 #: glibc malloc arenas a pool worker may use: each thread of a rank task (the column gathers and concatenations
-#: run in threads) would otherwise get an arena of its own that keeps what it freed; measured on merge_scale.py's
-#: 20 M-event set, the summary's peak PSS went from 2.37-2.57 GiB to 2.12-2.14 GiB and was no slower (one arena:
-#: 2.17 GiB)
+#: run in threads) would otherwise get an arena of its own that keeps what it freed; two lower the summary's peak
+#: as well as one, and no slower (docs/measurements.md#engines)
 WORKER_MALLOC_ARENAS = 2
 #: arrays up to this size come from malloc's heap, not from fresh pages of their own: each array mapped afresh pays
-#: its page faults again (with glibc's default threshold, half of ``propagate_steps``' time on a 2.5 M-row rank;
-#: the summary of merge_scale.py's 20 M-event set took 0.92x the time with all arrays from the heap). Larger ones,
+#: its page faults again (with glibc's default threshold, a large part of ``propagate_steps``' time). Larger ones,
 #: a big rank's whole columns (a column of 2.1 M rows or more), are mapped, and go back to the system when freed: a
 #: heap keeps its extent, so a task's heap had reached its largest working set plus the holes between its arrays
-#: (at 256 MiB, the 20 M-event summary's peak PSS was 1039-1058 MiB; at 16 MiB 952-966 MiB, 1.04x the time,
-#: 3 interleaved pairs of whole-process runs; at 50 M events 1900 MiB against 2104; the 5 M-event summary's columns
-#: stay below it: 0.99x)
+#: (a lower peak than at 256 MiB, at about the same time: docs/measurements.md#engines)
 WORKER_MMAP_THRESHOLD = 16 << 20
 #: a rank task of this many rows or more hands back the memory it freed when it is done (:meth:`LocalPool.map`):
 #: its int64 columns are mapped (:data:`WORKER_MMAP_THRESHOLD`), and the heap it leaves is the holes between them
 RELEASE_AFTER_ROWS = WORKER_MMAP_THRESHOLD // 8
 #: the same for the tasks that read a file in blocks of 16 MiB and more (the ingest wave, unsized): each block mapped
-#: afresh paid its page faults again, 7 % of an ingest task's CPU (0.59 CPU-s against 0.635 for a 620 k-event file)
+#: afresh paid its page faults again (docs/measurements.md#engines)
 STREAMING_MMAP_THRESHOLD = 256 << 20
 #: free memory at the top of the heap kept for the task's next arrays instead of being handed back at once
 WORKER_TRIM_THRESHOLD = 128 << 20

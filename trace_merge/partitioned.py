@@ -102,7 +102,7 @@ class Analysis(Protocol):
 class RankRows:
     """A rank's rows handed to the analysis hook, which takes them once (:meth:`take`) and so holds the only
     reference: it can let them go as soon as it has read them, where a plain argument stays alive in every caller's
-    frame until the hook returns (at 2.5 M rows, 211 MiB under the later tables' peaks)."""
+    frame until the hook returns, under the later tables' peaks (docs/measurements.md#partitioned)."""
 
     def __init__(self, frame: Optional[pd.DataFrame], windows: Optional[Callable] = None) -> None:
         self._frame = frame
@@ -133,9 +133,9 @@ def _write_arrow(frame: pd.DataFrame, path: Path) -> None:
 
 #: a spilled piece's file: this magic, the length of a JSON header (8 bytes, little-endian), the header (the rows, and
 #: per column its kind, dtype, categories and where its buffers are, or its one value), then each column's buffers as
-#: they are in memory. Against Arrow IPC through pandas, a 145 k-row piece takes 4.8 ms to write instead of 8.3 and
-#: its columns 2.0 ms to read instead of 6.2: every piece of a summary is written once and read once, column by
-#: column. A piece lives only while its merge runs, in the merge's own spill directory; nothing else reads it.
+#: they are in memory. Faster to write and to read than Arrow IPC through pandas (docs/measurements.md#partitioned):
+#: every piece of a summary is written once and read once, column by column. A piece lives only while its merge runs,
+#: in the merge's own spill directory; nothing else reads it.
 _PIECE_MAGIC = b"TMPIECE1"
 _PIECE_ALIGN = 64
 
@@ -510,7 +510,8 @@ class _RankWindows:
         del starts
         layer = concat_column([part("layer") for part in parts], "layer")
         order: Optional[np.ndarray] = A.rows_time_order(start, layer)
-        # int32 positions where they fit: the order is held while the windows are read (a 6.2 M-row rank: 25 MiB)
+        # int32 positions where they fit: the order is held while the windows are read
+        # (docs/measurements.md#partitioned)
         self.order: np.ndarray = np.arange(start.size, dtype=_position_dtype(start.size)) if order is None else \
             order.astype(_position_dtype(start.size))
         del order
@@ -685,8 +686,7 @@ def merge_rank(task: RankTask) -> RankResult:
         del frame  # the hook's now: rows not kept are let go while it runs
         result.parts = task.analysis.rank(taken, task.job)
     # the pieces are read: they go here, beside the other ranks' work, not one by one in the driver after the wave
-    # (on merge_scale.py's 20 M-event set, 144 spill files took the driver 0.31 s to unlink). Last, so that a task
-    # run again after its worker died still finds them.
+    # (docs/measurements.md#partitioned). Last, so that a task run again after its worker died still finds them.
     for p in task.pieces:
         p.discard()
     return result
@@ -764,8 +764,8 @@ def merge_partitioned(path: "str | os.PathLike[str]", engine: Optional[Engine] =
     summary_only
         Keep only the columns a summary needs (``args`` and ``host`` are left out of the partitions).
     keep_rows
-        False: each rank's rows are summarised and let go, no partition is written (with ``analysis``; the 20 M-event
-        set's summary wrote 1.8 GB of partitions, 7 % of its time); :meth:`Merge.load` then raises
+        False: each rank's rows are summarised and let go, no partition is written (with ``analysis``; what writing
+        them cost: docs/measurements.md#partitioned); :meth:`Merge.load` then raises
         :class:`~trace_merge.merged.RowsNotKept`.
     windows
         When a rank is merged window by window, and the window's rows (:class:`~trace_merge.engines.Windows`).

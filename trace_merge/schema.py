@@ -109,8 +109,8 @@ def present_codes(codes: np.ndarray, categories: int) -> np.ndarray:
 
 def category_mask(series: pd.Series, predicate) -> np.ndarray:
     """Evaluate ``predicate(str) -> bool`` once per category instead of once per row (null: False): per category
-    present where there are many categories for the rows, else per category (finding which are present would
-    cost more than it saves)."""
+    present where there are many categories for the rows, else per category (where they are few, finding which are
+    present costs more than it saves: docs/measurements.md#schema)."""
     codes = series.cat.codes.to_numpy()
     cats = series.cat.categories
     hit = np.zeros(len(cats) + 1, dtype=bool)  # the last entry: null (code -1)
@@ -126,8 +126,8 @@ def category_mask(series: pd.Series, predicate) -> np.ndarray:
 
 def as_text(series: pd.Series) -> pd.Series:
     """``series`` as Python ``str`` objects (null stays null). Never ``astype(str)`` on a categorical: pandas
-    first makes a fixed-width numpy array of its categories, categories x the longest one (one 4,000-character
-    path among 200 k distinct file names took 3 GB)."""
+    first makes a fixed-width numpy array of its categories, categories x the longest one (one long path among many
+    distinct file names makes that gigabytes: docs/measurements.md#schema)."""
     if isinstance(series.dtype, pd.CategoricalDtype):
         cats = series.cat.categories
         if cats.dtype != object or not all(isinstance(c, str) for c in cats):
@@ -178,7 +178,7 @@ def to_frame(columns: Mapping[str, Any], owned: bool = False) -> pd.DataFrame:
             continue
         data[name] = pd.Series(value).astype(dtype).array
     # copy=False: the arrays are already owned (astype copied them); consolidating them into 2-D blocks would
-    # copy every int column again for nothing.
+    # copy every int column again for nothing (docs/measurements.md#schema).
     return pd.DataFrame(data, columns=list(FRAME_COLUMNS), copy=False)
 
 
@@ -211,8 +211,8 @@ def to_counters(columns: Mapping[str, Any]) -> pd.DataFrame:
 
 
 def empty_counters() -> pd.DataFrame:
-    """A zero-row ``counters`` table (a copy of one built once: every block of a trace has one, and building it
-    each time was a noticeable part of reading a trace)."""
+    """A zero-row ``counters`` table (a copy of one built once: every block of a trace has one, and building each was
+    a share of reading the file: docs/measurements.md#schema)."""
     return _empty_counters_built().copy()
 
 

@@ -213,8 +213,8 @@ def find_sources(
 
     Zero-byte ``.pfw``/``.pfw.gz`` files (DFTracer's preload leaves one per process that traced nothing, thousands
     in a large job) are left out with one warning for all of them, ``"<dir>: N empty trace files skipped (first:
-    <file>)"``: read one by one, each cost an empty frame (3 ms) and a warning line of its own. They stay in the
-    identity, so one that gains content later is seen as changed.
+    <file>)"``: read one by one, each cost an empty frame and a warning line of its own (docs/measurements.md#sources).
+    They stay in the identity, so one that gains content later is seen as changed.
     """
     files, manifest, warnings = _listing(path)
     ids, inputs = _identities([p for p, _ in files], path)
@@ -263,7 +263,7 @@ def _listing(path: Path) -> "tuple[list[tuple[Path, str]], dict[str, Any] | None
             files.append((p, kind))
         else:
             files.append((p, ""))
-    # a stable sort, not a membership test per file in the list of app files (quadratic: 100,000 files took minutes)
+    # a stable sort, not a membership test per file in the list of app files (quadratic: docs/measurements.md#sources)
     files.sort(key=lambda f: not f[0].name.endswith((".pfw", ".pfw.gz")))
     return files, None, warnings
 

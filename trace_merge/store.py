@@ -243,9 +243,8 @@ def parquet_schema():
     return schema
 
 
-#: rows of a row group of ``merged.parquet``: Arrow's Parquet writer holds about 0.37 KiB a row of the group it writes
-#: (the 50 M-event set: 384 MiB above the driver's own with groups of 1 Mi rows, 193 with 512 Ki, in 12.3 s against
-#: 11.9; 256 Ki took 15.8-16.1 s and made the file 17 % larger)
+#: rows of a row group of ``merged.parquet``: Arrow's Parquet writer holds the group it writes, so smaller groups hold
+#: less, down to where they write slower and make the file larger (docs/measurements.md#store)
 ROW_GROUP_ROWS = 1 << 19
 
 
@@ -272,9 +271,8 @@ def write_parquet(pm: Merge, path: Path, row_group_rows: int = ROW_GROUP_ROWS) -
 def _partition_tables(pm: Merge, rank: int, schema: "pa.Schema", rows: int) -> "Iterator[pa.Table]":
     """One rank's partition as Arrow tables of ``schema``, ``rows`` rows each (the last one fewer). A partition file
     of this merge is read as it is, batch by batch (only the category codes are widened), not through pandas and
-    back (the 20 M-event set's ``merged.parquet``: 3.7 s less of the 7.7 s it took to write); and read, not mapped:
-    the mapped pages of a whole partition stayed in the process (the 50 M-event set's merge: 1.36 GiB in the driver).
-    Rows kept in memory are converted through pandas."""
+    back (faster); and read, not mapped: the mapped pages of a whole partition stayed in the process
+    (docs/measurements.md#store). Rows kept in memory are converted through pandas."""
     import pyarrow as pa
 
     def conformed(table: "pa.Table") -> "pa.Table":  # the schema's columns: a partition may hold a subset

@@ -3,8 +3,8 @@ pandas run without the GIL (:func:`thread_map`).
 
 A process of its own uses every core. A local pool's worker shares the cores with the pool's other workers, each
 busy with a task of its own, so the pool's initializer gives it its share (:func:`set_limit`): there, a second
-thread only adds switches and hand-offs (on the 5 M-event set the rank tasks took 3-5 % more CPU with two threads
-each than with one, and finished no sooner: the other core was busy with the other worker's task).
+thread only adds switches and hand-offs (more CPU, and no sooner done: the other core was busy with the other
+worker's task; docs/measurements.md#threads).
 """
 from __future__ import annotations
 
