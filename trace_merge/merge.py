@@ -12,6 +12,7 @@ from typing import Any
 
 from .partitioned import Merge, merge_in_memory, merge_read
 from .schema import SourceData
+
 # the merge's outputs, for callers of merge_path: ``from trace_merge.merge import merge_path, write_merged``
 from .store import read_merged, write_merged
 

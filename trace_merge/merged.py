@@ -107,7 +107,8 @@ def require_rows(partitions: "dict[int, Partition]") -> None:
         raise RowsNotKept(NOT_KEPT)
 
 
-NOT_KEPT = "this merge kept only its summary, not its rows (opened with keep_rows=False); open the run again to read them"
+NOT_KEPT = ("this merge kept only its summary, not its rows (opened with keep_rows=False); open the run again to read "
+            "them")
 
 
 class Partition(Protocol):
