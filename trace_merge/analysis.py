@@ -16,12 +16,13 @@ import pandas as pd
 
 from trace_merge import kernels, partitioned
 # the summary lives beside the kernels that build it; re-exported here, where users look for it
-from trace_merge.kernels import (STUDY_COMPONENTS, STUDY_TOTAL, Metrics, Summary, coverage_notes, explain,
-                                 overall_breakdown, study_view_df)
-from trace_merge.attribution import (COMPONENT_LABELS, COMPONENTS, LOWER_COMPONENTS, component_view_df,
-                                     INPUT_BOUND_HIGH_PCT, INPUT_BOUND_MODERATE_PCT, PRIORITY, accelerator_utilisation,
-                                     breakdown_df, exposed_io_df, input_bound_df, layered_breakdown_df,
-                                     step_series_df, Verdict, verdict, verdict_label, verdict_text)
+from trace_merge.kernels import Metrics, Summary, overall_breakdown
+from trace_merge.attribution import (COMPONENTS, LOWER_COMPONENTS, PRIORITY, accelerator_utilisation, breakdown_df,
+                                     exposed_io_df, input_bound_df, layered_breakdown_df, step_series_df, verdict)
+from trace_merge.component_view import ComponentView, component_view_df
+from trace_merge.explain import COMPONENT_LABELS, coverage_notes, explain, verdict_text
+from trace_merge.study import ORIGINAL_STUDY, study_view_df
+from trace_merge.verdict import INPUT_BOUND_HIGH_PCT, INPUT_BOUND_MODERATE_PCT, Verdict, verdict_label
 from trace_merge.bandwidth import (READ_LAYER_ORDER, SIZE_BINS, access_pattern_df, bandwidth_df,
                                    bandwidth_totals, epoch_bandwidth_df, epoch_bandwidth_totals,
                                    job_wall_ns, read_rows)
@@ -193,7 +194,7 @@ def access_pattern(pm: "partitioned.Merge", engine: "Optional[Engine]" = None) -
     """:func:`access_pattern_df` of a partitioned merge, partition by partition (rows are per rank and epoch)."""
     with partitioned.engine_for_rows(engine, pm.rows) as eng:
         parts = partitioned.over_ranks(eng, _access_pattern_of, pm.partitions, pm.rows, pm.job.app_files)
-    return kernels._concat(parts) if parts else access_pattern_df(empty_frame())
+    return kernels.concat_tables(parts) if parts else access_pattern_df(empty_frame())
 
 
 def has_tfdata(event_stats: pd.DataFrame) -> bool:
@@ -281,6 +282,6 @@ __all__ = [
     "epoch_bandwidth_df", "epoch_bandwidth_totals", "component_view_df", "study_view_df",
     "access_pattern_df", "event_stats_df", "overall_breakdown", "Metrics", "run_metrics", "compare_df", "summarise",
     "summarise_stored", "summarise_again", "access_pattern",
-    "STUDY_COMPONENTS", "STUDY_TOTAL",
+    "ORIGINAL_STUDY", "ComponentView",
 ]
 

@@ -251,7 +251,7 @@ class Run:
             return analysis.breakdown_df(self.frame, layers, per_layer=per_layer)
         use = self._partitioned.job.use(layers)  # the job's layers, as the whole frame would choose them
         parts = [analysis.breakdown_df(f, use, per_layer=per_layer) for f in self._parts(kernels.KERNEL_COLUMNS)]
-        out = kernels._concat(parts, sort=())
+        out = kernels.concat_tables(parts, sort=())
         if not len(out):
             return analysis.breakdown_df(empty_frame(), use, per_layer=per_layer)
         if not per_layer:
