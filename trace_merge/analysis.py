@@ -20,7 +20,7 @@ from trace_merge.kernels import Metrics, Summary, overall_breakdown
 from trace_merge.attribution import (COMPONENTS, LOWER_COMPONENTS, PRIORITY, accelerator_utilisation, breakdown_df,
                                      exposed_io_df, input_bound_df, layered_breakdown_df, step_series_df, verdict)
 from trace_merge.component_view import ComponentView, component_view_df
-from trace_merge.explain import COMPONENT_LABELS, coverage_notes, explain, verdict_text
+from trace_merge.explain import COMPONENT_LABELS, component_labels, coverage_notes, explain, verdict_text
 from trace_merge.study import ORIGINAL_STUDY, study_view_df
 from trace_merge.verdict import INPUT_BOUND_HIGH_PCT, INPUT_BOUND_MODERATE_PCT, Verdict, verdict_label
 from trace_merge.bandwidth import (READ_LAYER_ORDER, SIZE_BINS, access_pattern_df, bandwidth_df,
@@ -205,12 +205,6 @@ def has_tfdata(event_stats: pd.DataFrame) -> bool:
         return False
     fw = (as_text(event_stats["layer"]) == "framework") & (as_text(event_stats["cat"]) == "wait")
     return bool(event_stats.loc[fw.to_numpy(), "count"].sum() > 0)
-
-
-def component_labels(tfdata: bool) -> dict[str, str]:
-    """:data:`COMPONENT_LABELS` as a run's legends name them: "input wait (tf.data)" only for a run with tf.data
-    events (:func:`has_tfdata`); a loop without tf.data waits for its own loader, so there it is "input wait"."""
-    return COMPONENT_LABELS if tfdata else {**COMPONENT_LABELS, "input_wait": "input wait"}
 
 
 #: the bar that holds the phases beyond ``top`` in :func:`where_time_goes_df` and the layered figure

@@ -24,6 +24,13 @@ COMPONENT_LABELS: dict[str, str] = {
     "not_observed": "not observed (no framework profile there)",
 }
 
+def component_labels(tfdata: bool) -> dict[str, str]:
+    """:data:`COMPONENT_LABELS` as a run's legends name them: "input wait (tf.data)" only for a run with tf.data
+    events (:func:`trace_merge.analysis.has_tfdata`); a loop without tf.data waits for its own loader, so there it
+    is "input wait"."""
+    return COMPONENT_LABELS if tfdata else {**COMPONENT_LABELS, "input_wait": "input wait"}
+
+
 #: what each basis of the verdict measured, for the text outputs; the step bases' evidence is counted per run
 #: (:func:`_evidence_text`), so no sentence names evidence the frame does not hold
 BASIS_TEXT = {
