@@ -6,8 +6,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from trace_merge.attribution import component_view_df
 from trace_merge.bandwidth import epoch_bandwidth_df, epoch_bandwidth_totals
+from trace_merge.component_view import component_view_df
 from trace_merge.intervals import union_ns
 from trace_merge.run import Run
 from trace_merge.schema import to_frame

@@ -16,7 +16,9 @@ NATIVE = {"trace_merge._sweep", "trace_merge._lifeline", "trace_merge.readers._p
 REPORTING = {"trace_merge.cli", "trace_merge.report", "trace_merge.plots", "trace_merge.perfetto",
              "trace_merge.darshan_view", "trace_merge.noise", "trace_merge.findings", "trace_merge.run",
              "trace_merge.opening"}
-ANALYSIS = {"trace_merge.analysis", "trace_merge.kernels", "trace_merge.attribution", "trace_merge.bandwidth"}
+ANALYSIS = {"trace_merge.analysis", "trace_merge.kernels", "trace_merge.attribution", "trace_merge.attribution_engine",
+            "trace_merge.verdict", "trace_merge.explain", "trace_merge.component_view", "trace_merge.study",
+            "trace_merge.bandwidth"}
 MERGE_LAYER = {"trace_merge.sources", "trace_merge.threads", "trace_merge.merge", "trace_merge.store", "trace_merge.align",
                "trace_merge.schema", "trace_merge.identity", "trace_merge.dxt_clock", "trace_merge.readers",
                "trace_merge.partitioned", "trace_merge.engines", "trace_merge.merged"}

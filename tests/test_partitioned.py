@@ -309,7 +309,7 @@ def test_the_attribution_runs_without_the_columns_only_the_tables_of_rows_read(
         real_rows(self, frame)
 
     alive: list = []
-    real_attribution = attribution._attribution
+    real_attribution = attribution.attribution_of
 
     def attribute(frame, *args, **kw):
         gc.collect()
@@ -317,7 +317,7 @@ def test_the_attribution_runs_without_the_columns_only_the_tables_of_rows_read(
         return real_attribution(frame, *args, **kw)
 
     monkeypatch.setattr(partitioned.RankRows, "__init__", watch)
-    monkeypatch.setattr(attribution, "_attribution", attribute)
+    monkeypatch.setattr(attribution, "attribution_of", attribute)
     lean = partitioned.merge_partitioned(generated, engine=engines.Inline(), analysis=kernels.SummaryHook(),
                                          keep_rows=False)
     lean.cleanup()
@@ -466,7 +466,7 @@ def test_a_summary_only_merge_lets_a_ranks_rows_go_before_the_attribution_tables
         real_rows(self, frame)
 
     alive_at_series: list = []
-    real_series = attribution._step_series
+    real_series = attribution.step_series_of
 
     def series(att):
         gc.collect()
@@ -474,7 +474,7 @@ def test_a_summary_only_merge_lets_a_ranks_rows_go_before_the_attribution_tables
         return real_series(att)
 
     monkeypatch.setattr(partitioned.RankRows, "__init__", watch)
-    monkeypatch.setattr(attribution, "_step_series", series)
+    monkeypatch.setattr(attribution, "step_series_of", series)
     lean = partitioned.merge_partitioned(generated, engine=engines.Inline(), analysis=kernels.SummaryHook(),
                                          keep_rows=False)
     try:
@@ -520,8 +520,7 @@ def test_rank_parts_cross_processes_with_their_step_series_packed(generated: Pat
     with pytest.raises(AttributeError):
         back.no_such_table
     # the reduction of parts that crossed processes packed is the reduction of the parts themselves
-    monkeypatch.setattr(kernels, "PACK_STEPS_FROM", 1)
-    crossed = [pickle.loads(pickle.dumps(p)) for p in parts]
+    crossed = [pickle.loads(pickle.dumps(dataclasses.replace(p, pack_steps_from=1))) for p in parts]
     assert all("_packed_steps" in p.__dict__ for p in crossed)
     summary = kernels.combine(crossed, pm.job, pm.counters)
     pd.testing.assert_frame_equal(summary.steps, pm.summary.steps, check_exact=True)

@@ -23,15 +23,15 @@ def test_readable_keeps_the_asked_columns_named_with_their_units() -> None:
 def test_ranks_tables_are_concatenated_in_rank_order_whatever_order_they_come_in():
     """The reduction's concatenation: in rank order, each rank's own order kept; parts already in rank order are
     left as they are (no sort), others sorted (stable), and keys that do not compare or are missing still sort."""
-    from trace_merge.kernels import _concat
+    from trace_merge.kernels import concat_tables
 
     one = pd.DataFrame({"rank": [1, 1], "x": [2, 1]})
     zero = pd.DataFrame({"rank": [0], "x": [9]})
     for parts in ([zero, one], [one, zero]):
-        out = _concat(parts)
+        out = concat_tables(parts)
         assert out.to_dict("list") == {"rank": [0, 1, 1], "x": [9, 2, 1]}
         assert list(out.index) == [0, 1, 2]
     missing = pd.DataFrame({"rank": pd.array([None], dtype="Int64"), "x": [5]})
-    assert _concat([missing, zero.astype({"rank": "Int64"})])["x"].tolist() == [9, 5]  # missing last, as sorted
+    assert concat_tables([missing, zero.astype({"rank": "Int64"})])["x"].tolist() == [9, 5]  # missing last, as sorted
     epochs = [pd.DataFrame({"rank": [0, 0], "epoch": [2, 1]}), pd.DataFrame({"rank": [1], "epoch": [0]})]
-    assert _concat(epochs, ("rank", "epoch"))["epoch"].tolist() == [1, 2, 0]
+    assert concat_tables(epochs, ("rank", "epoch"))["epoch"].tolist() == [1, 2, 0]

@@ -17,23 +17,16 @@ import pandas as pd
 
 from trace_merge import kernels, partitioned
 from trace_merge.attribution import (
-    COMPONENT_LABELS,
     COMPONENTS,
-    INPUT_BOUND_HIGH_PCT,
-    INPUT_BOUND_MODERATE_PCT,
     LOWER_COMPONENTS,
     PRIORITY,
-    Verdict,
     accelerator_utilisation,
     breakdown_df,
-    component_view_df,
     exposed_io_df,
     input_bound_df,
     layered_breakdown_df,
     step_series_df,
     verdict,
-    verdict_label,
-    verdict_text,
 )
 from trace_merge.bandwidth import (
     READ_LAYER_ORDER,
@@ -46,7 +39,9 @@ from trace_merge.bandwidth import (
     job_wall_ns,
     read_rows,
 )
+from trace_merge.component_view import ComponentView, component_view_df
 from trace_merge.engines import Engine
+from trace_merge.explain import COMPONENT_LABELS, component_labels, coverage_notes, explain, verdict_text
 from trace_merge.intervals import (
     covered_ns,
     grouped_union_ns,
@@ -57,19 +52,12 @@ from trace_merge.intervals import (
 )
 
 # the summary lives beside the kernels that build it; re-exported here, where users look for it
-from trace_merge.kernels import (
-    STUDY_COMPONENTS,
-    STUDY_TOTAL,
-    Metrics,
-    Summary,
-    coverage_notes,
-    explain,
-    overall_breakdown,
-    study_view_df,
-)
+from trace_merge.kernels import Metrics, Summary, overall_breakdown
 from trace_merge.merged import Merge, Partition
 from trace_merge.schema import Layers, as_text, by_rank, empty_frame, layer_order, layers_key
+from trace_merge.study import ORIGINAL_STUDY, study_view_df
 from trace_merge.threads import thread_map
+from trace_merge.verdict import INPUT_BOUND_HIGH_PCT, INPUT_BOUND_MODERATE_PCT, Verdict, verdict_label
 
 logger = logging.getLogger(__name__)
 
@@ -242,7 +230,7 @@ def access_pattern(pm: Merge, engine: "Optional[Engine]" = None) -> pd.DataFrame
         return access_pattern_df(pm.frame)
     with partitioned.engine_for_rows(engine, pm.rank_rows) as eng:
         parts = partitioned.over_ranks(eng, _access_pattern_of, pm.partitions, pm.rank_rows, pm.job.app_files)
-    return kernels._concat(parts) if parts else access_pattern_df(empty_frame())
+    return kernels.concat_tables(parts) if parts else access_pattern_df(empty_frame())
 
 
 def merge_breakdown(pm: Merge, layers: Layers = None, per_layer: bool = False) -> pd.DataFrame:
@@ -251,7 +239,7 @@ def merge_breakdown(pm: Merge, layers: Layers = None, per_layer: bool = False) -
         return breakdown_df(pm.frame, layers, per_layer=per_layer)
     use = pm.job.use(layers)  # the job's layers, as the whole frame would choose them
     parts = [breakdown_df(f, use, per_layer=per_layer) for f in pm.rank_frames(kernels.KERNEL_COLUMNS)]
-    out = kernels._concat(parts, sort=())
+    out = kernels.concat_tables(parts, sort=())
     if not len(out):
         return breakdown_df(empty_frame(), use, per_layer=per_layer)
     if not per_layer:
@@ -277,12 +265,6 @@ def has_tfdata(event_stats: pd.DataFrame) -> bool:
         return False
     fw = (as_text(event_stats["layer"]) == "framework") & (as_text(event_stats["cat"]) == "wait")
     return bool(event_stats.loc[fw.to_numpy(), "count"].sum() > 0)
-
-
-def component_labels(tfdata: bool) -> dict[str, str]:
-    """:data:`COMPONENT_LABELS` as a run's legends name them: "input wait (tf.data)" only for a run with tf.data
-    events (:func:`has_tfdata`); a loop without tf.data waits for its own loader, so there it is "input wait"."""
-    return COMPONENT_LABELS if tfdata else {**COMPONENT_LABELS, "input_wait": "input wait"}
 
 
 #: the bar that holds the phases beyond ``top`` in :func:`where_time_goes_df` and the layered figure
@@ -354,6 +336,6 @@ __all__ = [
     "epoch_bandwidth_df", "epoch_bandwidth_totals", "component_view_df", "study_view_df",
     "access_pattern_df", "event_stats_df", "overall_breakdown", "Metrics", "run_metrics", "compare_df", "summarise",
     "summarise_stored", "summarise_merge", "access_pattern", "merge_breakdown", "events_and_ranks",
-    "STUDY_COMPONENTS", "STUDY_TOTAL",
+    "ORIGINAL_STUDY", "ComponentView",
 ]
 

@@ -128,7 +128,7 @@ def read_rows(frame: pd.DataFrame, columns: Optional[Sequence[str]] = None) -> p
     """Rows that read data and carry the number of bytes, from the lowest layer that measured them per rank.
 
     A row is a read when its name contains ``read`` (``read``, ``pread64``, ``fread``, ``H5Dread``,
-    ``MPI_File_read_at``, ``HDF5 File Read``; not ``readdir``/``readlink``/``thread``) or, in the app layer,
+    ``MPI_File_read_at``, an app phase ``File Read``; not ``readdir``/``readlink``/``thread``) or, in the app layer,
     when its cat is ``io`` and its name does not say ``write``; and ``bytes`` is known. For each rank only the
     first layer group of :data:`READ_LAYER_ORDER` that has such rows is kept, so a read counted by both
     DFTracer and the app's own timer is counted once. ``columns`` limits the columns copied out.
@@ -146,8 +146,8 @@ def read_rows(frame: pd.DataFrame, columns: Optional[Sequence[str]] = None) -> p
         best = np.full(len(ranks), len(READ_LAYER_ORDER))
         np.minimum.at(best, rank, level)
         at = at[level == best[rank]]
-    # ``Index.take``, not ``index[at]``: on a RangeIndex the latter builds and caches every label of the frame (a
-    # 6.2 M-row rank: 47 MiB held as long as the frame)
+    # ``Index.take``, not ``index[at]``: on a RangeIndex the latter builds and caches every label of the frame, held
+    # as long as the frame
     return pd.DataFrame({c: frame[c].array.take(at) for c in cols}, index=frame.index.take(at), columns=cols,
                         copy=False)
 
@@ -203,7 +203,7 @@ def data_file_names(reads: "tuple[pd.DataFrame, np.ndarray]") -> frozenset:
     if not len(rows):
         return frozenset()
     files = rows["file"]
-    if isinstance(files.dtype, pd.CategoricalDtype):  # the categories present, not a string per read (28 ms a rank)
+    if isinstance(files.dtype, pd.CategoricalDtype):  # the categories present, not a string per read
         cats = files.cat.categories
         return frozenset(str(c) for c in cats[present_codes(files.cat.codes.to_numpy()[data], len(cats))])
     return frozenset(as_text(files[data].dropna()))
@@ -303,8 +303,8 @@ def epoch_bandwidth_df(frame: pd.DataFrame, reads: "Optional[tuple[pd.DataFrame,
     at = np.flatnonzero(data & rows["epoch"].notna().to_numpy()) if len(rows) else np.zeros(0, dtype=_I8)
     if not at.size:
         return pd.DataFrame({c: pd.Series(dtype="object" if c == "layer" else "int64") for c in cols})
-    # column by column at the selected rows, not a copy of the rows (a 6.2 M-row rank: 60 MiB less at its peak);
-    # groups numbered in (rank, epoch) order
+    # column by column at the selected rows, not a copy of the rows (a lower peak); groups numbered in (rank,
+    # epoch) order
     rank_codes, ranks = pd.factorize(rows["rank"].to_numpy()[at], sort=True)
     epoch_codes, epochs = pd.factorize(rows["epoch"].array[at].to_numpy(dtype=_I8), sort=True)
     keys, packed = pd.factorize(rank_codes.astype(_I8) * len(epochs) + epoch_codes, sort=True)

@@ -237,6 +237,7 @@ def _brief_text(run, parts, width: int) -> str:
 
 def _summary_text(run, parts, width: int) -> str:
     from trace_merge.analysis import PRIORITY, component_labels, epochs_as_text, has_tfdata, verdict_text
+    from trace_merge.explain import view_heading
     from trace_merge.findings import idle_text, next_step
     from trace_merge.formatting import frame_text, size_text, wrap
     from trace_merge.jobinfo import slurm_line
@@ -293,8 +294,7 @@ def _summary_text(run, parts, width: int) -> str:
                   frame_text(parts.epoch_bandwidth_totals, width), "per rank:",
                   frame_text(parts.epoch_bandwidth, width)]
     if len(parts.study_view):
-        lines += ["", "the original study's view (Read = HDF5 File Read, Load = Load File − Read, Training, "
-                      "Checkpoint; % of Train Loop):", frame_text(parts.study_view, width)]
+        lines += ["", view_heading(parts.view), frame_text(parts.study_view, width)]
     stats = parts.event_stats
     if len(stats):
         stats = stats.sort_values("sum_us", ascending=False).head(25)

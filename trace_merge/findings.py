@@ -13,8 +13,10 @@ from typing import TYPE_CHECKING, Optional, Sequence
 import numpy as np
 import pandas as pd
 
-from trace_merge.attribution import COMPONENT_LABELS, COMPONENTS, IDLE_LABEL, unexplained_text
+from trace_merge.attribution import COMPONENTS
+from trace_merge.explain import COMPONENT_LABELS, unexplained_text
 from trace_merge.formatting import size_text as _size
+from trace_merge.verdict import IDLE_LABEL
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from trace_merge.analysis import Summary

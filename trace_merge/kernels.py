@@ -12,6 +12,10 @@ kernel needs from the rest of the job is small and computed first, from every ra
   (:class:`~trace_merge.attribution.SharedCollectives`);
 - the job's first start and last end (its wall time).
 
+A summary also holds a component view (:class:`~trace_merge.component_view.ComponentView`: a study's own phase
+taxonomy as a table), the view given to the kernel; by default the original study's
+(:data:`~trace_merge.study.ORIGINAL_STUDY`).
+
 :func:`rank_parts` is the kernel (one rank's rows in, a :class:`RankParts` of small tables out) and
 :func:`combine` the reduction. Both are plain functions of picklable values, so an engine can run the kernels
 wherever the partitions are (a process pool, Dask workers).
@@ -27,8 +31,12 @@ import pandas as pd
 
 from trace_merge import attribution as att_
 from trace_merge import bandwidth as bw_
-from trace_merge.attribution import PRIORITY, component_view_df, verdict_label
+from trace_merge.attribution import PRIORITY
+from trace_merge.component_view import ComponentView, view_df
+from trace_merge.explain import explain
 from trace_merge.schema import LAYERS, as_text, concat_frames, empty_frame, only_columns, present_codes
+from trace_merge.study import ORIGINAL_STUDY
+from trace_merge.verdict import Verdict
 
 _I8 = np.int64
 #: the columns :func:`rank_parts` reads (a re-summary loads only these)
@@ -132,10 +140,9 @@ class JobFacts:
         return att_.SharedCollectives(starts, ends, len(seen))
 
 
-#: a step series of this many rows or more is packed when its :class:`RankParts` is pickled: 4-7x smaller (at
-#: 130 k rows, a 2.48 M-event rank's, 1.1-2.9 MB against 11.2), for 8-12 ms of the worker's time (most of it
-#: Arrow's conversion; pickle takes 1-5 ms) and 3-5 ms of the driver's reduction. Below it the driver's memory is
-#: not at stake: the 5 M-event set's 32.7 k-row series (2.8 MB) took 55 ms of the summary's critical path packed
+#: by default, a step series of this many rows or more is packed when its :class:`RankParts` is pickled: several
+#: times smaller, for some of the worker's and the driver's time; below it the driver's memory is not at stake
+#: (measurements: docs/partitioned.md, "A rank's step series crosses to the driver packed")
 PACK_STEPS_FROM = 1 << 16
 
 
@@ -154,15 +161,16 @@ class RankParts:
     event_stats: pd.DataFrame  # exact partial sums (:func:`event_stat_parts`)
     data_files: frozenset = field(default_factory=frozenset)
     span: Optional[tuple] = None  # (first start, last end) of the rank's rows, None when it has none
+    pack_steps_from: int = PACK_STEPS_FROM  # pickled with a step series this long or longer: packed
 
-    # Crossing processes, a long step series (a row per step: 11 MB of a 2.48 M-event rank's 11.3, pickled) travels
-    # as zstd Arrow IPC, ~4x smaller, and stays so in the driver until it is read: the ranks' series otherwise took
-    # ~80 MiB of the driver's memory while the rank wave ran (merge_scale.py's 20 M-event set)
+    # Crossing processes, a long step series (a row per step: most of a big rank's parts, pickled) travels as zstd
+    # Arrow IPC, several times smaller, and stays so in the driver until it is read: the ranks' series otherwise
+    # held much of the driver's memory while the rank wave ran
 
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
         steps = state.get("steps")
-        if isinstance(steps, pd.DataFrame) and len(steps) >= PACK_STEPS_FROM:
+        if isinstance(steps, pd.DataFrame) and len(steps) >= self.pack_steps_from:
             state["_packed_steps"] = ipc_bytes(state.pop("steps"))
         return state
 
@@ -184,7 +192,7 @@ def ipc_bytes(frame: "pd.DataFrame | Any") -> bytes:
 
     table = pa.Table.from_pandas(frame) if isinstance(frame, pd.DataFrame) else frame
     sink = io.BytesIO()
-    # level 3, not Arrow's default 1: a step series 2.9 MB instead of 4.1 (11.2 pickled), 16 ms instead of 11
+    # level 3, not Arrow's default 1: a step series a third smaller, for a little more time
     options = pa.ipc.IpcWriteOptions(compression=pa.Codec("zstd", compression_level=3))
     with pa.ipc.new_file(sink, table.schema, options=options) as writer:
         writer.write_table(table)
@@ -198,7 +206,7 @@ def ipc_frame(data: bytes) -> pd.DataFrame:
     return pa.ipc.open_file(pa.BufferReader(data)).read_all().to_pandas()
 
 
-# -- the summary: what it holds, its scalars and its sentences ------------------------------------------------------
+# -- the summary: what it holds and its scalars ----------------------------------------------------------------------
 
 
 def overall_breakdown(breakdown: pd.DataFrame) -> dict:
@@ -211,31 +219,10 @@ def overall_breakdown(breakdown: pd.DataFrame) -> dict:
     return {k: float((tot[k] * tot["wall_s"]).sum() / wall) for k in keys}
 
 
-#: The original study's table for its HEP-CNN phase taxonomy: components in order, each minus the ones before it
-#: (Load = Load File − HDF5 File Read), as shares of ``Train Loop``.
-STUDY_COMPONENTS = (("read", ("HDF5 File Read",)), ("load", ("Load File",)),
-                    ("training", ("Train Step", "Compute Gradients", "Allreduce Gradients", "Apply Gradients")),
-                    ("checkpoint", ("Checkpoint",)))
-STUDY_TOTAL = "Train Loop"
-
-
-def study_view_df(frame: pd.DataFrame, per_epoch: bool = False) -> pd.DataFrame:
-    """The original study's view of a run with its phase taxonomy (:data:`STUDY_COMPONENTS` of
-    :data:`STUDY_TOTAL`): per rank (and epoch) seconds and % of Read, Load − Read, Training, Checkpoint and other.
-    Ranks without a ``Train Loop`` phase have no rows. See :func:`~trace_merge.attribution.component_view_df`."""
-    if not len(frame):
-        return component_view_df(frame, STUDY_COMPONENTS, STUDY_TOTAL, per_epoch)
-    # masks first, one selection of the rows wanted (usually none): copying every app row out cost more
-    app = (frame["layer"] == "app").to_numpy()
-    rank = frame["rank"].to_numpy()
-    with_total = np.unique(rank[app & (frame["name"] == STUDY_TOTAL).to_numpy()])
-    return component_view_df(frame[app & np.isin(rank, with_total)], STUDY_COMPONENTS, STUDY_TOTAL, per_epoch)
-
-
 def _epoch_metrics(per_epoch: pd.DataFrame) -> dict:
     """Epoch 0 against the later epochs: aggregate read bandwidth and the slowest rank's read time per epoch."""
-    out = {"epoch0_read_bw_MB_per_s": None, "later_read_bw_MB_per_s": None, "epoch0_read_time_s": None,
-           "later_read_time_s_per_epoch": None}
+    out: dict[str, Optional[float]] = {"epoch0_read_bw_MB_per_s": None, "later_read_bw_MB_per_s": None,
+                                       "epoch0_read_time_s": None, "later_read_time_s_per_epoch": None}
     if not len(per_epoch):
         return out
     first, later = per_epoch[per_epoch["epoch"] == 0], per_epoch[per_epoch["epoch"] > 0]
@@ -287,8 +274,8 @@ class Metrics:
         return {**head, **shares, **out}
 
 
-def _metrics(ranks: int, events: int, bd: pd.DataFrame, exp: pd.DataFrame, totals: dict, v: att_.Verdict,
-             per_epoch: pd.DataFrame, study: pd.DataFrame) -> Metrics:
+def _metrics(ranks: int, events: int, bd: pd.DataFrame, exp: pd.DataFrame, totals: dict, v: Verdict,
+             per_epoch: pd.DataFrame, study: pd.DataFrame, view: Optional[ComponentView]) -> Metrics:
     exp_tot = exp[exp["epoch"].isna()]
     wall = float(exp_tot["wall_s"].sum())
     shares = overall_breakdown(bd) if len(bd) else {**{f"{c}_pct": None for c in PRIORITY},
@@ -300,7 +287,7 @@ def _metrics(ranks: int, events: int, bd: pd.DataFrame, exp: pd.DataFrame, total
         **{k: totals[k] for k in ("read_bytes", "slowest_read_time_s", "aggregate_bw_MB_per_s",
                                   "bw_over_job_wall_MB_per_s")},
         **_epoch_metrics(per_epoch),
-        study_read_pct=float(study["read_pct"].mean()) if len(study) else None,
+        study_read_pct=float(study[f"{view.headline}_pct"].mean()) if len(study) and view else None,
         input_pct=v.input_pct, au_pct=v.au_pct, verdict=v.label, verdict_basis=v.basis)
 
 
@@ -313,7 +300,7 @@ class Summary:
     metrics
         :class:`Metrics`.
     verdict
-        :class:`~trace_merge.attribution.Verdict`.
+        :class:`~trace_merge.verdict.Verdict`.
     layered
         :func:`~trace_merge.attribution.layered_breakdown_df`: app phases split by what the lower layers did.
     breakdown
@@ -325,15 +312,17 @@ class Summary:
     epoch_bandwidth, epoch_bandwidth_totals
         :func:`epoch_bandwidth_df` (per rank and epoch) and :func:`epoch_bandwidth_totals` (the job per epoch).
     study_view
-        :func:`study_view_df` per rank (empty without the study's phase taxonomy).
+        :func:`~trace_merge.component_view.view_df` of ``view`` per rank (empty without its total phase).
     event_stats
         :func:`event_stats_df`.
     explanations
         One sentence for each place where the headline numbers seem to disagree, saying why.
+    view
+        The component view of ``study_view`` (:data:`~trace_merge.study.ORIGINAL_STUDY` by default).
     """
 
     metrics: Metrics
-    verdict: att_.Verdict
+    verdict: Verdict
     layered: pd.DataFrame
     breakdown: pd.DataFrame
     exposed_io: pd.DataFrame
@@ -346,98 +335,51 @@ class Summary:
     study_view: pd.DataFrame
     event_stats: pd.DataFrame
     explanations: list[str] = field(default_factory=list)
+    view: Optional[ComponentView] = None
 
 
-def coverage_notes(layered: pd.DataFrame) -> list[str]:
-    """Where the framework layer sampled only part of a phase's calls: the sample behind its python/compute
-    split, e.g. "framework profile: 8 of 192 calls of 'Train Step' (rank 0)" -- one sentence per phase."""
-    if not len(layered) or not (layered["not_observed_s"] > 0).any():
-        return []
-    g = layered.groupby("phase", sort=False)[["calls", "observed_calls", "time_s", "not_observed_s"]].sum()
-    # a sample: some calls inside a window, some not (a container such as Train Loop is no sample of anything)
-    g = g[(g["not_observed_s"] > 0) & (g["observed_calls"] > 0) & (g["observed_calls"] < g["calls"])]
-    g = g.sort_values("time_s", ascending=False)
-    return [f"framework profile: {int(row['observed_calls'])} of {int(row['calls'])} calls of '{phase}' "
-            f"(all ranks); its python/compute split is from those, {100 * row['not_observed_s'] / row['time_s']:.0f}"
-            f" % of its time was not observed" for phase, row in g.head(2).iterrows()]
-
-
-def explain(metrics: Metrics, verdict: att_.Verdict, layered: pd.DataFrame) -> list[str]:
-    """Sentences for where io %, exposed %, the layered split and the verdict seem to disagree."""
-    out: list[str] = []
-    io, exposed, wait = metrics.component_pct.get("io"), metrics.exposed_io_pct, verdict.input_pct
-    if verdict.basis == "framework" and wait is not None and exposed is not None \
-            and verdict_label(wait) != verdict_label(exposed):
-        out.append(f"the verdict uses the input wait inside the step cycles, most of them profiled ({wait:.1f} % "
-                   f"of step time; its sources are in the basis note), not the app layer's exposed I/O ({exposed:.1f} % of all wall time, start-up included), "
-                   "which also cannot see a wait inside a step phase that contains it (a Keras batch)")
-    if io is not None and exposed is not None and io >= 1.0 and io >= 2 * exposed:
-        out.append(f"io phases take {io:.1f} % of wall time but only {exposed:.1f} % is exposed: the rest ran "
-                   "while another thread computed (prefetching hid it)")
-    if exposed is not None and wait is not None and verdict.basis == "app" and abs(exposed - wait) >= 5:
-        out.append(f"exposed I/O ({exposed:.1f} %) is a share of all wall time, start-up and epochs' edges "
-                   f"included; the input wait of the verdict ({wait:.1f} %) is a share of step time only")
-    if len(layered):
-        io_phases = layered[layered["cat"] == "io"].groupby("phase")[["time_s", "fs_s", "python_s",
-                                                                       "not_observed_s"]].sum()
-        # the io phases that matter (>= 1 % of the ranks' wall time), largest first: a 6 us phase explains nothing
-        floor = 0.01 * (metrics.job_wall_s or 0.0) * max(metrics.ranks, 1)
-        io_phases = io_phases[io_phases["time_s"] >= max(floor, 1e-9)].sort_values("time_s", ascending=False)
-        shown = 0
-        for phase, row in io_phases.iterrows():
-            rest = row["python_s"] + row["not_observed_s"]
-            if shown < 3 and rest >= 0.5 * row["time_s"] and "posix" in ",".join(
-                    layered.loc[layered["phase"] == phase, "layers"]):
-                shown += 1
-                pct = {k: 100 * row[k] / row["time_s"] for k in ("fs_s", "python_s", "not_observed_s")}
-                rest_text = (f"Python / decode / IPC seen inside a TF profile ({pct['python_s']:.0f} %) or not "
-                             f"observed ({pct['not_observed_s']:.0f} %)" if row["python_s"] > 0 else
-                             "time no lower layer saw (Python, decoding, IPC or waiting: no TF profile covered it)")
-                out.append(f"'{phase}' is an io phase, but only {pct['fs_s']:.0f} % of its {row['time_s']:.3g} s is "
-                           f"file-system time; the rest is {rest_text}")
-        out.extend(coverage_notes(layered))
-    return out
-
-
-def rank_parts(frame: pd.DataFrame, job: JobFacts, layers: "str | Sequence[str] | None" = None) -> RankParts:
-    """The kernel: one rank's rows (``frame``) in, its share of every summary table out. The tables of rows come
-    first, then the attribution's; the rows are let go in between (freed when the caller kept no reference)."""
+def rank_parts(frame: pd.DataFrame, job: JobFacts, layers: "str | Sequence[str] | None" = None,
+               view: Optional[ComponentView] = ORIGINAL_STUDY) -> RankParts:
+    """The kernel: one rank's rows (``frame``) in, its share of every summary table out (``view``: the component
+    view of its ``study_view``). The tables of rows come first, then the attribution's; the rows are let go in
+    between (freed when the caller kept no reference)."""
     use, base_layers = job.use(layers), job.base(layers)
     # the tables of the frame's own rows before the read rows are copied out, so their peaks do not add up
-    of_rows = dict(study_view=study_view_df(frame), event_stats=event_stat_parts(frame),
+    of_rows = dict(study_view=view_df(frame, view), event_stats=event_stat_parts(frame),
                    span=(int(frame["start_ns"].min()), int(frame["end_ns"].max())) if len(frame) else None)
     reads = bw_.classified_reads(frame, job.app_files)
-    # the columns only the tables of rows read (durations, bytes, offsets, files: a 2.48 M-row rank's 66 MiB) are let
-    # go once the reads have their copies, before the bandwidths' and the attribution's peaks, when the caller holds
-    # no other reference to the frame (a 6.2 M-row rank: 60 MiB less at the task's peak)
+    # the columns only the tables of rows read (durations, bytes, offsets, files) are let go once the reads have
+    # their copies, before the bandwidths' and the attribution's peaks, when the caller holds no other reference to
+    # the frame
     frame = only_columns(frame, att_.ATTRIBUTION_COLUMNS)
     of_rows.update(bandwidth=bw_.interval_bandwidth(reads), epoch_bandwidth=bw_.epoch_bandwidth_df(frame, reads),
                    data_files=bw_.data_file_names(reads))
     del reads
-    base = att_._attribution(frame, base_layers, lower=True, shared=job.shared(layers))
-    att = base if base_layers == use else att_._attribution(frame, use)
+    base = att_.attribution_of(frame, base_layers, lower=True, shared=job.shared(layers))
+    att = base if base_layers == use else att_.attribution_of(frame, use)
     del frame
     return _parts_of(base, att, job, of_rows)
 
 
-def _parts_of(base: "Optional[att_._Attribution]", att: "Optional[att_._Attribution]", job: JobFacts,
+def _parts_of(base: Optional[att_.Attribution], att: Optional[att_.Attribution], job: JobFacts,
               of_rows: dict) -> RankParts:
     """A rank's :class:`RankParts` from its attributions (``base``: of the base layers; ``att``: of the layers
     asked for) and its tables of rows."""
-    series = att_._step_series(base)
+    series = att_.step_series_of(base)
     return RankParts(
-        breakdown=att_._breakdown(att),
-        exposed_io=att_._exposed(att),
+        breakdown=att_.breakdown_of(att),
+        exposed_io=att_.exposed_of(att),
         # dropped here, not in the reduction: a fifth less to send and for the driver to hold
         steps=series.drop(columns=att_.STEP_AXIS_COLUMNS),
-        input_bound=att_._input_bound(base, series),
-        layered=att_._layered(base if job.has_app else None),
+        input_bound=att_.input_bound_of(base, series),
+        layered=att_.layered_of(base if job.has_app else None),
         **of_rows,
     )
 
 
 def rank_parts_of_windows(windows: "Callable[[Sequence[str]], Iterable[pd.DataFrame]]", job: JobFacts,
-                          layers: "str | Sequence[str] | None" = None) -> RankParts:
+                          layers: "str | Sequence[str] | None" = None,
+                          view: Optional[ComponentView] = ORIGINAL_STUDY) -> RankParts:
     """:func:`rank_parts` of a rank given window by window: ``windows(columns)`` gives the rank's rows (only
     ``columns``) as consecutive frames in time order, cut where the start changes, with the same categories in each,
     every time it is called. A window is held at a time: the tables of rows are sums carried from window to window
@@ -446,17 +388,17 @@ def rank_parts_of_windows(windows: "Callable[[Sequence[str]], Iterable[pd.DataFr
     use, base_layers = job.use(layers), job.base(layers)
     events, study, lo, hi = [], [], None, None
     reads = bw_.ReadSums(job.app_files)
-    study_names = [STUDY_TOTAL] + [n for _, names in STUDY_COMPONENTS for n in names]
+    view_phases = view.phases() if view is not None else []
     for frame in windows(KERNEL_COLUMNS):
         if not len(frame):
             continue
         events.append(event_stat_parts(frame))
         lo = int(frame["start_ns"].min()) if lo is None else min(lo, int(frame["start_ns"].min()))
         hi = int(frame["end_ns"].max()) if hi is None else max(hi, int(frame["end_ns"].max()))
-        study.append(frame[((frame["layer"] == "app") & frame["name"].isin(study_names)).to_numpy()])
+        study.append(frame[((frame["layer"] == "app") & frame["name"].isin(view_phases)).to_numpy()])
         reads.add(frame)
     bandwidth, epoch_bandwidth, data_files = reads.tables()
-    of_rows = dict(study_view=study_view_df(concat_frames(study) if study else empty_frame()),
+    of_rows = dict(study_view=view_df(concat_frames(study) if study else empty_frame(), view),
                    event_stats=_event_parts_reduced(events), span=(lo, hi) if lo is not None else None,
                    bandwidth=bandwidth, epoch_bandwidth=epoch_bandwidth, data_files=data_files)
 
@@ -511,8 +453,8 @@ def event_stat_parts(frame: pd.DataFrame, by: Sequence[str] = ("layer", "cat", "
 
 def _dense_event_stats(frame: pd.DataFrame, by: list, keys: "list[pd.Categorical]") -> pd.DataFrame:
     """:func:`event_stat_parts` over categorical keys: one dense code per combination of their codes, reduced with
-    ``bincount`` and ``ufunc.at`` (no group-by's sort and copies of every row: a 2.48 M-row rank's peak 70 MiB
-    lower), the same table as the group-by's (test: tests/test_analysis.py)."""
+    ``bincount`` and ``ufunc.at`` (no group-by's sort and copies of every row), the same table as the group-by's
+    (test: tests/test_analysis.py)."""
     key = np.zeros(len(frame), dtype=np.int64)
     size = 1
     for k in keys:  # missing (code -1) -> 0: dropped below, as a group-by drops missing keys
@@ -565,7 +507,7 @@ def event_stats_of(parts: Sequence[pd.DataFrame], by: Sequence[str] = ("layer", 
     return res[cols]
 
 
-def _concat(tables: Sequence[pd.DataFrame], sort: Sequence[str] = ("rank",)) -> pd.DataFrame:
+def concat_tables(tables: Sequence[pd.DataFrame], sort: Sequence[str] = ("rank",)) -> pd.DataFrame:
     """Partitions' tables as one, in rank order (each partition's own order kept)."""
     tables = [t for t in tables if t is not None]
     full = [t for t in tables if len(t)]
@@ -573,8 +515,8 @@ def _concat(tables: Sequence[pd.DataFrame], sort: Sequence[str] = ("rank",)) -> 
         return tables[0].iloc[:0].reset_index(drop=True) if tables else pd.DataFrame()
     out = pd.concat(full, ignore_index=True) if len(full) > 1 else full[0].reset_index(drop=True)
     if len(full) > 1 and sort and not (len(sort) == 1 and _ascending(out[sort[0]])):
-        # (the partitions come in rank order: a stable sort by rank alone would leave them as they are, and took
-        # 10-40 ms of the driver's reduction of a 5 M-event set's 260 k steps)
+        # (the partitions come in rank order: a stable sort by rank alone would leave them as they are, at a cost
+        # to the driver's reduction of a long step series)
         out = out.sort_values(list(sort), kind="stable").reset_index(drop=True)
     return out
 
@@ -587,40 +529,45 @@ def _ascending(col: pd.Series) -> bool:
         return False
 
 
-def combine(parts: Sequence[RankParts], job: JobFacts, counters: Optional[pd.DataFrame] = None):
-    """The reduction: every rank's :class:`RankParts` into one :class:`Summary`. The job's wall time is the span of
-    the ranks' rows as the kernels saw them (placing DXT segments moves rows after the facts were taken)."""
+def combine(parts: Sequence[RankParts], job: JobFacts, counters: Optional[pd.DataFrame] = None,
+            view: Optional[ComponentView] = ORIGINAL_STUDY) -> Summary:
+    """The reduction: every rank's :class:`RankParts` into one :class:`Summary` (``view``: the component view the
+    kernels computed). The job's wall time is the span of the ranks' rows as the kernels saw them (placing DXT
+    segments moves rows after the facts were taken)."""
     parts = list(parts)
     spans = [p.span for p in parts if p.span is not None]
     wall_ns = max(e for _, e in spans) - min(s for s, _ in spans) if spans else 0
-    bd = _concat([p.breakdown for p in parts])
-    exp = _concat([p.exposed_io for p in parts])
-    series = _concat([p.steps for p in parts])
-    per = _concat([p.input_bound for p in parts])
-    layered = _concat([p.layered for p in parts])
+    bd = concat_tables([p.breakdown for p in parts])
+    exp = concat_tables([p.exposed_io for p in parts])
+    series = concat_tables([p.steps for p in parts])
+    per = concat_tables([p.input_bound for p in parts])
+    layered = concat_tables([p.layered for p in parts])
     bw = bw_.finish_bandwidth([p.bandwidth for p in parts], counters, job.app_files)
-    per_epoch = _concat([p.epoch_bandwidth for p in parts], ("rank", "epoch"))
-    study = _concat([p.study_view for p in parts])
+    per_epoch = concat_tables([p.epoch_bandwidth for p in parts], ("rank", "epoch"))
+    study = concat_tables([p.study_view for p in parts])
     stats = event_stats_of([p.event_stats for p in parts])
     data_files = frozenset().union(*(p.data_files for p in parts)) if parts else frozenset()
     totals = bw_.totals_of(bw, wall_ns, data_files, counters, job.app_files)
     epoch_totals = bw_.epoch_bandwidth_totals(per_epoch)
-    v = att_._verdict(per)
-    metrics = _metrics(len(job.ranks), job.events, bd, exp, totals, v, epoch_totals, study)
+    v = att_.verdict_of(per)
+    metrics = _metrics(len(job.ranks), job.events, bd, exp, totals, v, epoch_totals, study, view)
     return Summary(metrics=metrics, verdict=v, layered=layered, breakdown=bd, exposed_io=exp, input_bound=per,
                    steps=series, bandwidth=bw, bandwidth_totals=totals, epoch_bandwidth=per_epoch,
                    epoch_bandwidth_totals=epoch_totals, study_view=study, event_stats=stats,
-                   explanations=explain(metrics, v, layered))
+                   explanations=explain(metrics, v, layered), view=view)
 
 
 class SummaryHook:
     """The summary as the merge pipeline's analysis hook (:class:`trace_merge.partitioned.Analysis`): the merge
     takes each piece's :func:`rank_facts`, reduces them to the :class:`JobFacts` every rank's kernel needs, runs
     :func:`rank_parts` on each rank's partition and :func:`combine` on their parts. Picklable: engines send it to
-    their workers."""
+    their workers. ``view``: the component view of the summary (:class:`~trace_merge.component_view.ComponentView`,
+    None for none)."""
 
-    def __init__(self, layers: "str | Sequence[str] | None" = None) -> None:
+    def __init__(self, layers: "str | Sequence[str] | None" = None,
+                 view: Optional[ComponentView] = ORIGINAL_STUDY) -> None:
         self.layers = layers
+        self.view = view
 
     def facts(self, frame: pd.DataFrame, rank: int) -> RankFacts:
         return rank_facts(frame, rank)
@@ -637,8 +584,9 @@ class SummaryHook:
         """``rows``: :class:`trace_merge.partitioned.RankRows`, taken here so that the kernel holds the only
         reference."""
         if rows.windows is not None:  # a rank too big to hold whole
-            return rank_parts_of_windows(rows.windows, job, self.layers)
-        return rank_parts(rows.take(), job, self.layers)
+            return rank_parts_of_windows(rows.windows, job, self.layers, self.view)
+        return rank_parts(rows.take(), job, self.layers, self.view)
 
-    def combine(self, parts: Sequence[RankParts], job: JobFacts, counters: pd.DataFrame):
-        return combine(list(parts) or [rank_parts(empty_frame(), job, self.layers)], job, counters)
+    def combine(self, parts: Sequence[RankParts], job: JobFacts, counters: pd.DataFrame) -> Summary:
+        return combine(list(parts) or [rank_parts(empty_frame(), job, self.layers, self.view)], job, counters,
+                       self.view)

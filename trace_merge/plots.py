@@ -38,7 +38,7 @@ COMPONENT_COLOURS = {
 }
 #: Read and write (e.g. Darshan DXT segments, per-file bytes): reads in the io colour, writes apart from every cat.
 IO_COLOURS = {"read": CAT_COLOURS["io"], "write": "#e377c2"}
-#: The original study's phases (:data:`trace_merge.analysis.STUDY_COMPONENTS`) in the colour of their cat.
+#: The original study's phases (:data:`trace_merge.study.ORIGINAL_STUDY`) in the colour of their cat.
 STUDY_COLOURS = {"read": CAT_COLOURS["io"], "load": CAT_COLOURS["preprocess"], "training": CAT_COLOURS["compute"],
                  "checkpoint": CAT_COLOURS["checkpoint"], "other": CAT_COLOURS["other"]}
 #: Local and global shuffle (the benchmarks' ``--shuffle``), in colours no cat or component uses.

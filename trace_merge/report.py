@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Optional
 import pandas as pd
 
 from trace_merge import __version__, analysis, plots
+from trace_merge.explain import view_heading_html
 from trace_merge.findings import findings, idle_text, next_step
 from trace_merge.formatting import sig3
 from trace_merge.html_parts import figure, key_values, table
@@ -221,8 +222,7 @@ def render_report(run: "Run", parts: "Optional[analysis.Summary]" = None) -> str
         table(a.bandwidth), key_values(a.bandwidth_totals),
         "<h2>Read bandwidth per epoch (data files)</h2>", table(a.epoch_bandwidth_totals),
         table(a.epoch_bandwidth),
-        *(["<h2>The original study's view: Read, Load − Read, Training, Checkpoint (% of Train Loop)</h2>",
-           table(a.study_view)] if len(a.study_view) else []),
+        *([f"<h2>{view_heading_html(a.view)}</h2>", table(a.study_view)] if len(a.study_view) else []),
         "<h2>Access pattern</h2>",
         figure("access pattern", lambda: plots.plot_access_pattern(access)) if len(access) else "",
         "<p>Epoch “none”: reads outside every epoch.</p>" if len(access) and access["epoch"].isna().any() else "",
