@@ -222,7 +222,8 @@ def render_report(run: "Run", parts: "Optional[analysis.Summary]" = None) -> str
         table(a.bandwidth), key_values(a.bandwidth_totals),
         "<h2>Read bandwidth per epoch (data files)</h2>", table(a.epoch_bandwidth_totals),
         table(a.epoch_bandwidth),
-        *([f"<h2>{view_heading_html(a.view)}</h2>", table(a.study_view)] if len(a.study_view) else []),
+        *([f"<h2>{view_heading_html(a.view)}</h2>", table(a.study_view)]
+          if a.view is not None and len(a.study_view) else []),
         "<h2>Access pattern</h2>",
         figure("access pattern", lambda: plots.plot_access_pattern(access)) if len(access) else "",
         "<p>Epoch “none”: reads outside every epoch.</p>" if len(access) and access["epoch"].isna().any() else "",
