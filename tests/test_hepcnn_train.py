@@ -239,7 +239,8 @@ def test_no_io_mode_touches_no_data_file(smoke_data: Path, tmp_path: Path) -> No
 def test_partitioned_merge_equals_the_in_memory_one_with_every_layer(hvd_runs: dict, tmp_path: Path) -> None:
     """App, TF profiler, Horovod timeline and POSIX layers of a real 2-rank run: the partitioned merge (local pool)
     gives the in-memory merge's summary, residual, warnings and frame."""
-    from test_partitioned import assert_same_report, assert_same_summary, sources_only
+    from tests.helpers.compare import assert_same_report, assert_same_summary
+    from tests.helpers.runs import sources_only
     from trace_merge.run import Run
 
     run_dir = sources_only(hvd_runs["global"]["run"].path, tmp_path / "run")

@@ -153,7 +153,7 @@ def test_tfdata_named_in_a_run_with_tfdata(tmp_path):
     """tfdata_guide's loop with a TF profile: its IteratorGetNext waits are tf.data's, and the legends say so."""
     import subprocess
 
-    from test_timelogger_util import REPO, clean_env
+    from tests.helpers.tools import REPO, clean_env
     from trace_merge.analysis import component_labels, has_tfdata
 
     run_dir = tmp_path / "run"

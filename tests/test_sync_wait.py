@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from test_reader_horovod import mpiexec
+from tests.helpers.tools import mpiexec
 
 from trace_merge.run import Run
 

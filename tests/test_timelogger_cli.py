@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from test_timelogger_util import app_files, clean_env, intervals, meta, read_pfw
+from tests.helpers.tools import clean_env
+from tests.helpers.traces import app_files, intervals, meta, read_pfw
 from timelogger import cli
 from timelogger.layout import LAYER_DIRS
 from timelogger.tf import ProfileWindow, parse_profile_spec
