@@ -17,11 +17,10 @@ import pytest
 from tests.helpers.runs import make_data, preload_env
 from tests.helpers.traces import shift_dftracer_trace
 from trace_merge import align as al
-from trace_merge.merge import merge_sources
 from trace_merge import intervals as I
+from trace_merge.merge import merge_sources
 from trace_merge.readers import read_any
-from trace_merge.schema import to_frame
-from trace_merge.schema import concat_frames
+from trace_merge.schema import concat_frames, to_frame
 
 READ_LOOP = textwrap.dedent(
     """

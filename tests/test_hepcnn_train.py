@@ -12,12 +12,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from trace_merge.analysis import COMPONENTS
-
-from benchmarks.hepcnn.config import SMOKE_DATA
-from benchmarks.hepcnn.data import GenSpec, check_dataset, generate
 from benchmarks.common.shuffle import epoch_files
 from benchmarks.common.sweep import Point, layers_for, run_point
+from benchmarks.hepcnn.config import SMOKE_DATA
+from benchmarks.hepcnn.data import GenSpec, check_dataset, generate
+from trace_merge.analysis import COMPONENTS
 
 REPO = Path(__file__).resolve().parents[1]
 EPOCHS = 3
@@ -186,8 +185,8 @@ def test_learns_better_than_chance(tmp_path: Path) -> None:
 @pytest.mark.mpi
 @pytest.mark.slow
 def test_comparison_table_and_figure(hvd_runs: dict) -> None:
-    from benchmarks.common.runs import format_breakdown, side_by_side
     from benchmarks.common.plots import sweep_figure
+    from benchmarks.common.runs import format_breakdown, side_by_side
     from benchmarks.common.sweep import comparison_rows, format_comparison
 
     points = [Point(2, mode) for mode in hvd_runs]

@@ -16,9 +16,9 @@ NATIVE = {"trace_merge._sweep", "trace_merge._lifeline", "trace_merge.readers._p
 REPORTING = {"trace_merge.cli", "trace_merge.report", "trace_merge.plots", "trace_merge.perfetto",
              "trace_merge.darshan_view", "trace_merge.noise", "trace_merge.findings", "trace_merge.run"}
 ANALYSIS = {"trace_merge.analysis", "trace_merge.kernels", "trace_merge.attribution", "trace_merge.bandwidth"}
-MERGE_LAYER = {"trace_merge.sources", "trace_merge.threads", "trace_merge.merge", "trace_merge.store", "trace_merge.align",
-               "trace_merge.schema", "trace_merge.identity", "trace_merge.dxt_clock", "trace_merge.readers",
-               "trace_merge.partitioned", "trace_merge.engines"}
+MERGE_LAYER = {"trace_merge.sources", "trace_merge.threads", "trace_merge.merge", "trace_merge.store",
+               "trace_merge.align", "trace_merge.schema", "trace_merge.identity", "trace_merge.dxt_clock",
+               "trace_merge.readers", "trace_merge.partitioned", "trace_merge.engines"}
 
 
 def _module_name(path: Path) -> str:
@@ -73,7 +73,7 @@ def private_reaches(paths: list[Path]) -> list[str]:
         mod = _module_name(path)
         tree = ast.parse(path.read_text())
         modules_named: dict[str, str] = {}
-        for node, target, names in _imports(mod, path, tree):
+        for node, target, _names in _imports(mod, path, tree):
             if isinstance(node, ast.Import):
                 for a in node.names:
                     if a.name in own:

@@ -62,9 +62,11 @@ def test_kept_summary_parts_carry_the_collectives(hvd_run: Path, tmp_path: Path,
     """A partitioned merge of a Horovod run keeps its job facts with every rank's collectives (summary_parts.zip),
     and the stored merge's summary from them is the in-memory merge's."""
     import numpy as np
+
     from tests.helpers.compare import assert_same_summary
     from timelogger.layout import MERGED
-    from trace_merge import analysis, cli, engines, kernels, partitioned, run as run_mod, store, stored_summary
+    from trace_merge import analysis, cli, engines, kernels, partitioned, store, stored_summary
+    from trace_merge import run as run_mod
     from trace_merge.identity import identity_of
     from trace_merge.run import Run
     from trace_merge.schema import empty_counters

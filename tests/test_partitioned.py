@@ -22,8 +22,8 @@ from tests.helpers.tools import BIN
 from timelogger.layout import MERGE_INFO, MERGED
 from trace_merge import engines, kernels, merge, partitioned
 from trace_merge.errors import TraceInputError
-from trace_merge.schema import FRAME_DTYPES
 from trace_merge.run import Run
+from trace_merge.schema import FRAME_DTYPES
 
 
 @pytest.fixture(scope="module")
@@ -63,7 +63,8 @@ def test_engines_agree_with_the_in_memory_merge_on_a_generated_set(generated: Pa
         part = other.load(columns=["rank", "start_ns", "name"], ranks=[1, 3], epochs=[2])
         ref = memory.frame
         ref = ref[ref["rank"].isin([1, 3]).to_numpy() & (ref["epoch"] == 2).fillna(False).to_numpy(dtype=bool)]
-        assert len(part) == len(ref) > 0 and set(part["rank"]) == {1, 3} and list(part.columns) == ["rank", "start_ns", "name"]
+        assert (len(part) == len(ref) > 0 and set(part["rank"]) == {1, 3}
+                and list(part.columns) == ["rank", "start_ns", "name"])
         assert sorted(part["start_ns"]) == sorted(ref["start_ns"])
         assert "frame" not in other.__dict__
     # the lazily loaded frame is the in-memory merge's, row for row (the summary's partitions omit args, host)
@@ -294,7 +295,8 @@ def test_merge_keeps_the_summary_parts_and_a_resummary_uses_them_only_while_they
     merge is their reduction, equal to one from the partitions and to the in-memory merge's. Parts of another merge,
     of other code or damaged are not used (the partitions are summarised instead, and the summary is the same)."""
     from timelogger.layout import SUMMARY_PARTS
-    from trace_merge import analysis, cli, run as run_mod, stored_summary
+    from trace_merge import analysis, cli, stored_summary
+    from trace_merge import run as run_mod
 
     run = shutil.copytree(generated, tmp_path / "traces")
     monkeypatch.setattr(run_mod, "PARTITION_ABOVE_BYTES", 0)  # the partitioned merge, however small the set
@@ -340,7 +342,8 @@ def test_a_summary_only_merge_writes_no_partition_and_gives_the_same_summary(
         generated: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
     """``summary`` and ``findings`` of a large run keep each rank's summary, not its rows: no partition is written,
     the numbers are those of a merge that keeps its rows, and asking a lean run for rows is a clear error."""
-    from trace_merge import cli, run as run_mod
+    from trace_merge import cli
+    from trace_merge import run as run_mod
 
     kept = Run.open(generated, partitioned=True, workers=2)
     lean = Run.open(generated, partitioned=True, workers=2, keep_rows=False)
@@ -430,7 +433,8 @@ def test_a_summary_only_merge_lets_a_ranks_rows_go_before_the_attribution_tables
         rows.take(), rows.take()
 
 
-def test_rank_parts_cross_processes_with_their_step_series_packed(generated: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_rank_parts_cross_processes_with_their_step_series_packed(generated: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     """A rank's parts pickled (from a pool worker or a Dask worker to the driver) carry the step series as zstd
     Arrow IPC and keep it so until it is read: smaller in transit and while the rank wave runs, and read back the
     same, dtypes and all; a part that was never pickled, or whose series was read, is a plain dataclass."""
@@ -462,7 +466,7 @@ def test_rank_parts_cross_processes_with_their_step_series_packed(generated: Pat
             else:
                 assert theirs == mine
     with pytest.raises(AttributeError):
-        back.no_such_table
+        _ = back.no_such_table
     # the reduction of parts that crossed processes packed is the reduction of the parts themselves
     monkeypatch.setattr(kernels, "PACK_STEPS_FROM", 1)
     crossed = [pickle.loads(pickle.dumps(p)) for p in parts]

@@ -12,7 +12,6 @@ import textwrap
 import pytest
 
 from tests.helpers.tools import BIN, env_with_bin
-
 from trace_merge.cli import main
 from trace_merge.errors import OutputExistsError
 from trace_merge.perfetto import POLL_MAX_NS, POLL_MIN_CALLS, export_perfetto

@@ -37,7 +37,8 @@ def test_report_is_self_contained_and_has_every_section(report_file):
     # the first screen's top phases, layered breakdown, step series, breakdown, bandwidth, access pattern, timeline
     assert len(images) == 7
     assert all(base64.b64decode(img).startswith(b"\x89PNG") for img in images)
-    for heading in ("Is it input-bound?", "Next step:", "Where the time goes", "Findings (", "Warnings", "Alignment residual", "Layered breakdown",
+    for heading in ("Is it input-bound?", "Next step:", "Where the time goes", "Findings (", "Warnings",
+                    "Alignment residual", "Layered breakdown",
                     "Steps: input wait per step", "Drill-down: breakdown by phase category",
                     "Whole-run breakdown of each layer",
                     "Exposed I/O", "Read bandwidth", "Access pattern", "Timeline excerpt", "Manifest"):

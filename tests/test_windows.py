@@ -14,8 +14,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tests.helpers.runs import make_dftracer_set
 from tests.helpers.frames import random_job
+from tests.helpers.runs import make_dftracer_set
 from tests.helpers.traces import app_file, shift_file
 from trace_merge import align as A
 from trace_merge import engines, kernels, partitioned

@@ -48,7 +48,8 @@ def random_job(seed: int) -> pd.DataFrame:
                 s + int(rng.integers(1, 60)), None, int(rng.integers(0, 5)))
     for _ in range(int(rng.integers(3, 12))):
         s = int(rng.integers(0, 3000))
-        add("comm", "comm", str(rng.choice(["ALLREDUCE", "NEGOTIATE_ALLREDUCE"])), 0, 7, s, s + int(rng.integers(1, 50)))
+        add("comm", "comm", str(rng.choice(["ALLREDUCE", "NEGOTIATE_ALLREDUCE"])), 0, 7, s,
+            s + int(rng.integers(1, 50)))
     cols = list(zip(*rows))
     frame = to_frame({"layer": list(cols[0]), "cat": list(cols[1]), "name": list(cols[2]), "rank": list(cols[3]),
                       "pid": 11, "tid": list(cols[4]), "start_ns": np.asarray(cols[5]) + BASE,

@@ -23,10 +23,10 @@ def read_pfw(path: Path, allow_partial_last: bool = False) -> list[dict]:
     for i, line in enumerate(body):
         try:
             events.append(json.loads(line))
-        except json.JSONDecodeError:
+        except json.JSONDecodeError as err:
             if allow_partial_last and i == len(body) - 1:
                 break
-            raise AssertionError(f"{path}: line {i + 2} is not JSON: {line[:200]!r}")
+            raise AssertionError(f"{path}: line {i + 2} is not JSON: {line[:200]!r}") from err
     return events
 
 
