@@ -1,4 +1,5 @@
-"""Shared fixtures and helpers: real inputs for the analysis/interface tests, made by the real tools.
+"""Shared fixtures: real inputs for the analysis/interface tests, made by the real tools (the helpers that make
+them are in ``tests/helpers``).
 
 pytest finds the fixtures here by itself (no imports in the test modules). The expensive ones are
 session-scoped and read-only: tests that write into a run directory copy it first. A fixture whose tool
@@ -7,95 +8,16 @@ collection time. ``test_run_fixtures.py`` checks that the fixtures hold what the
 """
 from __future__ import annotations
 
-import importlib.util
-import os
 import shutil
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 from typing import Callable
 
 import pytest
 
-#: the virtualenv's bin directory (console scripts, DFTracer tools, mpiexec)
-BIN = Path(sys.executable).parent
-
-#: A TimeLogger-instrumented "training" loop: per step a compute phase containing an io phase that reads one
-#: whole file (bytes and file recorded), then a busy-wait standing in for compute.
-TRAIN_SCRIPT = textwrap.dedent("""
-    import sys, time
-    from timelogger import default_logger
-    tl = default_logger()
-    files = sys.argv[2:]
-    for epoch in range(int(sys.argv[1])):
-        tl.set_epoch(epoch)
-        for step, path in enumerate(files):
-            tl.set_step(step)
-            with tl.phase("Training Iteration", cat="compute"):
-                with tl.phase("Load File", cat="io") as p:
-                    with open(path, "rb") as fh:
-                        data = fh.read()
-                    p.update(bytes=len(data), file=path)
-                t = time.perf_counter()
-                while time.perf_counter() - t < 0.01:
-                    pass
-    tl.close()
-""")
-
-
-def _env_with_bin() -> dict[str, str]:
-    env = dict(os.environ)
-    env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
-    return env
-
-
-def _need_tool(name: str) -> Path:
-    exe = BIN / name
-    if not exe.exists():
-        pytest.skip(f"{name} not installed in {BIN}")
-    return exe
-
-
-def make_dftracer_set(out: Path, ranks: int = 2, epochs: int = 2, steps: int = 5) -> Path:
-    """A multi-rank DFTracer trace set from ``dftracer_gen_fake_trace`` (``.pfw.gz`` per rank)."""
-    exe = _need_tool("dftracer_gen_fake_trace")
-    subprocess.run([str(exe), "-o", str(out), "-p", str(ranks), "-H", "1",
-                    "-e", str(epochs), "-s", str(steps)], check=True, capture_output=True, env=_env_with_bin())
-    return out
-
-
-def make_real_run(root: Path, sizes: tuple[int, ...] = (3_000_000, 5_000_000), epochs: int = 2,
-                  posix: bool = True, ranks: int = 1) -> tuple[Path, list[Path]]:
-    """A real run directory: ``timelogger run`` (with the DFTracer preload when ``posix``) around
-    :data:`TRAIN_SCRIPT` reading files of the given sizes, under ``mpiexec -n ranks`` when ``ranks > 1``
-    (every rank reads every file).
-
-    ``DFTRACER_INC_METADATA=1`` makes the preload record each call's arguments (``ret`` = bytes read).
-    """
-    if posix and importlib.util.find_spec("dftracer") is None:
-        pytest.skip("dftracer (the POSIX preload) is not installed")
-    if ranks > 1:
-        _need_tool("mpiexec")
-    data = root / "data"
-    data.mkdir(parents=True, exist_ok=True)
-    files = []
-    for i, size in enumerate(sizes):
-        p = data / f"sample-{i}.bin"
-        p.write_bytes(os.urandom(size))
-        files.append(p)
-    script = root / "train.py"
-    script.write_text(TRAIN_SCRIPT)
-    run_dir = root / "run"
-    env = _env_with_bin()
-    env["DFTRACER_INC_METADATA"] = "1"
-    cmd = [str(BIN / "mpiexec"), "-n", str(ranks)] if ranks > 1 else []
-    cmd += [str(BIN / "timelogger"), "run", "-o", str(run_dir)]
-    if posix:
-        cmd += ["--posix", "--posix-filter", str(data)]
-    cmd += ["--", sys.executable, str(script), str(epochs), *map(str, files)]
-    subprocess.run(cmd, check=True, capture_output=True, env=env, cwd=root, timeout=120)
-    return run_dir, files
+from tests.helpers.runs import HVD_STEPS, make_dftracer_set, make_real_run
+from tests.helpers.tools import BIN, env_with_bin, mpiexec
 
 
 @pytest.fixture(scope="session")
@@ -107,7 +29,7 @@ def bin_dir() -> Path:
 @pytest.fixture()
 def tool_env() -> dict[str, str]:
     """``os.environ`` with :data:`BIN` first on ``PATH``, for subprocesses running the installed tools."""
-    return _env_with_bin()
+    return env_with_bin()
 
 
 @pytest.fixture(scope="session")
@@ -141,6 +63,18 @@ def run_copy(real_run, tmp_path) -> Path:
     dst = tmp_path / "run"
     shutil.copytree(real_run[0], dst)
     return dst
+
+
+@pytest.fixture(scope="module")
+def hvd_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A real 2-rank Horovod run (``mpiexec -n 2 timelogger run --horovod-timeline``) of :data:`HVD_STEPS`."""
+    pytest.importorskip("horovod.tensorflow")
+    tmp = tmp_path_factory.mktemp("hvdrun")
+    run = tmp / "run"
+    subprocess.run([mpiexec(), "-n", "2", str(BIN / "timelogger"), "run", "-o", str(run),
+                    "--horovod-timeline", "--", sys.executable, str(HVD_STEPS)],
+                   check=True, env=dict(env_with_bin(), TF_CPP_MIN_LOG_LEVEL="2"), timeout=300, capture_output=True)
+    return run
 
 
 @pytest.fixture(params=["C", "numpy"])

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from test_timelogger_util import REPO, clean_env
+from tests.helpers.tools import REPO, clean_env
 from trace_merge import advise
 from trace_merge.cli import main as trace_merge
 from trace_merge.errors import TraceInputError

@@ -5,9 +5,6 @@ and in a forked child, under the DFTracer preload.
 """
 from __future__ import annotations
 
-import gzip
-import json
-import os
 import subprocess
 import sys
 import textwrap
@@ -17,12 +14,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from tests.helpers.runs import make_data, preload_env
+from tests.helpers.traces import shift_dftracer_trace
 from trace_merge import align as al
-from trace_merge.merge import merge_sources
 from trace_merge import intervals as I
+from trace_merge.merge import merge_sources
 from trace_merge.readers import read_any
-from trace_merge.schema import to_frame
-from trace_merge.schema import concat_frames
+from trace_merge.schema import concat_frames, to_frame
 
 READ_LOOP = textwrap.dedent(
     """
@@ -63,21 +61,6 @@ READ_LOOP = textwrap.dedent(
 )
 
 
-def preload_env(log_prefix: Path, data_dir: Path) -> dict:
-    lib = Path(sys.executable).parents[1] / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}"
-    so = lib / "site-packages" / "dftracer" / "lib64" / "libdftracer_preload.so"
-    if not so.exists():
-        pytest.skip(f"no DFTracer preload library at {so}")
-    return dict(os.environ, LD_PRELOAD=str(so), DFTRACER_ENABLE="1", DFTRACER_INIT="PRELOAD",
-                DFTRACER_LOG_FILE=str(log_prefix), DFTRACER_DATA_DIR=str(data_dir), TF_CPP_MIN_LOG_LEVEL="2")
-
-
-def make_data(data: Path, n: int = 3, size: int = 1 << 18) -> None:
-    data.mkdir(parents=True, exist_ok=True)
-    for i in range(n):
-        (data / f"f{i}.bin").write_bytes(os.urandom(size))
-
-
 @pytest.fixture(scope="module")
 def run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     tmp = tmp_path_factory.mktemp("align")
@@ -89,20 +72,6 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     subprocess.run([sys.executable, str(script), str(run), str(data)], check=True, timeout=120,
                    env=preload_env(run / "posix" / "trace", data), capture_output=True)
     return run
-
-
-def shift_dftracer_trace(src: Path, dest: Path, hours: int) -> Path:
-    """Copy a real DFTracer trace with every ``ts`` moved by ``hours`` (a node with a wrong clock)."""
-    with gzip.open(src, "rt") as fin, gzip.open(dest, "wt") as fout:
-        for line in fin:
-            text = line.strip().rstrip(",")
-            if text.startswith("{"):
-                ev = json.loads(text)
-                if "ts" in ev:
-                    ev["ts"] = int(ev["ts"]) + hours * 3600 * 10**6
-                line = json.dumps(ev) + "\n"
-            fout.write(line)
-    return dest
 
 
 def sources(run: Path) -> list:

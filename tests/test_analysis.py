@@ -272,7 +272,8 @@ def test_event_stat_parts_equal_a_group_by(seed):
     pick = lambda values: [values[i] for i in rng.integers(0, len(values), n)]  # noqa: E731
     dur = rng.integers(0, 2**50, n) if seed % 2 else rng.integers(0, 1000, n)
     names = pick([f"op{i}" for i in range(12)] + [None])
-    nbytes = [None if name in ("op0", "op1") or b < 2**38 else int(b) for name, b in zip(names, rng.integers(0, 2**40, n))]
+    nbytes = [None if name in ("op0", "op1") or b < 2**38 else int(b)
+              for name, b in zip(names, rng.integers(0, 2**40, n))]
     frame = to_frame({"layer": pick(["app", "posix", None]), "cat": pick(["io", "compute", None]), "name": names,
                       "rank": 0, "start_ns": np.zeros(n, dtype=np.int64), "end_ns": dur, "dur_ns": dur,
                       "bytes": pd.array(nbytes, dtype="Int64")})  # op0, op1: no bytes in any row

@@ -10,8 +10,8 @@ import pandas as pd
 import pytest
 
 from trace_merge import align as al
-from trace_merge.merge import merge_sources
 from trace_merge import attribution as AT
+from trace_merge.merge import merge_sources
 from trace_merge.schema import to_frame
 
 #: io > comm > checkpoint > preprocess > compute > wait > other (first wins), written out on purpose
@@ -94,7 +94,8 @@ def test_propagate_steps_exact_epoch_and_step_of_every_row(order):
 
 
 def test_propagate_steps_through_align_on_one_rank():
-    """The same rows through :func:`~trace_merge.merge.merge_sources` (rank mapping by pid, time order, then propagation)."""
+    """The same rows through :func:`~trace_merge.merge.merge_sources` (rank mapping by pid, time order, then
+    propagation)."""
     from trace_merge.schema import SourceData
 
     app_rows = [r for r in PROPAGATION_ROWS if r[0] == "app"]
@@ -217,8 +218,8 @@ def check_against_oracle(frame: pd.DataFrame) -> None:
     comp = frame[frame["cat"] == "compute"]
     marks = comp if len(comp) else frame
     # the consumer: the threads of the marking rows; the step's cycle runs to the epoch's last fetch (a wait row
-    # of a consumer: the one that finds the data exhausted); a cycle's compute is the step's work (collectives included), its
-    # input wait a consumer's io/wait while no consumer thread computes
+    # of a consumer: the one that finds the data exhausted); a cycle's compute is the step's work (collectives
+    # included), its input wait a consumer's io/wait while no consumer thread computes
     consumer = set(marks["tid"].tolist())
     fetches = frame[(frame["cat"] == "wait") & frame["tid"].isin(consumer)]
     lo = int(frame["start_ns"].min())
@@ -315,8 +316,8 @@ def test_assign_ranks_uses_host_and_pid():
 
 
 def test_align_two_hosts_same_pid():
-    """Through :func:`~trace_merge.merge.merge_sources`: app files of rank 0 on nodeA and rank 1 on nodeB, both pid 1234; each host's
-    DFTracer rows land on their host's rank (and get that rank's clock offset)."""
+    """Through :func:`~trace_merge.merge.merge_sources`: app files of rank 0 on nodeA and rank 1 on nodeB, both pid
+    1234; each host's DFTracer rows land on their host's rank (and get that rank's clock offset)."""
     from trace_merge.schema import SourceData
 
     def src(layer, kind, host, rank, path, meta):

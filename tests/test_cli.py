@@ -32,7 +32,8 @@ def one_line_error(err: str, *needles: str) -> None:
 
 
 def test_every_subcommand_is_registered_with_setup_parser_and_main():
-    assert [c.name for c in SUBCOMMANDS] == ["merge", "summary", "findings", "report", "export", "compare", "advise", "noise"]
+    assert [c.name for c in SUBCOMMANDS] == ["merge", "summary", "findings", "report", "export", "compare", "advise",
+                                             "noise"]
     assert all(callable(c.setup_parser) and callable(c.main) for c in SUBCOMMANDS)
 
 

@@ -11,9 +11,22 @@ import h5py
 import numpy as np
 import pytest
 
-from benchmarks.climate.data import (CHANNEL_NAMES, CLASS_FREQUENCIES, CLASS_NAMES, DEMO_DATA, SMOKE_DATA, GenSpec,
-                                     check_dataset, check_file, file_name, generate, list_files, make_sample,
-                                     read_spec, shape_without_reading)
+from benchmarks.climate.data import (
+    CHANNEL_NAMES,
+    CLASS_FREQUENCIES,
+    CLASS_NAMES,
+    DEMO_DATA,
+    SMOKE_DATA,
+    GenSpec,
+    check_dataset,
+    check_file,
+    file_name,
+    generate,
+    list_files,
+    make_sample,
+    read_spec,
+    shape_without_reading,
+)
 from trace_merge.errors import OutputExistsError, TraceInputError
 
 SPEC = GenSpec(files=4, height=64, width=96, seed=3)

@@ -5,8 +5,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from benchmarks.climate.model import (DEMO_MODEL, SMOKE_MODEL, build_tiramisu, class_weights, pixel_counts,
-                                      scores, weighted_loss)
+from benchmarks.climate.model import (
+    DEMO_MODEL,
+    SMOKE_MODEL,
+    build_tiramisu,
+    class_weights,
+    pixel_counts,
+    scores,
+    weighted_loss,
+)
 
 tf = pytest.importorskip("tensorflow")
 

@@ -121,8 +121,8 @@ def test_report_of_a_plain_log_shows_the_view(darshan_logs, tmp_path, capsys):
     text = out.read_text(encoding="utf-8")
     heads = re.findall(r"<h2>([^<]*)</h2>", text)
     assert heads[1:] == ["Warnings (0)", "Job context: dxt.darshan", "I/O per module", "Operation counts",
-                         "Access pattern", "Access sizes", "Common access sizes", "File categories", "Data per mount point",
-                         "Time per rank", "DXT heat map"]
+                         "Access pattern", "Access sizes", "Common access sizes", "File categories",
+                         "Data per mount point", "Time per rank", "DXT heat map"]
     assert heads[0].startswith("Findings (")
     # I/O cost, operation counts, access pattern, access sizes, mounts, time per rank, DXT heat map: all drawn
     assert "Input-bound verdict" not in text and text.count("<img") == 7 and "not drawn" not in text
@@ -162,7 +162,7 @@ def test_a_large_runs_summary_counts_the_dxt_segments_without_its_rows(darshan_l
     assert main(["summary", str(log)]) == 0
     assert f"{segments:,} DXT segments" in capsys.readouterr().out
     with pytest.raises(RowsNotKept):
-        lean.frame
+        _ = lean.frame
 
 
 # -- the tables PyDarshan's summary report also shows, against its own API ---------------------------------
@@ -269,7 +269,8 @@ def test_time_per_rank_is_darshans(darshan_logs):
     assert row["slowest_s"] == ref["POSIX_F_SLOWEST_RANK_TIME"] and row["fastest_s"] == ref["POSIX_F_FASTEST_RANK_TIME"]
     assert (row["slowest_rank"], row["fastest_rank"]) == (refc["POSIX_SLOWEST_RANK"], refc["POSIX_FASTEST_RANK"])
     total = ref["POSIX_F_READ_TIME"] + ref["POSIX_F_WRITE_TIME"] + ref["POSIX_F_META_TIME"]
-    assert row["mean_s"] == pytest.approx(total / 16) and row["stdev_s"] == pytest.approx(ref["POSIX_F_VARIANCE_RANK_TIME"] ** 0.5)
+    assert (row["mean_s"] == pytest.approx(total / 16)
+            and row["stdev_s"] == pytest.approx(ref["POSIX_F_VARIANCE_RANK_TIME"] ** 0.5))
     assert row["slowest_over_mean"] == pytest.approx(row["slowest_s"] / row["mean_s"])
     # own files: dxt.darshan's one rank; ior's H5D records per rank
     ior = darshan_view(Run.open(darshan_logs / "ior_hdf5_example.darshan")).rank_times.set_index(["module", "files"])
@@ -277,10 +278,17 @@ def test_time_per_rank_is_darshans(darshan_logs):
     assert h5d["ranks"] == 3 and h5d["slowest_s"] >= h5d["median_s"] >= h5d["fastest_s"]
 
 
-@pytest.mark.parametrize("log", ["ior_hdf5_example.darshan", "shane_macsio_id29959_5-22-32552-7035573431850780836_1590156158.darshan"])
+@pytest.mark.parametrize("log", ["ior_hdf5_example.darshan",
+                                 "shane_macsio_id29959_5-22-32552-7035573431850780836_1590156158.darshan"])
 def test_new_charts_render(darshan_logs, log, tmp_path):
-    from trace_merge.darshan_view import (plot_access_pattern, plot_access_sizes, plot_io_cost, plot_mounts,
-                                          plot_operations, plot_rank_times)
+    from trace_merge.darshan_view import (
+        plot_access_pattern,
+        plot_access_sizes,
+        plot_io_cost,
+        plot_mounts,
+        plot_operations,
+        plot_rank_times,
+    )
 
     view = darshan_view(Run.open(darshan_logs / log))
     for plot in (plot_io_cost, plot_operations, plot_access_pattern, plot_access_sizes, plot_mounts,
@@ -315,7 +323,8 @@ def test_access_pattern_is_pydarshans(darshan_logs, log):
     if "POSIX" not in report.records or not len(report.records["POSIX"]):
         assert not len(view.access_pattern)
         return
-    record = accumulate_records(report.records["POSIX"].to_df(), "POSIX", report.metadata["job"]["nprocs"]).summary_record
+    record = accumulate_records(report.records["POSIX"].to_df(), "POSIX",
+                                report.metadata["job"]["nprocs"]).summary_record
     theirs = plot_posix_access_pattern(record).axes[0]
     ours = plot_access_pattern(view).axes[0]
     table = view.access_pattern.set_index("op")

@@ -22,7 +22,7 @@ pytest.importorskip("tensorflow")
 pytest.importorskip("h5py")
 pytest.importorskip("mpi4py")
 
-from test_timelogger_util import REPO, clean_env  # noqa: E402
+from tests.helpers.tools import REPO, clean_env  # noqa: E402
 from trace_merge.readers import pfw  # noqa: E402
 from trace_merge.run import Run  # noqa: E402
 

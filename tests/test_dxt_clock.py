@@ -20,8 +20,7 @@ import timelogger.logger as tl_logger
 from timelogger import TimeLogger
 from timelogger.layout import APP_DIR, DARSHAN_DIR
 from trace_merge import dxt_clock
-from trace_merge.merge import merge_sources
-from trace_merge.merge import merge_path, write_merged
+from trace_merge.merge import merge_path, merge_sources, write_merged
 from trace_merge.readers import darshan as reader
 from trace_merge.readers import pfw
 from trace_merge.schema import SourceData, to_frame
@@ -59,7 +58,7 @@ def _write_app(run: Path, dxt: pd.DataFrame, offsets: dict, rename: "str | None"
         for t0, t1, fname, nbytes in script:
             clock = iter((t0 - tl._off, t1 - tl._off))  # wall ns -> the logger's perf_counter_ns
             real = tl_logger._pc
-            tl_logger._pc = lambda: next(clock)
+            tl_logger._pc = lambda clock=clock: next(clock)
             try:
                 with tl.phase("Read File", cat="io") as ph:
                     if with_file:

@@ -12,8 +12,8 @@ import h5py
 import numpy as np
 import pytest
 
-from benchmarks.hepcnn.data import GenSpec, check_dataset, file_name, generate
 from benchmarks.common.shuffle import epoch_files, sample_order, shard, steps_per_epoch
+from benchmarks.hepcnn.data import GenSpec, check_dataset, file_name, generate
 from trace_merge.errors import OutputExistsError, TraceInputError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -206,9 +206,8 @@ def test_bad_dist_horovod_without_horovod(dataset: Path, tmp_path: Path) -> None
 
 
 def test_read_methods_return_the_same_samples(dataset: Path) -> None:
-    from timelogger import TimeLogger
-
     from benchmarks.hepcnn.loaders import FileReader
+    from timelogger import TimeLogger
 
     info = check_dataset(dataset)
     assert all(f.extents for f in info.train)  # the generator's small datasets are contiguous too

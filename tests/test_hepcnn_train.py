@@ -12,12 +12,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from trace_merge.analysis import COMPONENTS
-
-from benchmarks.hepcnn.config import SMOKE_DATA
-from benchmarks.hepcnn.data import GenSpec, check_dataset, generate
 from benchmarks.common.shuffle import epoch_files
 from benchmarks.common.sweep import Point, layers_for, run_point
+from benchmarks.hepcnn.config import SMOKE_DATA
+from benchmarks.hepcnn.data import GenSpec, check_dataset, generate
+from trace_merge.analysis import COMPONENTS
 
 REPO = Path(__file__).resolve().parents[1]
 EPOCHS = 3
@@ -186,8 +185,8 @@ def test_learns_better_than_chance(tmp_path: Path) -> None:
 @pytest.mark.mpi
 @pytest.mark.slow
 def test_comparison_table_and_figure(hvd_runs: dict) -> None:
-    from benchmarks.common.runs import format_breakdown, side_by_side
     from benchmarks.common.plots import sweep_figure
+    from benchmarks.common.runs import format_breakdown, side_by_side
     from benchmarks.common.sweep import comparison_rows, format_comparison
 
     points = [Point(2, mode) for mode in hvd_runs]
@@ -239,7 +238,8 @@ def test_no_io_mode_touches_no_data_file(smoke_data: Path, tmp_path: Path) -> No
 def test_partitioned_merge_equals_the_in_memory_one_with_every_layer(hvd_runs: dict, tmp_path: Path) -> None:
     """App, TF profiler, Horovod timeline and POSIX layers of a real 2-rank run: the partitioned merge (local pool)
     gives the in-memory merge's summary, residual, warnings and frame."""
-    from test_partitioned import assert_same_report, assert_same_summary, sources_only
+    from tests.helpers.compare import assert_same_report, assert_same_summary
+    from tests.helpers.runs import sources_only
     from trace_merge.run import Run
 
     run_dir = sources_only(hvd_runs["global"]["run"].path, tmp_path / "run")

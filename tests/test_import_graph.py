@@ -19,9 +19,9 @@ REPORTING = {"trace_merge.cli", "trace_merge.report", "trace_merge.plots", "trac
 ANALYSIS = {"trace_merge.analysis", "trace_merge.kernels", "trace_merge.attribution", "trace_merge.attribution_engine",
             "trace_merge.verdict", "trace_merge.explain", "trace_merge.component_view", "trace_merge.study",
             "trace_merge.bandwidth"}
-MERGE_LAYER = {"trace_merge.sources", "trace_merge.threads", "trace_merge.merge", "trace_merge.store", "trace_merge.align",
-               "trace_merge.schema", "trace_merge.identity", "trace_merge.dxt_clock", "trace_merge.readers",
-               "trace_merge.partitioned", "trace_merge.engines", "trace_merge.merged"}
+MERGE_LAYER = {"trace_merge.sources", "trace_merge.threads", "trace_merge.merge", "trace_merge.store",
+               "trace_merge.align", "trace_merge.schema", "trace_merge.identity", "trace_merge.dxt_clock",
+               "trace_merge.readers", "trace_merge.partitioned", "trace_merge.engines", "trace_merge.merged"}
 
 
 def _module_name(path: Path) -> str:
@@ -76,7 +76,7 @@ def private_reaches(paths: list[Path]) -> list[str]:
         mod = _module_name(path)
         tree = ast.parse(path.read_text())
         modules_named: dict[str, str] = {}
-        for node, target, names in _imports(mod, path, tree):
+        for node, target, _names in _imports(mod, path, tree):
             if isinstance(node, ast.Import):
                 for a in node.names:
                     if a.name in own:

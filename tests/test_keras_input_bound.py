@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -22,63 +21,32 @@ import pytest
 pytest.importorskip("tensorflow")
 pytest.importorskip("h5py")
 
-from test_timelogger_util import REPO, clean_env  # noqa: E402
-from timelogger.cli import _dftracer_preload  # noqa: E402
+from tests.helpers.keras_fit import EPOCHS, SLEEP_MS, STEPS, WORKLOAD, check, fit_env, launch  # noqa: E402
 from trace_merge.intervals import covered_ns, merge_intervals  # noqa: E402
 from trace_merge.run import Run  # noqa: E402
 
 pytestmark = pytest.mark.tf
 
-WORKLOAD = Path(__file__).resolve().parent / "workloads" / "keras_slow_input.py"
-BIN = Path(sys.executable).parent
-EPOCHS, STEPS, SLEEP_MS = 2, 8, 100
-
-
-def _env() -> dict:
-    """The clean test environment, importing this checkout's timelogger in the launched job."""
-    return clean_env(PYTHONPATH=os.pathsep.join(x for x in (str(REPO), os.environ.get("PYTHONPATH", "")) if x))
-
-
-def _check(p: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
-    assert p.returncode == 0, f"rc={p.returncode}\nstdout:\n{p.stdout}\nstderr:\n{p.stderr}"
-    return p
-
 
 @pytest.fixture(scope="module")
 def keras_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
     data = tmp_path_factory.mktemp("keras_slow") / "data"
-    _check(subprocess.run([sys.executable, str(WORKLOAD), "make-data", str(data), "--files", "4",
-                           "--batches-per-file", str(STEPS // 4), "--batch", "16"],
-                          env=_env(), capture_output=True, text=True, timeout=60))
+    check(subprocess.run([sys.executable, str(WORKLOAD), "make-data", str(data), "--files", "4",
+                          "--batches-per-file", str(STEPS // 4), "--batch", "16"],
+                         env=fit_env(), capture_output=True, text=True, timeout=60))
     return data
-
-
-def _launch(data: Path, name: str, *launch_opts: str, train_opts: tuple = ()) -> Path:
-    posix = "--posix" in launch_opts
-    if posix and _dftracer_preload() is None:
-        pytest.skip("dftracer's libdftracer_preload.so is not installed (pip install .[posix])")
-    run_dir = data.parent / name
-    cmd = [str(BIN / "timelogger"), "run", "-o", str(run_dir), *launch_opts]
-    if posix:
-        cmd += ["--posix-filter", str(data)]
-    cmd += ["--", sys.executable, str(WORKLOAD), "train", str(data), "--epochs", str(EPOCHS), "--batch", "16",
-            "--sleep-ms", str(SLEEP_MS), *train_opts]
-    p = _check(subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=180, cwd=data.parent))
-    result = json.loads(p.stdout.split("RESULT", 1)[1])
-    assert result["steps"] == EPOCHS * STEPS
-    return run_dir
 
 
 @pytest.fixture(scope="module")
 def keras_slow_run(keras_data: Path) -> Path:
     """``timelogger run --posix --tf-profile`` around the input-bound fit (whole fit profiled)."""
-    return _launch(keras_data, "run-profile", "--posix", "--tf-profile")
+    return launch(keras_data, "run-profile", "--posix", "--tf-profile")
 
 
 @pytest.fixture(scope="module")
 def keras_slow_run_noprofile(keras_data: Path) -> Path:
     """The same job under ``timelogger run --posix`` only: no framework layer."""
-    return _launch(keras_data, "run-noprofile", "--posix")
+    return launch(keras_data, "run-noprofile", "--posix")
 
 
 @functools.lru_cache(maxsize=None)
@@ -146,7 +114,7 @@ def test_without_tf_profile_there_is_no_framework_layer(keras_slow_run_noprofile
 
 def test_profile_batches_window_covers_only_its_steps(keras_data: Path) -> None:
     """``TimeLoggerCallback(profile_batches="2:4")`` without the launcher option: steps 2 and 3 only."""
-    run_dir = _launch(keras_data, "run-window", train_opts=("--profile-batches", "2:4"))
+    run_dir = launch(keras_data, "run-window", train_opts=("--profile-batches", "2:4"))
     f = _frame(run_dir)
     cov, dur, steps = _wait_covered(f)
     assert set(steps[cov > 0]) == {2, 3}

@@ -258,7 +258,8 @@ def test_where_time_goes_shows_what_is_known_for_every_phase():
     segments = where[[f"{c}_s" for c in WHERE_SEGMENTS]]
     np.testing.assert_allclose(segments.sum(axis=1), where["self_s"])  # the segments are the bar
     wait = where.set_index("phase").loc["Call to Next Batch"]
-    assert wait["cat"] == "wait" and wait["self_s"] == pytest.approx(0.01) and wait["inclusive_s"] == pytest.approx(3.01)
+    assert (wait["cat"] == "wait" and wait["self_s"] == pytest.approx(0.01)
+            and wait["inclusive_s"] == pytest.approx(3.01))
     other = where.set_index("phase").loc["other phases"]
     assert other["fs_s"] == pytest.approx(2.5) and other["cat_s"] == pytest.approx(1.5)
     # what the chart draws: no segment is "not observed"; each category's part is labelled with the category

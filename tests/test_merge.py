@@ -18,8 +18,8 @@ import pytest
 
 pytest.importorskip("tensorflow")
 
-from test_align import make_data, preload_env, shift_dftracer_trace  # noqa: E402
-
+from tests.helpers.runs import make_data, preload_env  # noqa: E402
+from tests.helpers.traces import shift_dftracer_trace  # noqa: E402
 from trace_merge.errors import OutputExistsError, TraceInputError  # noqa: E402
 from trace_merge.merge import merge_path, read_merged, write_merged  # noqa: E402
 from trace_merge.schema import COUNTER_DTYPES, FRAME_DTYPES  # noqa: E402

@@ -11,16 +11,12 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.traces import app_file, shift_file
 from trace_merge.cli import main
 from trace_merge.merge import merge_path
 from trace_merge.readers import read_any
 from trace_merge.readers.pfw import OUTLIER_GAP_NS
 from trace_merge.schema import MAX_RANKS
-
-
-def app_file(run: Path) -> Path:
-    (p,) = (run / "app").glob("*.pfw")
-    return p
 
 
 def edit_event(path: Path, name: str, nth: int, edit) -> int:
@@ -141,13 +137,6 @@ def test_a_bad_value_in_a_dftracer_file_leaves_the_fast_parser(dftracer_set: Pat
     assert f"{bad}:{k + 1}: negative dur -7; event skipped" in damaged.warnings
     assert len(damaged.frame) == len(full.frame) - 1
     assert damaged.meta["parser"] == "lines" and full.meta["parser"] == "scan"
-
-
-def shift_file(path: Path, us: int) -> None:
-    """Add ``us`` µs to every ``ts`` of a TimeLogger file (what a wrong clock or an edit does)."""
-    def move(m: re.Match) -> str:
-        return f'"ts":{int(m.group(1)) + us}.'
-    path.write_text(re.sub(r'"ts":(\d+)\.', move, path.read_text()))
 
 
 @pytest.fixture(scope="module")

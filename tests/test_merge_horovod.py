@@ -1,36 +1,15 @@
 """Merging a real 2-rank Horovod run launched as ``mpiexec -n 2 timelogger run --horovod-timeline``."""
 from __future__ import annotations
 
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-
-from test_reader_horovod import mpiexec
 
 from trace_merge.merge import merge_path
 from trace_merge.readers import read_any
 
 pytestmark = [pytest.mark.horovod, pytest.mark.mpi, pytest.mark.tf]
-
-#: the workload: 4 steps of 10 ms and an allreduce on each of 2 ranks
-HVD_STEPS = Path(__file__).resolve().parent / "workloads" / "hvd_steps.py"
-
-
-@pytest.fixture(scope="module")
-def hvd_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    pytest.importorskip("horovod.tensorflow")
-    tmp = tmp_path_factory.mktemp("hvdrun")
-    run = tmp / "run"
-    bindir = Path(sys.executable).parent
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PATH=f"{bindir}{os.pathsep}{os.environ.get('PATH', '')}")
-    subprocess.run([mpiexec(), "-n", "2", str(bindir / "timelogger"), "run", "-o", str(run),
-                    "--horovod-timeline", "--", sys.executable, str(HVD_STEPS)],
-                   check=True, env=env, timeout=300, capture_output=True)
-    return run
 
 
 def test_two_rank_run(hvd_run: Path) -> None:
@@ -83,7 +62,8 @@ def test_kept_summary_parts_carry_the_collectives(hvd_run: Path, tmp_path: Path,
     """A partitioned merge of a Horovod run keeps its job facts with every rank's collectives (summary_parts.zip),
     and the stored merge's summary from them is the in-memory merge's."""
     import numpy as np
-    from test_partitioned import assert_same_summary
+
+    from tests.helpers.compare import assert_same_summary
     from timelogger.layout import MERGED
     from trace_merge import analysis, cli, engines, kernels, partitioned, store, stored_summary
     from trace_merge.identity import identity_of

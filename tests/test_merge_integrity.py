@@ -244,7 +244,8 @@ def test_opening_a_stored_merge_reads_merge_info_once_and_fingerprints_sources_o
     from trace_merge import sources, store
 
     if partitioned:  # store it again with a partition layout
-        from trace_merge import engines, partitioned as pt
+        from trace_merge import engines
+        from trace_merge import partitioned as pt
 
         pm = pt.merge_partitioned(merged_copy, engine=engines.Inline(), summary_only=False)
         try:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from test_timelogger_util import REPO, clean_env
+from tests.helpers.tools import REPO, clean_env
 
 psutil = pytest.importorskip("psutil")
 

@@ -15,72 +15,16 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import BIN, make_dftracer_set
 
+from tests.helpers.compare import assert_same_report, assert_same_summary
+from tests.helpers.runs import make_dftracer_set, sources_only
+from tests.helpers.tools import BIN
 from timelogger.layout import MERGE_INFO, MERGED
 from trace_merge import engines, kernels, merge, partitioned, store
 from trace_merge.errors import TraceInputError
 from trace_merge.merged import RowsNotKept
 from trace_merge.run import Run
 from trace_merge.schema import FRAME_DTYPES
-
-TABLES = ("breakdown", "exposed_io", "input_bound", "steps", "layered", "bandwidth", "epoch_bandwidth",
-          "epoch_bandwidth_totals", "study_view", "event_stats")
-
-
-def assert_same_summary(a: Run, b: Run) -> None:
-    """Every table and scalar of two runs' summaries, and what the merge found, are equal."""
-    sa, sb = a.analyse(), b.analyse()
-    for name in TABLES:
-        pd.testing.assert_frame_equal(getattr(sa, name).reset_index(drop=True),
-                                      getattr(sb, name).reset_index(drop=True), check_dtype=False,
-                                      check_categorical=False, obj=name)
-    assert sa.metrics == sb.metrics
-    assert sa.verdict == sb.verdict
-    assert sa.bandwidth_totals == sb.bandwidth_totals
-    assert a.residual == b.residual
-    assert a.warnings == b.warnings
-    assert a.dxt_clock == b.dxt_clock
-    assert a.summary(sa) | {"path": None} == b.summary(sb) | {"path": None}
-
-
-def assert_same_report(memory: Run, parted: Run) -> None:
-    """The report of a partitioned run is the in-memory run's, read a rank at a time: its frame is never loaded."""
-    import re
-
-    from trace_merge import plots
-    from trace_merge.report import render_report
-
-    frame = memory.frame
-    assert parted.steady_state_window() == memory.steady_state_window() == plots.steady_state_window(frame)
-    for layers, per_layer in ((None, False), ("all", True), ("all", False), (["posix"], True)):
-        pd.testing.assert_frame_equal(parted.breakdown(layers, per_layer), memory.breakdown(layers, per_layer),
-                                      check_dtype=False, check_categorical=False)
-    window = memory.steady_state_window()
-    for bounds, max_events in (((None, None), 50), ((None, None), 3000), ((None, None), 10 ** 9),
-                               (window or (None, None), 3000), (window or (None, None), 2)):
-        rows, lo, hi, span = parted.excerpt(*bounds, max_events=max_events)
-        assert (lo, hi) == memory.excerpt(*bounds, max_events)[1:3]
-        if bounds == (None, None):
-            assert (lo, hi) == plots._excerpt(frame, *bounds, max_events)
-        elif max_events == 2:  # a window of over 20 events is cut to about 2 from its start
-            assert lo == window[0] and hi < window[1] and len(rows) < len(frame)
-        assert span == (int(frame["start_ns"].min()), int(frame["end_ns"].max()))
-        inside = frame[((frame["end_ns"] >= lo) & (frame["start_ns"] <= hi)).to_numpy()]
-        assert sorted(rows["start_ns"]) == sorted(inside["start_ns"]) and len(rows) > 0
-
-    def text(run: Run) -> str:  # figures and the time of writing aside
-        return re.sub(r"<img [^>]*>|generated \d{4}-\d\d-\d\d \d\d:\d\d UTC", "", render_report(run))
-
-    assert text(parted) == text(memory)
-    assert "frame" not in parted.__dict__
-
-
-def sources_only(run_dir: Path, dst: Path) -> Path:
-    """A copy of a run without its merge outputs (so that opening it merges the sources)."""
-    shutil.copytree(run_dir, dst, ignore=shutil.ignore_patterns("merged.parquet", "counters.parquet",
-                                                                  "merge_info.json", "report.html"))
-    return dst
 
 
 @pytest.fixture(scope="module")
@@ -114,15 +58,16 @@ def test_engines_agree_with_the_in_memory_merge_on_a_generated_set(generated: Pa
     dask = Run.open(generated, scheduler=cluster.scheduler_address)
     assert_same_report(memory, pool)
     for other in (inline, pool, dask):
-        assert "frame" not in other.__dict__  # the frame is loaded only when asked for
+        assert other.merge.rows_apart  # the frame is loaded only when asked for
         assert_same_summary(memory, other)
         pd.testing.assert_frame_equal(memory.access_pattern(), other.access_pattern())
         part = other.load(columns=["rank", "start_ns", "name"], ranks=[1, 3], epochs=[2])
         ref = memory.frame
         ref = ref[ref["rank"].isin([1, 3]).to_numpy() & (ref["epoch"] == 2).fillna(False).to_numpy(dtype=bool)]
-        assert len(part) == len(ref) > 0 and set(part["rank"]) == {1, 3} and list(part.columns) == ["rank", "start_ns", "name"]
+        assert (len(part) == len(ref) > 0 and set(part["rank"]) == {1, 3}
+                and list(part.columns) == ["rank", "start_ns", "name"])
         assert sorted(part["start_ns"]) == sorted(ref["start_ns"])
-        assert "frame" not in other.__dict__
+        assert other.merge.rows_apart
     # the lazily loaded frame is the in-memory merge's, row for row (the summary's partitions omit args, host)
     lazy = dask.frame
     full = memory.frame
@@ -173,7 +118,7 @@ def test_stored_merge_is_rank_row_groups_and_a_resummary_reads_them(generated: P
             stats = meta.row_group(g).column(list(FRAME_DTYPES).index("rank")).statistics
             assert stats.min == stats.max == part["rank"]
     stored = Run.open(run, partitioned=True)
-    assert stored.cached and "frame" not in stored.__dict__
+    assert stored.cached and stored.merge.rows_apart
     assert_same_summary(Run.open(generated, partitioned=False), stored)
     # the whole file still reads as the frame, every column kept
     full = Run.open(run, partitioned=False)
@@ -486,7 +431,8 @@ def test_a_summary_only_merge_lets_a_ranks_rows_go_before_the_attribution_tables
         rows.take(), rows.take()
 
 
-def test_rank_parts_cross_processes_with_their_step_series_packed(generated: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_rank_parts_cross_processes_with_their_step_series_packed(generated: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     """A rank's parts pickled (from a pool worker or a Dask worker to the driver) carry the step series as zstd
     Arrow IPC and keep it so until it is read: smaller in transit and while the rank wave runs, and read back the
     same, dtypes and all; a part that was never pickled, or whose series was read, is a plain dataclass."""
@@ -518,7 +464,7 @@ def test_rank_parts_cross_processes_with_their_step_series_packed(generated: Pat
             else:
                 assert theirs == mine
     with pytest.raises(AttributeError):
-        back.no_such_table
+        _ = back.no_such_table
     # the reduction of parts that crossed processes packed is the reduction of the parts themselves
     crossed = [pickle.loads(pickle.dumps(dataclasses.replace(p, pack_steps_from=1))) for p in parts]
     assert all("_packed_steps" in p.__dict__ for p in crossed)

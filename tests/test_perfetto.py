@@ -11,9 +11,7 @@ import textwrap
 
 import pytest
 
-from conftest import BIN, _env_with_bin
-from test_merge_horovod import hvd_run  # noqa: F401  (a real 2-rank Horovod run, the fixture itself)
-
+from tests.helpers.tools import BIN, env_with_bin
 from trace_merge.cli import main
 from trace_merge.errors import OutputExistsError
 from trace_merge.perfetto import POLL_MAX_NS, POLL_MIN_CALLS, export_perfetto
@@ -145,7 +143,7 @@ def pool_run(tmp_path_factory):
     run_dir = root / "run"
     subprocess.run([str(BIN / "timelogger"), "run", "-o", str(run_dir), "--posix", "--posix-filter", str(data), "--",
                     sys.executable, str(root / "pool.py"), *files], check=True, capture_output=True,
-                   env=_env_with_bin(), cwd=root, timeout=120)
+                   env=env_with_bin(), cwd=root, timeout=120)
     return run_dir
 
 
@@ -193,7 +191,7 @@ def test_cli_export_counts_folded_polls(pool_run, tmp_path, capsys):
 
 @pytest.mark.horovod
 @pytest.mark.mpi
-def test_horovod_run_names_op_lanes(hvd_run, tmp_path):  # noqa: F811
+def test_horovod_run_names_op_lanes(hvd_run, tmp_path):
     run = Run.open(hvd_run)
     named = assert_named(load(export_perfetto(run.frame, tmp_path / "t.json").path),
                          re.compile(r"main|Horovod \w+ lane \d+(: \S+)?|(reader |I/O )?thread \d+ \(tid \d+\)"))
@@ -208,13 +206,13 @@ def keras_profiled(tmp_path_factory):
     """The input-bound Keras fit of ``test_keras_input_bound`` under ``timelogger run --tf-profile``."""
     pytest.importorskip("tensorflow")
     pytest.importorskip("h5py")
-    import test_keras_input_bound as k
+    from tests.helpers import keras_fit as k
 
     data = tmp_path_factory.mktemp("keras_pf") / "data"
-    k._check(subprocess.run([sys.executable, str(k.WORKLOAD), "make-data", str(data), "--files", "4",
-                             "--batches-per-file", str(k.STEPS // 4), "--batch", "16"],
-                            env=k._env(), capture_output=True, text=True, timeout=60))
-    return k._launch(data, "run", "--tf-profile")
+    k.check(subprocess.run([sys.executable, str(k.WORKLOAD), "make-data", str(data), "--files", "4",
+                            "--batches-per-file", str(k.STEPS // 4), "--batch", "16"],
+                           env=k.fit_env(), capture_output=True, text=True, timeout=60))
+    return k.launch(data, "run", "--tf-profile")
 
 
 @pytest.mark.tf

@@ -5,8 +5,6 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-import pytest
-
 from timelogger import layout
 from timelogger.cli import prepare, setup_parser
 from trace_merge.cli import main as trace_merge

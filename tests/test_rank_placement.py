@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from test_timelogger_util import REPO, clean_env
+from tests.helpers.tools import REPO, clean_env
 from timelogger.cli import _dftracer_preload
 from trace_merge.cli import main as trace_merge
 from trace_merge.run import Run

@@ -58,7 +58,8 @@ def test_dxt_segments_are_absolute_intervals() -> None:
         for op in ("read", "write"):
             mine = f[(f["layer"] == layer) & (f["name"] == op)]
             assert len(mine) == sum(r[f"{op}_count"] for r in recs)
-            assert mine["bytes"].sum() == sum(int(r[f"{op}_segments"]["length"].sum()) for r in recs if len(r[f"{op}_segments"]))
+            assert mine["bytes"].sum() == sum(int(r[f"{op}_segments"]["length"].sum())
+                                              for r in recs if len(r[f"{op}_segments"]))
     # absolute epoch ns: job start + seconds of the segment
     start = job["start_time_sec"] * 10**9 + job["start_time_nsec"]
     first = report.records["DXT_POSIX"].to_df()[0]["write_segments"].iloc[0]

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.tools import mpiexec
 from trace_merge.errors import TraceInputError
 from trace_merge.readers import detect, horovod, read_any
 
@@ -31,13 +32,6 @@ ALLREDUCE_LOOP = textwrap.dedent(
                                                  "value": float(y.numpy()[0])}))
     """
 )
-
-
-def mpiexec() -> str:
-    exe = Path(sys.executable).parent / "mpiexec"
-    if not exe.exists():
-        pytest.skip(f"no mpiexec beside {sys.executable}")
-    return str(exe)
 
 
 @pytest.fixture(scope="module")

@@ -499,7 +499,8 @@ def test_garbage_line_falls_back_to_the_line_parser_with_the_same_frame(
     assert fast.meta["parser"] == "scan" and slow.meta["parser"] == "lines"
     assert slow.warnings == [f"{bad}: line {lineno}: not a JSON object, skipped"]
     _assert_same_frames(fast.frame, slow.frame)
-    assert {k: v for k, v in fast.meta.items() if k != "parser"} == {k: v for k, v in slow.meta.items() if k != "parser"}
+    assert ({k: v for k, v in fast.meta.items() if k != "parser"}
+            == {k: v for k, v in slow.meta.items() if k != "parser"})
 
 
 def test_commas_and_closing_bracket(fake_traces: Path, tmp_path: Path) -> None:
@@ -668,6 +669,7 @@ def test_the_scanner_reads_every_integer_and_string_length_as_duckdb(monkeypatch
                 assert scanned is not None and scanned.equals(duck)
             else:  # an escape or a raw control character: declined
                 assert scanned is None, (at, special)
-    for number in ("01", "0.5", "12345678.5", "1234567890123456.5", "12e3", "1234567890123456E1", "-", "1234567890123456789012"):
+    for number in ("01", "0.5", "12345678.5", "1234567890123456.5", "12e3", "1234567890123456E1", "-",
+                   "1234567890123456789012"):
         line = f'{{"name":"x","ts":{number},"dur":1,"ph":1}}'
         assert _both_tables([lines[0], line], monkeypatch)[0] is None, number

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from conftest import make_dftracer_set
+from tests.helpers.runs import make_dftracer_set
 from trace_merge.errors import TraceInputError
 from trace_merge.readers import pfw
 from trace_merge.schema import concat_frames, to_frame

@@ -37,7 +37,8 @@ def test_report_is_self_contained_and_has_every_section(report_file):
     # the first screen's top phases, layered breakdown, step series, breakdown, bandwidth, access pattern, timeline
     assert len(images) == 7
     assert all(base64.b64decode(img).startswith(b"\x89PNG") for img in images)
-    for heading in ("Is it input-bound?", "Next step:", "Where the time goes", "Findings (", "Warnings", "Alignment residual", "Layered breakdown",
+    for heading in ("Is it input-bound?", "Next step:", "Where the time goes", "Findings (", "Warnings",
+                    "Alignment residual", "Layered breakdown",
                     "Steps: input wait per step", "Drill-down: breakdown by phase category",
                     "Whole-run breakdown of each layer",
                     "Exposed I/O", "Read bandwidth", "Access pattern", "Timeline excerpt", "Manifest"):
@@ -153,7 +154,7 @@ def test_tfdata_named_in_a_run_with_tfdata(tmp_path):
     """tfdata_guide's loop with a TF profile: its IteratorGetNext waits are tf.data's, and the legends say so."""
     import subprocess
 
-    from test_timelogger_util import REPO, clean_env
+    from tests.helpers.tools import REPO, clean_env
     from trace_merge.analysis import component_labels, has_tfdata
 
     run_dir = tmp_path / "run"

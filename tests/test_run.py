@@ -1,4 +1,5 @@
-"""Run.open: merged.parquet of the same sources is used, of changed sources is not; summary is strict JSON; analyses agree with the frame."""
+"""Run.open: merged.parquet of the same sources is used, of changed sources is not; summary is strict JSON; analyses
+agree with the frame."""
 from __future__ import annotations
 
 import json

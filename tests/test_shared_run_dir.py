@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from test_timelogger_util import clean_env
+from tests.helpers.tools import clean_env
 from timelogger import layout
 
 SECRET = "only root may write here\n"

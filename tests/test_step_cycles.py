@@ -20,7 +20,7 @@ import pytest
 
 pytest.importorskip("tensorflow")
 
-from test_timelogger_util import REPO, clean_env  # noqa: E402
+from tests.helpers.tools import REPO, clean_env  # noqa: E402
 from trace_merge.analysis import verdict_label  # noqa: E402
 from trace_merge.run import Run  # noqa: E402
 

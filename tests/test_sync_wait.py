@@ -10,8 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from test_reader_horovod import mpiexec
-
+from tests.helpers.tools import mpiexec
 from trace_merge.run import Run
 
 pytestmark = [pytest.mark.horovod, pytest.mark.mpi, pytest.mark.tf, pytest.mark.findings_real]
@@ -26,8 +25,8 @@ def _run(tmp: Path, slow_s: float, slow_rank: int = 1, *flags: str) -> Run:
     bindir = Path(sys.executable).parent
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PATH=f"{bindir}{os.pathsep}{os.environ.get('PATH', '')}")
     subprocess.run([mpiexec(), "-n", "2", str(bindir / "timelogger"), "run", "-o", str(tmp / "run"),
-                    "--horovod-timeline", *flags, "--", sys.executable, str(HVD_STEPS), "--steps", "6", "--work-ms", "60",
-                    "--slow-ms", str(1000 * slow_s), "--slow-rank", str(slow_rank)],
+                    "--horovod-timeline", *flags, "--", sys.executable, str(HVD_STEPS), "--steps", "6",
+                    "--work-ms", "60", "--slow-ms", str(1000 * slow_s), "--slow-rank", str(slow_rank)],
                    check=True, env=env, timeout=120, capture_output=True)
     return Run.open(tmp / "run")
 

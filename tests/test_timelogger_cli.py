@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from test_timelogger_util import app_files, clean_env, intervals, meta, read_pfw
+from tests.helpers.tools import clean_env
+from tests.helpers.traces import app_files, intervals, meta, read_pfw
 from timelogger import cli
 from timelogger.layout import LAYER_DIRS
 from timelogger.tf import ProfileWindow, parse_profile_spec
@@ -208,7 +209,8 @@ def test_run_under_mpiexec_two_ranks(tmp_path: Path) -> None:
     assert manifest["world_size"] == 2 and manifest["launcher"] == "mpich-hydra"
     assert sorted(r["rank"] for r in manifest["ranks"]) == [0, 1] and manifest["hosts"] == [socket.gethostname()]
     assert manifest["command"] == ["python", "train.py"]
-    launches = {json.loads(f.read_text())["rank"]: json.loads(f.read_text()) for f in (run_dir / "launch").glob("*.json")}
+    launches = {json.loads(f.read_text())["rank"]: json.loads(f.read_text())
+                for f in (run_dir / "launch").glob("*.json")}
     assert set(launches) == {0, 1}
     for f in files:  # exec kept the pid: the launch record names the process that wrote the app file
         ev = read_pfw(f)

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from test_timelogger_util import app_files, intervals, meta, read_pfw, run_py
+from tests.helpers.tools import run_py
+from tests.helpers.traces import app_files, intervals, meta, read_pfw
 from timelogger import TimeLogger
 from timelogger._env import detect_rank_world
 
@@ -377,7 +378,7 @@ def test_disabled_logger_phase_is_a_working_no_op(tmp_path: Path) -> None:
         assert p.update(bytes=1) is p
     with pytest.raises(ZeroDivisionError):  # exceptions are not swallowed by the no-op exit
         with tl.phase("x"):
-            1 / 0
+            _ = 1 / 0
 
     def f() -> int:
         return 1
@@ -433,6 +434,7 @@ def test_number_like_values_are_written_as_json_numbers(tmp_path: Path) -> None:
                                     {"flush_interval": float("nan")}, {"max_lag": -0.5}])
 def test_flush_settings_outside_a_sane_range_are_refused_in_one_line(tmp_path: Path, kwargs: dict) -> None:
     """``flush_interval=0`` busy-looped a core and a negative one dropped most intervals: refused, nothing made."""
-    with pytest.raises(ValueError, match=r"^TimeLogger: (flush_interval|max_lag)=.* is outside [\d.]+\.\.3600 seconds$"):
+    with pytest.raises(ValueError,
+                       match=r"^TimeLogger: (flush_interval|max_lag)=.* is outside [\d.]+\.\.3600 seconds$"):
         TimeLogger(tmp_path / "run", **kwargs)
     assert not (tmp_path / "run").exists()

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from test_timelogger_util import app_files, intervals, meta, read_pfw, run_py
+from tests.helpers.tools import run_py
+from tests.helpers.traces import app_files, intervals, meta, read_pfw
 
 
 def _counts(stdout: str) -> list:

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from test_timelogger_util import app_files, clean_env, intervals, meta, read_pfw, run_py
+from tests.helpers.tools import clean_env, run_py
+from tests.helpers.traces import app_files, intervals, meta, read_pfw
 
 
 @pytest.mark.parametrize("ending", ["close_join", "terminate"])

@@ -11,7 +11,8 @@ import sys
 import time
 from pathlib import Path
 
-from test_timelogger_util import app_files, clean_env, intervals, meta, read_pfw, run_py
+from tests.helpers.tools import clean_env, run_py
+from tests.helpers.traces import app_files, intervals, meta, read_pfw
 
 FLOOD = Path(__file__).parent / "workloads" / "tl_flood.py"
 

@@ -13,10 +13,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import make_dftracer_set
-from test_attribution_slabs import random_job
-from test_merge_bad_values import app_file, shift_file
 
+from tests.helpers.frames import random_job
+from tests.helpers.runs import make_dftracer_set
+from tests.helpers.traces import app_file, shift_file
 from trace_merge import align as A
 from trace_merge import engines, kernels, partitioned, store
 from trace_merge.intervals import time_windows

@@ -66,7 +66,7 @@ def test_a_file_size_limit_loses_no_interval_uncounted(tmp_path, capsys):
     import subprocess
     import sys
 
-    from test_timelogger_util import REPO, clean_env
+    from tests.helpers.tools import REPO, clean_env
     from trace_merge.cli import main as trace_merge
 
     run = tmp_path / "run"

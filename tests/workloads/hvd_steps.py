@@ -7,9 +7,12 @@ Each step (a ``Training Iteration`` phase inside one ``Train Loop`` epoch) sleep
 import argparse
 import time
 
+# MPI initialised by mpi4py before TensorFlow and Horovod load, in the order this workload has always run
+# isort: off
 from mpi4py import MPI
 import tensorflow as tf
 import horovod.tensorflow as hvd
+# isort: on
 
 from timelogger import default_logger
 

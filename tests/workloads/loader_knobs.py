@@ -5,14 +5,14 @@
 [--prefetch 0] [--batch 1] [--io-ms 0] [--sample-ms 0]``
 
 Each step fetches one sample with ``tl.iterate(..., "Call to Next Batch", cat="wait")``: the sample is one file of
-DATA_DIR (its first ``read-bytes``) read with unbuffered ``read(chunk)`` calls (a "Read Sample" io phase), then decoded (a busy wait of
-``decode-ms``, inside the io phase, as h5py/PIL decoding is). ``--open-per-chunk`` opens the file again for every
-chunk (``os.stat``, ``open``, ``seek``, ``read``, ``close``: a loader that opens a file per sample of a multi-sample
-file). By default the step asks for a sample and waits while it is read (no prefetch). The step itself is a busy wait of ``step-ms``, plus
-``skew-ms`` on rank 1 (a straggler) and ``first-epoch-ms`` in epoch 0 (a first-epoch effect). Run it under
-``timelogger run --posix`` (and ``mpiexec -n 2`` for the rank rules). ``--untimed-input`` fetches the samples
-with no phase around them (no input wait can be seen); ``--allreduce-mb N`` all-reduces N MB with Horovod inside
-every step (run with ``--horovod-timeline`` for the communication layer). ``--tf-step`` adds a small TensorFlow
+DATA_DIR (its first ``read-bytes``) read with unbuffered ``read(chunk)`` calls (a "Read Sample" io phase), then decoded
+(a busy wait of ``decode-ms``, inside the io phase, as h5py/PIL decoding is). ``--open-per-chunk`` opens the file again
+for every chunk (``os.stat``, ``open``, ``seek``, ``read``, ``close``: a loader that opens a file per sample of a
+multi-sample file). By default the step asks for a sample and waits while it is read (no prefetch). The step itself is a
+busy wait of ``step-ms``, plus ``skew-ms`` on rank 1 (a straggler) and ``first-epoch-ms`` in epoch 0 (a first-epoch
+effect). Run it under ``timelogger run --posix`` (and ``mpiexec -n 2`` for the rank rules). ``--untimed-input`` fetches
+the samples with no phase around them (no input wait can be seen); ``--allreduce-mb N`` all-reduces N MB with Horovod
+inside every step (run with ``--horovod-timeline`` for the communication layer). ``--tf-step`` adds a small TensorFlow
 matmul to each step, so that the launcher's ``--tf-profile`` window has a framework to profile.
 
 The advisor's knobs (docs/advise.md): ``--readers N`` reads samples in a pool of N threads, at most N +

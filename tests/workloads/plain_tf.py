@@ -13,8 +13,8 @@ calls (the first of an epoch from its ``iter()``, the pipeline's start-up) and i
 iteration (each epoch's first step excluded; time between epochs is its own term, ``between_s``, see
 :func:`truth`):
 ``input_pct`` = time blocked in ``next()`` (Keras: the generator's sleeps, which the synchronous pipeline makes the
-batch wait for), ``au_pct`` = time in the step (the custom loop's calls of its ``tf.function``; Keras: its batches less the
-generator's sleeps in them, since a batch holds its fetch).
+batch wait for), ``au_pct`` = time in the step (the custom loop's calls of its ``tf.function``; Keras: its batches less
+the generator's sleeps in them, since a batch holds its fetch).
 """
 from __future__ import annotations
 

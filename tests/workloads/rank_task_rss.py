@@ -2,8 +2,13 @@
 rows and the peak RSS it reached above the RSS before it, as JSON: the kernel's high-water mark (``VmHWM``), reset
 before the task (``clear_refs``), not samples (a sample can only miss a peak). A fresh process, so that nothing but
 the merge's own waves came before (tests/test_partitioned.py)."""
-import ctypes, gc, json, sys
+import ctypes
+import gc
+import json
+import sys
+
 from trace_merge import engines, kernels, partitioned
+
 
 def rss() -> int:
     with open("/proc/self/statm") as f:
@@ -17,7 +22,8 @@ seen = []
 real = partitioned.merge_rank
 
 def measured(task):
-    gc.collect(); ctypes.CDLL("libc.so.6").malloc_trim(0)
+    gc.collect()
+    ctypes.CDLL("libc.so.6").malloc_trim(0)
     before = rss()
     with open("/proc/self/clear_refs", "w") as f:
         f.write("5")  # the high-water mark starts again from the RSS now
@@ -27,6 +33,7 @@ def measured(task):
         seen.append({"rows": sum(p.rows for p in task.pieces), "before": before, "peak": max(high_water_mark(), rss())})
 
 partitioned.merge_rank = measured
-pm = partitioned.merge_partitioned(sys.argv[1], engine=engines.Inline(), analysis=kernels.SummaryHook(), keep_rows=False)
+pm = partitioned.merge_partitioned(sys.argv[1], engine=engines.Inline(), analysis=kernels.SummaryHook(),
+                                   keep_rows=False)
 pm.cleanup()
 print(json.dumps(seen))

@@ -168,7 +168,7 @@ def truth(epochs: "set | None" = None) -> dict:
     for i, (epoch, start, end) in enumerate(STEPS):
         nxt = STEPS[i + 1] if i + 1 < len(STEPS) else None
         cycles.append((start, nxt[1] if nxt is not None and nxt[0] == epoch else end))
-    for i, (epoch, start, end) in enumerate(STEPS):
+    for i, (epoch, _start, end) in enumerate(STEPS):
         if i == 0 or STEPS[i - 1][0] != epoch:  # an epoch's first step (warm-up) is left out, the rest of its cycle not
             cycles[i] = (end, cycles[i][1])
         mine = [e for ep, _, e in FETCHED if ep == epoch]

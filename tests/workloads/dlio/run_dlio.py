@@ -2,8 +2,8 @@
 
 DLIO 2.0.0 imports ``dftracer.logger``, which dftracer 2.2 moved to ``dftracer.python.logger`` (same API:
 ``dftracer``, ``dft_fn``, ``DFTRACER_ENABLE``); without it DLIO falls back to no-op classes that fail. The alias
-below makes the published DLIO run against the dftracer the project pins, with neither package changed. Arguments are DLIO's own
-(Hydra: ``--config-dir DIR workload=NAME ++workload.KEY=VALUE``).
+below makes the published DLIO run against the dftracer the project pins, with neither package changed. Arguments are
+DLIO's own (Hydra: ``--config-dir DIR workload=NAME ++workload.KEY=VALUE``).
 """
 import importlib
 import sys
