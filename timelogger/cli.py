@@ -79,9 +79,9 @@ class LaunchError(Exception):
 
 def setup_parser(sub: Optional[Any] = None) -> argparse.ArgumentParser:
     """Parser of ``timelogger run`` (as a subparser of ``sub`` when given)."""
-    kwargs = dict(description="Run CMD with TimeLogger capture into RUN_DIR (once per rank).")
-    parser = sub.add_parser("run", help="run a command with capture enabled", **kwargs) if sub is not None \
-        else argparse.ArgumentParser(prog="timelogger run", **kwargs)
+    description = "Run CMD with TimeLogger capture into RUN_DIR (once per rank)."
+    parser = sub.add_parser("run", help="run a command with capture enabled", description=description) \
+        if sub is not None else argparse.ArgumentParser(prog="timelogger run", description=description)
     parser.add_argument("-o", "--output", required=True, metavar="RUN_DIR", help="run directory")
     parser.add_argument("--posix", action="store_true",
                         help="trace POSIX I/O with the DFTracer preload into RUN_DIR/posix/")

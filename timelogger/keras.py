@@ -11,7 +11,7 @@ from typing import Any, Optional
 
 from .tf import launcher_window, parse_profile_spec
 
-__all__ = ["TimeLoggerCallback"]
+__all__ = ["TimeLoggerCallback"]  # noqa: F822 -- made on first access (module __getattr__)
 
 _cls: Optional[type] = None
 _log = logging.getLogger(__name__)

@@ -13,7 +13,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, Iterator, Optional, Tuple, TypeVar, Union
+from typing import Any, Callable, Dict, Iterable, Iterator, Optional, Tuple, TypeVar, Union, cast
 
 from . import process
 from ._env import detect_rank_world, hostname
@@ -154,7 +154,7 @@ _NULL = _NullPhase()
 # __enter__() returns _NULL; __exit__(et, ev, tb) is int's inherited object.__init__, which accepts and ignores
 # the three arguments and returns None (falsy: exceptions propagate).
 _NullPhase.__enter__ = itertools.repeat(_NULL).__next__  # type: ignore[attr-defined]
-_NullPhase.__exit__ = (0).__init__  # type: ignore[attr-defined]
+_NullPhase.__exit__ = (0).__init__  # type: ignore[attr-defined, misc]  # deliberately a C callable, see above
 
 
 class TimeLogger:
@@ -356,13 +356,13 @@ class TimeLogger:
             fn = fn_or_name
             if not self._on and not self._closed:
                 return fn
-            return self._wrap(fn, self._spec(name or getattr(fn, "__qualname__", repr(fn)), cat))
+            return self._wrap(fn, self._spec(name or str(getattr(fn, "__qualname__", repr(fn))), cat))
         label = fn_or_name if fn_or_name is not None else name
         if label is None:
             return _Deferred(self, cat)
         if not self._on and not self._closed:
             return _NULL
-        return Phase(self, self._spec(label, cat))
+        return Phase(self, self._spec(cast(str, label), cat))  # a name, or anything str() makes one of
 
     def _wrap(self, fn: _F, spec: str) -> _F:
         if not self._on and not self._closed:
@@ -411,7 +411,7 @@ class TimeLogger:
         local = self._local
         pc = _pc
         nxt = it.__next__
-        t0 = t_iter
+        t0: Optional[int] = t_iter
         while True:
             if t0 is None:
                 t0 = pc()

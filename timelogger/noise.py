@@ -12,12 +12,12 @@ KIND and the unit of LEVEL:
 =========  ======  ===================================================================================
 
 Each generator first measures what it can reach flat out for a short moment (the calibration: cores it may use,
-GB/s, MB/s), then throttles itself to LEVEL in 100 ms slices and records, once a second, the load it achieved (cpu: also its ``demand``, time on a core or
-waiting in a run queue for one, which tells a shared machine's contention from a generator that did not try) as an
-interval of the ``noise`` layer in the TimeLogger wire format (``RUN_DIR/noise/<kind>-rank-<r>-pid-<p>.pfw``,
-``docs/wire-format.md``; its header carries ``"layer": "noise"`` and the calibration). It dies with the process
-that started it: ``PR_SET_PDEATHSIG`` (SIGTERM; its own helper processes get SIGKILL when it goes), and a watchdog
-that checks its parent once per slice. Only the standard library is used.
+GB/s, MB/s), then throttles itself to LEVEL in 100 ms slices and records, once a second, the load it achieved (cpu:
+also its ``demand``, time on a core or waiting in a run queue for one, which tells a shared machine's contention
+from a generator that did not try) as an interval of the ``noise`` layer in the TimeLogger wire format
+(``RUN_DIR/noise/<kind>-rank-<r>-pid-<p>.pfw``, ``docs/wire-format.md``; its header carries ``"layer": "noise"`` and
+the calibration). It dies with the process that started it: ``PR_SET_PDEATHSIG`` (SIGTERM; its own helper processes
+get SIGKILL when it goes), and a watchdog that checks its parent once per slice. Only the standard library is used.
 """
 from __future__ import annotations
 
@@ -338,7 +338,7 @@ class _Load(abc.ABC):
     def step(self, budget: float, deadline: float) -> float:
         """Each kind's own work (the subclasses)."""
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 -- optional: only kinds holding a resource close one
         pass
 
 
