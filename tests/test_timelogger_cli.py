@@ -207,7 +207,8 @@ def test_run_under_mpiexec_two_ranks(tmp_path: Path) -> None:
     assert manifest["world_size"] == 2 and manifest["launcher"] == "mpich-hydra"
     assert sorted(r["rank"] for r in manifest["ranks"]) == [0, 1] and manifest["hosts"] == [socket.gethostname()]
     assert manifest["command"] == ["python", "train.py"]
-    launches = {json.loads(f.read_text())["rank"]: json.loads(f.read_text()) for f in (run_dir / "launch").glob("*.json")}
+    records = [json.loads(f.read_text()) for f in (run_dir / "launch").glob("*.json")]
+    launches = {r["rank"]: r for r in records}
     assert set(launches) == {0, 1}
     for f in files:  # exec kept the pid: the launch record names the process that wrote the app file
         ev = read_pfw(f)

@@ -467,7 +467,7 @@ class TimeLogger:
         self._step_profiler = None
 
     def _retag(self) -> None:
-        # the tags are ints: their JSON is written directly (set_step runs once per step; json.dumps cost ~3 us)
+        # the tags are ints: their JSON is written directly (set_step runs once per step; json.dumps costs more)
         tags = f'"rank":{int(self.rank)}'
         if self._epoch is not None:
             tags += f',"epoch":{self._epoch}'
