@@ -378,3 +378,24 @@ def test_a_launch_that_cannot_write_is_one_line_and_leaves_nothing_behind(tmp_pa
         assert last.startswith(f"timelogger: {run_dir / 'launch' / 'rank-0.json'}: cannot prepare the run ("), last
         assert "Traceback" not in p.stderr
         assert not run_dir.exists() and parent.exists() == (parent == tmp_path)
+
+
+def test_records_read_back_what_they_write_and_read_older_files(tmp_path: Path) -> None:
+    """The typed records give back the JSON the launcher wrote (keys the benchmarks add kept), and read what an older
+    or edited file holds: missing keys empty, a world size that is no integer kept for the warning naming it."""
+    from timelogger.records import LaunchRecord, Manifest
+
+    env = {"SLURM_JOB_ID": "7", "SLURM_PROCID": "0", "SLURM_JOB_NODELIST": "n[1-2]"}
+    record = cli.prepare(_args(tmp_path / "run", "--horovod-timeline", "--tf-profile=2:4"), env)
+    written = json.loads((tmp_path / "run" / "launch" / "rank-0.json").read_text())
+    assert LaunchRecord.from_json(written) == record and record.to_json() == written
+    manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
+    manifest["node_cache"] = {"dropped": True}
+    assert Manifest.from_json(manifest).to_json() == manifest
+
+    old = Manifest.from_json({"world_size": "two", "env": {"SLURM_JOB_ID": "9"},
+                              "layers": {"noise": {"specs": [{"kind": "cpu", "level": 1}, "junk"]}}})
+    assert old is not None and old.world_size is None and old.rejected == {"world_size": "two"}
+    assert old.layers.noise is not None and [(s.kind, s.level) for s in old.layers.noise.specs] == [("cpu", 1)]
+    assert old.env == {"SLURM_JOB_ID": "9"} and old.slurm is None and old.ranks == []
+    assert Manifest.from_json([1]) is None and LaunchRecord.from_json(None) is None

@@ -4,8 +4,9 @@
 ``to_json`` gives the JSON object that is written (keys in the order of the files, optional keys left out as they
 always were); ``from_json`` reads any JSON value leniently, as the readers always did: a manifest written by an
 older launcher, one missing keys or holding values of the wrong type still reads (a missing or wrong value is the
-field's empty value; a manifest keeps the wrong top-level values in ``rejected`` so a reader can name them), and
-keys it does not know (``node_cache``, added by the benchmarks) are kept in ``extra``. Standard library only.
+field's empty value; a manifest keeps a wrong ``world_size`` or launch time in ``rejected`` so a reader can name
+it), and keys it does not know (``node_cache``, added by the benchmarks) are kept in ``extra``. Standard library
+only.
 """
 from __future__ import annotations
 
@@ -274,7 +275,8 @@ class Manifest:
     tool: str = "timelogger"
     #: top-level keys this class does not know, kept as read (``node_cache``, added by the benchmarks)
     extra: JSONObject = field(default_factory=dict)
-    #: top-level values read that are not of their field's type, by key, so that a reader can name them
+    #: values of the integer fields (``created_wall_ns``, ``world_size``) read that are no integer, by key, so that a
+    #: reader can name them
     rejected: JSONObject = field(default_factory=dict)
 
     def to_json(self) -> JSONObject:
