@@ -25,11 +25,10 @@ def _args(run_dir: Path, *extra: str, cmd: tuple = ("python", "train.py")) -> ar
 
 def test_prepare_sets_env_and_writes_manifest(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(cli, "_WAIT_RANKS_S", 0.1)  # rank 1 never checks in here
     env = {"PATH": "/usr/bin", "PMI_RANK": "0", "PMI_SIZE": "2"}
     args = _args(tmp_path / "run", "--posix", "--posix-filter", str(tmp_path), "--horovod-timeline")
     args.cmd = args.cmd[1:] if args.cmd[0] == "--" else args.cmd
-    record = cli.prepare(args, env)
+    record = cli.prepare(args, env, cli.Waits(ranks_s=0.1))  # rank 1 never checks in here
     run_dir = (tmp_path / "run").resolve()
     assert env["TIMELOGGER_DIR"] == str(run_dir)
     assert env["HOROVOD_TIMELINE"] == str(run_dir / "horovod" / "timeline.json")
@@ -43,10 +42,10 @@ def test_prepare_sets_env_and_writes_manifest(tmp_path: Path, monkeypatch: pytes
     assert manifest["launcher"] == "mpich-hydra" and manifest["layers"]["app"] is True
     assert manifest["layers"]["posix"]["data_dir"] == str(tmp_path.resolve())
     assert set(manifest["clocks"]) == {"wall_ns", "perf_ns"} and manifest["versions"]["timelogger"]
-    assert json.loads((run_dir / "launch" / "rank-0.json").read_text()) == record
+    assert json.loads((run_dir / "launch" / "rank-0.json").read_text()) == record.to_json()
     assert not list(run_dir.rglob("*.tmp"))
-    assert manifest["ranks"] == [{"rank": 0, "hostname": record["hostname"], "pid": record["pid"],
-                                  "launch_id": record["launch_id"]}]
+    assert manifest["ranks"] == [{"rank": 0, "hostname": record.hostname, "pid": record.pid,
+                                  "launch_id": record.launch_id}]
 
 
 @pytest.mark.parametrize("opts, spec", [((), None), (("--tf-profile",), "all"), (("--tf-profile=3:5",), "3:5"),
@@ -84,7 +83,7 @@ def test_parse_profile_spec_refuses(spec: str) -> None:
 def test_non_zero_rank_writes_no_manifest(tmp_path: Path) -> None:
     env = {"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "2"}
     rec = cli.prepare(_args(tmp_path), env)
-    assert rec["rank"] == 1 and (tmp_path / "launch" / "rank-1.json").is_file()
+    assert rec.rank == 1 and (tmp_path / "launch" / "rank-1.json").is_file()
     assert not (tmp_path / "manifest.json").exists()
 
 
@@ -209,8 +208,8 @@ def test_run_under_mpiexec_two_ranks(tmp_path: Path) -> None:
     assert manifest["world_size"] == 2 and manifest["launcher"] == "mpich-hydra"
     assert sorted(r["rank"] for r in manifest["ranks"]) == [0, 1] and manifest["hosts"] == [socket.gethostname()]
     assert manifest["command"] == ["python", "train.py"]
-    launches = {json.loads(f.read_text())["rank"]: json.loads(f.read_text())
-                for f in (run_dir / "launch").glob("*.json")}
+    records = [json.loads(f.read_text()) for f in (run_dir / "launch").glob("*.json")]
+    launches = {r["rank"]: r for r in records}
     assert set(launches) == {0, 1}
     for f in files:  # exec kept the pid: the launch record names the process that wrote the app file
         ev = read_pfw(f)
@@ -228,7 +227,7 @@ def test_posix_without_dftracer_warns_and_continues(tmp_path: Path) -> None:
               "from timelogger import cli\n"
               f"env = {{}}\nrec = cli.prepare(cli.setup_parser().parse_args(['-o', {str(tmp_path)!r}, '--posix', "
               "'--', 'true']), env)\n"
-              "print('LAYERS', rec['layers']['posix'], 'LD_PRELOAD' in env, env['TIMELOGGER_DIR'])\n")
+              "print('LAYERS', rec.to_json()['layers']['posix'], 'LD_PRELOAD' in env, env['TIMELOGGER_DIR'])\n")
     p = subprocess.run([sys.executable, "-S", "-c", script], env=clean_env(), capture_output=True, text=True,
                        timeout=60)
     assert p.returncode == 0, p.stderr
@@ -289,15 +288,14 @@ def test_force_replaces_the_previous_run_in_every_layer(tmp_path: Path, darshan_
 def _prepare_rank(run_dir: Path, rank: int, *extra: str) -> dict:
     args = _args(run_dir, *extra)
     args.cmd = args.cmd[1:] if args.cmd[0] == "--" else args.cmd
-    return cli.prepare(args, {"PMI_RANK": str(rank), "PMI_SIZE": "2"})
+    return cli.prepare(args, {"PMI_RANK": str(rank), "PMI_SIZE": "2"}, cli.Waits(ranks_s=5.0)).to_json()
 
 
-def test_force_other_ranks_wait_until_rank0_cleared(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_force_other_ranks_wait_until_rank0_cleared(tmp_path: Path) -> None:
     """Rank 1 arrives first: it must not go on (or make its layer directories) before rank 0 has removed the
     previous run, although the previous run's manifest and its launch record are there."""
     import threading
 
-    monkeypatch.setattr(cli, "_WAIT_RANKS_S", 5.0)
     run_dir = tmp_path / "run"
     # the previous 2-rank launch, as the launcher left it
     t = threading.Thread(target=_prepare_rank, args=(run_dir, 1))
@@ -326,11 +324,10 @@ def test_force_other_ranks_wait_until_rank0_cleared(tmp_path: Path, monkeypatch:
 
 def test_force_rank_gives_up_without_rank0(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                            capsys: pytest.CaptureFixture) -> None:
-    monkeypatch.setattr(cli, "_WAIT_FORCE_S", 0.2)
-    monkeypatch.setattr(cli, "_WAIT_CLEAR_MARGIN_S", 0.0)
     for key, value in {"PMI_RANK": "1", "PMI_SIZE": "2"}.items():
         monkeypatch.setenv(key, value)
-    assert cli.main(["run", "-o", str(tmp_path), "--force", "--", "true"]) == 2
+    waits = cli.Waits(force_s=0.2, clear_margin_s=0.0)
+    assert cli.main(["run", "-o", str(tmp_path), "--force", "--", "true"], waits) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and str(tmp_path / "manifest.json") in err[0] and "rank 0 did not list rank 1" in err[0]
 
@@ -382,3 +379,24 @@ def test_a_launch_that_cannot_write_is_one_line_and_leaves_nothing_behind(tmp_pa
         assert last.startswith(f"timelogger: {run_dir / 'launch' / 'rank-0.json'}: cannot prepare the run ("), last
         assert "Traceback" not in p.stderr
         assert not run_dir.exists() and parent.exists() == (parent == tmp_path)
+
+
+def test_records_read_back_what_they_write_and_read_older_files(tmp_path: Path) -> None:
+    """The typed records give back the JSON the launcher wrote (keys the benchmarks add kept), and read what an older
+    or edited file holds: missing keys empty, a world size that is no integer kept for the warning naming it."""
+    from timelogger.records import LaunchRecord, Manifest
+
+    env = {"SLURM_JOB_ID": "7", "SLURM_PROCID": "0", "SLURM_JOB_NODELIST": "n[1-2]"}
+    record = cli.prepare(_args(tmp_path / "run", "--horovod-timeline", "--tf-profile=2:4"), env)
+    written = json.loads((tmp_path / "run" / "launch" / "rank-0.json").read_text())
+    assert LaunchRecord.from_json(written) == record and record.to_json() == written
+    manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
+    manifest["node_cache"] = {"dropped": True}
+    assert Manifest.from_json(manifest).to_json() == manifest
+
+    old = Manifest.from_json({"world_size": "two", "env": {"SLURM_JOB_ID": "9"},
+                              "layers": {"noise": {"specs": [{"kind": "cpu", "level": 1}, "junk"]}}})
+    assert old is not None and old.world_size is None and old.rejected == {"world_size": "two"}
+    assert old.layers.noise is not None and [(s.kind, s.level) for s in old.layers.noise.specs] == [("cpu", 1)]
+    assert old.env == {"SLURM_JOB_ID": "9"} and old.slurm is None and old.ranks == []
+    assert Manifest.from_json([1]) is None and LaunchRecord.from_json(None) is None

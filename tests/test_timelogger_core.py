@@ -378,7 +378,7 @@ def test_disabled_logger_phase_is_a_working_no_op(tmp_path: Path) -> None:
         assert p.update(bytes=1) is p
     with pytest.raises(ZeroDivisionError):  # exceptions are not swallowed by the no-op exit
         with tl.phase("x"):
-            _ = 1 / 0
+            raise ZeroDivisionError
 
     def f() -> int:
         return 1
@@ -434,7 +434,7 @@ def test_number_like_values_are_written_as_json_numbers(tmp_path: Path) -> None:
                                     {"flush_interval": float("nan")}, {"max_lag": -0.5}])
 def test_flush_settings_outside_a_sane_range_are_refused_in_one_line(tmp_path: Path, kwargs: dict) -> None:
     """``flush_interval=0`` busy-looped a core and a negative one dropped most intervals: refused, nothing made."""
-    with pytest.raises(ValueError,
-                       match=r"^TimeLogger: (flush_interval|max_lag)=.* is outside [\d.]+\.\.3600 seconds$"):
+    refused = r"^TimeLogger: (flush_interval|max_lag)=.* is outside [\d.]+\.\.3600 seconds$"
+    with pytest.raises(ValueError, match=refused):
         TimeLogger(tmp_path / "run", **kwargs)
     assert not (tmp_path / "run").exists()

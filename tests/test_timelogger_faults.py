@@ -142,7 +142,7 @@ for i in range(2000):  # under one writer chunk: the background thread leaves th
         p.update(value=Slow())
 
 def send_during_flush():
-    while tl._wowner != main:  # the main thread holds the write lock: it is inside flush()
+    while tl.writer.owner != main:  # the main thread holds the write lock: it is inside flush()
         time.sleep(0.0001)
     os.kill(os.getpid(), signal.SIGUSR1)
 

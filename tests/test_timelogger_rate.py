@@ -68,7 +68,7 @@ import json, resource, signal
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # get EFBIG from write() instead of being killed
 resource.setrlimit(resource.RLIMIT_FSIZE, (150_000, resource.RLIM_INFINITY))
 from timelogger import TimeLogger
-from timelogger.logger import CHUNK_EVENTS
+from timelogger.writer import CHUNK_EVENTS
 tl = TimeLogger({str(tmp_path)!r}, rank=0, world_size=1, flush_interval=3600)
 for i in range(3000):
     with tl.phase("Load File", cat="io") as p:
@@ -103,7 +103,7 @@ def test_reader_reports_dropped_intervals(tmp_path: Path) -> None:
 
     script = f"""
 from timelogger import TimeLogger
-from timelogger.logger import CHUNK_EVENTS
+from timelogger.writer import CHUNK_EVENTS
 tl = TimeLogger({str(tmp_path)!r}, rank=0, world_size=1, flush_interval=3600, max_lag=0.0)
 for i in range(CHUNK_EVENTS + 100):
     with tl.phase("tick", cat="compute"):
@@ -126,7 +126,7 @@ def test_dropped_intervals_reach_the_summary(tmp_path: Path, capsys) -> None:
 
     script = f"""
 from timelogger import TimeLogger
-from timelogger.logger import CHUNK_EVENTS
+from timelogger.writer import CHUNK_EVENTS
 tl = TimeLogger({str(tmp_path)!r}, rank=0, world_size=1, flush_interval=3600, max_lag=0.0)
 with tl.phase("outer", cat="other"):
     for i in range(CHUNK_EVENTS + 250):

@@ -36,14 +36,16 @@ import shutil
 import stat
 import sys
 import time
+from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from . import layout, noise
 from ._env import SLURM_TASK_KEYS, detect_rank_world, hostname, slurm_context
 from .hooks import ENV_HOOKS, ENV_HOOKS_PID
 from .logger import ENV_DIR, VERSION
+from .records import Clock, LaunchRecord, Layers, Manifest, NoiseLayer, PosixLayer, RankEntry
 from .tf import ENV_TF_PROFILE, parse_profile_spec
 
 _DARSHAN_HINT = ("timelogger: Darshan is not enabled (on a cluster with Darshan: LD_PRELOAD=libdarshan.so "
@@ -52,13 +54,21 @@ _VERSION_DISTS = ("tensorflow-cpu", "tensorflow", "keras", "horovod", "mpi4py", 
                   "darshan", "h5py", "numpy")
 
 
-#: how long rank 0 waits for the other ranks' launch records before it writes the manifest (s)
-_WAIT_RANKS_S = 2.0
-#: with --force, how long rank 0 waits for every rank to check in (s): the other ranks exec only once the manifest
-#: lists them, and they give up (an error) _WAIT_CLEAR_MARGIN_S later than that
-_WAIT_FORCE_S = 60.0
-_WAIT_CLEAR_MARGIN_S = 60.0
-_POLL_S = 0.05
+@dataclass(frozen=True)
+class Waits:
+    """How long the ranks' launchers wait for each other (s)."""
+
+    #: rank 0 for the other ranks' launch records before it writes the manifest; a node's launchers for each other
+    #: before the lowest local rank starts the noise
+    ranks_s: float = 2.0
+    #: with --force, rank 0 for every rank to check in: the other ranks exec only once the manifest lists them, and
+    #: they give up (an error) ``clear_margin_s`` later than that
+    force_s: float = 60.0
+    clear_margin_s: float = 60.0
+    poll_s: float = 0.05
+
+
+WAITS = Waits()
 #: where rank 0 moves the previous run before deleting it (inside RUN_DIR: same file system, so rename works)
 _TRASH_PREFIX = ".timelogger-previous-run-"
 
@@ -69,9 +79,9 @@ class LaunchError(Exception):
 
 def setup_parser(sub: Optional[Any] = None) -> argparse.ArgumentParser:
     """Parser of ``timelogger run`` (as a subparser of ``sub`` when given)."""
-    kwargs = dict(description="Run CMD with TimeLogger capture into RUN_DIR (once per rank).")
-    parser = sub.add_parser("run", help="run a command with capture enabled", **kwargs) if sub is not None \
-        else argparse.ArgumentParser(prog="timelogger run", **kwargs)
+    description = "Run CMD with TimeLogger capture into RUN_DIR (once per rank)."
+    parser = sub.add_parser("run", help="run a command with capture enabled", description=description) \
+        if sub is not None else argparse.ArgumentParser(prog="timelogger run", description=description)
     parser.add_argument("-o", "--output", required=True, metavar="RUN_DIR", help="run directory")
     parser.add_argument("--posix", action="store_true",
                         help="trace POSIX I/O with the DFTracer preload into RUN_DIR/posix/")
@@ -273,52 +283,49 @@ def _read_json(path: Path) -> Any:
         return json.load(fh)
 
 
-def _checked_in(run_dir: Path, world: int, timeout: float) -> List[Dict[str, Any]]:
-    """The launch records of ``run_dir`` (rank, hostname, pid, launch_id), once all ``world`` ranks wrote theirs
-    or after ``timeout`` seconds."""
+def _checked_in(run_dir: Path, world: int, timeout: float, poll_s: float) -> List[RankEntry]:
+    """The ranks whose launch records ``run_dir`` holds, once all ``world`` ranks wrote theirs or after
+    ``timeout`` seconds."""
     launch = run_dir / layout.LAUNCH_DIR
     deadline = time.monotonic() + timeout
     while len(list(launch.glob(layout.LAUNCH_GLOB))) < world and time.monotonic() < deadline:
-        time.sleep(_POLL_S)
+        time.sleep(poll_s)
     known = []
     for f in sorted(launch.glob(layout.LAUNCH_GLOB)):
         try:
-            r = _read_json(f)
-            known.append({"rank": r["rank"], "hostname": r["hostname"], "pid": r["pid"],
-                          "launch_id": r.get("launch_id")})
-        except (OSError, ValueError, KeyError, TypeError):
+            r = LaunchRecord.from_json(_read_json(f))
+        except (OSError, ValueError):
             continue  # another rank is mid-rename; its launch/ file remains the source
+        if r is not None and r.rank is not None and r.hostname is not None and r.pid is not None:
+            known.append(r.entry())
     return known
 
 
-def _listed(manifest: Path, record: Dict[str, Any]) -> bool:
+def _listed(manifest: Path, record: LaunchRecord) -> bool:
     """Whether ``manifest`` lists this launch of ``record``'s rank (same ``launch_id``)."""
     try:
-        data = _read_json(manifest)
+        data = Manifest.from_json(_read_json(manifest))
     except (OSError, ValueError):
         return False  # not written yet, or the previous run's being removed
-    ranks = data.get("ranks") if isinstance(data, dict) else None
-    return isinstance(ranks, list) and any(
-        isinstance(r, dict) and r.get("rank") == record["rank"] and r.get("launch_id") == record["launch_id"]
-        for r in ranks)
+    return data is not None and any(r.rank == record.rank and r.launch_id == record.launch_id for r in data.ranks)
 
 
-def _wait_for_rank0(run_dir: Path, record: Dict[str, Any], timeout: float, launch_fd: int) -> None:
+def _wait_for_rank0(run_dir: Path, record: LaunchRecord, own: Path, timeout: float, launch_fd: int,
+                    poll_s: float) -> None:
     """Block a rank > 0 launched with ``--force`` until rank 0 has cleared the previous run and listed it.
 
     Rank 0 removes the previous run's launch records without being able to tell them from new ones, so this
-    rank's may go too: it is written again until rank 0 has seen it.
+    rank's (``own``) may go too: it is written again until rank 0 has seen it.
     """
-    own = layout.launch_record(run_dir, record["rank"])
     deadline = time.monotonic() + timeout
     while not _listed(run_dir / layout.MANIFEST, record):
         if time.monotonic() > deadline:
-            raise LaunchError(f"{run_dir / layout.MANIFEST}: rank 0 did not list rank {record['rank']}'s launch "
+            raise LaunchError(f"{run_dir / layout.MANIFEST}: rank 0 did not list rank {record.rank}'s launch "
                               f"within {timeout:.0f} s; with --force every rank waits for rank 0 to clear the "
                               "previous run (is rank 0 running `timelogger run --force` on the same directory?)")
         if not os.path.lexists(own):
-            layout.write_json_atomic(own, record, dir_fd=launch_fd)
-        time.sleep(_POLL_S)
+            layout.write_json_atomic(own, record.to_json(), dir_fd=launch_fd)
+        time.sleep(poll_s)
 
 
 _IMPORTS_DFTRACER = re.compile(rb"^[ \t]*(?:from[ \t]+dftracer[\w.]*[ \t]+import|import[ \t]+dftracer)", re.M)
@@ -388,7 +395,7 @@ def _package_imports_dftracer(module: str) -> Optional[str]:
     return None
 
 
-def prepare(args: argparse.Namespace, env: Dict[str, str]) -> Dict[str, Any]:
+def prepare(args: argparse.Namespace, env: Dict[str, str], waits: Waits = WAITS) -> LaunchRecord:
     """Create the run directory, extend ``env`` for capture, write the launch record (and, on rank 0, the manifest).
 
     Returns the launch record of this rank. A failure (a full disk, a quota, no inodes left) is one LaunchError
@@ -397,7 +404,7 @@ def prepare(args: argparse.Namespace, env: Dict[str, str]) -> Dict[str, Any]:
     """
     made: List[Path] = []
     try:
-        return _prepare(args, env, made)
+        return _prepare(args, env, made, waits)
     except (OSError, LaunchError) as exc:
         _release_locks()
         for path in reversed(made):  # files, then the directories made before them (only if empty)
@@ -500,7 +507,7 @@ def _release_locks() -> None:
     _LOCKS.clear()
 
 
-def _prepare(args: argparse.Namespace, env: Dict[str, str], made: List[Path]) -> Dict[str, Any]:
+def _prepare(args: argparse.Namespace, env: Dict[str, str], made: List[Path], waits: Waits) -> LaunchRecord:
     if not args.cmd:
         raise LaunchError("no command given: timelogger run -o RUN_DIR -- CMD ...")
     run_dir = Path(args.output).expanduser().resolve()
@@ -512,14 +519,14 @@ def _prepare(args: argparse.Namespace, env: Dict[str, str], made: List[Path]) ->
         raise LaunchError(f"{run_dir}: cannot create run directory ({exc.strerror or exc})") from exc
     launch_fd = _layer_dir(run_dir, layout.LAUNCH_DIR, made)
     try:
-        return _prepare_in(args, env, made, run_dir, rank, world, launcher, specs, noise_cpus, launch_fd)
+        return _prepare_in(args, env, made, run_dir, rank, world, launcher, specs, noise_cpus, launch_fd, waits)
     finally:
         os.close(launch_fd)
 
 
 def _prepare_in(args: argparse.Namespace, env: Dict[str, str], made: List[Path], run_dir: Path, rank: int,
                 world: int, launcher: str, specs: "List[noise.NoiseSpec]", noise_cpus: Optional[List[int]],
-                launch_fd: int) -> Dict[str, Any]:
+                launch_fd: int, waits: Waits) -> LaunchRecord:
     _lock_rank(run_dir, rank, launch_fd, made)
     # a layer directory that is a link or another user's is refused before anything is written or cleared
     for name in layout.LAYER_DIRS:
@@ -531,52 +538,128 @@ def _prepare_in(args: argparse.Namespace, env: Dict[str, str], made: List[Path],
         raise LaunchError(f"{run_dir}: holds a previous run (e.g. {previous[0]}); use another -o or --force")
 
     env[ENV_DIR] = str(run_dir)
-    # made only after a previous run is cleared (below): rank 0 would move a directory made now away with it
-    layer_dirs: List[str] = []
-    layers: Dict[str, Any] = {"app": True, "posix": False, "horovod_timeline": False, "tf_profile": False,
-                              "darshan": _darshan_enabled(env)}
+    layers = _configure_layers(args, env, run_dir, rank, specs, noise_cpus)
+    p0 = time.perf_counter_ns()
+    wall = time.time_ns()
+    p1 = time.perf_counter_ns()
+    slurm = slurm_context(env)
+    # exec keeps the pid, so this is also the pid in the rank's app file name
+    record = LaunchRecord(rank, world, launcher, hostname(), os.getpid(), secrets.token_hex(8),
+                          Clock(wall, (p0 + p1) // 2), list(args.cmd), os.getcwd(), layers, slurm or None)
+    own = layout.launch_record(run_dir, rank)
+    _write(own, record.to_json(), made, dir_fd=launch_fd)
+    if rank == 0:
+        if args.force and _clear_previous(run_dir, keep=own):
+            print(f"timelogger: {run_dir}: removed the previous run (--force)", file=sys.stderr)
+        # Give the other ranks' launchers a moment to check in, so the manifest lists their hosts; launch/ stays
+        # the complete record for ranks that come later. With --force they wait for the manifest, so wait for all.
+        known = _checked_in(run_dir, world, waits.force_s if args.force else waits.ranks_s, waits.poll_s)
+        if args.force and len(known) < world:
+            print(f"timelogger: {run_dir / layout.LAUNCH_DIR}: only {len(known)} of {world} ranks checked in "
+                  f"within {waits.force_s:.0f} s; the others will stop", file=sys.stderr)
+        _write(run_dir / layout.MANIFEST, _manifest(record, known, env).to_json(), made)
+    elif args.force:
+        _wait_for_rank0(run_dir, record, own, waits.force_s + waits.clear_margin_s, launch_fd, waits.poll_s)
+    # made only now that a previous run is cleared: rank 0 would have moved a directory made earlier away with it
+    for d in [d for d, on in ((layout.POSIX_DIR, layers.posix), (layout.HOROVOD_DIR, layers.horovod_timeline),
+                              (layout.NOISE_DIR, layers.noise)) if on]:
+        try:
+            os.close(_layer_dir(run_dir, d, made))
+        except OSError as exc:
+            raise LaunchError(f"{run_dir / d}: cannot create ({exc.strerror or exc})") from exc
+    if specs and _starts_noise(run_dir, rank, world, record.hostname, env, waits):
+        try:
+            record.noise_started = noise.start(run_dir, specs, rank, world, noise_cpus, args.noise_dir,
+                                               args.noise_io_mode, os.environ)
+        except OSError as exc:
+            raise LaunchError(f"--noise: cannot start a generator ({exc.strerror or exc})") from exc
+        layout.write_json_atomic(own, record.to_json(), dir_fd=launch_fd)
+    return record
+
+
+def _manifest(record: LaunchRecord, known: List[RankEntry], env: Dict[str, str]) -> Manifest:
+    """Rank 0's record of the job: its launch, the ranks that checked in, the capture environment."""
+    slurm = record.slurm
+    return Manifest(
+        created_wall_ns=record.clock.wall_ns, command=list(record.command), cwd=record.cwd,
+        world_size=record.world_size, launcher=record.launcher, ranks=known, ranks_dir=layout.LAUNCH_DIR,
+        hosts=sorted({r.hostname for r in known if r.hostname is not None}), hostname=hostname(),
+        versions=_versions(), clocks=record.clock, layers=record.layers,
+        env={k: env[k] for k in (ENV_DIR, ENV_TF_PROFILE, "HOROVOD_TIMELINE", "HOROVOD_CACHE_CAPACITY",
+                                 "DFTRACER_LOG_FILE", "DFTRACER_DATA_DIR", "DARSHAN_LOGPATH", "SLURM_JOB_ID")
+             if k in env},
+        # the job's context (job id, name, node list, ...); each rank's task ids stay in its launch record
+        slurm=None if slurm is None else {k: v for k, v in slurm.items() if k not in SLURM_TASK_KEYS})
+
+
+# ---------------------------------------------------------------------- one configurator per layer
+def _configure_layers(args: argparse.Namespace, env: Dict[str, str], run_dir: Path, rank: int,
+                      specs: "List[noise.NoiseSpec]", noise_cpus: Optional[List[int]]) -> Layers:
+    """Extend ``env`` to switch on each layer asked for; returns what each layer captures."""
+    layers = Layers(darshan=_darshan_enabled(env))  # before the posix layer adds its preload
     # why the program starts DFTracer itself (it imports dftracer), or None: a bounded scan of its source
     traces_itself = starts_dftracer(args.cmd) if args.posix or args.hooks else None
-    if args.posix:
-        so = _dftracer_preload()
-        if so is None:
-            print("timelogger: --posix: the dftracer package is not installed (pip install .[posix]); "
-                  "continuing without POSIX tracing", file=sys.stderr)
-        else:
-            layer_dirs.append(layout.POSIX_DIR)
-            env["LD_PRELOAD"] = ":".join(x for x in (str(so), env.get("LD_PRELOAD", "")) if x)
-            env["DFTRACER_ENABLE"] = "1"
-            why = traces_itself if args.posix_init == "auto" else None
-            program = args.posix_init == "program" or why is not None
-            # Two DFTracer cores in one process (the preload's and the program's own) share one writer: the
-            # program's finalize frees it while the preload's intercepts still write (a segfault in MPI_Finalize,
-            # seen with DLIO). A program that starts DFTracer itself gets FUNCTION mode: the preload's intercepts
-            # then feed the program's own traces.
-            env["DFTRACER_INIT"] = "FUNCTION" if program else "PRELOAD"
-            env["DFTRACER_LOG_FILE"] = str(layout.posix_log_prefix(run_dir))
-            env["DFTRACER_DATA_DIR"] = str(Path(args.posix_filter).resolve()) if args.posix_filter else "all"
-            # Without call metadata the preload records no `ret`/`offset`, i.e. no bytes for the bandwidth.
-            env.setdefault("DFTRACER_INC_METADATA", "1")
-            layers["posix"] = {"preload": str(so), "data_dir": env["DFTRACER_DATA_DIR"],
-                               "init": "program" if program else "preload"}
-            if program:
-                layers["posix"]["program_starts_dftracer"] = why or "--posix-init program"
-                if rank == 0:
-                    print(f"timelogger: --posix: the program starts DFTracer itself ({why or '--posix-init program'});"
-                          " its own traces carry the POSIX layer: write them into "
-                          f"{run_dir / layout.POSIX_DIR} (DLIO: ++workload.output.folder=...) or give them to "
-                          "trace-merge (docs/wire-format.md)", file=sys.stderr)
-    elif args.posix_filter:
-        raise LaunchError("--posix-filter needs --posix")
-    if args.horovod_timeline:
-        layer_dirs.append(layout.HOROVOD_DIR)
-        env["HOROVOD_TIMELINE"] = str(layout.horovod_timeline(run_dir))
-        layers["horovod_timeline"] = env["HOROVOD_TIMELINE"]
+    layers.posix = _configure_posix(args, env, run_dir, rank, traces_itself)
+    layers.horovod_timeline = _configure_horovod(args, env, run_dir)
+    layers.tf_profile = _configure_tf_profile(args, env)
+    layers.hooks, layers.hooks_off = _configure_hooks(args, env, rank, traces_itself)
+    layers.noise = _noise_layer(args, specs, noise_cpus)
+    if rank == 0 and not layers.darshan:
+        print(_DARSHAN_HINT.format(darshan_dir=run_dir / layout.DARSHAN_DIR), file=sys.stderr)
+    return layers
+
+
+def _configure_posix(args: argparse.Namespace, env: Dict[str, str], run_dir: Path, rank: int,
+                     traces_itself: Optional[str]) -> Optional[PosixLayer]:
+    """``--posix``: the DFTracer preload, and who starts DFTracer (the preload, or a program that does itself)."""
+    if not args.posix:
+        if args.posix_filter:
+            raise LaunchError("--posix-filter needs --posix")
+        return None
+    so = _dftracer_preload()
+    if so is None:
+        print("timelogger: --posix: the dftracer package is not installed (pip install .[posix]); "
+              "continuing without POSIX tracing", file=sys.stderr)
+        return None
+    env["LD_PRELOAD"] = ":".join(x for x in (str(so), env.get("LD_PRELOAD", "")) if x)
+    env["DFTRACER_ENABLE"] = "1"
+    why = traces_itself if args.posix_init == "auto" else None
+    program = args.posix_init == "program" or why is not None
+    # Two DFTracer cores in one process (the preload's and the program's own) share one writer: the
+    # program's finalize frees it while the preload's intercepts still write (a segfault in MPI_Finalize,
+    # seen with DLIO). A program that starts DFTracer itself gets FUNCTION mode: the preload's intercepts
+    # then feed the program's own traces.
+    env["DFTRACER_INIT"] = "FUNCTION" if program else "PRELOAD"
+    env["DFTRACER_LOG_FILE"] = str(layout.posix_log_prefix(run_dir))
+    env["DFTRACER_DATA_DIR"] = str(Path(args.posix_filter).resolve()) if args.posix_filter else "all"
+    # Without call metadata the preload records no `ret`/`offset`, i.e. no bytes for the bandwidth.
+    env.setdefault("DFTRACER_INC_METADATA", "1")
+    layer = PosixLayer(str(so), env["DFTRACER_DATA_DIR"], "program" if program else "preload")
+    if program:
+        layer.program_starts_dftracer = why or "--posix-init program"
+        if rank == 0:
+            print(f"timelogger: --posix: the program starts DFTracer itself ({why or '--posix-init program'});"
+                  " its own traces carry the POSIX layer: write them into "
+                  f"{run_dir / layout.POSIX_DIR} (DLIO: ++workload.output.folder=...) or give them to "
+                  "trace-merge (docs/wire-format.md)", file=sys.stderr)
+    return layer
+
+
+def _configure_horovod(args: argparse.Namespace, env: Dict[str, str], run_dir: Path) -> Optional[str]:
+    """``--horovod-timeline [--horovod-ready-marks]``: the timeline's path."""
+    if not args.horovod_timeline:
         if args.horovod_ready_marks:
-            # Horovod 0.28 draws the per-rank ready marks only in negotiations its response cache does not answer
-            env["HOROVOD_CACHE_CAPACITY"] = "0"
-    elif args.horovod_ready_marks:
-        raise LaunchError("--horovod-ready-marks needs --horovod-timeline")
+            raise LaunchError("--horovod-ready-marks needs --horovod-timeline")
+        return None
+    env["HOROVOD_TIMELINE"] = str(layout.horovod_timeline(run_dir))
+    if args.horovod_ready_marks:
+        # Horovod 0.28 draws the per-rank ready marks only in negotiations its response cache does not answer
+        env["HOROVOD_CACHE_CAPACITY"] = "0"
+    return env["HOROVOD_TIMELINE"]
+
+
+def _configure_tf_profile(args: argparse.Namespace, env: Dict[str, str]) -> Optional[str]:
+    """``--tf-profile[=SPEC]``: the profile window (also one the user exported)."""
     if args.tf_profile is not None:
         try:
             parse_profile_spec(args.tf_profile)
@@ -584,84 +667,37 @@ def _prepare_in(args: argparse.Namespace, env: Dict[str, str], made: List[Path],
             raise LaunchError(f"--tf-profile: {exc}") from exc
         # TimeLoggerCallback acts on it (profile into RUN_DIR/tf/rank-<r>); a custom loop uses tl.tf_profile()
         env[ENV_TF_PROFILE] = args.tf_profile
-    layers["tf_profile"] = env.get(ENV_TF_PROFILE) or False  # also when the user exported it
+    return env.get(ENV_TF_PROFILE) or None
+
+
+def _configure_hooks(args: argparse.Namespace, env: Dict[str, str], rank: int,
+                     traces_itself: Optional[str]) -> Tuple[bool, Optional[str]]:
+    """The zero-code hooks (on unless ``--no-hooks``): whether they are on, and why not when the program traces
+    itself."""
     # A program that starts DFTracer itself (DLIO, pydftracer annotations) times its own loop in its own traces:
     # the hooks would time the same fetches again under their own epoch numbers
-    layers["hooks"] = bool(args.hooks) and traces_itself is None
-    if traces_itself is not None:
-        layers["hooks_off"] = f"the program traces its own loop ({traces_itself})"
-        if rank == 0:
-            print(f"timelogger: zero-code hooks off: the program traces its own loop ({traces_itself})",
-                  file=sys.stderr)
-    if layers["hooks"]:
+    on = bool(args.hooks) and traces_itself is None
+    off = None if traces_itself is None else f"the program traces its own loop ({traces_itself})"
+    if off is not None and rank == 0:
+        print(f"timelogger: zero-code hooks off: {off}", file=sys.stderr)
+    if on:
         boot = str(Path(__file__).resolve().parent / "_boot")
         env["PYTHONPATH"] = os.pathsep.join(x for x in (boot, env.get("PYTHONPATH", "")) if x)
         env[ENV_HOOKS] = "1"
         env[ENV_HOOKS_PID] = str(os.getpid())  # exec keeps it: the program is the process that reports at exit
     else:
         env.pop(ENV_HOOKS, None)
-    if specs:
-        layer_dirs.append(layout.NOISE_DIR)
-        layers["noise"] = {"specs": [x.as_dict() for x in specs], "dir": args.noise_dir,
-                           "io_mode": args.noise_io_mode if any(x.kind == "io" for x in specs) else None,
-                           "cpus": noise_cpus, "started_by": "the lowest local rank of each host",
-                           "files": noise.NOISE_DIR}
-    if rank == 0 and not layers["darshan"]:
-        print(_DARSHAN_HINT.format(darshan_dir=run_dir / layout.DARSHAN_DIR), file=sys.stderr)
+    return on, off
 
-    p0 = time.perf_counter_ns()
-    wall = time.time_ns()
-    p1 = time.perf_counter_ns()
-    record = {
-        "rank": rank, "world_size": world, "launcher": launcher, "hostname": hostname(),
-        # exec keeps the pid, so this is also the pid in the rank's app file name
-        "pid": os.getpid(),
-        # tells this launch's record apart from a previous run's of the same rank (rank 0 lists it in the manifest)
-        "launch_id": secrets.token_hex(8),
-        "clock": {"wall_ns": wall, "perf_ns": (p0 + p1) // 2},
-        "command": list(args.cmd), "cwd": os.getcwd(), "layers": layers,
-    }
-    slurm = slurm_context(env)
-    if slurm:
-        record["slurm"] = slurm
-    own = layout.launch_record(run_dir, rank)
-    _write(own, record, made, dir_fd=launch_fd)
-    if rank == 0:
-        if args.force and _clear_previous(run_dir, keep=own):
-            print(f"timelogger: {run_dir}: removed the previous run (--force)", file=sys.stderr)
-        # Give the other ranks' launchers a moment to check in, so the manifest lists their hosts; launch/ stays
-        # the complete record for ranks that come later. With --force they wait for the manifest, so wait for all.
-        known = _checked_in(run_dir, world, _WAIT_FORCE_S if args.force else _WAIT_RANKS_S)
-        if args.force and len(known) < world:
-            print(f"timelogger: {run_dir / layout.LAUNCH_DIR}: only {len(known)} of {world} ranks checked in "
-                  f"within {_WAIT_FORCE_S:.0f} s; the others will stop", file=sys.stderr)
-        manifest = {
-            "tool": "timelogger", "created_wall_ns": wall, "command": list(args.cmd), "cwd": os.getcwd(),
-            "world_size": world, "launcher": launcher, "ranks": known, "ranks_dir": layout.LAUNCH_DIR,
-            "hosts": sorted({r["hostname"] for r in known}),
-            "hostname": hostname(), "versions": _versions(), "clocks": record["clock"], "layers": layers,
-            "env": {k: env[k] for k in (ENV_DIR, ENV_TF_PROFILE, "HOROVOD_TIMELINE", "HOROVOD_CACHE_CAPACITY",
-                                        "DFTRACER_LOG_FILE",
-                                        "DFTRACER_DATA_DIR", "DARSHAN_LOGPATH", "SLURM_JOB_ID") if k in env},
-        }
-        if slurm:  # the job's context (job id, name, node list, ...); each rank's task ids stay in its launch record
-            manifest["slurm"] = {k: v for k, v in slurm.items() if k not in SLURM_TASK_KEYS}
-        _write(run_dir / layout.MANIFEST, manifest, made)
-    elif args.force:
-        _wait_for_rank0(run_dir, record, _WAIT_FORCE_S + _WAIT_CLEAR_MARGIN_S, launch_fd)
-    for d in layer_dirs:
-        try:
-            os.close(_layer_dir(run_dir, d, made))
-        except OSError as exc:
-            raise LaunchError(f"{run_dir / d}: cannot create ({exc.strerror or exc})") from exc
-    if specs and _starts_noise(run_dir, record, env):
-        try:
-            record["noise_started"] = noise.start(run_dir, specs, rank, world, noise_cpus, args.noise_dir,
-                                                  args.noise_io_mode, os.environ)
-        except OSError as exc:
-            raise LaunchError(f"--noise: cannot start a generator ({exc.strerror or exc})") from exc
-        layout.write_json_atomic(own, record, dir_fd=launch_fd)
-    return record
+
+def _noise_layer(args: argparse.Namespace, specs: "List[noise.NoiseSpec]",
+                 noise_cpus: Optional[List[int]]) -> Optional[NoiseLayer]:
+    """``--noise``: the generators' settings (started once the ranks are up, :func:`_starts_noise`)."""
+    if not specs:
+        return None
+    return NoiseLayer([x.record() for x in specs], args.noise_dir,
+                      args.noise_io_mode if any(x.kind == "io" for x in specs) else None, noise_cpus,
+                      "the lowest local rank of each host", noise.NOISE_DIR)
 
 
 def _noise_settings(args: argparse.Namespace) -> "tuple[List[noise.NoiseSpec], Optional[List[int]]]":
@@ -680,31 +716,32 @@ def _noise_settings(args: argparse.Namespace) -> "tuple[List[noise.NoiseSpec], O
     return specs, cpus
 
 
-def _starts_noise(run_dir: Path, record: Dict[str, Any], env: Dict[str, str]) -> bool:
+def _starts_noise(run_dir: Path, rank: int, world: int, host: Optional[str], env: Dict[str, str],
+                  waits: Waits) -> bool:
     """Whether this launcher starts the node's noise (it is the lowest local rank), after waiting for the node's
     other launchers to check in (their launch records), so that the ranks are up first."""
     local = noise.local_rank(env)
     size = noise.local_size(env)
-    deadline = time.monotonic() + _WAIT_RANKS_S
+    deadline = time.monotonic() + waits.ranks_s
     while True:
-        here = [r for r in _checked_in(run_dir, record["world_size"], 0.0) if r["hostname"] == record["hostname"]]
-        enough = len(here) >= (size or record["world_size"])
+        here = [r for r in _checked_in(run_dir, world, 0.0, waits.poll_s) if r.hostname == host]
+        enough = len(here) >= (size or world)
         if enough or time.monotonic() > deadline:
             break
-        time.sleep(_POLL_S)
+        time.sleep(waits.poll_s)
     if local is not None:
         return local == 0
-    return record["rank"] == min([r["rank"] for r in here] + [record["rank"]])
+    return rank == min([r.rank for r in here if r.rank is not None] + [rank])
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace, waits: Waits = WAITS) -> int:
     """Prepare and exec; returns only on failure."""
     cmd = list(args.cmd)
     if cmd and cmd[0] == "--":
         cmd = cmd[1:]
     args.cmd = cmd
     env = dict(os.environ)
-    prepare(args, env)
+    prepare(args, env, waits)
     for fd in _LOCKS.values():  # the program holds the launch lock from here on (exec keeps the descriptor)
         os.set_inheritable(fd, True)
     sys.stdout.flush()
@@ -722,7 +759,7 @@ def _error(message: str, status: int = 2) -> int:
     return status
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def main(argv: Optional[Sequence[str]] = None, waits: Waits = WAITS) -> int:
     """Console script ``timelogger`` (also ``python -m timelogger``)."""
     parser = argparse.ArgumentParser(prog="timelogger", description="TimeLogger capture launcher")
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
@@ -730,7 +767,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     setup_parser(sub)
     args = parser.parse_args(argv)
     try:
-        return run(args)
+        return run(args, waits)
     except LaunchError as exc:
         if args.debug:
             raise

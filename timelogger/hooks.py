@@ -94,7 +94,7 @@ class _PostImport(importlib.abc.MetaPathFinder):
             _apply(fullname, module)
 
         try:
-            loader.exec_module = exec_module  # a file loader is one object per module
+            loader.exec_module = exec_module  # type: ignore[method-assign]  # a file loader is one object per module
         except AttributeError:
             return spec
         return spec

@@ -6,8 +6,8 @@
   ``Step <function name>``; calls traced inside another function are not timed.
 - Keras ``Model.fit``: :class:`timelogger.keras.TimeLoggerCallback` is added when the program did not add one (it
   opens the ``--tf-profile`` window; without that option a window over steps :data:`KERAS_DEFAULT_WINDOW`, since
-  only a profile sees the fetch inside a Keras batch); ``fit``, ``evaluate`` and ``predict`` run with the two hooks above off,
-  since their steps hold their fetches and the callback times the batches.
+  only a profile sees the fetch inside a Keras batch); ``fit``, ``evaluate`` and ``predict`` run with the two hooks
+  above off, since their steps hold their fetches and the callback times the batches.
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import functools
 import os
 import time
 from types import ModuleType
-from typing import Any
+from typing import Any, Type
 
 from .hooks import STEP_NAME, Loop, when_imported
 
@@ -53,7 +53,7 @@ def _patch_iterator(mod: ModuleType, loop: Loop) -> None:
     eager = _eager()
     pc = time.perf_counter_ns
 
-    def timed(orig: Any, ends_with: type) -> Any:
+    def timed(orig: Any, ends_with: Type[BaseException]) -> Any:
         @functools.wraps(orig)
         def fetch(self: Any) -> Any:
             if loop.suppressed or not eager():

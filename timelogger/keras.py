@@ -11,7 +11,7 @@ from typing import Any, Optional
 
 from .tf import launcher_window, parse_profile_spec
 
-__all__ = ["TimeLoggerCallback"]
+__all__ = ["TimeLoggerCallback"]  # noqa: F822 -- made on first access (module __getattr__)
 
 _cls: Optional[type] = None
 _log = logging.getLogger(__name__)
@@ -45,14 +45,11 @@ def _build() -> type:
         one (``includes_input_wait`` lets the analysis say so). The TF profiler's framework layer shows the
         fetch; ``profile_batches`` (or ``timelogger run --tf-profile``) opens such a window around the fit.
 
-        Timing the fetch from Python instead was measured and rejected (``benchmarks/perf/keras_timed_input.py``,
-        TF 2.15, tiny conv net, batch 32): the only hook is a ``tf.data.Dataset.from_generator`` around
-        ``tl.iterate(ds, ...)``, which costs ~450-500 µs per step (+50 % of a ~0.9 ms step; recording itself
-        is ~5-45 µs) and over-reports a fast pipeline's wait (~220 µs of eager ``next()`` where the in-graph
-        fetch costs a few µs). It measures a slow pipeline's wait correctly (5.05 ms for a 5 ms sleep) and keeps
-        the inner pipeline's prefetching, but adds a Python/GIL hop per batch and hides the pipeline from
-        tf.data's optimiser and ``tf.distribute`` sharding. The profile window costs nothing outside its steps
-        (and in ``tests/test_keras_input_bound.py``'s input-bound fit, no measurable time inside them).
+        Timing the fetch from Python instead was measured and rejected (``docs/wire-format.md``, "Keras
+        batches"; ``benchmarks/perf/keras_timed_input.py``): the only hook is a
+        ``tf.data.Dataset.from_generator`` around ``tl.iterate(ds, ...)``, which costs a large share of a small
+        step and over-reports a fast pipeline's wait, adds a Python/GIL hop per batch and hides the pipeline from
+        tf.data's optimiser and ``tf.distribute`` sharding. The profile window costs nothing outside its steps.
 
         Parameters
         ----------

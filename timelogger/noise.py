@@ -12,12 +12,12 @@ KIND and the unit of LEVEL:
 =========  ======  ===================================================================================
 
 Each generator first measures what it can reach flat out for a short moment (the calibration: cores it may use,
-GB/s, MB/s), then throttles itself to LEVEL in 100 ms slices and records, once a second, the load it achieved (cpu: also its ``demand``, time on a core or
-waiting in a run queue for one, which tells a shared machine's contention from a generator that did not try) as an
-interval of the ``noise`` layer in the TimeLogger wire format (``RUN_DIR/noise/<kind>-rank-<r>-pid-<p>.pfw``,
-``docs/wire-format.md``; its header carries ``"layer": "noise"`` and the calibration). It dies with the process
-that started it: ``PR_SET_PDEATHSIG`` (SIGTERM; its own helper processes get SIGKILL when it goes), and a watchdog
-that checks its parent once per slice. Only the standard library is used.
+GB/s, MB/s), then throttles itself to LEVEL in 100 ms slices and records, once a second, the load it achieved (cpu:
+also its ``demand``, time on a core or waiting in a run queue for one, which tells a shared machine's contention
+from a generator that did not try) as an interval of the ``noise`` layer in the TimeLogger wire format
+(``RUN_DIR/noise/<kind>-rank-<r>-pid-<p>.pfw``, ``docs/wire-format.md``; its header carries ``"layer": "noise"`` and
+the calibration). It dies with the process that started it: ``PR_SET_PDEATHSIG`` (SIGTERM; its own helper processes
+get SIGKILL when it goes), and a watchdog that checks its parent once per slice. Only the standard library is used.
 """
 from __future__ import annotations
 
@@ -37,6 +37,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Set
+
+from .records import LaunchRecord, NoiseLevel
 
 #: kind -> unit of its level
 KINDS: Dict[str, str] = {"cpu": "cores", "memory": "GB/s", "io": "MB/s", "net": "MB/s"}
@@ -72,8 +74,9 @@ class NoiseSpec:
     def unit(self) -> str:
         return KINDS[self.kind]
 
-    def as_dict(self) -> Dict[str, Any]:
-        return {"kind": self.kind, "level": self.level, "unit": self.unit}
+    def record(self, pid: Optional[int] = None) -> NoiseLevel:
+        """As the manifest (and, with the generator's ``pid``, the launch record) holds it."""
+        return NoiseLevel(self.kind, self.level, self.unit, pid)
 
 
 def parse_cpus(text: str) -> List[int]:
@@ -172,9 +175,9 @@ def local_size(env: Mapping[str, str]) -> Optional[int]:
 # --------------------------------------------------------------------------------------------- the launcher side
 
 def start(run_dir: Path, specs: Sequence[NoiseSpec], rank: int, world: int, cpus: Optional[Sequence[int]],
-          noise_dir: Optional[str], io_mode: str, env: Mapping[str, str]) -> List[Dict[str, Any]]:
+          noise_dir: Optional[str], io_mode: str, env: Mapping[str, str]) -> List[NoiseLevel]:
     """Start one generator process per spec, children of this process (which then execs the rank's program, so
-    they die with the rank); returns ``[{kind, level, pid}]``."""
+    they die with the rank); returns their settings and pids."""
     from .layout import open_layer_dir
 
     # never through a link, never another user's directory (run directories live in shared scratch)
@@ -194,7 +197,7 @@ def start(run_dir: Path, specs: Sequence[NoiseSpec], rank: int, world: int, cpus
 
 def _start_one(s: NoiseSpec, run_dir: Path, rank: int, world: int, cpus: Optional[Sequence[int]],
                noise_dir: Optional[str], io_mode: str, here: str, child_env: Dict[str, str],
-               out_fd: int) -> Dict[str, Any]:
+               out_fd: int) -> NoiseLevel:
     """Start the generator of ``s``, its output into ``noise/<kind>-rank-<r>.log`` made relative to ``out_fd``."""
     cmd = [sys.executable, "-m", "timelogger.noise", "--kind", s.kind, "--level", repr(s.level),
            "--run-dir", str(run_dir), "--rank", str(rank), "--world", str(world), "--parent", str(os.getpid()),
@@ -209,7 +212,7 @@ def _start_one(s: NoiseSpec, run_dir: Path, rank: int, world: int, cpus: Optiona
                                 close_fds=True, preexec_fn=_die_with_parent_term)
     finally:
         os.close(log)
-    return {**s.as_dict(), "pid": proc.pid}
+    return s.record(proc.pid)
 
 
 #: a file of the run made relative to its layer directory's descriptor, never through a link
@@ -235,9 +238,10 @@ def wait_stopped(run_dir: Path, timeout: float = 5.0) -> List[int]:
     pids = []
     for f in sorted((Path(run_dir) / "launch").glob("rank-*.json")):
         try:
-            pids += [int(s["pid"]) for s in json.loads(f.read_text(encoding="utf-8")).get("noise_started") or []]
-        except (OSError, ValueError, KeyError, TypeError):
+            record = LaunchRecord.from_json(json.loads(f.read_text(encoding="utf-8")))
+        except (OSError, ValueError):
             continue
+        pids += [s.pid for s in (record.noise_started if record else None) or [] if s.pid is not None]
     deadline = time.monotonic() + timeout
     while True:
         alive = [p for p in pids if _running(p)]
@@ -334,7 +338,7 @@ class _Load(abc.ABC):
     def step(self, budget: float, deadline: float) -> float:
         """Each kind's own work (the subclasses)."""
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 -- optional: only kinds holding a resource close one
         pass
 
 

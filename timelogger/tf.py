@@ -18,7 +18,8 @@ from . import layout
 if TYPE_CHECKING:  # pragma: no cover
     from .logger import TimeLogger
 
-__all__ = ["TFProfile", "StepProfiler", "launcher_window", "MARKER", "ENV_TF_PROFILE", "ProfileWindow", "parse_profile_spec"]
+__all__ = ["TFProfile", "StepProfiler", "launcher_window", "MARKER", "ENV_TF_PROFILE", "ProfileWindow",
+           "parse_profile_spec"]
 
 _log = logging.getLogger(__name__)
 

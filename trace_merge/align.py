@@ -33,6 +33,8 @@ from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 import numpy as np
 import pandas as pd
 
+from timelogger.records import LaunchRecord
+
 from .intervals import (Axis, combined_codes, drop_from_forest, innermost, narrow, nesting_parents, position_type,
                         spans_several, start_order)
 from .readers import rank_from_name
@@ -83,17 +85,16 @@ def processes(app_sources: Iterable[SourceData]) -> list[Process]:
     return out
 
 
-def launched_processes(records: Iterable[Mapping[str, Any]], known: Sequence[Process]) -> list[Process]:
+def launched_processes(records: Iterable[LaunchRecord], known: Sequence[Process]) -> list[Process]:
     """``known`` plus the ranks' processes the launcher recorded (``launch/rank-<r>.json``: rank, pid, host) that no
     app file describes: a program under ``timelogger run`` that writes no TimeLogger file (DLIO, any script)
     still gets its POSIX, Darshan and TF rows placed on its ranks (``exec`` keeps the launcher's pid)."""
     out = list(known)
     seen = {(p.host, p.pid) for p in known}
     for r in records:
-        rank, pid, host = r.get("rank"), r.get("pid"), r.get("hostname")
-        if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in (rank, pid)):
+        rank, pid, host = r.rank, r.pid, r.hostname
+        if rank is None or pid is None or rank < 0 or pid < 0:
             continue
-        host = host if isinstance(host, str) else None
         if (host, pid) not in seen:
             out.append(Process(rank, pid, host))
             seen.add((host, pid))

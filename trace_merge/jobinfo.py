@@ -1,19 +1,21 @@
 """The batch job a run came from, as one line for the first lines of ``trace-merge summary`` and the report."""
 from __future__ import annotations
 
-from typing import Any, Mapping, Optional
+from typing import Mapping, Optional
+
+from timelogger.records import Manifest
 
 
-def slurm_line(manifest: Optional[Mapping[str, Any]]) -> Optional[str]:
+def slurm_line(manifest: Optional[Mapping[str, object]]) -> Optional[str]:
     """``"Slurm job 1234 (hepcnn-io), nodes nid[001-004] (4), 8 task(s), partition batch"``, from the job context
     ``timelogger run`` keeps in manifest.json (``slurm``; older manifests: ``env.SLURM_JOB_ID`` only); None outside
-    Slurm or without a manifest."""
-    if not isinstance(manifest, Mapping):
+    Slurm or without a manifest. ``manifest``: the file's JSON object, read as a :class:`Manifest`."""
+    m = Manifest.from_json(manifest)
+    if m is None:
         return None
-    slurm = manifest.get("slurm")
-    if not isinstance(slurm, Mapping):
-        env = manifest.get("env")
-        job = env.get("SLURM_JOB_ID") if isinstance(env, Mapping) else None
+    slurm = m.slurm
+    if slurm is None:
+        job = m.env.get("SLURM_JOB_ID")
         return f"Slurm job {job}" if job else None
     if not slurm.get("job_id"):
         return None

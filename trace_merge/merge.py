@@ -8,7 +8,9 @@ is usable :class:`~trace_merge.errors.TraceInputError` names the path and what w
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Sequence
+
+from timelogger.records import LaunchRecord
 
 from .partitioned import Merge, merge_in_memory, merge_read
 from .schema import SourceData
@@ -39,7 +41,7 @@ def merge_path(path: "str | os.PathLike[str]") -> Merge:
 
 
 def merge_sources(read: "list[SourceData]", launch_ns: "int | None" = None,
-                  launched: "list[dict[str, Any]] | tuple" = ()) -> Merge:
+                  launched: "Sequence[LaunchRecord]" = ()) -> Merge:
     """:func:`merge_path` of sources already read (by :func:`trace_merge.readers.read_any`); ``launch_ns``: when
     the run was launched (``manifest.json``'s ``created_wall_ns``), ``launched``: the launcher's records of the
     ranks (``launch/rank-<r>.json``)."""

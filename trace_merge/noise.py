@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence
 import numpy as np
 import pandas as pd
 
+from timelogger.records import Manifest
 from trace_merge.attribution import COMPONENTS
 from trace_merge.errors import TraceInputError
 
@@ -39,12 +40,14 @@ QUIET = "quiet"
 MIN_S = 0.002
 
 
-def noise_label(manifest: Optional[Mapping[str, Any]]) -> str:
-    """``cpu:1``, ``io:50,net:200``, ... from ``manifest.json``'s ``layers.noise``; ``quiet`` without noise."""
-    specs = (((manifest or {}).get("layers") or {}).get("noise") or {}).get("specs") or []
+def noise_label(manifest: Optional[Mapping[str, object]]) -> str:
+    """``cpu:1``, ``io:50,net:200``, ... from ``manifest.json``'s ``layers.noise`` (``manifest``: the file's JSON
+    object, read as a :class:`Manifest`); ``quiet`` without noise."""
+    m = Manifest.from_json(manifest)
+    specs = m.layers.noise.specs if m is not None and m.layers.noise is not None else []
     if not specs:
         return QUIET
-    return ",".join(f"{s['kind']}:{s['level']:g}" for s in specs)
+    return ",".join(f"{s.kind}:{s.level:g}" for s in specs)
 
 
 def phase_seconds(layered: pd.DataFrame, from_epoch: Optional[int] = None) -> pd.Series:

@@ -42,6 +42,7 @@ from typing import Any, Callable, Iterator, Optional, Protocol, Sequence
 import numpy as np
 import pandas as pd
 
+from timelogger.records import LaunchRecord
 from trace_merge import align as A
 from trace_merge import engines, sources
 from trace_merge.dxt_clock import place_source
@@ -801,7 +802,7 @@ def merge_in_memory(path: "str | os.PathLike[str]", threads: int = _THREADS) -> 
 
 
 def merge_read(read: Sequence[SourceData], launch_ns: Optional[int] = None,
-               launched: Sequence[dict] = ()) -> Merge:
+               launched: Sequence[LaunchRecord] = ()) -> Merge:
     """:func:`merge_in_memory` of sources already read (``launch_ns``: when the run was launched, if known;
     ``launched``: the launcher's records of the ranks, ``launch/rank-<r>.json``)."""
     tasks = [SourceTask(i, s.path, s.kind, None, FRAME_COLUMNS, data=s) for i, s in enumerate(read)]
@@ -818,8 +819,7 @@ def _found(path: Path) -> tuple:
 
 
 def _launch(manifest: Optional[dict]) -> Optional[int]:
-    launch = (manifest or {}).get("created_wall_ns")
-    return launch if isinstance(launch, int) and not isinstance(launch, bool) else None
+    return sources.launched_at(manifest)
 
 
 def _tasks(files: list, warnings: list, spill: Optional[str], columns: tuple, analysis: Optional[Analysis]
@@ -836,8 +836,8 @@ def _tasks(files: list, warnings: list, spill: Optional[str], columns: tuple, an
 
 def _run(path: Optional[Path], tasks: "list[SourceTask]", manifest: Optional[dict], warnings: list, inputs: dict,
          engine: Engine, spill: Optional[Path], columns: tuple, analysis: Optional[Analysis], launch: Optional[int],
-         launched: Sequence[dict], keep_rows: bool = True, rank_windows: engines.Windows = engines.Windows()
-         ) -> Merge:
+         launched: Sequence[LaunchRecord], keep_rows: bool = True,
+         rank_windows: engines.Windows = engines.Windows()) -> Merge:
     app_tasks = [t for t in tasks if t.kind in A.APP_KINDS]
     clock = _Clock(engine)
     app_results = engine.map(ingest, app_tasks)

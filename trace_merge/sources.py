@@ -14,13 +14,14 @@ import os
 import shlex
 from fnmatch import fnmatchcase
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 import numpy as np
 import pandas as pd
 
 from timelogger import layout
 from timelogger.layout import MANIFEST, link_not_followed
+from timelogger.records import LaunchRecord, Manifest
 
 from .align import meta_value
 from .errors import TraceInputError
@@ -111,7 +112,7 @@ def _files(root: Path, patterns: Iterable[str], recursive: bool, warnings: list[
     return sorted(found)
 
 
-def launch_records(path: Path) -> "list[dict[str, Any]]":
+def launch_records(path: Path) -> list[LaunchRecord]:
     """The launcher's per-rank records (``launch/rank-<r>.json``) of a run directory; unreadable ones are skipped
     (the traces do not need them: they only place rows of processes no app file names)."""
     out = []
@@ -119,16 +120,17 @@ def launch_records(path: Path) -> "list[dict[str, Any]]":
         if link_not_followed(p) or link_not_followed(p.parent):
             continue
         try:
-            record = json.loads(p.read_text())
+            record = LaunchRecord.from_json(json.loads(p.read_text()))
         except (OSError, ValueError, UnicodeDecodeError):
             continue
-        if isinstance(record, dict):
+        if record is not None:
             out.append(record)
     return out
 
 
 def load_manifest(run_dir: Path) -> "tuple[dict[str, Any] | None, str | None]":
-    """``manifest.json`` of a run directory and a warning when it exists but cannot be read.
+    """``manifest.json`` of a run directory (its JSON object, as the report shows it; its fields are read through
+    :class:`timelogger.records.Manifest`) and a warning when it exists but cannot be read.
 
     The traces do not need the manifest, so a bad one is a warning, not an error.
     """
@@ -144,6 +146,12 @@ def load_manifest(run_dir: Path) -> "tuple[dict[str, Any] | None, str | None]":
     if not isinstance(manifest, dict):
         return None, f"{p}: manifest is not a JSON object, ignored"
     return manifest, None
+
+
+def launched_at(manifest: "Mapping[str, object] | None") -> "int | None":
+    """When the run was launched (wall ns): the manifest's ``created_wall_ns``, when it has one."""
+    m = Manifest.from_json(manifest)
+    return None if m is None else m.created_wall_ns
 
 
 def discover(path: Path) -> "tuple[list[tuple[Path, str]], dict[str, Any] | None]":
@@ -315,14 +323,17 @@ def ended_early(app: list[SourceData]) -> list[str]:
     return sorted(out)
 
 
-def missing_ranks(path: Path, manifest: "dict[str, Any] | None", app: list[SourceData]) -> list[str]:
+def missing_ranks(path: Path, manifest: "Mapping[str, object] | None", app: list[SourceData]) -> list[str]:
     """Warnings about the world size (a bad value in the manifest) and the ranks it names that have no app file.
 
     Work and output are bounded by the ranks present, not by the world size a file claims: missing ranks are
     the gaps between present ranks and the tail up to the world size, given as ranges.
     """
     warnings: list[str] = []
-    world = checked_int(manifest or {}, "world_size", 1, MAX_RANKS, str(path / MANIFEST), warnings)
+    m = Manifest.from_json(manifest)
+    # a value of the wrong type is named in the warning as it is in the file
+    given = {} if m is None else {"world_size": m.rejected.get("world_size", m.world_size)}
+    world = checked_int(given, "world_size", 1, MAX_RANKS, str(path / MANIFEST), warnings)
     for src in app:  # the reader checked app headers' values
         world = world or meta_value(src.meta, "world_size")
     if not world:

@@ -18,6 +18,8 @@ for _entry in sys.path:
     _other = os.path.join(_entry, "sitecustomize.py")
     if os.path.isfile(_other):
         _spec = importlib.util.spec_from_file_location("sitecustomize", _other)
+        if _spec is None or _spec.loader is None:  # not loadable as a source file: as if it were not there
+            continue
         _module = importlib.util.module_from_spec(_spec)
         sys.modules["sitecustomize"] = _module
         _spec.loader.exec_module(_module)
