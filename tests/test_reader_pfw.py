@@ -2,6 +2,7 @@
 and real TimeLogger files."""
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import importlib.util
 import json
@@ -121,7 +122,7 @@ def test_fake_trace_columns_match_the_json(fake_traces: Path) -> None:
     complete = [e for e in events if e.get("ph") == 1]
     src = pfw.read(path)
     f = src.frame
-    assert src.kind == "dftracer" and src.meta["parser"] == "scan" and src.warnings == []
+    assert src.kind == "dftracer" and src.meta.parser == "scan" and src.warnings == []
     assert dict(f.dtypes.astype(str)) == FRAME_DTYPES
     assert len(f) == len(complete)
     assert Counter(f["name"].astype(str)) == Counter(e["name"] for e in complete)
@@ -144,7 +145,7 @@ def test_fake_trace_columns_match_the_json(fake_traces: Path) -> None:
     assert set(app["layer"]) == {"app"} and set(app["cat"]) == {"other"}
     assert f.loc[f["name"] == "data_loading", "cat"].eq("io").all()
     # rank from the file name, epoch/step from args
-    assert set(f["rank"]) == {1} and src.meta["rank"] == 1 and src.meta["pids"] == sorted({e["pid"] for e in complete})
+    assert set(f["rank"]) == {1} and src.meta.rank == 1 and src.meta.pids == sorted({e["pid"] for e in complete})
     steps = [e["args"].get("step") for e in complete]
     assert f["step"].tolist() == [pd.NA if s is None else s for s in steps]
 
@@ -158,10 +159,15 @@ def _read_with(path: Path, duckdb: bool):
     return pfw.read(path, options=ParseOptions(scanner=False, duckdb=duckdb, duckdb_min_bytes=0))
 
 
+def _but_parser(meta):
+    """``meta`` less which parser read the file."""
+    return dataclasses.replace(meta, parser="")
+
+
 def _same_source(a, b) -> None:
     _assert_same_frames(a.frame, b.frame)
     assert a.warnings == b.warnings
-    assert {k: v for k, v in a.meta.items() if k != "parser"} == {k: v for k, v in b.meta.items() if k != "parser"}
+    assert _but_parser(a.meta) == _but_parser(b.meta)
 
 
 def test_duckdb_and_pyarrow_read_the_same(fake_traces: Path, preload: "tuple[Path, int, int]") -> None:
@@ -169,7 +175,7 @@ def test_duckdb_and_pyarrow_read_the_same(fake_traces: Path, preload: "tuple[Pat
     real = [p for p in sorted(preload[0].glob("*.pfw.gz")) if p.stat().st_size]
     for path in [fake_traces / "rank_0.pfw.gz", fake_traces / "rank_1.pfw.gz", *real]:
         duck, arrow = _read_with(path, True), _read_with(path, False)
-        assert (duck.meta["parser"], arrow.meta["parser"]) == ("duckdb", "arrow"), path
+        assert (duck.meta.parser, arrow.meta.parser) == ("duckdb", "arrow"), path
         _same_source(duck, arrow)
 
 
@@ -182,9 +188,9 @@ def test_large_bodies_go_to_duckdb_and_small_ones_to_pyarrow(fake_traces: Path, 
     big = tmp_path / "rank_0.pfw"
     big.write_bytes(b"[\n" + b"\n".join(lines * copies) + b"\n")
     src = pfw.read(big, options=no_scan)
-    assert src.meta["parser"] == "duckdb" and src.warnings == []
+    assert src.meta.parser == "duckdb" and src.warnings == []
     assert len(src.frame) == copies * len(pfw.read(fake_traces / "rank_0.pfw.gz", options=no_scan).frame)
-    assert pfw.read(fake_traces / "rank_0.pfw.gz", options=no_scan).meta["parser"] == "arrow"
+    assert pfw.read(fake_traces / "rank_0.pfw.gz", options=no_scan).meta.parser == "arrow"
 
 
 @pytest.mark.parametrize("edit", [
@@ -203,13 +209,13 @@ def test_what_duckdb_would_read_differently_goes_to_pyarrow(fake_traces: Path, t
     bad = tmp_path / "rank_0.pfw"
     bad.write_text("\n".join(lines))
     duck, before = _read_with(bad, True), _read_with(bad, False)
-    assert duck.meta["parser"] == before.meta["parser"] != "duckdb"
+    assert duck.meta.parser == before.meta.parser != "duckdb"
     _same_source(duck, before)
     if edit[1].endswith(".5"):
         ts = int(re.search(r'"ts":(\d+)', lines[k]).group(1))
         assert ts * 1000 + 500 in set(duck.frame["start_ns"])
     # the thread's DuckDB connection, kept between bodies, still reads the next one (a refused query left nothing)
-    assert _read_with(fake_traces / "rank_0.pfw.gz", True).meta["parser"] == "duckdb"
+    assert _read_with(fake_traces / "rank_0.pfw.gz", True).meta.parser == "duckdb"
 
 
 def test_each_thread_parses_on_its_own_duckdb_connection(fake_traces: Path) -> None:
@@ -224,10 +230,10 @@ def test_each_thread_parses_on_its_own_duckdb_connection(fake_traces: Path) -> N
     with ThreadPoolExecutor(2) as pool:
         both = list(pool.map(lambda _: (pfw.read(path, options=duck), id(tables._duckdb_local.con)), range(4)))
     for src, _ in both:
-        assert src.meta["parser"] == "duckdb"
+        assert src.meta.parser == "duckdb"
         _same_source(src, alone)
     assert ours is tables._duckdb_local.con and id(ours) not in {con for _, con in both}
-    assert pfw.read(path, options=duck).meta["parser"] == "duckdb" and tables._duckdb_local.con is ours
+    assert pfw.read(path, options=duck).meta.parser == "duckdb" and tables._duckdb_local.con is ours
 
 
 # -- the native scanner ---------------------------------------------------------------------------------
@@ -242,7 +248,7 @@ def test_the_native_scanner_is_built_and_reads_what_duckdb_and_pyarrow_read(
     for path in [fake_traces / "rank_0.pfw.gz", fake_traces / "rank_1.pfw.gz", *real]:
         scanned = pfw.read(path)
         duck = _read_with(path, True)
-        assert (scanned.meta["parser"], duck.meta["parser"]) == ("scan", "duckdb"), path
+        assert (scanned.meta.parser, duck.meta.parser) == ("scan", "duckdb"), path
         _same_source(scanned, duck)
 
 
@@ -393,8 +399,8 @@ def test_invalid_utf8_and_long_lines_are_declined(fake_traces: Path, tmp_path: P
     text = gzip.decompress((fake_traces / "rank_0.pfw.gz").read_bytes())
     k = text.index(b'"hhash":"') + 9
     (tmp_path / "rank_0.pfw").write_bytes(text[:k] + b"\xff" + text[k:])
-    assert pfw.read(tmp_path / "rank_0.pfw").meta["parser"] not in ("scan", "duckdb")
-    assert _read_with(tmp_path / "rank_0.pfw", True).meta["parser"] != "duckdb"
+    assert pfw.read(tmp_path / "rank_0.pfw").meta.parser not in ("scan", "duckdb")
+    assert _read_with(tmp_path / "rank_0.pfw", True).meta.parser != "duckdb"
 
 
 def test_what_the_scanner_reads_of_damaged_lines_duckdb_reads_the_same(fake_traces: Path) -> None:
@@ -434,7 +440,7 @@ def test_preload_trace_posix_stdio_and_python_events(preload: "tuple[Path, int, 
     src = pfw.read(app_file)
     f = src.frame
     events = [e for e in _events(app_file) if e.get("ph") == 1 and e.get("cat") != "dftracer"]
-    assert len(f) == len(events) and src.meta["parser"] == "scan"
+    assert len(f) == len(events) and src.meta.parser == "scan"
     assert f["start_ns"].between(t0, t1).all()
     # POSIX reads/writes of the HDF5 file (pread64 or pread, depending on the HDF5 build): bytes = ret
     rw = [e for e in events if e["cat"] == "POSIX" and e["name"] in pfw.RW_CALLS]
@@ -454,8 +460,8 @@ def test_preload_trace_posix_stdio_and_python_events(preload: "tuple[Path, int, 
     assert set(load["args"]) == {json.dumps({"cat": "dataloader"})}
     assert load["epoch"].tolist() == [0, 0, 1, 1] and load["step"].tolist() == [0, 1, 0, 1]
     # DFTracer's own start/end go to meta, not to the frame
-    assert "dftracer" not in set(f["cat"].astype(str)) and src.meta["dftracer_events"] == ["start", "end"]
-    assert src.meta["host"] == set(f["host"].astype(str)).pop() and src.meta["rank"] is None
+    assert "dftracer" not in set(f["cat"].astype(str)) and src.meta.dftracer_events == ["start", "end"]
+    assert src.meta.host == set(f["host"].astype(str)).pop() and src.meta.rank is None
     assert set(f["rank"]) == {-1}
 
 
@@ -463,7 +469,7 @@ def test_preload_ns_metric_uncompressed(tmp_path: Path) -> None:
     trace, t0, t1 = _preload_run(tmp_path, DFTRACER_TRACE_COMPRESSION="0", DFTRACER_TIME_METRIC="NS")
     (path,) = [p for p in trace.glob("*.pfw") if p.stat().st_size]
     src = pfw.read(path)
-    assert src.meta["time_metric"] == "NS"
+    assert src.meta.time_metric == "NS"
     assert len(src.frame) and src.frame["start_ns"].between(t0, t1).all()
     events = [e for e in _events(path) if e.get("ph") == 1 and e.get("cat") != "dftracer"]
     assert src.frame["dur_ns"].tolist() == [int(e["dur"]) for e in events]
@@ -490,10 +496,10 @@ def test_garbage_line_falls_back_to_the_line_parser_with_the_same_frame(
     bad = tmp_path / clean.name.replace(".gz", "")
     lineno = _with_garbage_line(clean, garbage, bad)
     fast, slow = pfw.read(clean), pfw.read(bad)
-    assert fast.meta["parser"] == "scan" and slow.meta["parser"] == "lines"
+    assert fast.meta.parser == "scan" and slow.meta.parser == "lines"
     assert slow.warnings == [f"{bad}: line {lineno}: not a JSON object, skipped"]
     _assert_same_frames(fast.frame, slow.frame)
-    assert {k: v for k, v in fast.meta.items() if k != "parser"} == {k: v for k, v in slow.meta.items() if k != "parser"}
+    assert _but_parser(fast.meta) == _but_parser(slow.meta)
 
 
 def test_commas_and_closing_bracket(fake_traces: Path, tmp_path: Path) -> None:
@@ -503,7 +509,7 @@ def test_commas_and_closing_bracket(fake_traces: Path, tmp_path: Path) -> None:
     chrome = tmp_path / "rank_1.pfw"
     chrome.write_bytes(b"[\n" + b",\n".join(lines[1:-1]) + b"\n]\n")
     a, b = pfw.read(clean), pfw.read(chrome)
-    assert b.meta["parser"] == "scan" and b.warnings == []
+    assert b.meta.parser == "scan" and b.warnings == []
     _assert_same_frames(a.frame, b.frame)
 
 
@@ -513,7 +519,7 @@ def test_half_written_last_line_is_dropped_silently(fake_traces: Path, tmp_path:
     cut = tmp_path / "rank_0.pfw"
     cut.write_bytes(body[:-40])
     full, part = pfw.read(fake_traces / "rank_0.pfw.gz"), pfw.read(cut)
-    assert part.warnings == [] and part.meta["truncated_last_line"] is True
+    assert part.warnings == [] and part.meta.truncated_last_line is True
     assert len(part.frame) == len(full.frame) - 1
     _assert_same_frames(full.frame.iloc[:-1], part.frame)
 
@@ -595,10 +601,11 @@ def test_timelogger_file(tmp_path: Path) -> None:
     assert set(load["args"]) == {'{"samples": 5}'} and f.loc[f["name"] != "Load File", "args"].isna().all()
     assert f["step"].tolist() == [0, 0, 1, 1, 2, 2] and set(f["rank"]) == {1}
     m = src.meta
-    assert (m["rank"], m["world_size"], m["pid"]) == (1, 2, os.getpid())
-    assert m["hostname"] == m["host"] == set(f["host"]).pop()
-    assert len(m["anchors"]) == 2 and all({"wall_ns", "perf_ns"} <= set(a) for a in m["anchors"])
-    assert m["clock_offset_ns"] is None and m["tf_anchors"] == []
+    assert isinstance(m, pfw.TimeLoggerMeta)
+    assert (m.rank, m.world_size, m.pid) == (1, 2, os.getpid())
+    assert m.host == m.header["hostname"] == set(f["host"]).pop()
+    assert len(m.anchors) == 2 and all({"wall_ns", "perf_ns"} <= set(a) for a in m.anchors)
+    assert m.clock_offset_ns is None and m.tf_anchors == []
 
 
 def test_timelogger_clock_sync_offset(tmp_path: Path) -> None:
@@ -614,8 +621,8 @@ def test_timelogger_clock_sync_offset(tmp_path: Path) -> None:
     (path,) = (tmp_path / "app").glob("*.pfw")
     syncs = [e for e in _events(path) if e["name"] == "clock_sync"]
     src = pfw.read(path)
-    assert len(syncs) == 2 and src.meta["clock_offset_ns"] == int(syncs[-1]["args"]["clock_offset_ns"])
-    assert src.meta["clock_sync"]["method"] == syncs[-1]["args"]["method"]
+    assert len(syncs) == 2 and src.meta.clock_offset_ns == int(syncs[-1]["args"]["clock_offset_ns"])
+    assert src.meta.clock_sync["method"] == syncs[-1]["args"]["method"]
 
 
 def test_many_gzip_members(tmp_path: Path) -> None:

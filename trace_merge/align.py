@@ -36,6 +36,7 @@ import pandas as pd
 from .intervals import (Axis, combined_codes, drop_from_forest, innermost, narrow, nesting_parents, position_type,
                         spans_several, start_order)
 from .readers import rank_from_name
+from .readers.pfw import TimeLoggerMeta
 from .threads import thread_map
 from .schema import DIFFERENT_DAY_NS, STEP_PHASE, SourceData, concat_column, empty_frame
 
@@ -56,30 +57,15 @@ class Process:
     clock_offset_ns: int = 0
 
 
-def meta_value(meta: Mapping[str, Any], *keys: str, default: Any = None) -> Any:
-    """First present, non-null value among ``keys`` in ``meta`` or its ``timelogger`` sub-dict."""
-    for scope in (meta, meta.get("timelogger") or {}):
-        for key in keys:
-            value = scope.get(key) if isinstance(scope, Mapping) else None
-            if value is not None:
-                return value
-    return default
-
-
 def processes(app_sources: Iterable[SourceData]) -> list[Process]:
     """The instrumented processes described by app (TimeLogger) sources."""
     out = []
     for src in app_sources:
         m = src.meta
-        rank = meta_value(m, "rank")
-        pid = meta_value(m, "pid")
-        if rank is None or pid is None:
-            continue
         # the reader checked these (a bad value is warned about there and comes as None)
-        offset = meta_value(m, "clock_offset_ns", default=None)
-        if not all(isinstance(v, int) for v in (rank, pid)):
+        if not isinstance(m, TimeLoggerMeta) or m.rank is None or m.pid is None:
             continue
-        out.append(Process(rank, pid, meta_value(m, "hostname", "host"), offset if isinstance(offset, int) else 0))
+        out.append(Process(m.rank, m.pid, m.host, m.clock_offset_ns if m.clock_offset_ns is not None else 0))
     return out
 
 
@@ -661,9 +647,8 @@ def _app_windows(app_sources: Sequence[SourceData]) -> "dict[str, tuple[int, int
     out = {}
     for src in app_sources:
         if len(src.frame):
-            rank = meta_value(src.meta, "rank")
-            out[src.path] = (int(src.frame["start_ns"].min()), int(src.frame["end_ns"].max()),
-                             rank if isinstance(rank, int) else None)
+            rank = src.meta.rank if isinstance(src.meta, TimeLoggerMeta) else None
+            out[src.path] = (int(src.frame["start_ns"].min()), int(src.frame["end_ns"].max()), rank)
     return out
 
 

@@ -194,7 +194,8 @@ def hazards(work: Path) -> list:
                                "metadata": sum(1 for r in rows if r[1] == 4),
                                "ts_us": [r[2] for r in rows if r[1] == 1][:3],
                                "null_rows": sum(r[0] is None for r in rows)},
-                    "reader": {"events": len(ours.frame), "metadata": len(ours.meta.get("hosts") or {}),
+                    "reader": {"events": len(ours.frame),
+                               "metadata": len(ours.meta.hosts) if isinstance(ours.meta, pfw.DFTracerMeta) else 0,
                                "ts_us": [t / 1e3 for t in ours.frame["start_ns"].head(3)],
                                "warnings": [w.split(": ", 1)[-1][:90] for w in ours.warnings]}})
     return out

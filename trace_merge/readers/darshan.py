@@ -29,13 +29,14 @@ import logging
 import os
 import struct
 import zlib
+from dataclasses import dataclass
 from typing import Any, Optional
 
 import numpy as np
 import pandas as pd
 
 from ..errors import TraceInputError
-from ..schema import SourceData, category_mask, empty_frame, to_counters, to_frame, empty_counters
+from ..schema import SourceData, SourceMeta, category_mask, empty_counters, empty_frame, to_counters, to_frame
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +46,32 @@ COUNTER_LAYERS = {"POSIX": "posix", "STDIO": "stdio", "MPI-IO": "mpiio", "H5F": 
 #: DXT module -> frame layer.
 DXT_LAYERS = {"DXT_POSIX": "posix", "DXT_MPIIO": "mpiio"}
 _ZLIB, _BZIP2, _NONE = 0, 1, 2
+
+
+@dataclass
+class DarshanMeta(SourceMeta):
+    """What the reader found in a Darshan log."""
+
+    #: PyDarshan's job header
+    job: dict[str, object]
+    exe: Optional[str]
+    nprocs: Optional[int]
+    jobid: Optional[int]
+    #: the job's start and end (epoch ns)
+    start_ns: Optional[int]
+    end_ns: Optional[int]
+    #: the modules that recorded anything
+    modules: list[str]
+    #: the log format's version
+    version: str
+    #: Darshan ran out of instrumentation memory: counters are incomplete
+    partial: bool
+    #: the hosts of the DXT segments
+    hosts: list[str]
+    host: Optional[str]
+    #: 0 for a one-process job, else None (the log's rows carry their ranks)
+    rank: Optional[int]
+    dxt_segments: int
 
 
 def read(path: "str | os.PathLike[str]") -> SourceData:
@@ -59,9 +86,7 @@ def read(path: "str | os.PathLike[str]") -> SourceData:
     -------
     SourceData
         ``kind="darshan"``; ``frame`` holds DXT segments (empty without DXT), ``counters`` the
-        module counters; ``meta`` has ``job`` (PyDarshan's job header), ``exe``, ``nprocs``,
-        ``jobid``, ``start_ns``/``end_ns`` (job start/end, epoch ns), ``modules``, ``version``,
-        ``partial``, ``hosts``.
+        module counters; ``meta`` a :class:`DarshanMeta`.
 
     Raises
     ------
@@ -92,22 +117,21 @@ def read(path: "str | os.PathLike[str]") -> SourceData:
     names = {int(k): str(v) for k, v in report.name_records.items()}
     counters = _counters(report, names)
     frame, hosts = _dxt(report, names, start_ns)
-    meta = {
-        "kind": "darshan",
-        "job": job,
-        "exe": report.metadata.get("exe"),
-        "nprocs": job.get("nprocs"),
-        "jobid": job.get("jobid"),
-        "start_ns": start_ns,
-        "end_ns": _job_time_ns(job, "end"),
-        "modules": sorted(report.records),
-        "version": header["version"],
-        "partial": header["partial"],
-        "hosts": hosts,
-        "host": hosts[0] if len(hosts) == 1 else None,
-        "rank": 0 if job.get("nprocs") == 1 else None,
-        "dxt_segments": len(frame),
-    }
+    meta = DarshanMeta(
+        job=job,
+        exe=report.metadata.get("exe"),
+        nprocs=job.get("nprocs"),
+        jobid=job.get("jobid"),
+        start_ns=start_ns,
+        end_ns=_job_time_ns(job, "end"),
+        modules=sorted(report.records),
+        version=header["version"],
+        partial=header["partial"],
+        hosts=hosts,
+        host=hosts[0] if len(hosts) == 1 else None,
+        rank=0 if job.get("nprocs") == 1 else None,
+        dxt_segments=len(frame),
+    )
     return SourceData(path=path, kind="darshan", frame=frame, counters=counters, meta=meta, warnings=warnings)
 
 

@@ -28,17 +28,31 @@ import json
 import logging
 import os
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from ..errors import TraceInputError
-from ..schema import MAX_EPOCH_NS, SourceData, to_frame
+from ..schema import MAX_EPOCH_NS, SourceData, SourceMeta, to_frame
 
 log = logging.getLogger(__name__)
 
 KIND = "horovod"
+
+
+@dataclass
+class HorovodMeta(SourceMeta):
+    """What the reader found in a Horovod timeline."""
+
+    rank: int
+    #: epoch µs of the timeline's ``ts == 0``
+    start_us: int
+    #: timeline pid -> tensor name
+    tensors: dict[int, str]
+    #: False for a truncated file
+    complete: bool
 
 
 #: where the next event of the array starts after a corrupt one: the end of an event, a comma, and an object whose
@@ -147,8 +161,7 @@ def read(path: "str | os.PathLike[str]", rank: int = 0) -> SourceData:
     Returns
     -------
     SourceData
-        ``frame``: ``comm`` rows, absolute epoch ns. ``meta``: ``rank``, ``start_us`` (epoch µs of
-        ``ts == 0``), ``tensors`` (pid -> tensor name), ``complete`` (False for a truncated file).
+        ``frame``: ``comm`` rows, absolute epoch ns. ``meta``: a :class:`HorovodMeta`.
         ``warnings``: truncation, unmatched ``B`` events (activities still open at the end).
 
     Raises
@@ -270,7 +283,7 @@ def read(path: "str | os.PathLike[str]", rank: int = 0) -> SourceData:
             "args": [json.dumps(a) for a in args],
         }
     )
-    meta = {"rank": int(rank), "start_us": start_us, "tensors": tensors, "complete": complete}
+    meta = HorovodMeta(rank=int(rank), start_us=start_us, tensors=tensors, complete=complete)
     log.debug("%s: %d comm rows", path, len(frame))
     return SourceData(path=str(path), kind=KIND, frame=frame, meta=meta, warnings=warnings)
 

@@ -8,8 +8,8 @@ The package, in the order a file goes through it: :mod:`.options` (the parser ch
 :class:`ParseOptions` handed down from :func:`read`), :mod:`.text` (gzip members, blocks, where the event lines
 are), :mod:`.tables` (the scanner, DuckDB, pyarrow) or :mod:`.lines` (the line parser) into :mod:`.events`
 (metadata and columns), :mod:`.validate` (impossible values, corrupt timestamps), :mod:`.semantics` (what
-DFTracer's, pydftracer's and DLIO's events mean) and :mod:`.frame` (the frame and metadata); :mod:`.reader`
-holds the entry points.
+DFTracer's, pydftracer's and DLIO's events mean), :mod:`.frame` (the frame) and :mod:`.meta` (the file's typed
+metadata); :mod:`.reader` holds the entry points.
 
 What the reader does with each event
 -------------------------------------
@@ -17,9 +17,9 @@ What the reader does with each event
   microseconds (DFTracer's ``CM``/``time_metric`` metadata may say ``NS``) and are converted to int64
   ns exactly (no float round trip; sub-ns digits are truncated).
 * Metadata events (``"ph": "M"`` or ``4``) and DFTracer's own bookkeeping events (``cat``
-  ``dftracer``: ``start``/``end``) go to :attr:`SourceData.meta`. DFTracer's hash tables ``HH``
-  (host), ``FH`` (file) and ``SH`` (string) resolve ``args.hhash``/``args.fhash`` into the ``host`` and
-  ``file`` columns.
+  ``dftracer``: ``start``/``end``) go to :attr:`SourceData.meta` (:class:`TimeLoggerMeta` or
+  :class:`DFTracerMeta`). DFTracer's hash tables ``HH`` (host), ``FH`` (file) and ``SH`` (string) resolve
+  ``args.hhash``/``args.fhash`` into the ``host`` and ``file`` columns.
 * ``layer``: ``app`` for TimeLogger files; for DFTracer, ``posix``/``stdio`` for cat ``POSIX``/
   ``STDIO`` (cat ``io``), ``mpiio``/``hdf5``/``comm`` for MPI-IO, HDF5 and MPI categories, ``app``
   for everything else (Python-level events). Python-level events of pydftracer's AI tracer and of DLIO get their
@@ -68,6 +68,7 @@ from __future__ import annotations
 
 from ...errors import TraceInputError
 from .events import INT_ARGS, STR_ARGS
+from .meta import DFTracerMeta, PfwMeta, TimeLoggerMeta
 from .options import (
     DUCKDB_MIN_BYTES,
     MAX_FIELD_CHARS,
@@ -86,6 +87,7 @@ from .validate import OUTLIER_GAP_NS, OUTLIER_MAX_ROWS, OUTLIER_MAX_SHARE
 __all__ = [
     "AI_CAT_RULES", "DUCKDB_MIN_BYTES", "EPOCH_EVENTS", "GZIP_RATIO", "INT_ARGS", "ITEM_CALLS", "MAX_FIELD_CHARS",
     "MAX_LINE_BYTES", "MAX_TEXT_RATIO", "MIN_TEXT_LIMIT", "OUTLIER_GAP_NS", "OUTLIER_MAX_ROWS", "OUTLIER_MAX_SHARE",
-    "PARSER_ENV", "PROCESS_CALLS", "RW_CALLS", "STREAM_BLOCK_BYTES", "STR_ARGS", "ParseOptions", "TraceInputError",
-    "ai_cat", "arrow_input", "body_span", "event_schema", "event_table", "read", "read_blocks",
+    "PARSER_ENV", "PROCESS_CALLS", "RW_CALLS", "STREAM_BLOCK_BYTES", "STR_ARGS", "DFTracerMeta", "ParseOptions",
+    "PfwMeta", "TimeLoggerMeta", "TraceInputError", "ai_cat", "arrow_input", "body_span", "event_schema",
+    "event_table", "read", "read_blocks",
 ]

@@ -1,5 +1,5 @@
-"""The frame and metadata of what the parsers found: columns in the schema of :mod:`trace_merge.schema`, built on
-category codes (no string per row), and what alignment needs to know of the file."""
+"""The frame of what the parsers found: columns in the schema of :mod:`trace_merge.schema`, built on category codes
+(no string per row), with the file's metadata (:mod:`.meta`)."""
 from __future__ import annotations
 
 import json
@@ -9,11 +9,9 @@ import numpy as np
 import pandas as pd
 
 from ...schema import MAX_RANKS, SourceData, checked_int, to_frame
-from .events import Cols, Json, State, as_int, as_str, json_default
+from .events import Cols, State, as_str, json_default
+from .meta import file_meta
 from .semantics import ITEM_CALLS, PROCESS_CALLS, RW_CALLS, ai_cats, classify, epoch_windows, name_mask
-
-#: a clock offset between two ranks beyond a day is a corrupt value (a day off is a different run, see align)
-_MAX_OFFSET_NS = 24 * 3600 * 10**9
 
 
 def _recode(cat: pd.Categorical, func: Callable[[str], Optional[str]]) -> pd.Categorical:
@@ -55,21 +53,6 @@ def _constant(value: Optional[str], n: int) -> pd.Categorical:
 
 def _masked(values: np.ndarray, mask: np.ndarray) -> pd.arrays.IntegerArray:
     return pd.arrays.IntegerArray(np.ascontiguousarray(values, dtype=np.int64), np.ascontiguousarray(mask, dtype=bool))
-
-
-def _ended_early(close: Optional[dict[str, Json]]) -> Optional[str]:
-    """Why a TimeLogger file's process ended early, from its close record (None: it closed normally)."""
-    if close is None:
-        return "ended early: no close record (killed, crashed, or still running)"
-    exit_ = close.get("exit")
-    if not isinstance(exit_, dict):
-        return None
-    if exit_.get("reason") == "exception":
-        return (f"ended early: uncaught {exit_.get('type')}"
-                + (" (SIGINT)" if exit_.get("type") == "KeyboardInterrupt" else ""))
-    if exit_.get("reason") == "signal":
-        return f"ended early: stopped by {exit_.get('signal')}"
-    return None
 
 
 def _args_column(cols: Cols, state: State, timelogger: bool,
@@ -169,68 +152,5 @@ def source_data(path: str, state: State, cols: Cols, kind: str, warnings: list[s
         },
         owned=True,  # every column built here for this frame
     )
-    frame_pids = pd.unique(cols.pid).tolist() if n else []  # hashed, not sorted: sorted below
-    pids = sorted(set(int(p) for p in frame_pids) | state.meta_pids)
-    meta: dict = {
-        "kind": kind,
-        "parser": parser,
-        "events": n,
-        "pids": pids,
-        "pid": pids[0] if len(pids) == 1 else None,
-        "rank": default_rank,
-        "truncated_last_line": state.truncated_last_line,
-    }
-    if state.ignored:
-        meta["ignored_events"] = dict(state.ignored)
-    if state.no_ts:
-        meta["events_without_ts"] = state.no_ts
-        warnings.append(f"{path}: {state.no_ts} complete events without a numeric ts skipped")
-    if state.thread_names:
-        meta["thread_names"] = state.thread_names
-    if timelogger:
-        anchors = [a for a in (header.get("anchor"), (state.close or {}).get("anchor")) if a]
-        meta.update(
-            {
-                "world_size": checked_int(header, "world_size", 1, MAX_RANKS, path, warnings),
-                "hostname": header.get("hostname"),
-                "host": header.get("hostname"),
-                "pid": as_int(header.get("pid")) if header.get("pid") is not None else meta["pid"],
-                "ppid": header.get("ppid"),
-                "versions": header.get("versions"),
-                "argv": header.get("argv"),
-                "header": header,
-                "anchors": anchors,
-                "clock_sync": state.clock_sync[-1] if state.clock_sync else None,
-                "clock_offset_ns": checked_int(state.clock_sync[-1], "clock_offset_ns", -_MAX_OFFSET_NS,
-                                               _MAX_OFFSET_NS, path, warnings, "clock_sync ")
-                if state.clock_sync else None,
-                "tf_anchors": state.tf_profile,
-                "close": state.close,
-                "dropped": state.dropped,
-                "ended_early": _ended_early(state.close),
-            }
-        )
-        if state.write_failed:
-            meta["ended_early"] = (f"lost intervals: its writes failed ({state.write_failed}: disk full or a "
-                                   f"file-size limit?), {state.dropped:,} intervals never reached the file")
-        warnings += [f"{path}: {x}" for x in state.evidence_missing]
-        if state.dropped:
-            warnings.append(f"{path}: {state.dropped} intervals dropped by the writer (it could not keep up, or a "
-                            "write failed); the app layer is incomplete")
-    else:
-        host_names = sorted(set(state.maps["HH"].values()))
-        meta.update(
-            {
-                "host": host_names[0] if len(host_names) == 1 else None,
-                "hosts": host_names,
-                "time_metric": state.time_metric,
-                "files": dict(state.maps["FH"]),
-                "strings": dict(state.maps["SH"]),
-                "dftracer_events": list(state.bookkeeping),
-            }
-        )
-    if state.process_names:
-        meta["process_names"] = state.process_names
-    if state.other_meta:
-        meta["other_metadata"] = dict(state.other_meta)
+    meta = file_meta(path, state, cols, kind, parser, default_rank, warnings)
     return SourceData(path=path, kind=kind, frame=frame, meta=meta, warnings=warnings)

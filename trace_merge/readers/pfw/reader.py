@@ -36,8 +36,9 @@ def read(path: "str | os.PathLike[str]", args: bool = True, options: Optional[Pa
     SourceData
         ``kind`` is ``"timelogger"`` or ``"dftracer"``; ``frame`` holds the complete events in the
         schema of :mod:`trace_merge.schema` (``start_ns``/``end_ns`` absolute epoch ns on this
-        source's own clock); ``meta`` holds what alignment needs (``rank``, ``pids``, ``host``,
-        and for TimeLogger files ``world_size``, ``clock_offset_ns``, ``anchors``, ``tf_anchors``).
+        source's own clock); ``meta`` is a :class:`~.meta.TimeLoggerMeta` or :class:`~.meta.DFTracerMeta`
+        (``rank``, ``pids``, ``host``, and for TimeLogger files ``world_size``, ``clock_offset_ns``, ``anchors``,
+        ``tf_anchors``: what alignment needs).
 
     Raises
     ------
