@@ -113,7 +113,7 @@ def read(path: "str | os.PathLike[str]") -> SourceData:
 
     warnings += _dropped_modules(path, report)
     job = dict(report.metadata.get("job", {}))
-    start_ns = _job_time_ns(job, "start")
+    start_ns = job_time_ns(job, "start")
     names = {int(k): str(v) for k, v in report.name_records.items()}
     counters = _counters(report, names)
     frame, hosts = _dxt(report, names, start_ns)
@@ -123,7 +123,7 @@ def read(path: "str | os.PathLike[str]") -> SourceData:
         nprocs=job.get("nprocs"),
         jobid=job.get("jobid"),
         start_ns=start_ns,
-        end_ns=_job_time_ns(job, "end"),
+        end_ns=job_time_ns(job, "end"),
         modules=sorted(report.records),
         version=header["version"],
         partial=header["partial"],
@@ -190,7 +190,8 @@ def validate(path: "str | os.PathLike[str]") -> dict:
         if off < header_size or length <= 0 or off + length > len(data):
             raise TraceInputError(
                 path,
-                f"truncated or corrupted Darshan log ({label} region {off}+{length} is outside the {len(data)}-byte file)",
+                f"truncated or corrupted Darshan log ({label} region {off}+{length} is outside the "
+                f"{len(data)}-byte file)",
             )
         _check_region(path, label, data[off : off + length], comp)
     return {"version": version, "partial": bool(partial), "compression": comp, "regions": len(regions),
@@ -237,7 +238,9 @@ def _check_region(path: str, label: str, blob: bytes, comp: int) -> None:
 # tables
 
 
-def _job_time_ns(job: dict, which: str) -> Optional[int]:
+def job_time_ns(job: dict, which: str) -> Optional[int]:
+    """The job's ``start`` or ``end`` (``which``) in epoch ns from PyDarshan's job header (seconds and, in newer
+    logs, nanoseconds), None where the header has no such time."""
     sec = job.get(f"{which}_time_sec", job.get(f"{which}_time"))
     if sec is None:
         return None
@@ -293,7 +296,8 @@ def _lustre(tables: dict, names: dict) -> list:
             rows = []
             for rank, rid, osts in zip(wide["rank"], wide["id"], wide["LUSTRE_OST_IDS"]):
                 for k, ost in enumerate(list(osts) if osts is not None else []):
-                    rows.append(("posix", int(rank), names.get(int(rid), str(int(rid))), f"LUSTRE_OST_ID_{k}", float(ost)))
+                    rows.append(("posix", int(rank), names.get(int(rid), str(int(rid))), f"LUSTRE_OST_ID_{k}",
+                                 float(ost)))
             if rows:
                 parts.append(pd.DataFrame(rows, columns=["layer", "rank", "file", "counter", "value"]))
     return parts
