@@ -147,7 +147,6 @@ def test_training_run_with_darshan_gets_a_drill_down(real_run, darshan_logs, tmp
 def test_a_large_runs_summary_counts_the_dxt_segments_without_its_rows(darshan_logs, tmp_path, capsys,
                                                                         monkeypatch):
     """A large run's ``summary`` keeps no rows: the DXT segments are counted by the merge, as the frame has them."""
-    from trace_merge import engines
     from trace_merge.merged import RowsNotKept
 
     log = darshan_logs / "dxt.darshan"
@@ -155,7 +154,7 @@ def test_a_large_runs_summary_counts_the_dxt_segments_without_its_rows(darshan_l
     assert segments > 0
     lean = Run.open(log, keep_rows=False, partitioned=True)
     assert not lean.merge.in_memory and not lean.merge.rows_kept
-    monkeypatch.setattr(engines, "PARTITION_ABOVE_BYTES", 0)  # the commands' merge partitioned, however small the log
+    monkeypatch.setenv("TRACE_MERGE_PARTITION_ABOVE_BYTES", "0")  # the commands' merge partitioned, however small
     assert lean.dxt_segments() == segments
     assert main(["summary", str(log), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["darshan"]["dxt_segments"] == segments

@@ -72,7 +72,7 @@ def test_kept_summary_parts_carry_the_collectives(hvd_run: Path, tmp_path: Path,
 
     run = shutil.copytree(hvd_run, tmp_path / "run", ignore=shutil.ignore_patterns("merged.parquet", "counters.parquet",
                                                                                    "merge_info.json"))
-    monkeypatch.setattr(engines, "PARTITION_ABOVE_BYTES", 0)  # the command's merge partitioned, however small the run
+    monkeypatch.setenv("TRACE_MERGE_PARTITION_ABOVE_BYTES", "0")  # the command's merge partitioned, however small
     assert cli.main(["merge", str(run)]) == 0
     job, parts = stored_summary.read(run, identity_of(run / MERGED))
     info, why, _ = store.trusted(run)

@@ -298,7 +298,7 @@ def test_merge_keeps_the_summary_parts_and_a_resummary_uses_them_only_while_they
     from trace_merge import analysis, cli, stored_summary
 
     run = shutil.copytree(generated, tmp_path / "traces")
-    monkeypatch.setattr(engines, "PARTITION_ABOVE_BYTES", 0)  # the command's merge partitioned, however small the set
+    monkeypatch.setenv("TRACE_MERGE_PARTITION_ABOVE_BYTES", "0")  # the command's merge partitioned, however small
     assert cli.main(["merge", str(run)]) == 0
     parts = run / SUMMARY_PARTS
     assert parts.is_file()
@@ -332,7 +332,7 @@ def test_merge_keeps_the_summary_parts_and_a_resummary_uses_them_only_while_they
         assert again.cached and (computed == []) == used, name
         assert_same_summary(memory, again)
     # a new merge (--force) replaces them; one that keeps no parts (in memory) removes the old ones
-    monkeypatch.setattr(engines, "PARTITION_ABOVE_BYTES", 1 << 40)
+    monkeypatch.setenv("TRACE_MERGE_PARTITION_ABOVE_BYTES", str(1 << 40))
     assert cli.main(["merge", str(run), "--force"]) == 0
     assert not parts.exists()
 
@@ -357,7 +357,7 @@ def test_a_summary_only_merge_writes_no_partition_and_gives_the_same_summary(
     posix = Run.open(generated, partitioned=True, keep_rows=False, layers=["posix"])
     assert posix.analyse(["posix"]).metrics == kept.analyse(["posix"]).metrics != kept.analyse().metrics
     # the commands: what a merge that keeps its rows says
-    monkeypatch.setattr(engines, "PARTITION_ABOVE_BYTES", 0)
+    monkeypatch.setenv("TRACE_MERGE_PARTITION_ABOVE_BYTES", "0")
     written: list = []
     real = partitioned._write_arrow
     monkeypatch.setattr(partitioned, "_write_arrow", lambda frame, path: written.append(path) or real(frame, path))

@@ -65,7 +65,7 @@ class MergeOptions:
     keep_rows: bool = True
     use_stored: bool = True
     all_columns: bool = False
-    partition_above_bytes: Optional[int] = None  # None: trace_merge.engines.PARTITION_ABOVE_BYTES
+    partition_above_bytes: Optional[int] = None  # None: partition_above_bytes()
     partition_above_rows: int = PARTITION_ABOVE_ROWS
 
 
@@ -160,10 +160,22 @@ def partitioned_input(p: Path, options: MergeOptions = MergeOptions()) -> Option
     if options.partitioned is False:
         return None
     size = sources.source_bytes(p)
-    above = engines.PARTITION_ABOVE_BYTES if options.partition_above_bytes is None else options.partition_above_bytes
+    above = partition_above_bytes() if options.partition_above_bytes is None else options.partition_above_bytes
     if options.scheduler is not None or options.partitioned or size >= above:
         return size
     return None
+
+
+#: the environment variable that sets the size from which sources are merged partition by partition (bytes)
+PARTITION_ABOVE_ENV = "TRACE_MERGE_PARTITION_ABOVE_BYTES"
+
+
+def partition_above_bytes() -> int:
+    """Sources of at least this many bytes are merged partition by partition: ``$TRACE_MERGE_PARTITION_ABOVE_BYTES``
+    when it is a whole number (0: always; a large value: never unless forced), else
+    :data:`~trace_merge.engines.PARTITION_ABOVE_BYTES`."""
+    text = os.environ.get(PARTITION_ABOVE_ENV, "").strip()
+    return int(text) if text.isdigit() else engines.PARTITION_ABOVE_BYTES
 
 
 def _merge_partitioned(p: Path, size: int, options: MergeOptions) -> "Merge":
@@ -224,7 +236,7 @@ def start_pool_early(path: "str | os.PathLike[str] | None", scheduler: object, w
     summarised from its parts."""
     if path is None or scheduler is not None or workers == 1:
         return
-    if (Path(path) / MERGED).exists() or not engines.holds_at_least(path, engines.PARTITION_ABOVE_BYTES):
+    if (Path(path) / MERGED).exists() or not engines.holds_at_least(path, partition_above_bytes()):
         return
     engines.start_fork_server()
 
