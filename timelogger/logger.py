@@ -649,8 +649,9 @@ def _make_default() -> TimeLogger:
 
 def _launcher_profiles(tl: TimeLogger) -> List[StepProfiler]:
     """The launcher's ``--tf-profile`` and ``--torch-profile`` windows for a loop that sets steps, those asked for,
-    if the logger is on."""
-    if not tl._on:
+    if the logger is on and this is no ``multiprocessing`` child (a DataLoader or pool worker runs no training steps;
+    a forked one drops its parent's windows, :meth:`TimeLogger.after_fork_in_child`)."""
+    if not tl._on or process.in_multiprocessing_child():
         return []
     out: List[StepProfiler] = []
     for window, cls in ((launcher_window(), StepProfiler),

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Protocol
 
 __all__ = ["ForkHold", "Hooked", "register", "unregister", "call_in_forked_child", "busy_enter", "busy_exit",
-           "defer_interrupt", "exit_reason", "exit_on_sigterm", "before_close"]
+           "defer_interrupt", "exit_reason", "exit_on_sigterm", "before_close", "in_multiprocessing_child"]
 
 _log = logging.getLogger("timelogger.logger")  # the name users filter the loggers' warnings by
 
@@ -101,8 +101,7 @@ def _finalize_in_mp_child() -> None:
     skips atexit; its bootstrap runs the exit finalizers first. A logger made in the child registers one there (a
     logger inherited through fork does it from the after-fork step, see :func:`_after_fork_child`)."""
     global _mp_finalizer_pid
-    mp = sys.modules.get("multiprocessing")
-    if mp is None or _mp_finalizer_pid == os.getpid() or mp.parent_process() is None:
+    if _mp_finalizer_pid == os.getpid() or not in_multiprocessing_child():
         return
     _mp_finalizer_pid = os.getpid()
     _register_mp_finalizer(None)
@@ -115,6 +114,13 @@ _before_close: List[Callable[[], None]] = []
 def before_close(fn: Callable[[], None]) -> None:
     """Call ``fn`` before the loggers are closed at exit or by a signal (the zero-code hooks' last metadata), once."""
     _before_close.append(fn)
+
+
+def in_multiprocessing_child() -> bool:
+    """Whether this process is a ``multiprocessing`` child (a pool or DataLoader worker, forked, forkserver or
+    spawned)."""
+    mp = sys.modules.get("multiprocessing")
+    return mp is not None and mp.parent_process() is not None
 
 
 def _close_all() -> None:
