@@ -89,7 +89,7 @@ def test_posix_rows_get_rank_epoch_step_from_app(run: Path) -> None:
     f = res.frame
     px = f[f["layer"] == "posix"]
     assert len(px) and (px["rank"] == 0).all(), "rank mapped through (host, pid) of the app files"
-    assert set(px["pid"]) == {int(s.meta["pid"]) for s in app}, "the forked child's reads are traced too"
+    assert set(px["pid"]) == {int(s.meta.pid) for s in app}, "the forked child's reads are traced too"
     reads = px[px["name"].astype(str).isin(["read", "pread64", "open64", "open"])]
     iters = f[(f["layer"] == "app") & (f["name"] == "Training Iteration")]
     for it in iters.itertuples():
@@ -188,7 +188,7 @@ def test_clock_offset_subtracted_per_rank(run: Path) -> None:
     raw = {s.path: s.frame for s in srcs}
     for s in srcs:
         if s.kind == "timelogger":
-            s.meta["clock_offset_ns"] = 2_500_000  # this rank's clock runs 2.5 ms ahead of rank 0's
+            s.meta.clock_offset_ns = 2_500_000  # this rank's clock runs 2.5 ms ahead of rank 0's
     res = merge_sources(srcs)
     assert res.clock_offsets_ns == {0: 2_500_000}
     merged_starts = np.sort(res.frame["start_ns"].to_numpy())

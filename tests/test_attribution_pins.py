@@ -12,7 +12,8 @@ import pytest
 from trace_merge import align as al
 from trace_merge import attribution as AT
 from trace_merge.merge import merge_sources
-from trace_merge.schema import to_frame
+from trace_merge.readers.pfw import TimeLoggerMeta
+from trace_merge.schema import SourceMeta, to_frame
 
 #: io > comm > checkpoint > preprocess > compute > wait > other (first wins), written out on purpose
 ORDER = ("io", "comm", "checkpoint", "preprocess", "compute", "wait", "other")
@@ -109,8 +110,8 @@ def test_propagate_steps_through_align_on_one_rank():
                          "epoch": list(cols[5]), "step": list(cols[6])})
 
     app = SourceData(path="app/rank-0.pfw", kind="timelogger", frame=frame_of(app_rows, "app"),
-                     meta={"rank": 0, "pid": 4242, "hostname": "nodeA"})
-    px = SourceData(path="posix/trace.pfw.gz", kind="dftracer", frame=frame_of(px_rows, "posix"), meta={})
+                     meta=TimeLoggerMeta(rank=0, pid=4242, host="nodeA"))
+    px = SourceData(path="posix/trace.pfw.gz", kind="dftracer", frame=frame_of(px_rows, "posix"))
     f = merge_sources([app, px]).frame
     posix = f[f["layer"] == "posix"].sort_values(["start_ns", "end_ns"], kind="stable")
     want = sorted((r[3] + 10**18, r[4] + 10**18, r[7], r[8]) for r in px_rows)
@@ -327,11 +328,11 @@ def test_align_two_hosts_same_pid():
 
     sources = [
         src("app", "timelogger", "nodeA", 0, "app/rank-0.pfw",
-            {"rank": 0, "pid": 1234, "hostname": "nodeA"}),
+            TimeLoggerMeta(rank=0, pid=1234, host="nodeA")),
         src("app", "timelogger", "nodeB", 1, "app/rank-1.pfw",
-            {"rank": 1, "pid": 1234, "hostname": "nodeB", "clock_offset_ns": 7}),
-        src("posix", "dftracer", "nodeB", -1, "posix/b.pfw.gz", {}),
-        src("posix", "dftracer", "nodeA", -1, "posix/a.pfw.gz", {}),
+            TimeLoggerMeta(rank=1, pid=1234, host="nodeB", clock_offset_ns=7)),
+        src("posix", "dftracer", "nodeB", -1, "posix/b.pfw.gz", SourceMeta()),
+        src("posix", "dftracer", "nodeA", -1, "posix/a.pfw.gz", SourceMeta()),
     ]
     f = merge_sources(sources).frame
     px = f[f["layer"] == "posix"]

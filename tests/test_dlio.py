@@ -91,7 +91,7 @@ def test_dlio_own_traces_give_dlio_au_and_the_verdict(dlio_site, dlio_data, kind
     traces = sorted(out.glob("trace-*-of-2-*.pfw.gz"))
     assert len(traces) == 2
     # DLIO's lines as they come (sizes as 1.04858e+06 among them) are read by the native scanner
-    assert {pfw.read(t).meta["parser"] for t in traces} == {"scan"}
+    assert {pfw.read(t).meta.parser for t in traces} == {"scan"}
     run = Run.open(out)
     assert sorted(run.frame["rank"].unique().tolist()) == [0, 1]  # from trace-<r>-of-<n>, never pooled as -1
     v = run.verdict()

@@ -115,13 +115,13 @@ def test_a_gzip_bomb_is_skipped_naming_its_file_before_its_text_is_held(run_copy
     assert "posix" in out.split("verdict:", 1)[0]  # the run's own trace is still merged (its first lines)
 
 
-def test_a_gzip_bomb_read_block_by_block_stops_at_the_limit(tmp_path, monkeypatch):
-    monkeypatch.setattr(pfw, "MIN_TEXT_LIMIT", 8 << 20)
+def test_a_gzip_bomb_read_block_by_block_stops_at_the_limit(tmp_path):
+    small = pfw.ParseOptions(min_text_limit=8 << 20)
     b = bomb(tmp_path / "b.pfw.gz", 64)
     with pytest.raises(pfw.TraceInputError, match="decompresses to more than 8.39 MB"):
-        list(pfw.read_blocks(b, block_bytes=1 << 20))
+        list(pfw.read_blocks(b, block_bytes=1 << 20, options=small))
     with pytest.raises(pfw.TraceInputError, match="decompresses to more than 8.39 MB"):
-        pfw.read(b)
+        pfw.read(b, options=small)
 
 
 def test_a_line_longer_than_a_block_is_dropped_as_it_streams(tmp_path):

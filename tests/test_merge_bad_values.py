@@ -136,7 +136,7 @@ def test_a_bad_value_in_a_dftracer_file_leaves_the_fast_parser(dftracer_set: Pat
     full, damaged = read_any(src), read_any(bad)
     assert f"{bad}:{k + 1}: negative dur -7; event skipped" in damaged.warnings
     assert len(damaged.frame) == len(full.frame) - 1
-    assert damaged.meta["parser"] == "lines" and full.meta["parser"] == "scan"
+    assert damaged.meta.parser == "lines" and full.meta.parser == "scan"
 
 
 @pytest.fixture(scope="module")

@@ -44,7 +44,7 @@ def test_counters_equal_pydarshan(log: Path) -> None:
         assert c["counter"].isin(mine_module).sum() == len(own) * width
     # file names resolved through the name records
     assert set(c["file"].astype(str)) <= set(report.name_records.values())
-    assert src.meta["nprocs"] == report.metadata["job"]["nprocs"]
+    assert src.meta.nprocs == report.metadata["job"]["nprocs"]
 
 
 def test_dxt_segments_are_absolute_intervals() -> None:
@@ -69,7 +69,7 @@ def test_dxt_segments_are_absolute_intervals() -> None:
     assert row["offset"] == first["offset"] and row["bytes"] == first["length"]
     assert set(f["cat"]) == {"io"} and set(f["host"]) == {"nid00097"} and sorted(set(f["rank"])) == [0, 1, 2, 3]
     assert set(f["file"]) == {"/global/cscratch1/sd/ssnyder/test123.h5"}
-    assert (f["dur_ns"] >= 0).all() and src.meta["start_ns"] == start
+    assert (f["dur_ns"] >= 0).all() and src.meta.start_ns == start
 
 
 def test_dxt_bytes_match_posix_counters() -> None:

@@ -58,7 +58,7 @@ pytestmark = [pytest.mark.horovod, pytest.mark.mpi]
 def test_comm_rows_inside_app_window(timeline: dict) -> None:
     assert timeline["size"] == 2 and timeline["value"] == 3.0  # the allreduce really ran on 2 ranks
     src = read_any(timeline["path"])
-    assert src.kind == "horovod" and src.meta["complete"]
+    assert src.kind == "horovod" and src.meta.complete
     # Horovod 0.28 may lose the last E events at shutdown; those activities are reported, not invented
     assert all("never ended" in w for w in src.warnings)
     f = src.frame

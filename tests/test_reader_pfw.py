@@ -2,6 +2,7 @@
 and real TimeLogger files."""
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import importlib.util
 import json
@@ -21,6 +22,7 @@ import pytest
 
 from trace_merge.errors import TraceInputError
 from trace_merge.readers import pfw
+from trace_merge.readers.pfw import ParseOptions, tables, text
 from trace_merge.schema import FRAME_DTYPES
 
 BIN = Path(sys.executable).parent
@@ -120,7 +122,7 @@ def test_fake_trace_columns_match_the_json(fake_traces: Path) -> None:
     complete = [e for e in events if e.get("ph") == 1]
     src = pfw.read(path)
     f = src.frame
-    assert src.kind == "dftracer" and src.meta["parser"] == "scan" and src.warnings == []
+    assert src.kind == "dftracer" and src.meta.parser == "scan" and src.warnings == []
     assert dict(f.dtypes.astype(str)) == FRAME_DTYPES
     assert len(f) == len(complete)
     assert Counter(f["name"].astype(str)) == Counter(e["name"] for e in complete)
@@ -143,48 +145,52 @@ def test_fake_trace_columns_match_the_json(fake_traces: Path) -> None:
     assert set(app["layer"]) == {"app"} and set(app["cat"]) == {"other"}
     assert f.loc[f["name"] == "data_loading", "cat"].eq("io").all()
     # rank from the file name, epoch/step from args
-    assert set(f["rank"]) == {1} and src.meta["rank"] == 1 and src.meta["pids"] == sorted({e["pid"] for e in complete})
+    assert set(f["rank"]) == {1} and src.meta.rank == 1 and src.meta.pids == sorted({e["pid"] for e in complete})
     steps = [e["args"].get("step") for e in complete]
     assert f["step"].tolist() == [pd.NA if s is None else s for s in steps]
 
 
-def _read_with(path: Path, duckdb: bool, monkeypatch: pytest.MonkeyPatch):
+#: DuckDB however small the body (the reader hands small bodies to pyarrow)
+ANY_SIZE = ParseOptions(duckdb_min_bytes=0)
+
+
+def _read_with(path: Path, duckdb: bool):
     """``path`` read by DuckDB (however small the file) or by pyarrow, the native scanner left out."""
-    monkeypatch.setattr(pfw, "USE_SCANNER", False)
-    monkeypatch.setattr(pfw, "USE_DUCKDB", duckdb)
-    monkeypatch.setattr(pfw, "DUCKDB_MIN_BYTES", 0)
-    return pfw.read(path)
+    return pfw.read(path, options=ParseOptions(scanner=False, duckdb=duckdb, duckdb_min_bytes=0))
+
+
+def _but_parser(meta):
+    """``meta`` less which parser read the file."""
+    return dataclasses.replace(meta, parser="")
 
 
 def _same_source(a, b) -> None:
     _assert_same_frames(a.frame, b.frame)
     assert a.warnings == b.warnings
-    assert {k: v for k, v in a.meta.items() if k != "parser"} == {k: v for k, v in b.meta.items() if k != "parser"}
+    assert _but_parser(a.meta) == _but_parser(b.meta)
 
 
-def test_duckdb_and_pyarrow_read_the_same(fake_traces: Path, preload: "tuple[Path, int, int]",
-                                          monkeypatch: pytest.MonkeyPatch) -> None:
+def test_duckdb_and_pyarrow_read_the_same(fake_traces: Path, preload: "tuple[Path, int, int]") -> None:
     """The DuckDB parser is a faster pyarrow: the same frame and metadata from generated and real preload traces."""
     real = [p for p in sorted(preload[0].glob("*.pfw.gz")) if p.stat().st_size]
     for path in [fake_traces / "rank_0.pfw.gz", fake_traces / "rank_1.pfw.gz", *real]:
-        duck, arrow = _read_with(path, True, monkeypatch), _read_with(path, False, monkeypatch)
-        assert (duck.meta["parser"], arrow.meta["parser"]) == ("duckdb", "arrow"), path
+        duck, arrow = _read_with(path, True), _read_with(path, False)
+        assert (duck.meta.parser, arrow.meta.parser) == ("duckdb", "arrow"), path
         _same_source(duck, arrow)
 
 
-def test_large_bodies_go_to_duckdb_and_small_ones_to_pyarrow(fake_traces: Path, tmp_path: Path,
-                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+def test_large_bodies_go_to_duckdb_and_small_ones_to_pyarrow(fake_traces: Path, tmp_path: Path) -> None:
     """Without the native scanner (not compiled, or declining)."""
-    monkeypatch.setattr(pfw, "USE_SCANNER", False)
+    no_scan = ParseOptions(scanner=False)
     lines = [ln for ln in gzip.decompress((fake_traces / "rank_0.pfw.gz").read_bytes()).split(b"\n")
              if ln.startswith(b"{")]
     copies = pfw.DUCKDB_MIN_BYTES // sum(len(ln) + 1 for ln in lines) + 1
     big = tmp_path / "rank_0.pfw"
     big.write_bytes(b"[\n" + b"\n".join(lines * copies) + b"\n")
-    src = pfw.read(big)
-    assert src.meta["parser"] == "duckdb" and src.warnings == []
-    assert len(src.frame) == copies * len(pfw.read(fake_traces / "rank_0.pfw.gz").frame)
-    assert pfw.read(fake_traces / "rank_0.pfw.gz").meta["parser"] == "arrow"
+    src = pfw.read(big, options=no_scan)
+    assert src.meta.parser == "duckdb" and src.warnings == []
+    assert len(src.frame) == copies * len(pfw.read(fake_traces / "rank_0.pfw.gz", options=no_scan).frame)
+    assert pfw.read(fake_traces / "rank_0.pfw.gz", options=no_scan).meta.parser == "arrow"
 
 
 @pytest.mark.parametrize("edit", [
@@ -193,8 +199,7 @@ def test_large_bodies_go_to_duckdb_and_small_ones_to_pyarrow(fake_traces: Path, 
     (r'"dur":(\d+)', r'"dur":true'),   # a boolean: DuckDB would read 1
     (r'^\{', r'  {'),                  # an indented line
 ], ids=["fractional", "string", "boolean", "indented"])
-def test_what_duckdb_would_read_differently_goes_to_pyarrow(fake_traces: Path, tmp_path: Path, edit,
-                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+def test_what_duckdb_would_read_differently_goes_to_pyarrow(fake_traces: Path, tmp_path: Path, edit) -> None:
     """DuckDB casts leniently; a body it cannot read exactly is read as before (pyarrow, else the line parser)."""
     import re
 
@@ -203,47 +208,47 @@ def test_what_duckdb_would_read_differently_goes_to_pyarrow(fake_traces: Path, t
     lines[k] = re.sub(edit[0], edit[1], lines[k], count=1)
     bad = tmp_path / "rank_0.pfw"
     bad.write_text("\n".join(lines))
-    duck, before = _read_with(bad, True, monkeypatch), _read_with(bad, False, monkeypatch)
-    assert duck.meta["parser"] == before.meta["parser"] != "duckdb"
+    duck, before = _read_with(bad, True), _read_with(bad, False)
+    assert duck.meta.parser == before.meta.parser != "duckdb"
     _same_source(duck, before)
     if edit[1].endswith(".5"):
         ts = int(re.search(r'"ts":(\d+)', lines[k]).group(1))
         assert ts * 1000 + 500 in set(duck.frame["start_ns"])
     # the thread's DuckDB connection, kept between bodies, still reads the next one (a refused query left nothing)
-    assert _read_with(fake_traces / "rank_0.pfw.gz", True, monkeypatch).meta["parser"] == "duckdb"
+    assert _read_with(fake_traces / "rank_0.pfw.gz", True).meta.parser == "duckdb"
 
 
-def test_each_thread_parses_on_its_own_duckdb_connection(fake_traces: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_each_thread_parses_on_its_own_duckdb_connection(fake_traces: Path) -> None:
     """A connection serves one thread (threads of a Dask worker read files side by side), and is kept for the
     thread's next bodies."""
     from concurrent.futures import ThreadPoolExecutor
 
     path = fake_traces / "rank_0.pfw.gz"
-    alone = _read_with(path, True, monkeypatch)
-    ours = pfw._duckdb_local.con
+    duck = ParseOptions(scanner=False, duckdb_min_bytes=0)
+    alone = pfw.read(path, options=duck)
+    ours = tables._duckdb_local.con
     with ThreadPoolExecutor(2) as pool:
-        both = list(pool.map(lambda _: (pfw.read(path), id(pfw._duckdb_local.con)), range(4)))
+        both = list(pool.map(lambda _: (pfw.read(path, options=duck), id(tables._duckdb_local.con)), range(4)))
     for src, _ in both:
-        assert src.meta["parser"] == "duckdb"
+        assert src.meta.parser == "duckdb"
         _same_source(src, alone)
-    assert ours is pfw._duckdb_local.con and id(ours) not in {con for _, con in both}
-    assert pfw.read(path).meta["parser"] == "duckdb" and pfw._duckdb_local.con is ours
+    assert ours is tables._duckdb_local.con and id(ours) not in {con for _, con in both}
+    assert pfw.read(path, options=duck).meta.parser == "duckdb" and tables._duckdb_local.con is ours
 
 
 # -- the native scanner ---------------------------------------------------------------------------------
 
 
 def test_the_native_scanner_is_built_and_reads_what_duckdb_and_pyarrow_read(
-        fake_traces: Path, preload: "tuple[Path, int, int]", monkeypatch: pytest.MonkeyPatch) -> None:
+        fake_traces: Path, preload: "tuple[Path, int, int]") -> None:
     """``make env`` compiles the scanner; on generated and real preload traces it gives the other parsers' frames."""
     from trace_merge.readers import _pfwscan  # noqa: F401  (an ImportError here: the install did not compile it)
 
     real = [p for p in sorted(preload[0].glob("*.pfw.gz")) if p.stat().st_size]
     for path in [fake_traces / "rank_0.pfw.gz", fake_traces / "rank_1.pfw.gz", *real]:
         scanned = pfw.read(path)
-        duck = _read_with(path, True, monkeypatch)
-        monkeypatch.setattr(pfw, "USE_SCANNER", True)
-        assert (scanned.meta["parser"], duck.meta["parser"]) == ("scan", "duckdb"), path
+        duck = _read_with(path, True)
+        assert (scanned.meta.parser, duck.meta.parser) == ("scan", "duckdb"), path
         _same_source(scanned, duck)
 
 
@@ -253,31 +258,30 @@ def test_newlines_are_counted_as_bytes_count_counts_them(monkeypatch: pytest.Mon
     rng = np.random.default_rng(3)
     texts = [b"", b"\n", b"x", b"\n" * 9, b"a\nb\n\nc", bytes(rng.integers(0, 256, 100_000, dtype=np.uint8)),
              (_EVENT + "\n").encode() * 1000]
-    for text in texts:
-        want = text.count(b"\n")
-        assert pfw._pfwscan.newlines(text) == pfw._newlines(text) == want
-        assert pfw._pfwscan.newlines(memoryview(text)) == pfw._pfwscan.newlines(bytearray(text)) == want
-    monkeypatch.setattr(pfw, "_pfwscan", None)
-    assert [pfw._newlines(t, chunk=7) for t in texts] == [t.count(b"\n") for t in texts]
+    for t in texts:
+        want = t.count(b"\n")
+        assert text._pfwscan.newlines(t) == text.newlines(t) == want
+        assert text._pfwscan.newlines(memoryview(t)) == text._pfwscan.newlines(bytearray(t)) == want
+    monkeypatch.setattr(text, "_pfwscan", None)  # as where the scanner was not compiled
+    assert [text.newlines(t, chunk=7) for t in texts] == [t.count(b"\n") for t in texts]
 
 
 def _schema(ph_is_str: bool = False):
     import pyarrow as pa
 
-    return pfw._event_schema(ph_is_str, pa.int64())
+    return pfw.event_schema(ph_is_str, pa.int64())
 
 
-def _scanned(body: bytes, ph_is_str: bool = False):
+def _scanned(body: bytes, ph_is_str: bool = False, options: ParseOptions = ANY_SIZE):
     """The scanner's table of ``body``, its dictionary-encoded strings decoded (to compare with DuckDB's)."""
-    table = pfw._scanned_table(body, _schema(ph_is_str))
+    table = tables.scanned_table(body, _schema(ph_is_str), options)
     return None if table is None else table.cast(_schema(ph_is_str))
 
 
-def _both_tables(lines: "list[str | bytes]", monkeypatch: pytest.MonkeyPatch, ph_is_str: bool = False):
+def _both_tables(lines: "list[str | bytes]", ph_is_str: bool = False, options: ParseOptions = ANY_SIZE):
     """``lines`` as one body, read by the scanner and by DuckDB into the fast parsers' schema."""
-    monkeypatch.setattr(pfw, "DUCKDB_MIN_BYTES", 0)
     body = b"\n".join(ln.encode() if isinstance(ln, str) else ln for ln in lines) + b"\n"
-    return _scanned(body, ph_is_str), pfw._duckdb_table(body, _schema(ph_is_str))
+    return _scanned(body, ph_is_str, options), tables.duckdb_table(body, _schema(ph_is_str), options)
 
 
 _EVENT = ('{"id":1,"name":"pread","cat":"POSIX","pid":7,"tid":8,"ts":1700000000000000,"dur":15,"ph":1,'
@@ -297,21 +301,20 @@ _EVENT = ('{"id":1,"name":"pread","cat":"POSIX","pid":7,"tid":8,"ts":17000000000
     '"args":{"cmd":"a\\nb","tags":{"k":[{"x":-0.5}]},"level":1.25,"ok":true,"image_size":1.04858e+06,'
     '"tiny":-2E-07,"big":12345678901234567890123}}',  # unknown values of every kind (DLIO writes sizes as 1e+06)
 ], ids=["dftracer", "utf8", "whitespace", "nulls", "no-args", "null-args", "empty", "int64-extremes", "unknown"])
-def test_the_scanner_reads_these_lines_exactly_as_duckdb(line: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    scanned, duck = _both_tables([_EVENT, line, line], monkeypatch)
+def test_the_scanner_reads_these_lines_exactly_as_duckdb(line: str) -> None:
+    scanned, duck = _both_tables([_EVENT, line, line])
     assert scanned is not None and duck is not None
     assert scanned.equals(duck), (scanned.to_pylist(), duck.to_pylist())
 
 
-def test_the_scanner_reads_string_ph_and_a_last_line_without_newline(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_scanner_reads_string_ph_and_a_last_line_without_newline() -> None:
     line = _EVENT.replace('"ph":1', '"ph":"X"')
-    monkeypatch.setattr(pfw, "DUCKDB_MIN_BYTES", 0)
     for body in [(line + "\n" + line).encode(), (line + "\n").encode()]:
-        scanned, duck = _scanned(body, True), pfw._duckdb_table(body, _schema(True))
+        scanned, duck = _scanned(body, True), tables.duckdb_table(body, _schema(True), ANY_SIZE)
         assert scanned is not None and scanned.equals(duck)
 
 
-def test_the_scanner_reads_lines_whose_keys_move_as_duckdb(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_scanner_reads_lines_whose_keys_move_as_duckdb() -> None:
     """The scanner takes a member whose `"key":` bytes are the last line's at that position as that key without
     reading it again: lines whose keys move, change, grow, shrink or get spaces give DuckDB's table all the same,
     and a key twice on a line is still declined when both come that way."""
@@ -325,12 +328,12 @@ def test_the_scanner_reads_lines_whose_keys_move_as_duckdb(monkeypatch: pytest.M
              '{"args":{"fhash":"88"},"id":6,"name":"open","cat":"POSIX","pid":7,"ts":33,"dur":1,"ph":1}',
              '{"id":7,"name":"open","args":{"ret":1},"cat":"POSIX","pid":7,"tid":8,"ts":34,"dur":1,"ph":1}',
              '{"id":"8","name":"y","cat":"POSIX","pid":7,"tid":8,"ts":35,"dur":1,"ph":1,"args":{"hhash":"e6"}}']
-    scanned, duck = _both_tables(lines, monkeypatch)
+    scanned, duck = _both_tables(lines)
     assert scanned is not None and duck is not None
     assert scanned.equals(duck), (scanned.to_pylist(), duck.to_pylist())
     # positions 0 and 1 both hold "name" (from two lines): a third line's "name" twice comes that way, and declines
     twice = ['{"a":1,"name":"x","ts":1,"dur":1,"ph":1}', '{"name":"x"}', '{"name":"x","name":"y","ts":1}']
-    assert _both_tables(twice[:2], monkeypatch)[0] is not None and _both_tables(twice, monkeypatch)[0] is None
+    assert _both_tables(twice[:2])[0] is not None and _both_tables(twice)[0] is None
 
 
 @pytest.mark.parametrize("edit", [
@@ -356,12 +359,12 @@ def test_the_scanner_reads_lines_whose_keys_move_as_duckdb(monkeypatch: pytest.M
         "leading-zero",
         "duplicate", "duplicate-args", "nested-args", "surrogate", "unread-1e999", "unread-long-1e1", "deep", "control",
         "trailing", "truncated", "args-array", "indented"])
-def test_the_scanner_declines_what_it_cannot_read_exactly(edit, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_scanner_declines_what_it_cannot_read_exactly(edit) -> None:
     """Declined, the body goes to DuckDB, pyarrow or the line parser as before: what the scanner does read is equal
     to DuckDB's table."""
     assert edit[0] in _EVENT
     line = _EVENT.replace(edit[0], edit[1], 1)
-    scanned, duck = _both_tables([_EVENT, line], monkeypatch)
+    scanned, duck = _both_tables([_EVENT, line])
     if edit[1].startswith('"x":{"args"'):
         assert scanned is not None and scanned.equals(duck)
     else:
@@ -380,30 +383,27 @@ def test_the_scanners_categories_are_in_the_order_arrow_encoding_gives() -> None
         plain = pa.array(values, pa.string())
         encoded = plain.dictionary_encode()
         for fill in (None, ""):
-            want, got = pfw._categorical(plain, fill), pfw._categorical(encoded, fill)
+            want, got = tables._categorical(plain, fill), tables._categorical(encoded, fill)
             assert list(got.categories) == list(want.categories), (values, fill)
             assert got.codes.tolist() == want.codes.tolist(), (values, fill)
 
 
-def test_invalid_utf8_and_long_lines_are_declined(fake_traces: Path, tmp_path: Path,
-                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+def test_invalid_utf8_and_long_lines_are_declined(fake_traces: Path, tmp_path: Path) -> None:
     for bad in [b"\xff", b"\xc0\x80", b"\xed\xa0\x80", b"\xe2\x82", b"\xf4\x90\x80\x80"]:
         line = _EVENT.encode().replace(b'"hhash":"e6"', b'"hhash":"e' + bad + b'"')
-        assert _both_tables([_EVENT, line], monkeypatch)[0] is None, bad
-    monkeypatch.setattr(pfw, "MAX_LINE_BYTES", len(_EVENT))
-    assert _both_tables([_EVENT], monkeypatch)[0] is None
-    monkeypatch.setattr(pfw, "MAX_LINE_BYTES", len(_EVENT) + 1)
-    assert _both_tables([_EVENT], monkeypatch)[0] is not None
+        assert _both_tables([_EVENT, line])[0] is None, bad
+    for limit, declined in ((len(_EVENT), True), (len(_EVENT) + 1, False)):
+        options = ParseOptions(duckdb_min_bytes=0, max_line_bytes=limit)
+        assert (_both_tables([_EVENT], options=options)[0] is None) == declined, limit
     # and DuckDB, next, declines it too (it raised UnicodeDecodeError out of the reader)
     text = gzip.decompress((fake_traces / "rank_0.pfw.gz").read_bytes())
     k = text.index(b'"hhash":"') + 9
     (tmp_path / "rank_0.pfw").write_bytes(text[:k] + b"\xff" + text[k:])
-    assert pfw.read(tmp_path / "rank_0.pfw").meta["parser"] not in ("scan", "duckdb")
-    assert _read_with(tmp_path / "rank_0.pfw", True, monkeypatch).meta["parser"] != "duckdb"
+    assert pfw.read(tmp_path / "rank_0.pfw").meta.parser not in ("scan", "duckdb")
+    assert _read_with(tmp_path / "rank_0.pfw", True).meta.parser != "duckdb"
 
 
-def test_what_the_scanner_reads_of_damaged_lines_duckdb_reads_the_same(fake_traces: Path,
-                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+def test_what_the_scanner_reads_of_damaged_lines_duckdb_reads_the_same(fake_traces: Path) -> None:
     """Bytes changed, dropped and repeated at random in real DFTracer lines: where the scanner gives a table,
     DuckDB gives the same one; and it never fails otherwise than by declining."""
     import random
@@ -426,7 +426,7 @@ def test_what_the_scanner_reads_of_damaged_lines_duckdb_reads_the_same(fake_trac
             else:
                 b[i:i] = b[i:i + rng.randint(1, 8)]
         chunk[k] = bytes(b).replace(b"\n", b" ")
-        scanned, duck = _both_tables(chunk, monkeypatch)
+        scanned, duck = _both_tables(chunk)
         if scanned is not None:
             read += 1
             assert duck is not None and scanned.equals(duck), chunk[k]
@@ -440,7 +440,7 @@ def test_preload_trace_posix_stdio_and_python_events(preload: "tuple[Path, int, 
     src = pfw.read(app_file)
     f = src.frame
     events = [e for e in _events(app_file) if e.get("ph") == 1 and e.get("cat") != "dftracer"]
-    assert len(f) == len(events) and src.meta["parser"] == "scan"
+    assert len(f) == len(events) and src.meta.parser == "scan"
     assert f["start_ns"].between(t0, t1).all()
     # POSIX reads/writes of the HDF5 file (pread64 or pread, depending on the HDF5 build): bytes = ret
     rw = [e for e in events if e["cat"] == "POSIX" and e["name"] in pfw.RW_CALLS]
@@ -460,8 +460,8 @@ def test_preload_trace_posix_stdio_and_python_events(preload: "tuple[Path, int, 
     assert set(load["args"]) == {json.dumps({"cat": "dataloader"})}
     assert load["epoch"].tolist() == [0, 0, 1, 1] and load["step"].tolist() == [0, 1, 0, 1]
     # DFTracer's own start/end go to meta, not to the frame
-    assert "dftracer" not in set(f["cat"].astype(str)) and src.meta["dftracer_events"] == ["start", "end"]
-    assert src.meta["host"] == set(f["host"].astype(str)).pop() and src.meta["rank"] is None
+    assert "dftracer" not in set(f["cat"].astype(str)) and src.meta.dftracer_events == ["start", "end"]
+    assert src.meta.host == set(f["host"].astype(str)).pop() and src.meta.rank is None
     assert set(f["rank"]) == {-1}
 
 
@@ -469,7 +469,7 @@ def test_preload_ns_metric_uncompressed(tmp_path: Path) -> None:
     trace, t0, t1 = _preload_run(tmp_path, DFTRACER_TRACE_COMPRESSION="0", DFTRACER_TIME_METRIC="NS")
     (path,) = [p for p in trace.glob("*.pfw") if p.stat().st_size]
     src = pfw.read(path)
-    assert src.meta["time_metric"] == "NS"
+    assert src.meta.time_metric == "NS"
     assert len(src.frame) and src.frame["start_ns"].between(t0, t1).all()
     events = [e for e in _events(path) if e.get("ph") == 1 and e.get("cat") != "dftracer"]
     assert src.frame["dur_ns"].tolist() == [int(e["dur"]) for e in events]
@@ -496,11 +496,10 @@ def test_garbage_line_falls_back_to_the_line_parser_with_the_same_frame(
     bad = tmp_path / clean.name.replace(".gz", "")
     lineno = _with_garbage_line(clean, garbage, bad)
     fast, slow = pfw.read(clean), pfw.read(bad)
-    assert fast.meta["parser"] == "scan" and slow.meta["parser"] == "lines"
+    assert fast.meta.parser == "scan" and slow.meta.parser == "lines"
     assert slow.warnings == [f"{bad}: line {lineno}: not a JSON object, skipped"]
     _assert_same_frames(fast.frame, slow.frame)
-    assert ({k: v for k, v in fast.meta.items() if k != "parser"}
-            == {k: v for k, v in slow.meta.items() if k != "parser"})
+    assert _but_parser(fast.meta) == _but_parser(slow.meta)
 
 
 def test_commas_and_closing_bracket(fake_traces: Path, tmp_path: Path) -> None:
@@ -510,7 +509,7 @@ def test_commas_and_closing_bracket(fake_traces: Path, tmp_path: Path) -> None:
     chrome = tmp_path / "rank_1.pfw"
     chrome.write_bytes(b"[\n" + b",\n".join(lines[1:-1]) + b"\n]\n")
     a, b = pfw.read(clean), pfw.read(chrome)
-    assert b.meta["parser"] == "scan" and b.warnings == []
+    assert b.meta.parser == "scan" and b.warnings == []
     _assert_same_frames(a.frame, b.frame)
 
 
@@ -520,7 +519,7 @@ def test_half_written_last_line_is_dropped_silently(fake_traces: Path, tmp_path:
     cut = tmp_path / "rank_0.pfw"
     cut.write_bytes(body[:-40])
     full, part = pfw.read(fake_traces / "rank_0.pfw.gz"), pfw.read(cut)
-    assert part.warnings == [] and part.meta["truncated_last_line"] is True
+    assert part.warnings == [] and part.meta.truncated_last_line is True
     assert len(part.frame) == len(full.frame) - 1
     _assert_same_frames(full.frame.iloc[:-1], part.frame)
 
@@ -602,10 +601,11 @@ def test_timelogger_file(tmp_path: Path) -> None:
     assert set(load["args"]) == {'{"samples": 5}'} and f.loc[f["name"] != "Load File", "args"].isna().all()
     assert f["step"].tolist() == [0, 0, 1, 1, 2, 2] and set(f["rank"]) == {1}
     m = src.meta
-    assert (m["rank"], m["world_size"], m["pid"]) == (1, 2, os.getpid())
-    assert m["hostname"] == m["host"] == set(f["host"]).pop()
-    assert len(m["anchors"]) == 2 and all({"wall_ns", "perf_ns"} <= set(a) for a in m["anchors"])
-    assert m["clock_offset_ns"] is None and m["tf_anchors"] == []
+    assert isinstance(m, pfw.TimeLoggerMeta)
+    assert (m.rank, m.world_size, m.pid) == (1, 2, os.getpid())
+    assert m.host == m.header["hostname"] == set(f["host"]).pop()
+    assert len(m.anchors) == 2 and all({"wall_ns", "perf_ns"} <= set(a) for a in m.anchors)
+    assert m.clock_offset_ns is None and m.tf_anchors == []
 
 
 def test_timelogger_clock_sync_offset(tmp_path: Path) -> None:
@@ -621,8 +621,8 @@ def test_timelogger_clock_sync_offset(tmp_path: Path) -> None:
     (path,) = (tmp_path / "app").glob("*.pfw")
     syncs = [e for e in _events(path) if e["name"] == "clock_sync"]
     src = pfw.read(path)
-    assert len(syncs) == 2 and src.meta["clock_offset_ns"] == int(syncs[-1]["args"]["clock_offset_ns"])
-    assert src.meta["clock_sync"]["method"] == syncs[-1]["args"]["method"]
+    assert len(syncs) == 2 and src.meta.clock_offset_ns == int(syncs[-1]["args"]["clock_offset_ns"])
+    assert src.meta.clock_sync["method"] == syncs[-1]["args"]["method"]
 
 
 def test_many_gzip_members(tmp_path: Path) -> None:
@@ -645,7 +645,7 @@ def test_many_gzip_members(tmp_path: Path) -> None:
     _assert_same_frames(a.frame, b.frame)
 
 
-def test_the_scanner_reads_every_integer_and_string_length_as_duckdb(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_scanner_reads_every_integer_and_string_length_as_duckdb() -> None:
     """The scanner reads integers and plain strings a word (8 bytes) at a time: every length from 0 to 19 digits
     and 0 to 40 characters, and a special byte (a quote, a backslash, a control character, UTF-8) at every position
     of a word, read exactly as DuckDB reads them, or declined where DuckDB would read them otherwise."""
@@ -658,13 +658,13 @@ def test_the_scanner_reads_every_integer_and_string_length_as_duckdb(monkeypatch
         text = "abcdefghijklmnopqrstuvwxyz0123456789ABCDEFG"[:n]
         lines.append(f'{{"name":"{text}","cat":"{text[::-1]}","ts":{n},"dur":1,"ph":1,"args":{{"fname":"{text}"}}}}')
         lines.append(f'{{"name":"é{text}€","ts":{n},"dur":1,"ph":1,"args":{{"fname":"/d/{text}🎉"}}}}')
-    scanned, duck = _both_tables(lines, monkeypatch)
+    scanned, duck = _both_tables(lines)
     assert scanned is not None and scanned.equals(duck), (scanned.to_pylist()[:3], duck.to_pylist()[:3])
     for at in range(9):  # a byte that ends the plain run, at each position of a word
         for special in ('\\"', "\\\\", "\\u00e9", "\t", "\x7f"):
             name = "abcdefgh"[:at] + special + "ijklmnop"
             line = f'{{"name":"{name}","ts":1,"dur":1,"ph":1}}'
-            scanned, duck = _both_tables([lines[0], line], monkeypatch)
+            scanned, duck = _both_tables([lines[0], line])
             if special == "\x7f":  # DEL is a plain character in JSON
                 assert scanned is not None and scanned.equals(duck)
             else:  # an escape or a raw control character: declined
@@ -672,4 +672,4 @@ def test_the_scanner_reads_every_integer_and_string_length_as_duckdb(monkeypatch
     for number in ("01", "0.5", "12345678.5", "1234567890123456.5", "12e3", "1234567890123456E1", "-",
                    "1234567890123456789012"):
         line = f'{{"name":"x","ts":{number},"dur":1,"ph":1}}'
-        assert _both_tables([lines[0], line], monkeypatch)[0] is None, number
+        assert _both_tables([lines[0], line])[0] is None, number

@@ -34,7 +34,7 @@ def test_blocks_give_the_whole_files_rows_and_tables(trace: Path) -> None:
     parts = list(pfw.read_blocks(trace, BLOCK))
     assert len(parts) >= 4
     pd.testing.assert_frame_equal(_comparable(whole.frame), _comparable(concat_frames([p.frame for p in parts])))
-    assert parts[-1].meta["files"] == whole.meta["files"]
+    assert parts[-1].meta.files == whole.meta.files
     assert all(not p.warnings for p in parts) and not whole.warnings
 
 

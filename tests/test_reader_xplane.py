@@ -106,14 +106,14 @@ def test_time_base_follows_tf_version(profile: dict) -> None:
     version = _tf_minor(profile["tf_version"])
     if version <= (2, 15):
         # TF 2.15 writes no absolute time: only the anchor can place the file.
-        assert src.meta["time_base"] == "anchor"
+        assert src.meta.time_base == "anchor"
         assert xplane.profile_start_ns(xplane.parse_xspace(profile["path"])) is None
     elif version >= (2, 21):
-        assert src.meta["time_base"] == "task_environment"
+        assert src.meta.time_base == "task_environment"
         # The marker cross-checks the profile's own start time: the two agree within 1 ms.
-        assert abs(src.meta["anchor_check_ns"]) < 1_000_000
+        assert abs(src.meta.anchor_check_ns) < 1_000_000
     else:
-        assert src.meta["time_base"] in ("anchor", "task_environment")
+        assert src.meta.time_base in ("anchor", "task_environment")
     assert src.warnings == []
 
 
@@ -129,7 +129,7 @@ def test_sleep_marker_lines_up_with_wall_clock(profile: dict) -> None:
 def test_steps_and_classes(profile: dict) -> None:
     src = read_any(profile["path"], anchors=[profile["anchor"]])
     frame = src.frame
-    assert src.kind == "xplane" and src.meta["rank"] == 0  # rank from tf/rank-0/
+    assert src.kind == "xplane" and src.meta.rank == 0  # rank from tf/rank-0/
     assert set(frame["layer"].unique()) == {"framework"}
     train = frame[frame["name"] == "train"].sort_values("start_ns")
     assert train["step"].tolist() == list(range(len(profile["steps"])))
@@ -141,7 +141,7 @@ def test_steps_and_classes(profile: dict) -> None:
     assert cats["IteratorGetNextOp::DoCompute"] == {"wait"}
     assert "compute" in cats[[n for n in cats.index if "__inference_train_step" in n][0]]
     assert cats["EagerExecute"] == {"other", "compute"}  # wrappers of GetNext are not compute
-    threads = src.meta["threads"]
+    threads = src.meta.threads
     tf_data = frame[frame["tid"].map(lambda t: threads[t].startswith("tf_data"))]
     assert len(tf_data) and set(tf_data["cat"].astype(str)) == {"preprocess"}
     assert (frame["dur_ns"] >= 0).all() and (frame["end_ns"] == frame["start_ns"] + frame["dur_ns"]).all()
@@ -155,7 +155,7 @@ def test_without_anchor(profile: dict) -> None:
         assert str(err.value).startswith(str(profile["path"]))
     else:
         src = xplane.read(profile["path"])
-        assert src.meta["time_base"] == "task_environment"
+        assert src.meta.time_base == "task_environment"
 
 
 def test_detect(profile: dict) -> None:

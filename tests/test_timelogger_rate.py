@@ -116,7 +116,7 @@ tl.close()
     run_py(script, tmp_path)
     [path] = app_files(tmp_path)
     src = read_any(path)
-    assert src.meta["dropped"] == 100
+    assert src.meta.dropped == 100
     assert any(str(path) in w and "100 intervals dropped" in w for w in src.warnings)
 
 
@@ -170,5 +170,5 @@ tl.close()
     run_py(script, tmp_path)
     [path] = app_files(tmp_path)
     src = read_any(path)
-    assert src.meta.get("dropped", 0) == 0
+    assert src.meta.dropped == 0
     assert (src.frame["name"] == "tick").sum() == 50

@@ -25,8 +25,8 @@ Steps (the pipeline of :mod:`trace_merge.partitioned` runs them, source by sourc
 """
 from __future__ import annotations
 
-import logging
 import dataclasses
+import logging
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 
@@ -35,11 +35,21 @@ import pandas as pd
 
 from timelogger.records import LaunchRecord
 
-from .intervals import (Axis, combined_codes, drop_from_forest, innermost, narrow, nesting_parents, position_type,
-                        spans_several, start_order)
+from .intervals import (
+    Axis,
+    combined_codes,
+    drop_from_forest,
+    innermost,
+    narrow,
+    nesting_parents,
+    position_type,
+    spans_several,
+    start_order,
+)
 from .readers import rank_from_name
-from .threads import thread_map
+from .readers.pfw import TimeLoggerMeta
 from .schema import DIFFERENT_DAY_NS, STEP_PHASE, SourceData, concat_column, empty_frame
+from .threads import thread_map
 
 log = logging.getLogger(__name__)
 
@@ -58,30 +68,15 @@ class Process:
     clock_offset_ns: int = 0
 
 
-def meta_value(meta: Mapping[str, Any], *keys: str, default: Any = None) -> Any:
-    """First present, non-null value among ``keys`` in ``meta`` or its ``timelogger`` sub-dict."""
-    for scope in (meta, meta.get("timelogger") or {}):
-        for key in keys:
-            value = scope.get(key) if isinstance(scope, Mapping) else None
-            if value is not None:
-                return value
-    return default
-
-
 def processes(app_sources: Iterable[SourceData]) -> list[Process]:
     """The instrumented processes described by app (TimeLogger) sources."""
     out = []
     for src in app_sources:
         m = src.meta
-        rank = meta_value(m, "rank")
-        pid = meta_value(m, "pid")
-        if rank is None or pid is None:
-            continue
         # the reader checked these (a bad value is warned about there and comes as None)
-        offset = meta_value(m, "clock_offset_ns", default=None)
-        if not all(isinstance(v, int) for v in (rank, pid)):
+        if not isinstance(m, TimeLoggerMeta) or m.rank is None or m.pid is None:
             continue
-        out.append(Process(rank, pid, meta_value(m, "hostname", "host"), offset if isinstance(offset, int) else 0))
+        out.append(Process(m.rank, m.pid, m.host, m.clock_offset_ns if m.clock_offset_ns is not None else 0))
     return out
 
 
@@ -468,7 +463,7 @@ class Residual:
     def parse(cls, obj: Any) -> "Residual":
         """A stored residual (a dict; values of the wrong type are left at their defaults)."""
         out = cls()
-        for name, default in cls().as_dict().items():
+        for name in cls().as_dict():
             value = obj.get(name) if isinstance(obj, dict) else None
             if name == "numbering" and value in ("global", "per_epoch"):
                 out.numbering = value
@@ -580,6 +575,7 @@ def residual_of(parts: "Sequence[Mapping[str, tuple[np.ndarray, int]]]", basis: 
         score = (-len(out_by), int((out_by > tolerance_ns).sum()))
         if best is None or score < best[0]:
             best = (score, numbering, out_by, unmatched)
+    assert best is not None  # "global" is always tried
     _, numbering, out_by, unmatched = best
     return Residual(checked=int(len(out_by)), outside=int((out_by > tolerance_ns).sum()),
                     max_outside_ns=int(out_by.max()) if len(out_by) else 0,
@@ -662,9 +658,8 @@ def _app_windows(app_sources: Sequence[SourceData]) -> "dict[str, tuple[int, int
     out = {}
     for src in app_sources:
         if len(src.frame):
-            rank = meta_value(src.meta, "rank")
-            out[src.path] = (int(src.frame["start_ns"].min()), int(src.frame["end_ns"].max()),
-                             rank if isinstance(rank, int) else None)
+            rank = src.meta.rank if isinstance(src.meta, TimeLoggerMeta) else None
+            out[src.path] = (int(src.frame["start_ns"].min()), int(src.frame["end_ns"].max()), rank)
     return out
 
 
@@ -682,7 +677,9 @@ def check_app_clocks(app_sources: Sequence[SourceData], launch_ns: "int | None",
     warnings: list[str] = []
     drop: list[str] = []
     windows = _app_windows(app_sources) if windows is None else windows
-    for path, (start, _, _) in windows.items() if launch_ns is not None else ():
+    for path, (start, _, _) in windows.items():
+        if launch_ns is None:
+            break
         away = start - launch_ns
         if abs(away) > DIFFERENT_DAY_NS:
             warnings.append(f"{path}: its events start {away / 3.6e12:+.1f} h from the run's launch (manifest.json):"

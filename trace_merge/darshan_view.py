@@ -185,7 +185,7 @@ def _job_header(path: Path) -> "tuple[dict[str, Any], list[tuple[str, str]]]":
         raise TraceInputError(path, f"PyDarshan cannot read this log ({err})") from None
     meta = report.metadata
     job = meta.get("job", {})
-    start, end = reader._job_time_ns(job, "start"), reader._job_time_ns(job, "end")
+    start, end = reader.job_time_ns(job, "start"), reader.job_time_ns(job, "end")
     runtime = job.get("run_time")
     if runtime is None and start is not None and end is not None:
         runtime = (end - start) / 1e9 + 1  # whole seconds in old logs: Darshan counts the last one

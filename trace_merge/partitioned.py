@@ -35,7 +35,7 @@ import shutil
 import tempfile
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterator, Optional, Protocol, Sequence
 
@@ -63,11 +63,13 @@ from trace_merge.merged import (
 from trace_merge.outputs import pid_alive
 from trace_merge.readers import detect, rank_from_name, read_any
 from trace_merge.readers.darshan import dxt_rows
+from trace_merge.readers.pfw import DFTracerMeta, PfwMeta, TimeLoggerMeta
 from trace_merge.schema import (
     COUNTER_DTYPES,
     FRAME_COLUMNS,
     FRAME_DTYPES,
     SourceData,
+    SourceMeta,
     by_rank,
     concat_column,
     concat_frames,
@@ -335,7 +337,7 @@ class SourceResult:
     path: str
     kind: str
     error: Optional[str] = None
-    meta: dict = field(default_factory=dict)
+    meta: SourceMeta = field(default_factory=SourceMeta)
     warnings: list = field(default_factory=list)
     pieces: list = field(default_factory=list)
     facts: list = field(default_factory=list)
@@ -352,13 +354,13 @@ def ingest(task: SourceTask) -> SourceResult:
     spill = Path(task.spill) if task.spill is not None else None
     try:
         blocks = _blocks(task)
-        meta: dict = {}
+        meta = SourceMeta()
         pids: set = set()
         medians: list = []
         for b, src in enumerate(blocks):
             out.warnings += src.warnings
             meta = src.meta
-            pids |= set(src.meta.get("pids") or [])
+            pids |= set(src.meta.pids if isinstance(src.meta, PfwMeta) else [])
             if len(src.counters):
                 out.counters = src.counters if out.counters is None else pd.concat([out.counters, src.counters])
             frame = src.frame
@@ -377,8 +379,8 @@ def ingest(task: SourceTask) -> SourceResult:
             out.pieces += pieces
             out.facts += facts
             del src, frame  # not kept while the next block is read
-        if pids:
-            meta = dict(meta, pids=sorted(pids))
+        if pids and isinstance(meta, PfwMeta):
+            meta = replace(meta, pids=sorted(pids))
         out.meta = meta
     except TraceInputError as exc:
         out.error = str(exc)
@@ -844,8 +846,8 @@ def _run(path: Optional[Path], tasks: "list[SourceTask]", manifest: Optional[dic
     clock("app files", len(app_tasks))
     results = list(app_results)
     app_sources = [SourceData(r.path, r.kind, empty_frame(), meta=r.meta) for r in app_results if r.error is None]
-    windows = {r.path: (r.window[0], r.window[1], A.meta_value(r.meta, "rank")) for r in app_results
-               if r.error is None and r.window is not None}
+    windows = {r.path: (r.window[0], r.window[1], r.meta.rank if isinstance(r.meta, TimeLoggerMeta) else None)
+               for r in app_results if r.error is None and r.window is not None}
     clock_warnings, dropped = A.check_app_clocks(app_sources, launch, windows)
     kept_app = [s for s in app_sources if s.path not in dropped]
     procs = A.launched_processes(launched, A.processes(kept_app))
@@ -886,8 +888,8 @@ def _run(path: Optional[Path], tasks: "list[SourceTask]", manifest: Optional[dic
     warnings.extend(clock_warnings)
     names: dict[str, str] = {}
     for r in results:
-        if r.kind == "dftracer":
-            names.update(r.meta.get("files") or {})
+        if r.kind == "dftracer" and isinstance(r.meta, DFTracerMeta):
+            names.update(r.meta.files)
     kept = [r for r in results if r.error is None and r.path not in dropped]
     pieces_of: dict[int, list[Piece]] = {}
     for r in kept:
@@ -916,8 +918,8 @@ def _run(path: Optional[Path], tasks: "list[SourceTask]", manifest: Optional[dic
         sources=[r.path for r in kept], inputs=inputs, warnings=warnings,
         residual=A.residual_of([d.residual for d in done], basis), clock_offsets_ns=offsets,
         dxt_clock=[c for d in done for c in d.dxt_clock],
-        dropped_intervals={r.path: int(A.meta_value(r.meta, "dropped")) for r in kept
-                           if r.kind in A.APP_KINDS and A.meta_value(r.meta, "dropped")},
+        dropped_intervals={r.path: r.meta.dropped for r in kept
+                           if r.kind in A.APP_KINDS and isinstance(r.meta, TimeLoggerMeta) and r.meta.dropped},
         rows_per_layer=dict(sorted(layer_rows.items(), key=lambda kv: -kv[1])),
         rows=sum(d.rows for d in done), counter_rows=len(counters_df))
     return Merge(

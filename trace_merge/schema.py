@@ -257,6 +257,13 @@ def concat_frames(frames: list[pd.DataFrame]) -> pd.DataFrame:
 
 
 @dataclass
+class SourceMeta:
+    """What a reader says of its file beyond its rows. Each reader returns its own subclass, defined beside it
+    (:class:`~trace_merge.readers.pfw.TimeLoggerMeta`, ``DFTracerMeta``, ``XPlaneMeta``, ``HorovodMeta``,
+    ``DarshanMeta``); this base is the metadata of a source built without a reader."""
+
+
+@dataclass
 class SourceData:
     """What one reader returns for one input file.
 
@@ -269,8 +276,9 @@ class SourceData:
     counters
         Non-interval counters (Darshan), or an empty counters table.
     meta
-        Source metadata needed for alignment, e.g. ``rank``, ``world_size``, ``host``,
-        ``clock_offset_ns`` (this rank's clock minus rank 0's), ``tf_anchors``.
+        The reader's metadata of the file (a :class:`SourceMeta` subclass per reader), e.g. for a TimeLogger
+        file its ``rank``, ``world_size``, ``host``, ``clock_offset_ns`` (this rank's clock minus rank 0's),
+        ``tf_anchors``.
     warnings
         One-line, user-facing warnings (``"<path>: <cause>"``) for skipped parts.
     """
@@ -279,7 +287,7 @@ class SourceData:
     kind: str
     frame: pd.DataFrame
     counters: pd.DataFrame = field(default_factory=empty_counters)
-    meta: dict = field(default_factory=dict)
+    meta: SourceMeta = field(default_factory=SourceMeta)
     warnings: list[str] = field(default_factory=list)
 
 

@@ -23,10 +23,10 @@ from timelogger import layout
 from timelogger.layout import MANIFEST, link_not_followed
 from timelogger.records import LaunchRecord, Manifest
 
-from .align import meta_value
 from .errors import TraceInputError
 from .identity import Identity, by_name, duplicates, identity_of
 from .readers import detect
+from .readers.pfw import TimeLoggerMeta
 from .schema import MAX_RANKS, SourceData, checked_int
 
 LOOKED_FOR = "app/*.pfw[.gz], tf/**/*.xplane.pb, horovod/*.json, posix/*.pfw[.gz], darshan/*.darshan"
@@ -279,16 +279,17 @@ def _listing(path: Path) -> "tuple[list[tuple[Path, str]], dict[str, Any] | None
 def anchors_by_rank(app: list[SourceData]) -> dict[int, list[dict[str, Any]]]:
     """rank -> ``tf_profile`` metadata dicts of that rank's app files (with the writer's pid)."""
     out: dict[int, list[dict[str, Any]]] = {}
-    for src in app:
-        rank = meta_value(src.meta, "rank")
-        found = meta_value(src.meta, "tf_anchors", "tf_profile", "tf_profiles", default=[])
-        if isinstance(found, dict):
-            found = [found]
-        for anchor in found or []:
+    for m in _app_metas(app):
+        for anchor in m.tf_anchors:
             a = dict(anchor)
-            a.setdefault("pid", meta_value(src.meta, "pid"))
-            out.setdefault(int(rank or 0), []).append(a)
+            a.setdefault("pid", m.pid)
+            out.setdefault(m.rank or 0, []).append(a)
     return out
+
+
+def _app_metas(app: list[SourceData]) -> list[TimeLoggerMeta]:
+    """The metadata of the TimeLogger files among ``app``."""
+    return [s.meta for s in app if isinstance(s.meta, TimeLoggerMeta)]
 
 
 def resolve_names(frame: pd.DataFrame, names: dict[str, str]) -> pd.DataFrame:
@@ -311,15 +312,13 @@ def ended_early(app: list[SourceData]) -> list[str]:
     """One warning per rank process whose TimeLogger file says it ended early (an uncaught exception, SIGINT, a
     signal, no close record). Worker processes of a rank (their parent wrote an app file of that rank too) are
     left out: a reader pool's workers are stopped by signals as a matter of course."""
-    pids = {(meta_value(s.meta, "rank"), meta_value(s.meta, "host"), meta_value(s.meta, "pid")) for s in app}
+    pids = {(m.rank, m.host, m.pid) for m in _app_metas(app)}
     out = []
     for s in app:
-        why = meta_value(s.meta, "ended_early")
-        rank, host = meta_value(s.meta, "rank"), meta_value(s.meta, "host")
-        if not why or (rank, host, meta_value(s.meta, "ppid")) in pids:
+        m = s.meta
+        if not isinstance(m, TimeLoggerMeta) or not m.ended_early or (m.rank, m.host, m.ppid) in pids:
             continue
-        out.append(f"rank {rank} {why} (pid {meta_value(s.meta, 'pid')} on {host}, {s.path}); the app layer "
-                   "is incomplete")
+        out.append(f"rank {m.rank} {m.ended_early} (pid {m.pid} on {m.host}, {s.path}); the app layer is incomplete")
     return sorted(out)
 
 
@@ -334,11 +333,11 @@ def missing_ranks(path: Path, manifest: "Mapping[str, object] | None", app: list
     # a value of the wrong type is named in the warning as it is in the file
     given = {} if m is None else {"world_size": m.rejected.get("world_size", m.world_size)}
     world = checked_int(given, "world_size", 1, MAX_RANKS, str(path / MANIFEST), warnings)
-    for src in app:  # the reader checked app headers' values
-        world = world or meta_value(src.meta, "world_size")
+    for meta in _app_metas(app):  # the reader checked app headers' values
+        world = world or meta.world_size
     if not world:
         return warnings
-    present = sorted({r for s in app if isinstance(r := meta_value(s.meta, "rank"), int)})
+    present = sorted({m.rank for m in _app_metas(app) if m.rank is not None})
     gaps: list[tuple[int, int]] = []  # [first, last] of each run of missing ranks
     expected = 0
     for r in present + [world]:

@@ -4,7 +4,7 @@ Run: ``python benchmarks/perf/parse_engines.py DIR [--files N] [--repeats R]`` (
 traces, e.g. a set of ``benchmarks/perf/merge_scale.py``'s cache). One JSON line per engine, then one summary line.
 
 Every engine parses the columns the reader needs (``name``, ``cat``, ``ph``, ``pid``, ``tid``, ``ts``, ``dur`` and
-the ``args`` fields of :data:`trace_merge.readers.pfw._INT_ARGS` / ``_STR_ARGS``) of the first ``N`` files, one file
+the ``args`` fields of :data:`trace_merge.readers.pfw.INT_ARGS` / ``STR_ARGS``) of the first ``N`` files, one file
 after another, into Arrow columns in memory, with every core it wants:
 
 - ``pyarrow``: gunzip (zlib) then ``pyarrow.json.read_json`` with the reader's explicit schema; what
@@ -14,11 +14,11 @@ after another, into Arrow columns in memory, with every core it wants:
 - ``duckdb lines``: gunzip and the reader's body span in Python (as ``pyarrow``), then what the reader did before
   the native scanner: each line a JSON document for DuckDB's ``from_json``, integers as their JSON text cast
   strictly by Arrow, without building the frame;
-- ``scan lines``: the same bodies read by what the reader does now (:func:`trace_merge.readers.pfw._event_table`):
+- ``scan lines``: the same bodies read by what the reader does now (:func:`trace_merge.readers.pfw.event_table`):
   the native scanner (``trace_merge/readers/_pfwscan.c``), straight into Arrow buffers;
 - ``reader``: the whole of :func:`trace_merge.readers.pfw.read` (parse, event and metadata handling, frame);
-  ``reader, duckdb`` and ``reader, pyarrow`` the same with ``TRACE_MERGE_PARSER=duckdb`` (the parser before the
-  scanner) and ``=pyarrow`` (the one before DuckDB);
+  ``reader, duckdb`` and ``reader, pyarrow`` the same with the parser before the scanner first and the one before
+  DuckDB (:class:`~trace_merge.readers.pfw.ParseOptions`, as ``TRACE_MERGE_PARSER=duckdb`` and ``=pyarrow`` set);
 - ``duckdb per-name``: issue 20's reference, ``merge_scale.py``'s DuckDB query (count, sum, min and max of ``dur``
   per ``name``: two columns only).
 
@@ -50,7 +50,7 @@ from benchmarks.perf.merge_scale import DUCKDB_QUERY  # noqa: E402
 #: or commas)
 _BODIES = """
 import sys, zlib
-from trace_merge.readers.pfw import _arrow_input, _body_span
+from trace_merge.readers.pfw import arrow_input, body_span
 
 
 def bodies():
@@ -61,21 +61,21 @@ def bodies():
             out.append(d.decompress(rest))
             rest = d.unused_data
         raw = b"".join(out)
-        start, end, _, _ = _body_span(raw)
-        yield _arrow_input(raw, start, end)
+        start, end, _, _ = body_span(raw)
+        yield arrow_input(raw, start, end)
 """
 
 
 def _lines_program(parser: str) -> str:
-    """The reader's bodies parsed by its ``_event_table`` with ``parser`` (``scan`` or ``duckdb``) first."""
+    """The reader's bodies parsed by its ``event_table`` with ``parser`` (``scan`` or ``duckdb``) first."""
     return _BODIES + f"""
 import pyarrow.compute as pc
 from trace_merge.readers import pfw
-pfw.DUCKDB_MIN_BYTES = 0  # DuckDB however small the files (the reader hands small bodies to pyarrow)
-pfw.USE_SCANNER = {parser == "scan"}
+# DuckDB however small the files (the reader hands small bodies to pyarrow)
+options = pfw.ParseOptions(scanner={parser == "scan"}, duckdb_min_bytes=0)
 n = 0
 for body in bodies():
-    table, _, engine = pfw._event_table(body)
+    table, _, engine = pfw.event_table(body, options)
     assert engine == {parser!r}, engine
     n += pc.sum(pc.equal(table.column("ph"), 1)).as_py() or 0
 print(n)
@@ -86,11 +86,8 @@ print(n)
 PROGRAMS = {
     "pyarrow": _BODIES + """
 import pyarrow as pa, pyarrow.json as pj, pyarrow.compute as pc
-from trace_merge.readers.pfw import _INT_ARGS, _STR_ARGS
-args = pa.struct([(k, pa.int64()) for k in _INT_ARGS] + [(k, pa.string()) for k in _STR_ARGS]
-                 + [("name", pa.string()), ("value", pa.string())])
-schema = pa.schema([("name", pa.string()), ("cat", pa.string()), ("ph", pa.int64()), ("pid", pa.int64()),
-                    ("tid", pa.int64()), ("ts", pa.int64()), ("dur", pa.int64()), ("args", args)])
+from trace_merge.readers.pfw import event_schema
+schema = event_schema(False, pa.int64())
 n = 0
 for body in bodies():
     table = pj.read_json(pa.py_buffer(body), read_options=pj.ReadOptions(block_size=16 << 20),
@@ -102,8 +99,8 @@ print(n)
 import sys
 import duckdb
 import pyarrow.compute as pc
-from trace_merge.readers.pfw import _INT_ARGS, _STR_ARGS
-fields = ", ".join([f'"{k}" BIGINT' for k in _INT_ARGS] + [f'"{k}" VARCHAR' for k in _STR_ARGS]
+from trace_merge.readers.pfw import INT_ARGS, STR_ARGS
+fields = ", ".join([f'"{k}" BIGINT' for k in INT_ARGS] + [f'"{k}" VARCHAR' for k in STR_ARGS]
                    + ['"name" VARCHAR', '"value" VARCHAR'])
 columns = {"name": "VARCHAR", "cat": "VARCHAR", "ph": "BIGINT", "pid": "BIGINT", "tid": "BIGINT",
            "ts": "BIGINT", "dur": "BIGINT", "args": f"STRUCT({fields})"}
@@ -123,16 +120,16 @@ from trace_merge.readers import pfw
 print(sum(len(pfw.read(p).frame) for p in sys.argv[1:]))
 """,
     "reader, duckdb": """
-import os, sys
-os.environ["TRACE_MERGE_PARSER"] = "duckdb"
+import sys
 from trace_merge.readers import pfw
-print(sum(len(pfw.read(p).frame) for p in sys.argv[1:]))
+options = pfw.ParseOptions(scanner=False)
+print(sum(len(pfw.read(p, options=options).frame) for p in sys.argv[1:]))
 """,
     "reader, pyarrow": """
-import os, sys
-os.environ["TRACE_MERGE_PARSER"] = "pyarrow"
+import sys
 from trace_merge.readers import pfw
-print(sum(len(pfw.read(p).frame) for p in sys.argv[1:]))
+options = pfw.ParseOptions(scanner=False, duckdb=False)
+print(sum(len(pfw.read(p, options=options).frame) for p in sys.argv[1:]))
 """,
     "duckdb per-name": DUCKDB_QUERY,
 }
@@ -197,7 +194,8 @@ def hazards(work: Path) -> list:
                                "metadata": sum(1 for r in rows if r[1] == 4),
                                "ts_us": [r[2] for r in rows if r[1] == 1][:3],
                                "null_rows": sum(r[0] is None for r in rows)},
-                    "reader": {"events": len(ours.frame), "metadata": len(ours.meta.get("hosts") or {}),
+                    "reader": {"events": len(ours.frame),
+                               "metadata": len(ours.meta.hosts) if isinstance(ours.meta, pfw.DFTracerMeta) else 0,
                                "ts_us": [t / 1e3 for t in ours.frame["start_ns"].head(3)],
                                "warnings": [w.split(": ", 1)[-1][:90] for w in ours.warnings]}})
     return out

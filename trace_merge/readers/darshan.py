@@ -29,13 +29,14 @@ import logging
 import os
 import struct
 import zlib
+from dataclasses import dataclass
 from typing import Any, Optional
 
 import numpy as np
 import pandas as pd
 
 from ..errors import TraceInputError
-from ..schema import SourceData, category_mask, empty_frame, to_counters, to_frame, empty_counters
+from ..schema import SourceData, SourceMeta, category_mask, empty_counters, empty_frame, to_counters, to_frame
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +46,32 @@ COUNTER_LAYERS = {"POSIX": "posix", "STDIO": "stdio", "MPI-IO": "mpiio", "H5F": 
 #: DXT module -> frame layer.
 DXT_LAYERS = {"DXT_POSIX": "posix", "DXT_MPIIO": "mpiio"}
 _ZLIB, _BZIP2, _NONE = 0, 1, 2
+
+
+@dataclass
+class DarshanMeta(SourceMeta):
+    """What the reader found in a Darshan log."""
+
+    #: PyDarshan's job header
+    job: dict[str, object]
+    exe: Optional[str]
+    nprocs: Optional[int]
+    jobid: Optional[int]
+    #: the job's start and end (epoch ns)
+    start_ns: Optional[int]
+    end_ns: Optional[int]
+    #: the modules that recorded anything
+    modules: list[str]
+    #: the log format's version
+    version: str
+    #: Darshan ran out of instrumentation memory: counters are incomplete
+    partial: bool
+    #: the hosts of the DXT segments
+    hosts: list[str]
+    host: Optional[str]
+    #: 0 for a one-process job, else None (the log's rows carry their ranks)
+    rank: Optional[int]
+    dxt_segments: int
 
 
 def read(path: "str | os.PathLike[str]") -> SourceData:
@@ -59,9 +86,7 @@ def read(path: "str | os.PathLike[str]") -> SourceData:
     -------
     SourceData
         ``kind="darshan"``; ``frame`` holds DXT segments (empty without DXT), ``counters`` the
-        module counters; ``meta`` has ``job`` (PyDarshan's job header), ``exe``, ``nprocs``,
-        ``jobid``, ``start_ns``/``end_ns`` (job start/end, epoch ns), ``modules``, ``version``,
-        ``partial``, ``hosts``.
+        module counters; ``meta`` a :class:`DarshanMeta`.
 
     Raises
     ------
@@ -88,26 +113,25 @@ def read(path: "str | os.PathLike[str]") -> SourceData:
 
     warnings += _dropped_modules(path, report)
     job = dict(report.metadata.get("job", {}))
-    start_ns = _job_time_ns(job, "start")
+    start_ns = job_time_ns(job, "start")
     names = {int(k): str(v) for k, v in report.name_records.items()}
     counters = _counters(report, names)
     frame, hosts = _dxt(report, names, start_ns)
-    meta = {
-        "kind": "darshan",
-        "job": job,
-        "exe": report.metadata.get("exe"),
-        "nprocs": job.get("nprocs"),
-        "jobid": job.get("jobid"),
-        "start_ns": start_ns,
-        "end_ns": _job_time_ns(job, "end"),
-        "modules": sorted(report.records),
-        "version": header["version"],
-        "partial": header["partial"],
-        "hosts": hosts,
-        "host": hosts[0] if len(hosts) == 1 else None,
-        "rank": 0 if job.get("nprocs") == 1 else None,
-        "dxt_segments": len(frame),
-    }
+    meta = DarshanMeta(
+        job=job,
+        exe=report.metadata.get("exe"),
+        nprocs=job.get("nprocs"),
+        jobid=job.get("jobid"),
+        start_ns=start_ns,
+        end_ns=job_time_ns(job, "end"),
+        modules=sorted(report.records),
+        version=header["version"],
+        partial=header["partial"],
+        hosts=hosts,
+        host=hosts[0] if len(hosts) == 1 else None,
+        rank=0 if job.get("nprocs") == 1 else None,
+        dxt_segments=len(frame),
+    )
     return SourceData(path=path, kind="darshan", frame=frame, counters=counters, meta=meta, warnings=warnings)
 
 
@@ -166,7 +190,8 @@ def validate(path: "str | os.PathLike[str]") -> dict:
         if off < header_size or length <= 0 or off + length > len(data):
             raise TraceInputError(
                 path,
-                f"truncated or corrupted Darshan log ({label} region {off}+{length} is outside the {len(data)}-byte file)",
+                f"truncated or corrupted Darshan log ({label} region {off}+{length} is outside the "
+                f"{len(data)}-byte file)",
             )
         _check_region(path, label, data[off : off + length], comp)
     return {"version": version, "partial": bool(partial), "compression": comp, "regions": len(regions),
@@ -213,7 +238,9 @@ def _check_region(path: str, label: str, blob: bytes, comp: int) -> None:
 # tables
 
 
-def _job_time_ns(job: dict, which: str) -> Optional[int]:
+def job_time_ns(job: dict, which: str) -> Optional[int]:
+    """The job's ``start`` or ``end`` (``which``) in epoch ns from PyDarshan's job header (seconds and, in newer
+    logs, nanoseconds), None where the header has no such time."""
     sec = job.get(f"{which}_time_sec", job.get(f"{which}_time"))
     if sec is None:
         return None
@@ -269,7 +296,8 @@ def _lustre(tables: dict, names: dict) -> list:
             rows = []
             for rank, rid, osts in zip(wide["rank"], wide["id"], wide["LUSTRE_OST_IDS"]):
                 for k, ost in enumerate(list(osts) if osts is not None else []):
-                    rows.append(("posix", int(rank), names.get(int(rid), str(int(rid))), f"LUSTRE_OST_ID_{k}", float(ost)))
+                    rows.append(("posix", int(rank), names.get(int(rid), str(int(rid))), f"LUSTRE_OST_ID_{k}",
+                                 float(ost)))
             if rows:
                 parts.append(pd.DataFrame(rows, columns=["layer", "rank", "file", "counter", "value"]))
     return parts

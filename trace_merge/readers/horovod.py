@@ -7,11 +7,11 @@ Horovod shuts down cleanly and holds several events per line. Each ``pid`` is on
 pairs (nested per tensor: ``ALLREDUCE`` ⊃ ``MPI_ALLREDUCE``) and ``X`` events.
 
 Rows: layer ``comm``, cat ``comm`` (a negotiation's: below), ``name`` = the activity (``NEGOTIATE_ALLREDUCE``,
-``ALLREDUCE``, ``MPI_ALLREDUCE``, ...), ``tid`` = the timeline pid (tensor index), ``args`` = ``{"tensor": name, ...}`` plus
-the ``E`` event's args (dtype, shape). Zero-length ``X`` events named by a rank number (``"0"``, ``"1"``:
-"rank N is ready" marks inside a negotiation) are no rows: a negotiation keeps them as ``args.ready_order``
-(the ranks in the order Horovod saw them ready) and ``args.last_ready`` (the last of them: the rank the others
-waited for). Horovod 0.28 marks only a tensor's uncached negotiations: its first, or every one with
+``ALLREDUCE``, ``MPI_ALLREDUCE``, ...), ``tid`` = the timeline pid (tensor index), ``args`` =
+``{"tensor": name, ...}`` plus the ``E`` event's args (dtype, shape). Zero-length ``X`` events named by a rank
+number (``"0"``, ``"1"``: "rank N is ready" marks inside a negotiation) are no rows: a negotiation keeps them as
+``args.ready_order`` (the ranks in the order Horovod saw them ready) and ``args.last_ready`` (the last of them: the
+rank the others waited for). Horovod 0.28 marks only a tensor's uncached negotiations: its first, or every one with
 ``HOROVOD_CACHE_CAPACITY=0`` (``timelogger run --horovod-ready-marks``). One answered from its response cache has
 no marks (measured: it still spans first to last ready) and takes ``last_ready`` from the tensor's latest marked
 negotiation. A negotiation with neither has no ``last_ready``.
@@ -28,17 +28,31 @@ import json
 import logging
 import os
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from ..errors import TraceInputError
-from ..schema import MAX_EPOCH_NS, SourceData, to_frame
+from ..schema import MAX_EPOCH_NS, SourceData, SourceMeta, to_frame
 
 log = logging.getLogger(__name__)
 
 KIND = "horovod"
+
+
+@dataclass
+class HorovodMeta(SourceMeta):
+    """What the reader found in a Horovod timeline."""
+
+    rank: int
+    #: epoch µs of the timeline's ``ts == 0``
+    start_us: int
+    #: timeline pid -> tensor name
+    tensors: dict[int, str]
+    #: False for a truncated file
+    complete: bool
 
 
 #: where the next event of the array starts after a corrupt one: the end of an event, a comma, and an object whose
@@ -147,8 +161,7 @@ def read(path: "str | os.PathLike[str]", rank: int = 0) -> SourceData:
     Returns
     -------
     SourceData
-        ``frame``: ``comm`` rows, absolute epoch ns. ``meta``: ``rank``, ``start_us`` (epoch µs of
-        ``ts == 0``), ``tensors`` (pid -> tensor name), ``complete`` (False for a truncated file).
+        ``frame``: ``comm`` rows, absolute epoch ns. ``meta``: a :class:`HorovodMeta`.
         ``warnings``: truncation, unmatched ``B`` events (activities still open at the end).
 
     Raises
@@ -173,7 +186,8 @@ def read(path: "str | os.PathLike[str]", rank: int = 0) -> SourceData:
     bad: list[tuple[int, str]] = []  # (index in events, cause)
     for i, ev in enumerate(events):
         if ev.get("ph") == "M" and ev.get("name") == "process_name":
-            a = ev.get("args") if isinstance(ev.get("args"), dict) else {}
+            given = ev.get("args")
+            a = given if isinstance(given, dict) else {}
             if "start_time_since_epoch_in_micros" in a and start_us is None:
                 start_us = _int(a["start_time_since_epoch_in_micros"], 0, _MAX_US)
                 if start_us is None:
@@ -245,8 +259,8 @@ def read(path: "str | os.PathLike[str]", rank: int = 0) -> SourceData:
 
     if bad:
         first, cause = bad[0]
-        line = _event_line(text, first)
-        where = "" if line is None else f":{line}"
+        at = _event_line(text, first)
+        where = "" if at is None else f":{at}"
         warnings.append(f"{path}{where}: {len(bad)} event(s) with bad values skipped (first: {cause})")
     open_b = sum(len(s) for s in stacks.values())
     if open_b:
@@ -270,7 +284,7 @@ def read(path: "str | os.PathLike[str]", rank: int = 0) -> SourceData:
             "args": [json.dumps(a) for a in args],
         }
     )
-    meta = {"rank": int(rank), "start_us": start_us, "tensors": tensors, "complete": complete}
+    meta = HorovodMeta(rank=int(rank), start_us=start_us, tensors=tensors, complete=complete)
     log.debug("%s: %d comm rows", path, len(frame))
     return SourceData(path=str(path), kind=KIND, frame=frame, meta=meta, warnings=warnings)
 

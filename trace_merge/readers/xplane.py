@@ -10,7 +10,7 @@ Newer TensorFlow (seen in 2.21) stores the start in the ``Task Environment`` pla
 (stat ``profile_start_time``, epoch ns). TensorFlow 2.15 stores no absolute time at all: the file is
 shifted so that the ``timelogger_anchor`` TraceMe that ``TimeLogger.tf_profile`` emits starts at the
 ``marker_wall_ns`` recorded in the app file's ``tf_profile`` metadata (docs/wire-format.md). When both
-exist the Task Environment wins and the marker is a cross-check (``meta["anchor_check_ns"]``).
+exist the Task Environment wins and the marker is a cross-check (:attr:`XPlaneMeta.anchor_check_ns`).
 
 Classification (``cat``)
 ------------------------
@@ -44,16 +44,38 @@ import json
 import logging
 import os
 import re
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Optional, Sequence
 
 import numpy as np
 
 from ..errors import TraceInputError
-from ..schema import SourceData, to_frame
+from ..schema import SourceData, SourceMeta, to_frame
 from . import rank_from_name
 
 log = logging.getLogger(__name__)
+
+
+@dataclass
+class XPlaneMeta(SourceMeta):
+    """What the reader found in a TensorFlow profile."""
+
+    rank: int
+    #: the profiled host
+    host: str
+    #: where its absolute time came from: ``"task_environment"``, ``"anchor"`` (the ``tf_profile`` marker) or
+    #: ``"absolute_lines"``
+    time_base: str
+    #: tid (XLine id) -> thread name
+    threads: dict[int, str]
+    #: the ``Task Environment`` plane's profile start (epoch ns), None where there is none (TF 2.15)
+    profile_start_ns: Optional[int]
+    #: the profiled process, where the anchor carried it
+    pid: Optional[int] = None
+    #: the marker's distance from the profile's own start (ns), where both time sources exist
+    anchor_check_ns: Optional[int] = None
+
 
 KIND = "xplane"
 HOST_PLANE = "/host:CPU"
@@ -218,9 +240,8 @@ def read(
         ``frame``: layer ``framework`` rows with absolute epoch-ns ``start_ns``/``end_ns``,
         ``tid`` = XLine id, ``host`` = the profiled host, ``step``/``epoch`` where the event carries
         ``step_num``/``epoch_num``, other event stats in ``args`` (JSON).
-        ``meta``: ``rank``, ``host``, ``time_base`` (``"task_environment"``, ``"anchor"`` or
-        ``"absolute_lines"``), ``threads`` (tid -> thread name), ``anchor_check_ns`` when both time
-        sources exist, ``pid`` when the anchor carried one.
+        ``meta``: an :class:`XPlaneMeta` (``rank``, ``host``, ``time_base``, ``threads``, ``anchor_check_ns`` when
+        both time sources exist, ``pid`` when the anchor carried one).
 
     Raises
     ------
@@ -288,19 +309,17 @@ def read(
     dur_arr = np.asarray(durs, dtype=np.int64)
     _mark_wrappers(cats, start_arr, start_arr + dur_arr)
     task_start = profile_start_ns(space)
-    meta_out: dict[str, Any] = {"threads": threads}
-    if anchor is not None and anchor.get("pid") is not None:
-        meta_out["pid"] = int(anchor["pid"])
+    pid = int(anchor["pid"]) if anchor is not None and anchor.get("pid") is not None else None
 
     if len(start_arr) and int(start_arr.min()) > _ABSOLUTE_NS:
         offset = 0
-        meta_out["time_base"] = "absolute_lines"
+        time_base = "absolute_lines"
     elif task_start is not None:
         offset = task_start
-        meta_out["time_base"] = "task_environment"
+        time_base = "task_environment"
     elif anchor is not None and marker_rel is not None:
         offset = int(anchor["marker_wall_ns"]) - marker_rel
-        meta_out["time_base"] = "anchor"
+        time_base = "anchor"
     else:
         why = (
             f"no {marker_name!r} marker event in the host plane"
@@ -312,9 +331,10 @@ def read(
             f"no absolute time: this TensorFlow writes no 'Task Environment' plane and {why}; "
             "profile with timelogger tf_profile (TimeLogger.tf_profile) so the marker anchors the file",
         )
-    if anchor is not None and marker_rel is not None and meta_out["time_base"] != "anchor":
+    anchor_check_ns = None
+    if anchor is not None and marker_rel is not None and time_base != "anchor":
         check = offset + marker_rel - int(anchor["marker_wall_ns"])
-        meta_out["anchor_check_ns"] = int(check)
+        anchor_check_ns = int(check)
         if abs(check) > ANCHOR_TOLERANCE_NS:
             warnings.append(
                 f"{path}: timelogger_anchor marker is {check / 1e6:.3f} ms away from the profile's own "
@@ -325,7 +345,6 @@ def read(
     if rank is None:
         rank = rank_from_name(path)
     rank = 0 if rank is None else int(rank)
-    meta_out.update(rank=rank, host=host, profile_start_ns=task_start)
     start_abs = start_arr + offset
     frame = to_frame(
         {
@@ -333,7 +352,7 @@ def read(
             "cat": cats,
             "name": names,
             "rank": np.full(len(names), rank, dtype=np.int64),
-            "pid": meta_out.get("pid", 0),
+            "pid": pid if pid is not None else 0,
             "tid": np.asarray(tids, dtype=np.int64),
             "host": host,
             "start_ns": start_abs,
@@ -343,8 +362,10 @@ def read(
             "args": args,
         }
     )
-    log.debug("%s: %d framework rows, time base %s", path, len(frame), meta_out["time_base"])
-    return SourceData(path=str(path), kind=KIND, frame=frame, meta=meta_out, warnings=warnings)
+    log.debug("%s: %d framework rows, time base %s", path, len(frame), time_base)
+    return SourceData(path=str(path), kind=KIND, frame=frame, warnings=warnings,
+                      meta=XPlaneMeta(rank=rank, host=host, time_base=time_base, threads=threads,
+                                      profile_start_ns=task_start, pid=pid, anchor_check_ns=anchor_check_ns))
 
 
 def _mark_wrappers(cats: list[str], starts: np.ndarray, ends: np.ndarray) -> None:
