@@ -134,24 +134,29 @@ def test_ddp_over_gloo_two_ranks_each_get_their_rank_verdict_and_reads(tmp_path,
 
 @pytest.mark.parametrize("start", ["fork", "spawn", "forkserver"])
 def test_persistent_workers_stopped_by_sigterm_leave_complete_files(tmp_path, data, start):
-    """Persistent workers live until the program exits; Python's multiprocessing then ends them with SIGTERM, which
-    PyTorch's own handler turns into an immediate exit. Every interval of every worker is on disk anyway, and the
-    close record counts it; the multiprocessing helper processes (forkserver, resource tracker) are on the rank."""
+    """Persistent workers live until the program exits; Python's multiprocessing then ends them with SIGTERM. PyTorch's
+    own handler would exit at once (the validation loader's workers, forked once the program's logger exists, would
+    lose every interval), the loggers' default one would die of the signal (and the parent report a killed worker).
+    Every interval of every worker is on disk anyway, its close record counts it, the program ends cleanly, and the
+    multiprocessing helper processes (forkserver, resource tracker) are on the rank."""
     run_dir = tmp_path / "run"
-    launch(run_dir, sys.executable, SCRIPT, "--data", str(data), "--item-ms", "1", "--step-ms", "1", "--persistent",
-           "--start", start, options=("--posix",) if start == "forkserver" else ())
+    p = launch(run_dir, sys.executable, SCRIPT, "--data", str(data), "--item-ms", "1", "--step-ms", "1",
+               "--persistent", "--val", "--start", start, options=("--posix",) if start == "forkserver" else ())
+    assert "killed by signal" not in p.stderr, p.stderr[-3000:]
     workers = _worker_files(run_dir)
-    assert len(workers) == 2
+    assert len(workers) == 4  # 2 of the training loader, 2 of the validation loader
     for events in workers:
         (close,) = meta(events, "timelogger_close")
         assert close["args"]["exit"] == {"reason": "signal", "signal": "SIGTERM"}, close
-        assert close["args"]["dropped"] == 0 and close["args"]["events"] == len(intervals(events))
-    batches = SAMPLES // BATCH * EPOCHS
+        assert close["args"]["dropped"] == 0 and close["args"]["events"] == len(intervals(events)) > 0
+    batches = SAMPLES // BATCH * EPOCHS * 2
     named = [e["name"] for w in workers for e in intervals(w)]
-    assert named.count("FileDataset.__getitem__") == SAMPLES * EPOCHS
+    assert named.count("FileDataset.__getitem__") == SAMPLES * EPOCHS * 2
     assert named.count("Load Batch") == named.count("Collate default_collate") == batches
     s = _summary(run_dir)
     assert s["ranks"] == [0] and not s["warnings"], s["warnings"]  # no "ended early", no rank -1
+    # the validation loader's end is no epoch of training
+    assert Run.open(run_dir).step_series().groupby("epoch").size().to_dict() == {0: 8, 1: 8}
 
 
 def test_epochs_of_a_loop_that_breaks_off_and_a_torch_profile_window(tmp_path, data):

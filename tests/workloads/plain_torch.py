@@ -1,13 +1,15 @@
 """A PyTorch training script with no TimeLogger code at all, as users write them, with its own wall-clock truth.
 
 ``python plain_torch.py --data DIR [--item-ms 0] [--step-ms 10] [--epochs 2] [--batch 4] [--workers 2]
-[--start fork|spawn|forkserver] [--persistent] [--ddp] [--host-ms 0] [--break-after N]``
+[--start fork|spawn|forkserver] [--persistent] [--ddp] [--host-ms 0] [--break-after N] [--val]``
 
 A map-style ``Dataset`` of the files in ``DIR`` (each ``__getitem__`` reads one whole file, then sleeps ``--item-ms``:
 a slow decode), a ``DataLoader(num_workers=2)``, a tiny linear model, ``loss.backward()``, ``--step-ms`` of
 "compute" (a sleep) and ``optimizer.step()``. With ``--ddp`` the model is wrapped in DistributedDataParallel over Gloo
 (rank and world size from torchrun's ``RANK``/``WORLD_SIZE`` or MPICH's ``PMI_RANK``/``PMI_SIZE``, rendezvous at
-``tcp://127.0.0.1:$MASTER_PORT``) and each rank reads its ``DistributedSampler`` share.
+``tcp://127.0.0.1:$MASTER_PORT``) and each rank reads its ``DistributedSampler`` share. ``--val``: after each epoch a
+validation pass over the same files through a second DataLoader like the first (its workers start after the
+training's first batches).
 
 The truth times the script's own waits with ``time.perf_counter_ns()`` (not TimeLogger): its ``next()`` calls on the
 loader (the first of an epoch from its ``iter()``: the workers' start) and its steps (from ``next()`` returning the
@@ -81,6 +83,7 @@ def main() -> None:
     ap.add_argument("--persistent", action="store_true")
     ap.add_argument("--ddp", action="store_true")
     ap.add_argument("--break-after", type=int, default=0, help="leave each epoch after N steps (no exhaustion)")
+    ap.add_argument("--val", action="store_true", help="a validation pass after each epoch")
     a = ap.parse_args()
     rank, world = 0, 1
     if a.ddp:
@@ -92,9 +95,13 @@ def main() -> None:
     torch.set_num_threads(1)
     ds = FileDataset(a.data, a.item_ms / 1000)
     sampler = DistributedSampler(ds, shuffle=False) if a.ddp else None
-    loader = DataLoader(ds, batch_size=a.batch, sampler=sampler, num_workers=a.workers,
-                        persistent_workers=a.persistent and a.workers > 0,
-                        multiprocessing_context=a.start if a.workers > 0 else None)
+    def make_loader(sampler):
+        return DataLoader(ds, batch_size=a.batch, sampler=sampler, num_workers=a.workers,
+                          persistent_workers=a.persistent and a.workers > 0,
+                          multiprocessing_context=a.start if a.workers > 0 else None)
+
+    loader = make_loader(sampler)
+    val = make_loader(None) if a.val else None
     model: nn.Module = nn.Linear(16, 1)
     if a.ddp:
         model = nn.parallel.DistributedDataParallel(model)
@@ -129,6 +136,10 @@ def main() -> None:
                 break
         read_bytes += sum(os.path.getsize(ds.files[i]) for i in indices)
         del it
+        if val is not None:
+            with torch.no_grad():
+                for x, _ in val:
+                    model(x)
     # leaving an epoch early, the workers have read ahead of the steps: bytes unknown
     print("TRUTH " + json.dumps(truth(rank, -1 if a.break_after else read_bytes)), flush=True)
     if a.ddp:
