@@ -159,6 +159,32 @@ def test_persistent_workers_stopped_by_sigterm_leave_complete_files(tmp_path, da
     assert Run.open(run_dir).step_series().groupby("epoch").size().to_dict() == {0: 8, 1: 8}
 
 
+@pytest.mark.parametrize("kind", ["no workers", "iterable"])
+def test_a_loader_without_workers_and_an_iterable_dataset(tmp_path, data, kind):
+    """Without workers the loop's own process reads, inside its fetches; an IterableDataset's workers time each
+    ``next()`` of their stream. Same verdict against the script's clock, same bytes."""
+    run_dir = tmp_path / "run"
+    args = ("--workers", "0") if kind == "no workers" else ("--iterable",)
+    p = launch(run_dir, sys.executable, SCRIPT, "--data", str(data), "--item-ms", "5", "--step-ms", "10", *args,
+               options=("--posix",))
+    (truth,) = truths(p.stdout)
+    s = _summary(run_dir)
+    assert s["ranks"] == [0] and not s["warnings"], s["warnings"]
+    _agrees(s["verdict"], truth)
+    assert _sample_reads(Run.open(run_dir), data) == {0: sum(SIZES) * EPOCHS}
+    if kind == "no workers":
+        (events,) = [read_pfw(f) for f in app_files(run_dir)]
+        fetches = [(e["ts"], e["ts"] + e["dur"]) for e in intervals(events, "Fetch Batch")]
+        items = intervals(events, "FileDataset.__getitem__")
+        assert len(items) == SAMPLES * EPOCHS and not _worker_files(run_dir)
+        assert all(any(a <= e["ts"] and e["ts"] + e["dur"] <= b for a, b in fetches) for e in items)
+        assert {e["args"].get("epoch") for e in items} == {0, 1}  # the loop's own tags
+    else:
+        items = [e for w in _worker_files(run_dir) for e in intervals(w, "FileStream next")]
+        assert len([e for e in items if not e["args"].get("exhausted")]) == SAMPLES * EPOCHS
+        assert len([e for e in items if e["args"].get("exhausted")]) == 2 * EPOCHS  # each worker's stream ran out
+
+
 def test_epochs_of_a_loop_that_breaks_off_and_a_torch_profile_window(tmp_path, data):
     """Leaving each epoch after 3 steps (the iterator never runs out): the loader's restart ends the epoch. The
     --torch-profile window follows the hooks' steps: one Chrome/Kineto trace in RUN/torch/rank-0 whose

@@ -11,12 +11,13 @@
 - The fetchers of the DataLoader (``_MapDatasetFetcher``/``_IterableDatasetFetcher``), in its worker processes (fork,
   spawn, forkserver; persistent or not) and, without workers, in the loading process itself: ``Load Batch`` (cat
   ``io``) around each batch, ``<Dataset>.__getitem__`` (or ``__getitems__``, or ``<Dataset> next`` for an iterable
-  one, cat ``io``) around each sample and ``Collate <fn>`` (cat ``preprocess``) around the collation: the reader
-  intervals of the rank's loader, in one app file per worker (the rank's, as the worker inherits the launcher's
-  environment), with no step or epoch tag of their own (a worker reads ahead of the steps; the merge lends the
-  epoch of the rank's steps to its POSIX reads). The worker's file is closed when it exits, and when its parent ends
-  it with SIGTERM (:func:`timelogger.process.exit_on_sigterm`: PyTorch's own handler would exit at once), so every
-  interval is on disk or counted as dropped in the close record.
+  one, the ``next()`` that finds its stream exhausted with ``args.exhausted``; cat ``io``) around each sample and
+  ``Collate <fn>`` (cat ``preprocess``) around the collation: the reader intervals of the rank's loader, in one app
+  file per worker (the rank's, as the worker inherits the launcher's environment), with no step or epoch tag of their
+  own (a worker reads ahead of the steps; the merge lends the epoch of the rank's steps to its POSIX reads). The
+  worker's file is closed when it exits, and when its parent ends it with SIGTERM
+  (:func:`timelogger.process.exit_on_sigterm`: PyTorch's own handler would exit at once), so every interval is on disk
+  or counted as dropped in the close record.
 
 A program that times ``wait`` / ``compute`` phases itself gets no fetch / step intervals (:data:`~timelogger.logger.
 PROGRAM`), one that times ``io`` or ``preprocess`` phases in a worker no reader intervals there.
@@ -329,10 +330,17 @@ class _TimedNext:
         if not reader.on:
             return next(self._it)
         t0 = _pc()
+        ended = None
         try:
             return next(self._it)
+        except StopIteration:
+            ended = _EXHAUSTED  # the worker's share of the stream ran out: timed too, and said
+            raise
         finally:
-            reader.tl.append(self._spec, t0, _pc())
+            reader.tl.append(self._spec, t0, _pc(), ended)
+
+
+_EXHAUSTED = {"exhausted": True}
 
 
 def _timed_call(fn: Any, reader: _Reader, spec: str) -> Any:

@@ -1,7 +1,7 @@
 """A PyTorch training script with no TimeLogger code at all, as users write them, with its own wall-clock truth.
 
 ``python plain_torch.py --data DIR [--item-ms 0] [--step-ms 10] [--epochs 2] [--batch 4] [--workers 2]
-[--start fork|spawn|forkserver] [--persistent] [--ddp] [--host-ms 0] [--break-after N] [--val]``
+[--start fork|spawn|forkserver] [--persistent] [--ddp] [--host-ms 0] [--break-after N] [--val] [--iterable]``
 
 A map-style ``Dataset`` of the files in ``DIR`` (each ``__getitem__`` reads one whole file, then sleeps ``--item-ms``:
 a slow decode), a ``DataLoader(num_workers=2)``, a tiny linear model, ``loss.backward()``, ``--step-ms`` of
@@ -9,7 +9,8 @@ a slow decode), a ``DataLoader(num_workers=2)``, a tiny linear model, ``loss.bac
 (rank and world size from torchrun's ``RANK``/``WORLD_SIZE`` or MPICH's ``PMI_RANK``/``PMI_SIZE``, rendezvous at
 ``tcp://127.0.0.1:$MASTER_PORT``) and each rank reads its ``DistributedSampler`` share. ``--val``: after each epoch a
 validation pass over the same files through a second DataLoader like the first (its workers start after the
-training's first batches).
+training's first batches). ``--iterable``: the same samples from an ``IterableDataset`` (each worker streams its
+share of the files).
 
 The truth times the script's own waits with ``time.perf_counter_ns()`` (not TimeLogger): its ``next()`` calls on the
 loader (the first of an epoch from its ``iter()``: the workers' start) and its steps (from ``next()`` returning the
@@ -28,14 +29,23 @@ import time
 import torch
 import torch.distributed as dist
 from torch import nn
-from torch.utils.data import DataLoader, Dataset, DistributedSampler
+from torch.utils.data import DataLoader, Dataset, DistributedSampler, IterableDataset, get_worker_info
 
 FETCHED: list = []
 STEPPED: list = []
 
 
+def load(path: str, item_s: float):
+    """One sample: the file read whole, its first 16 bytes as features; then ``item_s`` of decoding."""
+    with open(path, "rb") as fh:
+        data = fh.read()
+    time.sleep(item_s)
+    x = torch.tensor(list(data[:16]), dtype=torch.float32) / 255.0
+    return x, x.sum(dim=0, keepdim=True)
+
+
 class FileDataset(Dataset):
-    """One sample per file: its first 16 bytes as features, read whole."""
+    """One sample per file."""
 
     def __init__(self, root: str, item_s: float) -> None:
         self.files = sorted(os.path.join(root, f) for f in os.listdir(root))
@@ -45,11 +55,19 @@ class FileDataset(Dataset):
         return len(self.files)
 
     def __getitem__(self, i: int):
-        with open(self.files[i], "rb") as fh:
-            data = fh.read()
-        time.sleep(self.item_s)
-        x = torch.tensor(list(data[:16]), dtype=torch.float32) / 255.0
-        return x, x.sum(dim=0, keepdim=True)
+        return load(self.files[i], self.item_s)
+
+
+class FileStream(IterableDataset):
+    """The same samples as a stream: each worker reads every ``num_workers``-th file."""
+
+    def __init__(self, files: list, item_s: float) -> None:
+        self.files, self.item_s = files, item_s
+
+    def __iter__(self):
+        info = get_worker_info()
+        for path in self.files if info is None else self.files[info.id::info.num_workers]:
+            yield load(path, self.item_s)
 
 
 def covered(intervals: list, lo: int, hi: int) -> int:
@@ -84,6 +102,7 @@ def main() -> None:
     ap.add_argument("--ddp", action="store_true")
     ap.add_argument("--break-after", type=int, default=0, help="leave each epoch after N steps (no exhaustion)")
     ap.add_argument("--val", action="store_true", help="a validation pass after each epoch")
+    ap.add_argument("--iterable", action="store_true", help="an IterableDataset of the same files")
     a = ap.parse_args()
     rank, world = 0, 1
     if a.ddp:
@@ -96,7 +115,8 @@ def main() -> None:
     ds = FileDataset(a.data, a.item_ms / 1000)
     sampler = DistributedSampler(ds, shuffle=False) if a.ddp else None
     def make_loader(sampler):
-        return DataLoader(ds, batch_size=a.batch, sampler=sampler, num_workers=a.workers,
+        return DataLoader(FileStream(ds.files, ds.item_s) if a.iterable else ds, batch_size=a.batch,
+                          sampler=sampler, num_workers=a.workers,
                           persistent_workers=a.persistent and a.workers > 0,
                           multiprocessing_context=a.start if a.workers > 0 else None)
 
