@@ -212,8 +212,15 @@ class Loop:
                 self.logger().tag_epoch(epoch)
 
     def next_cycle(self) -> None:
-        """The cycle of the next step begins now (the fetch of its batch): moves ``--torch-profile`` windows."""
-        self.logger().cycle_begins(self.step + 1)
+        """The cycle of the next step begins now (the fetch of its batch): moves ``--torch-profile`` windows. A
+        program that marks its own loop (its steps, its fetches or its steps' compute) moves its own logger's windows:
+        no logger of the hooks is made for this."""
+        tl = self.tl
+        if tl is None:
+            if PROGRAM.steps or PROGRAM.cats & {"wait", "compute"}:
+                return
+            tl = self.logger()
+        tl.cycle_begins(self.step + 1)
 
     def step_begin(self) -> None:
         """A step call is about to run: the first after a fetch (or every one, in a loop that fetches nothing
