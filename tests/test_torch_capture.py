@@ -36,10 +36,13 @@ SCRIPT = str(WORKLOADS / "plain_torch.py")
 SAMPLES, BATCH, EPOCHS = 32, 4, 2
 #: each sample's file size: all different, so that a miscounted read shows in the bytes
 SIZES = [1000 + 137 * i for i in range(SAMPLES)]
-#: input-bound: 2 workers decode 4 samples of 15 ms per batch (30 ms a batch) for a 10 ms step; compute-bound: a 50 ms
-#: step, persistent workers (no worker start-up or shutdown at each epoch's edges: their cost is input wait too)
+#: input-bound: 2 workers decode 4 samples of 15 ms per batch (30 ms a batch) for a 10 ms step; compute-bound: an 80 ms
+#: step, persistent workers (no worker start-up or shutdown at each epoch's edges: their cost is input wait too), so
+#: that a fetch of a ready batch (1-2 ms: the batch's tensors handed over) stays far below 5 % of a cycle
 VARIANTS = {"input": ("--item-ms", "15", "--step-ms", "10"),
-            "compute": ("--item-ms", "0", "--step-ms", "50", "--persistent")}
+            "compute": ("--item-ms", "0", "--step-ms", "80", "--persistent")}
+#: the verdict's thresholds (% input wait); a truth this close to one may fall on either side of it
+THRESHOLDS, NEAR = (5.0, 20.0), 1.0
 
 
 @pytest.fixture(scope="module")
@@ -76,8 +79,12 @@ def _worker_files(run_dir: Path) -> list[list[dict]]:
 
 
 def _agrees(row: dict, truth: dict) -> None:
+    """Input wait and AU within 10 points of the script's clock, and the same verdict unless the truth lies within
+    a point of a threshold."""
     assert abs(row["input_pct"] - truth["input_pct"]) <= 10, (row, truth)
     assert abs(row["au_pct"] - truth["au_pct"]) <= 10, (row, truth)
+    if all(abs(truth["input_pct"] - x) > NEAR for x in THRESHOLDS):
+        assert row["verdict"] == verdict_label(truth["input_pct"]), (row, truth)
 
 
 @pytest.mark.parametrize("kind", ["input", "compute"])
@@ -91,9 +98,9 @@ def test_plain_loop_verdict_matches_its_own_clock_and_the_workers_reads_are_the_
     s = _summary(run_dir)
     v = s["verdict"]
     assert s["ranks"] == [0] and not s["warnings"], s["warnings"]
+    # the workload is what it was built to be, and the verdict says so
+    assert verdict_label(truth["input_pct"]) == ("highly input-bound" if kind == "input" else "not input-bound"), truth
     _agrees(v, truth)
-    assert v["verdict"] == verdict_label(truth["input_pct"])
-    assert v["verdict"] == ("highly input-bound" if kind == "input" else "not input-bound"), (v, truth)
     assert v["basis"] == "app" and v["cycles_total"] == steps
     run = Run.open(run_dir)
     # the hooks' steps and epochs: 8 steps in each of 2 epochs
@@ -122,8 +129,8 @@ def test_ddp_over_gloo_two_ranks_each_get_their_rank_verdict_and_reads(tmp_path,
     s = _summary(run_dir)
     assert s["ranks"] == [0, 1] and not s["warnings"], s["warnings"]
     for row, truth in zip(sorted(s["input_bound"], key=lambda x: x["rank"]), mine):
+        assert verdict_label(truth["input_pct"]) == "highly input-bound", truth
         _agrees(row, truth)
-        assert row["verdict"] == verdict_label(truth["input_pct"]) == "highly input-bound"
     run = Run.open(run_dir)
     # each rank's workers read its DistributedSampler share: the bytes its own clock counted
     assert _sample_reads(run, data) == {t["rank"]: t["read_bytes"] for t in mine}
