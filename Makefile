@@ -46,7 +46,7 @@ $(VENV_TORCH)/.stamp: tools/requirements-torch.txt setup.cfg setup.py trace_merg
 	$(VENV_TORCH)/bin/pip install -q --upgrade pip wheel setuptools
 	$(VENV_TORCH)/bin/pip install -q -r tools/requirements-torch.txt
 	$(VENV_TORCH)/bin/pip install -q --no-deps -e .
-	$(VENV_TORCH)/bin/python -c "import torch, mpi4py, pandas, pyarrow, duckdb, dftracer"
+	$(VENV_TORCH)/bin/python -c "import torch, mpi4py, pandas, pyarrow, duckdb, dftracer, h5py"
 	touch $@
 
 # ruff (pyflakes, pycodestyle at 120 columns, bugbear, import order) and mypy; pinned, installed into .venv once
