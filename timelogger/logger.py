@@ -167,7 +167,7 @@ class TimeLogger:
         decorators and iterators cost (almost) nothing.
     rank, world_size
         Position in the job; read from the launcher's environment when None (Open MPI, MPICH/Hydra ``PMI_*``,
-        ``PMIX_RANK``, Slurm, Horovod), else 0 and 1.
+        ``PMIX_RANK``, Slurm, Horovod, torchrun), else 0 and 1.
     flush_interval
         Seconds between background flushes. An interval is on disk within ``max_lag`` of its end (what a
         ``kill -9`` can lose), or counted as dropped.
