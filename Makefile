@@ -3,10 +3,11 @@
 PY ?= python3.11
 VENV := .venv
 VENV_LATEST := .venv-latest
+VENV_TORCH := .venv-torch
 HOROVOD_FLAGS := HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_MPI=1 HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_MXNET=1 HOROVOD_WITHOUT_GLOO=1
 PYTEST_ARGS ?=
 
-.PHONY: env env-latest lint test test-zerocode test-findings test-latest test-slurm demo bench notebooks browser clean-env
+.PHONY: env env-latest env-torch lint test test-zerocode test-findings test-latest test-torch test-slurm demo bench notebooks browser clean-env
 
 # The project's own modules compiled to bytecode, as pip does for an installed package (an editable install leaves
 # it to the import system, which writes none under PYTHONDONTWRITEBYTECODE: every process then compiled them again,
@@ -17,6 +18,8 @@ env: $(VENV)/.stamp
 	$(VENV)/bin/python $(BYTECODE)
 env-latest: $(VENV_LATEST)/.stamp
 	$(VENV_LATEST)/bin/python $(BYTECODE)
+env-torch: $(VENV_TORCH)/.stamp
+	$(VENV_TORCH)/bin/python $(BYTECODE)
 
 $(VENV)/.stamp: tools/requirements-tf215.txt setup.cfg setup.py trace_merge/readers/_pfwscan.c trace_merge/_sweep.c
 	@echo "== setting up $(VENV) (TF 2.15 + MPICH + Horovod 0.28.1; Horovod builds from source, ~3 min once)"
@@ -37,6 +40,15 @@ $(VENV_LATEST)/.stamp: tools/requirements-latest.txt setup.cfg setup.py trace_me
 	$(VENV_LATEST)/bin/pip install -q --no-deps -e .
 	touch $@
 
+$(VENV_TORCH)/.stamp: tools/requirements-torch.txt setup.cfg setup.py trace_merge/readers/_pfwscan.c trace_merge/_sweep.c
+	@echo "== setting up $(VENV_TORCH) (PyTorch's CPU build, MPICH, the merge stack; no TensorFlow)"
+	test -x $(VENV_TORCH)/bin/python || $(PY) -m venv $(VENV_TORCH)
+	$(VENV_TORCH)/bin/pip install -q --upgrade pip wheel setuptools
+	$(VENV_TORCH)/bin/pip install -q -r tools/requirements-torch.txt
+	$(VENV_TORCH)/bin/pip install -q --no-deps -e .
+	$(VENV_TORCH)/bin/python -c "import torch, mpi4py, pandas, pyarrow, duckdb, dftracer, h5py"
+	touch $@
+
 # ruff (pyflakes, pycodestyle at 120 columns, bugbear, import order) and mypy; pinned, installed into .venv once
 $(VENV)/.lint-stamp: tools/requirements-lint.txt $(VENV)/.stamp
 	$(VENV)/bin/pip install -q -r tools/requirements-lint.txt
@@ -47,7 +59,7 @@ lint: env $(VENV)/.lint-stamp
 	$(VENV)/bin/mypy
 
 test: env
-	PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(VENV)/bin/python -m pytest -q -m "not zerocode and not findings_real" $(PYTEST_ARGS)
+	PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(VENV)/bin/python -m pytest -q -m "not zerocode and not findings_real and not torch" $(PYTEST_ARGS)
 
 # Unmodified workloads (plain TF2 loops, Keras fit, DLIO's default traces) under the launcher's zero-code hooks
 test-zerocode: env
@@ -59,7 +71,12 @@ test-findings: env
 	PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(VENV)/bin/python -m pytest -q -m findings_real $(PYTEST_ARGS)
 
 test-latest: env-latest
-	PATH=$(CURDIR)/$(VENV_LATEST)/bin:$$PATH $(VENV_LATEST)/bin/python -m pytest -q -m "not horovod" $(PYTEST_ARGS)
+	PATH=$(CURDIR)/$(VENV_LATEST)/bin:$$PATH $(VENV_LATEST)/bin/python -m pytest -q -m "not horovod and not torch" $(PYTEST_ARGS)
+
+# PyTorch capture (plain PyTorch scripts under the launcher's hooks, DataLoader workers, DDP over Gloo under mpiexec and
+# torchrun, --torch-profile) in .venv-torch: PyTorch without TensorFlow, built once
+test-torch: env-torch
+	PATH=$(CURDIR)/$(VENV_TORCH)/bin:$$PATH $(VENV_TORCH)/bin/python -m pytest -q -m torch $(PYTEST_ARGS)
 
 # The Slurm scripts for real (tests/test_slurm.py, docs/cluster.md): a one-node Slurm cluster on this machine for the
 # length of the tests (root + apt: Debian's slurm-wlm and munge, installed once), torn down after. Skips without them.
@@ -88,4 +105,4 @@ browser:
 	  echo "make browser: could not install chromium (needs root + apt); the report screenshot test will skip"; }
 
 clean-env:
-	rm -rf $(VENV) $(VENV_LATEST)
+	rm -rf $(VENV) $(VENV_LATEST) $(VENV_TORCH)

@@ -18,26 +18,16 @@ import pytest
 
 pytest.importorskip("tensorflow")
 
-from tests.helpers.tools import REPO, clean_env  # noqa: E402
+from tests.helpers.launch import WORKLOADS, launch_env  # noqa: E402
+from tests.helpers.launch import launch as _launch  # noqa: E402
+from tests.helpers.tools import REPO  # noqa: E402
 from trace_merge.analysis import verdict_label  # noqa: E402
 from trace_merge.run import Run  # noqa: E402
 
 pytestmark = [pytest.mark.tf, pytest.mark.zerocode]
 
-WORKLOADS = Path(__file__).resolve().parent / "workloads"
 BIN = Path(sys.executable).parent
-
-
-def _env(**extra: str) -> dict:
-    path = os.pathsep.join(x for x in (str(REPO), os.environ.get("PYTHONPATH", "")) if x)
-    return clean_env(**{"PYTHONPATH": path, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", **extra})
-
-
-def _launch(run_dir: Path, *cmd: str, options: tuple = (), env: dict = None) -> subprocess.CompletedProcess:
-    p = subprocess.run([sys.executable, "-m", "timelogger", "run", "-o", str(run_dir), *options, "--", *cmd],
-                       env=env or _env(), capture_output=True, text=True, timeout=240, cwd=run_dir.parent)
-    assert p.returncode == 0, f"rc={p.returncode}\n{p.stdout[-2000:]}\n{p.stderr[-3000:]}"
-    return p
+_env = launch_env
 
 
 def _plain(tmp_path: Path, *args: str, options: tuple = ()) -> tuple[Run, dict, subprocess.CompletedProcess]:

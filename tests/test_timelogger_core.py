@@ -324,6 +324,15 @@ def test_rank_and_world_from_launcher_env() -> None:
     assert detect_rank_world({"SLURM_PROCID": "5", "SLURM_NTASKS": "6"}) == (5, 6, "slurm")
     assert detect_rank_world({"HOROVOD_RANK": "1", "HOROVOD_SIZE": "3"}) == (1, 3, "horovod")
     assert detect_rank_world({"PMI_RANK": "junk"}) == (0, 1, "none")
+    # torchrun: its numbering wins over the MPI launcher or srun that started its agent (one per node)
+    torchrun = {"RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1", "TORCHELASTIC_RUN_ID": "none", "MASTER_ADDR": "h"}
+    assert detect_rank_world(torchrun) == (3, 4, "torchrun")
+    assert detect_rank_world({**torchrun, "PMI_RANK": "1", "PMI_SIZE": "2"}) == (3, 4, "torchrun")
+    # torch.distributed's env:// variables without torchrun count after every launcher's, and only all together
+    assert detect_rank_world({"RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "h"}) == (1, 2, "torch-env")
+    assert detect_rank_world({"RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "h", "SLURM_PROCID": "0",
+                              "SLURM_NTASKS": "2"}) == (0, 2, "slurm")
+    assert detect_rank_world({"RANK": "1", "WORLD_SIZE": "2"}) == (0, 1, "none")
 
 
 # ---------------------------------------------------------------- the default logger (fresh interpreters)

@@ -9,14 +9,22 @@ import os
 import socket
 from typing import Mapping, Optional, Tuple
 
-# (rank variable, size variable, launcher name), first match wins. Open MPI and Slurm set both; MPICH's Hydra sets
+# (rank variable, size variable, launcher name), first match wins. torchrun (torch.distributed.run, the elastic agent)
+# sets RANK/WORLD_SIZE for each process it starts, with TORCHELASTIC_RUN_ID: it is the innermost launcher when it runs
+# under srun or mpiexec (one agent per node), so its numbering wins. Open MPI and Slurm set both; MPICH's Hydra sets
 # PMI_RANK/PMI_SIZE; PMIx-only launchers set PMIX_RANK (the size then comes from a later pair or defaults to 1).
+# RANK/WORLD_SIZE without torchrun count last, and only with MASTER_ADDR (torch.distributed's env:// rendezvous):
+# RANK alone is too common a name to trust.
+_TORCHRUN = ("RANK", "WORLD_SIZE", "torchrun")
+_TORCH_ENV = ("RANK", "WORLD_SIZE", "torch-env")
 _RANK_SOURCES: Tuple[Tuple[str, Optional[str], str], ...] = (
+    _TORCHRUN,
     ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "openmpi"),
     ("PMI_RANK", "PMI_SIZE", "mpich-hydra"),
     ("PMIX_RANK", None, "pmix"),
     ("SLURM_PROCID", "SLURM_NTASKS", "slurm"),
     ("HOROVOD_RANK", "HOROVOD_SIZE", "horovod"),
+    _TORCH_ENV,
 )
 
 _SIZE_FALLBACKS = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS", "HOROVOD_SIZE")
@@ -49,6 +57,9 @@ def detect_rank_world(env: Optional[Mapping[str, str]] = None) -> Tuple[int, int
     """
     env = os.environ if env is None else env
     for rank_key, size_key, launcher in _RANK_SOURCES:
+        if (launcher == "torchrun" and "TORCHELASTIC_RUN_ID" not in env) or \
+                (launcher == "torch-env" and not (env.get("MASTER_ADDR") and _int_env(env, size_key) is not None)):
+            continue
         rank = _int_env(env, rank_key)
         if rank is None:
             continue

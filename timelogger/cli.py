@@ -1,8 +1,9 @@
 """``timelogger run -o RUN_DIR [--posix [--posix-filter DIR]] [--horovod-timeline [--horovod-ready-marks]]
-[--tf-profile[=SPEC]]
+[--tf-profile[=SPEC]] [--torch-profile[=SPEC]]
 [--no-hooks] [--force] -- CMD ...``
 
-Runs once per rank (``mpiexec -n N timelogger run ... -- python train.py`` or under ``srun``): prepares the run
+Runs once per rank (``mpiexec -n N timelogger run ... -- python train.py``, under ``srun``, or
+``torchrun --nproc_per_node N --no-python timelogger run ... -- python train.py``): prepares the run
 directory and the capture environment, records this rank's launch, lets rank 0 write ``manifest.json``, then
 replaces itself with CMD through ``os.execvpe`` so MPI's inherited descriptors and the launcher's signals reach the
 real program (DESIGN.md, "Launcher notes"). Nothing here changes what CMD computes: only environment variables
@@ -47,11 +48,13 @@ from .hooks import ENV_HOOKS, ENV_HOOKS_PID
 from .logger import ENV_DIR, VERSION
 from .records import Clock, LaunchRecord, Layers, Manifest, NoiseLayer, PosixLayer, RankEntry
 from .tf import ENV_TF_PROFILE, parse_profile_spec
+from .torch_profile import DEFAULT_WINDOW as TORCH_DEFAULT_WINDOW
+from .torch_profile import ENV_TORCH_PROFILE
 
 _DARSHAN_HINT = ("timelogger: Darshan is not enabled (on a cluster with Darshan: LD_PRELOAD=libdarshan.so "
                  "DXT_ENABLE_IO_TRACE=1 DARSHAN_LOGPATH={darshan_dir}; docs/wire-format.md)")
-_VERSION_DISTS = ("tensorflow-cpu", "tensorflow", "keras", "horovod", "mpi4py", "mpich", "dftracer", "pydftracer",
-                  "darshan", "h5py", "numpy")
+_VERSION_DISTS = ("tensorflow-cpu", "tensorflow", "keras", "torch", "horovod", "mpi4py", "mpich", "dftracer",
+                  "pydftracer", "darshan", "h5py", "numpy")
 
 
 @dataclass(frozen=True)
@@ -103,10 +106,16 @@ def setup_parser(sub: Optional[Any] = None) -> argparse.ArgumentParser:
                              "'all' (default: the whole fit), 'START:STOP' (global steps START..STOP-1, from 0), "
                              "'START:' or 'N'; xplane.pb goes to RUN_DIR/tf/rank-<r>/. Write it as "
                              "--tf-profile=SPEC or put it before another option or --")
+    parser.add_argument("--torch-profile", nargs="?", const=TORCH_DEFAULT_WINDOW, default=None, metavar="SPEC",
+                        help="PyTorch profiler window on the steps the hooks (or tl.set_step) number "
+                             f"(TIMELOGGER_TORCH_PROFILE): 'START:STOP' (steps START..STOP-1, from 0; default "
+                             f"{TORCH_DEFAULT_WINDOW}), 'START:', 'N' or 'all'; one Chrome/Kineto trace per rank in "
+                             "RUN_DIR/torch/rank-<r>/. Write it as --torch-profile=SPEC or put it before another "
+                             "option or --")
     parser.add_argument("--no-hooks", dest="hooks", action="store_false",
                         help="no zero-code capture: by default a start-up hook times the program's tf.data fetches, "
-                             "tf.function steps and Keras fit (with TimeLoggerCallback) without code changes "
-                             "(docs/hooks.md)")
+                             "tf.function steps, Keras fit (with TimeLoggerCallback), PyTorch DataLoader fetches, "
+                             "optimizer steps and DataLoader workers without code changes (docs/hooks.md)")
     parser.add_argument("--force", action="store_true",
                         help="replace a previous run in RUN_DIR: rank 0 deletes its files in every layer "
                              "directory, its manifest, launch records and merge outputs before any rank starts CMD")
@@ -585,8 +594,9 @@ def _manifest(record: LaunchRecord, known: List[RankEntry], env: Dict[str, str])
         world_size=record.world_size, launcher=record.launcher, ranks=known, ranks_dir=layout.LAUNCH_DIR,
         hosts=sorted({r.hostname for r in known if r.hostname is not None}), hostname=hostname(),
         versions=_versions(), clocks=record.clock, layers=record.layers,
-        env={k: env[k] for k in (ENV_DIR, ENV_TF_PROFILE, "HOROVOD_TIMELINE", "HOROVOD_CACHE_CAPACITY",
-                                 "DFTRACER_LOG_FILE", "DFTRACER_DATA_DIR", "DARSHAN_LOGPATH", "SLURM_JOB_ID")
+        env={k: env[k] for k in (ENV_DIR, ENV_TF_PROFILE, ENV_TORCH_PROFILE, "HOROVOD_TIMELINE",
+                                 "HOROVOD_CACHE_CAPACITY", "DFTRACER_LOG_FILE", "DFTRACER_DATA_DIR", "DARSHAN_LOGPATH",
+                                 "SLURM_JOB_ID")
              if k in env},
         # the job's context (job id, name, node list, ...); each rank's task ids stay in its launch record
         slurm=None if slurm is None else {k: v for k, v in slurm.items() if k not in SLURM_TASK_KEYS})
@@ -601,7 +611,8 @@ def _configure_layers(args: argparse.Namespace, env: Dict[str, str], run_dir: Pa
     traces_itself = starts_dftracer(args.cmd) if args.posix or args.hooks else None
     layers.posix = _configure_posix(args, env, run_dir, rank, traces_itself)
     layers.horovod_timeline = _configure_horovod(args, env, run_dir)
-    layers.tf_profile = _configure_tf_profile(args, env)
+    layers.tf_profile = _configure_profile(args.tf_profile, "--tf-profile", ENV_TF_PROFILE, env)
+    layers.torch_profile = _configure_profile(args.torch_profile, "--torch-profile", ENV_TORCH_PROFILE, env)
     layers.hooks, layers.hooks_off = _configure_hooks(args, env, rank, traces_itself)
     layers.noise = _noise_layer(args, specs, noise_cpus)
     if rank == 0 and not layers.darshan:
@@ -658,16 +669,16 @@ def _configure_horovod(args: argparse.Namespace, env: Dict[str, str], run_dir: P
     return env["HOROVOD_TIMELINE"]
 
 
-def _configure_tf_profile(args: argparse.Namespace, env: Dict[str, str]) -> Optional[str]:
-    """``--tf-profile[=SPEC]``: the profile window (also one the user exported)."""
-    if args.tf_profile is not None:
+def _configure_profile(spec: Optional[str], option: str, variable: str, env: Dict[str, str]) -> Optional[str]:
+    """``--tf-profile[=SPEC]`` or ``--torch-profile[=SPEC]``: the profile window (also one the user exported)."""
+    if spec is not None:
         try:
-            parse_profile_spec(args.tf_profile)
+            parse_profile_spec(spec)
         except ValueError as exc:
-            raise LaunchError(f"--tf-profile: {exc}") from exc
-        # TimeLoggerCallback acts on it (profile into RUN_DIR/tf/rank-<r>); a custom loop uses tl.tf_profile()
-        env[ENV_TF_PROFILE] = args.tf_profile
-    return env.get(ENV_TF_PROFILE) or None
+            raise LaunchError(f"{option}: {exc}") from exc
+        # TimeLoggerCallback and the loggers' step windows act on it (profile into RUN_DIR/tf|torch/rank-<r>)
+        env[variable] = spec
+    return env.get(variable) or None
 
 
 def _configure_hooks(args: argparse.Namespace, env: Dict[str, str], rank: int,

@@ -13,9 +13,9 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, Iterator, Optional, Tuple, TypeVar, Union, cast
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple, TypeVar, Union, cast
 
-from . import process
+from . import process, torch_profile
 from ._env import detect_rank_world, hostname
 from .tf import StepProfiler, launcher_window
 from .writer import Writer, anchor, interval_head
@@ -167,7 +167,7 @@ class TimeLogger:
         decorators and iterators cost (almost) nothing.
     rank, world_size
         Position in the job; read from the launcher's environment when None (Open MPI, MPICH/Hydra ``PMI_*``,
-        ``PMIX_RANK``, Slurm, Horovod), else 0 and 1.
+        ``PMIX_RANK``, Slurm, Horovod, torchrun), else 0 and 1.
     flush_interval
         Seconds between background flushes. An interval is on disk within ``max_lag`` of its end (what a
         ``kill -9`` can lose), or counted as dropped.
@@ -224,10 +224,11 @@ class TimeLogger:
         self.pid = os.getpid()
         self.anchor = anchor()
         self._off = self.anchor[0] - self.anchor[1]
-        self._step_profiler: Optional[StepProfiler] = None
+        #: the launcher's profile windows (``--tf-profile``, ``--torch-profile``), moved by the steps
+        self._step_profilers: List[StepProfiler] = []
         if self.out_dir is not None:
             self._open()
-            self._step_profiler = _launcher_profile(self)
+            self._step_profilers = _launcher_profiles(self)
 
     def _open(self) -> None:
         """Open this process's file (:meth:`Writer.open`); on failure the logger stays off."""
@@ -452,8 +453,20 @@ class TimeLogger:
         """:meth:`set_step` for the zero-code hooks (the launcher's ``--tf-profile`` window follows it too)."""
         self._step = None if step is None else int(step)
         self._retag()
-        if self._step_profiler is not None:
-            self._step_profiler.on_step(self._step)
+        for sp in self._step_profilers:
+            if not sp.by_cycle or PROGRAM.steps:
+                sp.on_step(self._step)
+
+    def cycle_begins(self, step: int) -> None:
+        """The zero-code hooks: the cycle of ``step`` begins now (a PyTorch loop's fetch of its batch). Moves the
+        profile windows that follow cycles rather than the hooks' step tags (``--torch-profile``: the hooks learn a
+        step's number only when its ``Optimizer.step`` returns); a program that numbers its steps itself
+        (``set_step``) moves them instead."""
+        if PROGRAM.steps:
+            return
+        for sp in self._step_profilers:
+            if sp.by_cycle:
+                sp.on_step(step)
 
     def append(self, spec: str, t0: int, t1: int, args: Optional[Dict[str, Any]] = None) -> None:
         """Buffer one interval of head ``spec`` (:meth:`hook_spec`) timed by ``time.perf_counter_ns``, with the
@@ -462,9 +475,27 @@ class TimeLogger:
             return
         self._local.append((spec, t0, t1, self._tags, args) if args else (spec, t0, t1, self._tags))
 
+    def add_step_profiler(self, sp: StepProfiler) -> None:
+        """Let ``sp`` (a profile window) follow the steps (:func:`timelogger.torch.instrument`'s ``profile``)."""
+        self._step_profilers.append(sp)
+
+    def remove_step_profiler(self, sp: StepProfiler) -> None:
+        """Close ``sp``'s window and let it go; when it never opened, say why (stderr and metadata)."""
+        if sp in self._step_profilers:
+            self._step_profilers.remove(sp)
+            self._finish_profile(sp)
+
+    def _finish_profile(self, sp: StepProfiler) -> None:
+        sp.stop()
+        why = sp.why_not()
+        if why is not None:
+            print(f"timelogger: {sp.option}: nothing profiled in rank {self.rank} pid {self.pid}: {why}",
+                  file=sys.stderr)
+            self.write_metadata(sp.missed_key, {"reason": why})
+
     def take_tf_profile(self) -> None:
         """Switch off the step-driven ``--tf-profile`` window: the caller (``TimeLoggerCallback``) opens its own."""
-        self._step_profiler = None
+        self._step_profilers = [sp for sp in self._step_profilers if sp.option != StepProfiler.option]
 
     def _retag(self) -> None:
         # the tags are ints: their JSON is written directly (set_step runs once per step; json.dumps costs more)
@@ -498,6 +529,11 @@ class TimeLogger:
 
         return TFProfile(self, logdir)
 
+    def torch_profile(self, logdir: Union[str, os.PathLike, None] = None, **profiler_args: Any) -> Any:
+        """Context manager running the PyTorch profiler into ``logdir`` (default ``<run_dir>/torch/rank-<r>``) with
+        the wall-clock anchor marker; its ``step()`` marks the next step. See :mod:`timelogger.torch_profile`."""
+        return torch_profile.TorchProfile(self, logdir, **profiler_args)
+
     def write_metadata(self, name: str, args: Dict[str, Any]) -> None:
         """Flush pending intervals, then write one ``"ph":"M"`` event ``name`` with ``args`` (JSON-able)."""
         if not self._on:
@@ -526,14 +562,9 @@ class TimeLogger:
             process.busy_exit(entered)
 
     def _close(self) -> None:
-        sp, self._step_profiler = self._step_profiler, None
-        if sp is not None and self._on:
-            sp.stop()
-            why = sp.why_not()
-            if why is not None:
-                print(f"timelogger: --tf-profile: nothing profiled in rank {self.rank} pid {self.pid}: {why}",
-                      file=sys.stderr)
-                self.write_metadata("tf_profile_missed", {"reason": why})
+        profilers, self._step_profilers = self._step_profilers, []
+        for sp in profilers if self._on else ():
+            self._finish_profile(sp)
         self._closed = True
         was_on = self._on
         self._on = False
@@ -556,6 +587,7 @@ class TimeLogger:
         ``exit_with``: the thread that forked, when it was not the main one (the child ends with it)."""
         self.writer.reset_in_child(exit_with)
         self._on = False
+        self._step_profilers = []  # the parent's profile windows: its profiler session is not the child's
         self._open()
 
 
@@ -615,7 +647,15 @@ def _make_default() -> TimeLogger:
         return _default
 
 
-def _launcher_profile(tl: TimeLogger) -> Optional[StepProfiler]:
-    """The launcher's ``--tf-profile`` window for a loop that sets steps, if asked and the logger is on."""
-    window = launcher_window() if tl._on else None
-    return None if window is None else StepProfiler(tl, window)
+def _launcher_profiles(tl: TimeLogger) -> List[StepProfiler]:
+    """The launcher's ``--tf-profile`` and ``--torch-profile`` windows for a loop that sets steps, those asked for,
+    if the logger is on and this is no ``multiprocessing`` child (a DataLoader or pool worker runs no training steps;
+    a forked one drops its parent's windows, :meth:`TimeLogger.after_fork_in_child`)."""
+    if not tl._on or process.in_multiprocessing_child():
+        return []
+    out: List[StepProfiler] = []
+    for window, cls in ((launcher_window(), StepProfiler),
+                        (torch_profile.launcher_window(), torch_profile.StepProfiler)):
+        if window is not None:
+            out.append(cls(tl, window))
+    return out

@@ -56,9 +56,10 @@ _IO_FILE_BYTES = 64 << 20
 _IO_SEGMENT = 8 << 20
 _MEM_BUFFER = 64 << 20
 _PR_SET_PDEATHSIG = 1
-#: environment variables that say which rank of its node a process is (MPICH Hydra, Open MPI, Slurm, MVAPICH)
-_LOCAL_RANK_KEYS = ("MPI_LOCALRANKID", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", "MV2_COMM_WORLD_LOCAL_RANK")
-_LOCAL_SIZE_KEYS = ("MPI_LOCALNRANKS", "OMPI_COMM_WORLD_LOCAL_SIZE", "MV2_COMM_WORLD_LOCAL_SIZE")
+#: environment variables that say which rank of its node a process is (torchrun, MPICH Hydra, Open MPI, Slurm, MVAPICH)
+_LOCAL_RANK_KEYS = ("LOCAL_RANK", "MPI_LOCALRANKID", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID",
+                    "MV2_COMM_WORLD_LOCAL_RANK")
+_LOCAL_SIZE_KEYS = ("LOCAL_WORLD_SIZE", "MPI_LOCALNRANKS", "OMPI_COMM_WORLD_LOCAL_SIZE", "MV2_COMM_WORLD_LOCAL_SIZE")
 
 
 class NoiseError(ValueError):

@@ -3,7 +3,8 @@
 - exit: ``atexit`` closes every open logger; a multiprocessing child leaves through ``os._exit()``, which skips
   atexit, so its exit finalizers close them there.
 - SIGTERM: the loggers are flushed (or closed, when the signal ends the process), then the signal does what it did
-  before.
+  before; in a process whose SIGTERM means "stop now, quietly" (a PyTorch DataLoader worker, :func:`exit_on_sigterm`)
+  they are closed and the process exits with the status given.
 - fork: every write lock is held across ``fork()`` so the child never inherits a half-written buffer or a held lock;
   in the child each open logger forgets the parent's buffers and file and opens its own.
 - a signal handler that runs inside the main thread's own flush or close only notes the signal; the interrupted
@@ -22,7 +23,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Protocol
 
 __all__ = ["ForkHold", "Hooked", "register", "unregister", "call_in_forked_child", "busy_enter", "busy_exit",
-           "defer_interrupt", "exit_reason"]
+           "defer_interrupt", "exit_reason", "exit_on_sigterm", "before_close", "in_multiprocessing_child"]
 
 _log = logging.getLogger("timelogger.logger")  # the name users filter the loggers' warnings by
 
@@ -100,14 +101,34 @@ def _finalize_in_mp_child() -> None:
     skips atexit; its bootstrap runs the exit finalizers first. A logger made in the child registers one there (a
     logger inherited through fork does it from the after-fork step, see :func:`_after_fork_child`)."""
     global _mp_finalizer_pid
-    mp = sys.modules.get("multiprocessing")
-    if mp is None or _mp_finalizer_pid == os.getpid() or mp.parent_process() is None:
+    if _mp_finalizer_pid == os.getpid() or not in_multiprocessing_child():
         return
     _mp_finalizer_pid = os.getpid()
     _register_mp_finalizer(None)
 
 
+#: called once before the loggers close at exit or on a signal that ends the process (:func:`before_close`)
+_before_close: List[Callable[[], None]] = []
+
+
+def before_close(fn: Callable[[], None]) -> None:
+    """Call ``fn`` before the loggers are closed at exit or by a signal (the zero-code hooks' last metadata), once."""
+    _before_close.append(fn)
+
+
+def in_multiprocessing_child() -> bool:
+    """Whether this process is a ``multiprocessing`` child (a pool or DataLoader worker, forked, forkserver or
+    spawned)."""
+    mp = sys.modules.get("multiprocessing")
+    return mp is not None and mp.parent_process() is not None
+
+
 def _close_all() -> None:
+    while _before_close:
+        try:
+            _before_close.pop(0)()
+        except Exception as exc:  # never let capture break interpreter shutdown
+            _log.warning("timelogger: an exit handler failed: %s", exc)
     for tl in list(_live):
         try:
             tl.close()
@@ -176,6 +197,25 @@ def _register_mp_finalizer(_token: object) -> None:
         mp_util.Finalize(None, _close_all, exitpriority=-100)
 
 
+#: the exit status of a process whose SIGTERM closes the loggers and exits (:func:`exit_on_sigterm`), or None
+_sigterm_exit: Optional[int] = None
+
+
+def exit_on_sigterm(status: int) -> None:
+    """From now on SIGTERM closes every logger of this process and ends it with ``os._exit(status)``; main thread only.
+
+    For a process that its parent stops with SIGTERM as a matter of course and that must not be reported as killed:
+    a PyTorch DataLoader worker (its parent terminates persistent workers at exit, and any worker that outlives its
+    shutdown). PyTorch's own SIGTERM handler there exits at once with status 0 when the parent sent the signal,
+    which would lose what the worker's logger has buffered; this one closes the loggers first (their close record
+    counts every interval written or dropped) and then exits the same way. A SIGTERM that reaches the main thread
+    inside the loggers' own flush waits for it, as the default handler's does."""
+    global _sigterm_exit, _sigterm_installed
+    _sigterm_exit = status
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    _sigterm_installed = True
+
+
 def _install_sigterm() -> None:
     global _prev_sigterm, _sigterm_installed
     if threading.current_thread() is not threading.main_thread():
@@ -234,6 +274,10 @@ def _on_sigterm(signum: int, frame: Any) -> None:
     if _main_busy:
         _pending_signal = signum
         return
+    if _sigterm_exit is not None:
+        _exit_signal = "SIGTERM"
+        _close_all()
+        os._exit(_sigterm_exit)
     prev = _prev_sigterm
     if callable(prev):
         _flush_all()

@@ -155,6 +155,8 @@ class Layers:
     horovod_timeline: Optional[str] = None
     #: the TF profile window (``TIMELOGGER_TF_PROFILE``)
     tf_profile: Optional[str] = None
+    #: the PyTorch profile window (``TIMELOGGER_TORCH_PROFILE``); its traces in ``torch/rank-<r>/``
+    torch_profile: Optional[str] = None
     darshan: bool = False
     #: the zero-code hooks (:mod:`timelogger.hooks`), and why they are off when the program traces itself
     hooks: bool = False
@@ -165,6 +167,8 @@ class Layers:
         out: JSONObject = {"app": self.app, "posix": False if self.posix is None else self.posix.to_json(),
                            "horovod_timeline": _or_false(self.horovod_timeline),
                            "tf_profile": _or_false(self.tf_profile), "darshan": self.darshan, "hooks": self.hooks}
+        if self.torch_profile is not None:  # left out when off: the files of launchers before it have no key
+            out["torch_profile"] = self.torch_profile
         if self.hooks_off is not None:
             out["hooks_off"] = self.hooks_off
         if self.noise is not None:
@@ -175,8 +179,8 @@ class Layers:
     def from_json(cls, doc: object) -> "Layers":
         d = _obj(doc)
         return cls(d.get("app") is True, PosixLayer.from_json(d.get("posix")), _str(d.get("horovod_timeline")),
-                   _str(d.get("tf_profile")), d.get("darshan") is True, d.get("hooks") is True,
-                   _str(d.get("hooks_off")), NoiseLayer.from_json(d.get("noise")))
+                   _str(d.get("tf_profile")), _str(d.get("torch_profile")), d.get("darshan") is True,
+                   d.get("hooks") is True, _str(d.get("hooks_off")), NoiseLayer.from_json(d.get("noise")))
 
 
 @dataclass

@@ -160,13 +160,14 @@ class TFProfile:
         return None
 
 
-def launcher_window() -> Optional[ProfileWindow]:
-    """The profile window ``timelogger run --tf-profile[=SPEC]`` asked for (``$TIMELOGGER_TF_PROFILE``), None when
-    none was; a bad value is logged, not raised (profiling must never stop training)."""
+def launcher_window(variable: str = ENV_TF_PROFILE) -> Optional[ProfileWindow]:
+    """The profile window ``timelogger run --tf-profile[=SPEC]`` asked for (``$TIMELOGGER_TF_PROFILE``; another
+    profiler's option sets ``variable``), None when none was; a bad value is logged, not raised (profiling must never
+    stop training)."""
     try:
-        return parse_profile_spec(os.environ.get(ENV_TF_PROFILE))
+        return parse_profile_spec(os.environ.get(variable))
     except ValueError as exc:
-        _log.warning("timelogger: $%s: %s; not profiling", ENV_TF_PROFILE, exc)
+        _log.warning("timelogger: $%s: %s; not profiling", variable, exc)
         return None
 
 
@@ -178,12 +179,27 @@ class StepProfiler:
     own window and switches this one off. The program must have imported TensorFlow by its first profiled step
     (this never imports it); when no window opened by the end, the logger says why on stderr and in its file
     (metadata ``tf_profile_missed``).
+
+    Another framework's window (:class:`timelogger.torch.StepProfiler`) is this class with its own profile
+    (:meth:`_open`), module, option and step markers (:meth:`_next`).
     """
+
+    #: the module the program must have imported (and its name, its profiler's); the launcher option; the metadata of
+    #: a window never opened
+    framework = "tensorflow"
+    label = "TensorFlow"
+    profiler = "the TF profiler"
+    option = "--tf-profile"
+    missed_key = "tf_profile_missed"
+    #: the window follows the hooks' cycles (``TimeLogger.cycle_begins``) rather than their step tags
+    by_cycle = False
+    #: what moves the window, for the message when no step reached it
+    steps_from = "TimeLoggerCallback batch, tl.set_step() or hooked tf.function step"
 
     def __init__(self, tl: "TimeLogger", window: ProfileWindow) -> None:
         self._tl = tl
         self.window = window
-        self._profile: Optional[TFProfile] = None
+        self._profile: Any = None
         self.opened = 0
         self._done = False
         self.missed: Optional[str] = None
@@ -194,19 +210,28 @@ class StepProfiler:
         start, stop = self.window
         inside = (start is None or step >= start) and (stop is None or step < stop)
         if inside and self._profile is None:
-            if "tensorflow" not in sys.modules:
-                self.missed = "the program had not imported TensorFlow at its first profiled step"
+            if self.framework not in sys.modules:
+                self.missed = f"the program had not imported {self.label} at its first profiled step"
                 self._done = True
                 return
-            self._profile = TFProfile(self._tl).__enter__()
+            self._profile = self._open(step)
             if self._profile.active:
                 self.opened += 1
             else:
-                self.missed = "the TF profiler could not start (see the warning above)"
+                self.missed = f"{self.profiler} could not start (see the warning above)"
                 self._profile, self._done = None, True
-        elif not inside and self._profile is not None:
+        elif inside:
+            self._next(step)
+        elif self._profile is not None:
             self.stop()
             self._done = True
+
+    def _open(self, step: int) -> Any:
+        """Start the profile (its ``active`` says whether it did) at ``step``, the window's first."""
+        return TFProfile(self._tl).__enter__()
+
+    def _next(self, step: int) -> None:
+        """Another step inside the open window (TF's profile needs nothing)."""
 
     def stop(self) -> None:
         if self._profile is not None:
@@ -217,5 +242,5 @@ class StepProfiler:
         """None when a window was opened, else why none was."""
         if self.opened:
             return None
-        return self.missed or ("no step reached the window: no TimeLoggerCallback batch, tl.set_step() or hooked "
-                               f"tf.function step in {self.window.start or 0}:{self.window.stop or ''}")
+        return self.missed or (f"no step reached the window: no {self.steps_from} in "
+                               f"{self.window.start or 0}:{self.window.stop or ''}")

@@ -36,10 +36,13 @@ def mpiexec() -> str:
 
 
 def clean_env(**extra: str) -> dict[str, str]:
-    """The test environment without launcher/timelogger variables, plus ``extra``; venv bin first on PATH."""
+    """The test environment without launcher/timelogger variables (MPI's, Slurm's, torchrun's), plus ``extra``; venv
+    bin first on PATH."""
     env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("TIMELOGGER_", "PMI_", "PMIX_", "OMPI_", "SLURM_", "HOROVOD_", "DFTRACER_"))
-           and k != "LD_PRELOAD"}
+           if not k.startswith(("TIMELOGGER_", "PMI_", "PMIX_", "OMPI_", "SLURM_", "HOROVOD_", "DFTRACER_",
+                                "TORCHELASTIC_"))
+           and k not in ("LD_PRELOAD", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
+                         "MASTER_PORT")}
     env["PATH"] = str(BIN) + os.pathsep + env.get("PATH", "")
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     env.update(extra)
