@@ -8,6 +8,7 @@
       launch/.rank-<r>.lock     held (flock) by rank r's launcher and then its program while the job runs
       app/rank-<r>-pid-<p>.pfw  TimeLogger intervals, one file per process
       tf/rank-<r>/              TF profiler logdir of rank r (``plugins/profile/<run>/<host>.xplane.pb``)
+      torch/rank-<r>/           PyTorch profiler traces of rank r (``<host>_<pid>.<ns>.pt.trace.json[.gz]``)
       horovod/timeline.json     Horovod timeline (Horovod's rank 0 writes it)
       posix/trace-*.pfw[.gz]    DFTracer POSIX preload
       darshan/*.darshan         Darshan logs
@@ -37,13 +38,14 @@ MANIFEST = "manifest.json"
 LAUNCH_DIR = "launch"
 APP_DIR = "app"
 TF_DIR = "tf"
+TORCH_DIR = "torch"
 HOROVOD_DIR = "horovod"
 POSIX_DIR = "posix"
 DARSHAN_DIR = "darshan"
 #: ``timelogger run --noise`` generators' records of their achieved load (the ``noise`` layer, docs/noise.md)
 NOISE_DIR = "noise"
 #: the per-layer subdirectories; a directory with any of them (or a manifest) is a run directory
-LAYER_DIRS: Tuple[str, ...] = (APP_DIR, TF_DIR, HOROVOD_DIR, POSIX_DIR, DARSHAN_DIR, NOISE_DIR)
+LAYER_DIRS: Tuple[str, ...] = (APP_DIR, TF_DIR, TORCH_DIR, HOROVOD_DIR, POSIX_DIR, DARSHAN_DIR, NOISE_DIR)
 
 #: ``trace-merge merge`` outputs
 MERGED = "merged.parquet"
@@ -68,6 +70,12 @@ def launch_lock(run_dir: PathLike, rank: int) -> Path:
 def tf_logdir(run_dir: PathLike, rank: int) -> Path:
     """TF profiler logdir of ``rank``: ``RUN_DIR/tf/rank-<r>`` (ranks must not share one)."""
     return Path(run_dir) / TF_DIR / f"rank-{rank}"
+
+
+def torch_logdir(run_dir: PathLike, rank: int) -> Path:
+    """PyTorch profiler trace directory of ``rank``: ``RUN_DIR/torch/rank-<r>`` (``tensorboard_trace_handler``'s
+    ``dir_name``; ranks must not share one)."""
+    return Path(run_dir) / TORCH_DIR / f"rank-{rank}"
 
 
 def launch_record(run_dir: PathLike, rank: int) -> Path:
