@@ -278,7 +278,8 @@ def input_bound_df(frame: pd.DataFrame, layers: "str | Sequence[str] | None" = N
         ``input_pct``, ``compute_s``, ``au_pct`` (= compute_s ÷ step_s × 100, or device_busy_s ÷ step_s × 100 where
         ``au_basis`` is ``kernels``), ``device_busy_s`` (the accelerator's compute kernels in the counted cycles, from
         its own timeline: the PyTorch profiler's device events), ``au_basis`` (``kernels`` where the rank has such a
-        timeline, else ``compute``: the host's compute evidence), ``sync_wait_s`` and
+        timeline, else ``compute``: the host's compute evidence), ``profiler`` (whose profile the framework layer is:
+        ``PyTorch``, ``TF``, or empty without one), ``sync_wait_s`` and
         ``sync_wait_pct`` (waiting for other ranks, :func:`step_series_df`), ``others_wait_s`` (the other ranks
         waiting for this one: Horovod negotiations in which it was the last ready; not a term of the cycle, its
         own time there is its work), ``other_s`` (none of them),
@@ -379,10 +380,10 @@ def input_bound_of(att: Optional[Attribution], series: Optional[pd.DataFrame] = 
             "warmup_steps", "input_pct", "compute_s", "au_pct", "sync_wait_s", "sync_wait_pct", "others_wait_s",
             "other_s", "excluded_s", "input_visible", "verdict", "unexplained_phase", "unexplained_phase_s",
             "unexplained_gap_s", "between_epochs_s", "producer_s", "producer_in_wait_s", "producer_in_compute_s",
-            "device_busy_s", "au_basis"]
+            "device_busy_s", "au_basis", "profiler"]
     if att is None:
-        return pd.DataFrame({c: pd.Series(dtype="object" if c in ("basis", "verdict", "unexplained_phase", "au_basis")
-                                          else "float64") for c in cols})
+        return pd.DataFrame({c: pd.Series(dtype="object" if c in ("basis", "verdict", "unexplained_phase", "au_basis",
+                                                                  "profiler") else "float64") for c in cols})
     if series is None:
         series = step_series_of(att)
     n = len(att.ranks)
@@ -460,6 +461,9 @@ def input_bound_of(att: Optional[Attribution], series: Optional[pd.DataFrame] = 
            for k in ("producer", "producer_in_wait", "producer_in_compute")},
         "device_busy_s": device_s,
         "au_basis": au_basis,
+        # whose profile windows the framework cycles are: "PyTorch" (ProfilerStep markers), else "TF"
+        "profiler": np.where(att.torch_profile, "PyTorch", "TF").astype(object) if att.present_framework else
+        np.full(n, "", dtype=object),
     })
 
 

@@ -238,6 +238,7 @@ class _Frame:
         self.names = _with_missing(name.cat.categories.to_numpy(dtype=object).tolist())
         self.is_step_phase = np.append(name.cat.categories == STEP_PHASE, False)
         self.is_anchor = np.array([is_marker(str(x)) for x in name.cat.categories] + [False])
+        self.is_torch_step = np.array([bool(_PROFILER_STEP.match(str(x))) for x in name.cat.categories] + [False])
         self.is_collective = np.array([bool(_COLLECTIVE.match(str(c))) for c in name.cat.categories] + [False])
         self.is_negotiation = np.array([bool(_NEGOTIATION.match(str(c))) for c in name.cat.categories] + [False])
         self._kept: Optional[np.ndarray] = None
@@ -410,6 +411,7 @@ class Attribution:
         kinds: list[list[np.ndarray]] = [[] for _ in MARK_KINDS]
         layers: list[list[np.ndarray]] = []
         anchors: list[tuple[np.ndarray, np.ndarray]] = []
+        torch_ranks: list[np.ndarray] = []
         collectives: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
         for c, slab in windows.slabs():
             self.names = c.names
@@ -427,6 +429,7 @@ class Attribution:
                 layers.append(distinct_rows(c.rank[low], lay))
                 a = low[c.is_fw[lay] & c.is_anchor[c.name[low]]]
                 anchors.append((c.rank[a], c.start[a]))
+                torch_ranks.append(pd.unique(c.rank[a[c.is_torch_step[c.name[a]]]]))
                 x = low[c.is_comm[lay] & c.is_collective[c.name[low]]]
                 collectives.append((c.rank[x], c.start[x], c.end[x]))
         (self.ranks,), ws, we = whole.result()
@@ -457,6 +460,9 @@ class Attribution:
         a_s = self.axis.to_axis(a_r, a_s[mine])
         order = np.argsort(a_s, kind="stable")  # on the axis, ranks occupy disjoint ranges in rank order
         self._anchors = (a_r[order], a_s[order])
+        #: per rank code: its framework layer is a PyTorch profile (``ProfilerStep#N`` markers), not a TF one
+        self.torch_profile = np.isin(self.ranks, np.concatenate(torch_ranks)) if torch_ranks else \
+            np.zeros(n, dtype=bool)
         x_rank = np.concatenate([r for r, _, _ in collectives])
         mine = np.isin(x_rank, self.ranks)
         own = set(x_rank[mine].tolist())

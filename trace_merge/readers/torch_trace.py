@@ -38,9 +38,11 @@ metadata events are not (``thread_name`` metadata names the threads: :attr:`Torc
   (annotations repeated on the device timeline) and the profiler's own spans are no rows; they are counted in
   :attr:`TorchTraceMeta.skipped`. Events of any other category are counted there too and named in a warning.
 
-``step``: framework rows that start inside ``ProfilerStep#N`` (any thread of the process) carry step ``N``, except
-the DataLoader waits and what they hold (the step's fetch lies before the step the loop times); device rows carry
-none (kernels run after the step that launched them).
+``step``: framework and comm rows that start inside ``ProfilerStep#N`` (any thread of the process) carry step ``N``,
+except the DataLoader waits, what they hold and what starts before the step's last fetch ends (the fetch that found
+an epoch's data exhausted, the next epoch's iterator starting): the step's fetch lies before the step the loop
+times. Device rows carry none (kernels run after the step
+that launched them).
 
 Memory
 ------
@@ -587,10 +589,18 @@ def _profiler_steps(names: list[str], layers: list[str], cats: list[str], pid: n
         ms = np.asarray([start[i] for i, _ in mine], dtype=np.int64)
         me = np.asarray([end[i] for i, _ in mine], dtype=np.int64)
         numbers = [s for _, s in mine]
+        # each step's last fetch: what runs before it ends is the loop getting its batch (the fetch that found an
+        # epoch's data exhausted, the next epoch's iterator starting: the loader's seed, its workers), not the step
+        waits = np.flatnonzero(is_wait & (pid == p))
+        waits = waits[np.argsort(start[waits], kind="stable")]
+        last = np.searchsorted(start[waits], me, side="left") - 1
+        has = last >= 0
+        has[has] = start[waits[last[has]]] >= ms[has]
+        fetched = np.where(has, end[waits[np.maximum(last, 0)]] if waits.size else 0, ms)
         rows = np.flatnonzero(host & (pid == p) & ~is_mark & ~is_wait & ~in_wait)
         k = np.searchsorted(ms, start[rows], side="right") - 1
         ok = k >= 0
-        ok[ok] = start[rows][ok] < me[k[ok]]
+        ok[ok] = (start[rows][ok] < me[k[ok]]) & (start[rows][ok] >= fetched[k[ok]])
         for i, j in zip(rows[ok].tolist(), k[ok].tolist()):
             tags[i] = numbers[j]
     return tags, steps
