@@ -97,7 +97,7 @@ def _input_phases(layered: pd.DataFrame) -> pd.DataFrame:
     return layered[layered["cat"].isin(["io", "wait", "preprocess"])] if len(layered) else layered
 
 
-def _words(a: "Summary") -> Words:
+def words_of(a: "Summary") -> Words:
     """The words of the run's framework (:func:`trace_merge.frameworks.framework_of`: PyTorch's knobs for a PyTorch
     run, TensorFlow's otherwise)."""
     return words_for(framework_of(a.event_stats, a.input_bound))
@@ -112,7 +112,7 @@ def _verdict_finding(a: "Summary") -> Finding:
     v = a.verdict
     label = v.label
     wait, au = v.input_pct, v.au_pct
-    words = _words(a)
+    words = words_of(a)
     cycles = f"{v.cycles} of {v.cycles_total} step cycles, basis {v.basis}"
     wait_s = _counted_wait_s(a)
     inputs = _input_phases(a.layered)
@@ -187,7 +187,7 @@ def _comm_finding(a: "Summary") -> Optional[Finding]:
     return Finding(
         "comm_exposed", "medium", "Communication takes a large share of the training steps",
         f"{comm:.3g} s of {total:.3g} s of step phases ({100 * comm / total:.0f} %) inside collectives", "comm",
-        f"{_words(a).comm}; check the network when it grows with the rank count", comm)
+        f"{words_of(a).comm}; check the network when it grows with the rank count", comm)
 
 
 def _first_epoch_finding(a: "Summary") -> Optional[Finding]:
@@ -205,7 +205,7 @@ def _first_epoch_finding(a: "Summary") -> Optional[Finding]:
         "The first epoch is much slower than the later ones",
         f"epoch 0 {first:.3g} s vs {later:.3g} s per later epoch (median), {first / later:.1f}x", "app",
         "leave epoch 0 out of throughput numbers (graph tracing, first file opens, cold caches); if it is the "
-        f"reads, {_words(a).cache_short}; a short job is dominated by it: train longer per allocation", first - later)
+        f"reads, {words_of(a).cache_short}; a short job is dominated by it: train longer per allocation", first - later)
 
 
 def _imbalance_finding(a: "Summary") -> Optional[Finding]:
@@ -225,7 +225,7 @@ def _imbalance_finding(a: "Summary") -> Optional[Finding]:
         f"counted step time {per[slow]:.3g} s vs {per[fast]:.3g} s ({per[slow] / per[fast]:.2f}x); "
         f"input wait {wait.get(slow, np.nan):.1f} % vs {wait.get(fast, np.nan):.1f} %", "app/framework",
         "look at that rank's node (other jobs, its file system targets), and give each rank the same number "
-        f"and size of samples ({_words(a).shard} before shuffling)",
+        f"and size of samples ({words_of(a).shard} before shuffling)",
         float(per[slow] - per[fast]))
 
 
@@ -265,7 +265,7 @@ def _sync_wait_finding(a: "Summary") -> Optional[Finding]:
     return Finding(
         "ranks_wait_for_straggler", "medium", f"Ranks wait for a straggler at the collectives: the likely straggler "
         f"is {who}", "; ".join(evidence), "comm + app",
-        f"balance the work per rank (the same number and size of samples per rank: {_words(a).shard}, equal batch "
+        f"balance the work per rank (the same number and size of samples per rank: {words_of(a).shard}, equal batch "
         f"sizes), then look at {who}'s input pipeline and node (other jobs, its file system targets); a larger "
         "fusion buffer will not help", float(impact))
 
@@ -279,7 +279,7 @@ def _coverage_finding(a: "Summary") -> Optional[Finding]:
         "low_profile_coverage", "info", "The framework profile covers a small sample of the steps",
         f"{unseen:.3g} of {total:.3g} s of step phases ({100 * unseen / total:.0f} %) outside every profile window",
         "framework", "the compute/Python split is from the profiled steps; profile a longer window "
-        f"(`{_words(a).profile_option} 20:40`) if later steps behave differently")
+        f"(`{words_of(a).profile_option} 20:40`) if later steps behave differently")
 
 
 def _small_reads_finding(a: "Summary") -> Optional[Finding]:
@@ -299,7 +299,7 @@ def _small_reads_finding(a: "Summary") -> Optional[Finding]:
         "small_reads", "medium", "The data are read in small pieces",
         f"{n:,} data reads of {_size(nbytes / n)} on average ({_size(nbytes)} in all); the slowest rank read for "
         f"{read_s:.3g} s of the job's {wall_s:.3g} s", "posix",
-        f"read in larger pieces: {_words(a).larger_reads}; on Lustre each small read pays a round trip", 0.0)
+        f"read in larger pieces: {words_of(a).larger_reads}; on Lustre each small read pays a round trip", 0.0)
 
 
 def _reread_finding(a: "Summary") -> Optional[Finding]:
@@ -324,7 +324,7 @@ def _reread_finding(a: "Summary") -> Optional[Finding]:
         "Every epoch reads the data set from the file system again",
         f"epoch 0 read {_size(first)}, later epochs {_size(later.median())} each (median), {_size(later.sum())} "
         f"re-read in all over {ranks} rank(s); per rank and later epoch up to {_size(cache)} (rank {rank})", "posix",
-        f"cache it when {_size(cache)} per rank fits: {_words(a).cache_long}, or copy the files to node-local "
+        f"cache it when {_size(cache)} per rank fits: {words_of(a).cache_long}, or copy the files to node-local "
         "storage at job start; with global shuffle, shuffle file order within a node-local copy instead of moving "
         "files between ranks", 0.0)
 
@@ -354,7 +354,7 @@ def _metadata_finding(a: "Summary") -> Optional[Finding]:
         "Opening, checking and seeking files takes a large share of the file-system time",
         f"{n:,} metadata calls ({calls}{per_step}) took {meta_s:.3g} s, {100 * meta_s / total:.0f} % of the "
         f"traced file-system call time ({total:.3g} s)", "posix",
-        f"open each file once and keep it open (one `h5py.File` per reader, not per sample; {_words(a).open_once}), "
+        f"open each file once and keep it open (one `h5py.File` per reader, not per sample; {words_of(a).open_once}), "
         "drop per-sample `os.path.exists`/`os.stat`, and pack small files into larger shards (TFRecord, HDF5); on "
         "Lustre every open and stat is a metadata-server round trip", meta_s)
 
@@ -449,7 +449,7 @@ def idle_text(a: "Summary") -> Optional[str]:
     made = sorted(d["input_phases_pct"].items(), key=lambda kv: -kv[1])
     if made:
         names = {c: COMPONENT_LABELS[c].split(" (")[0] for c in d["input_phases_pct"]} | {
-            "input_wait": _words(a).wait_name}
+            "input_wait": words_of(a).wait_name}
         line += "; the input phases' time: " + ", ".join(f"{names[c]} {p:.0f} %" for c, p in made)
     return line
 
@@ -459,4 +459,4 @@ def next_step(found: list[Finding]) -> str:
     return found[0].action
 
 
-__all__ = ["Finding", "findings", "next_step", "idle", "idle_text", "SEVERITIES"]
+__all__ = ["Finding", "findings", "next_step", "idle", "idle_text", "SEVERITIES", "words_of"]

@@ -7,9 +7,10 @@ A map-style ``Dataset`` whose ``__getitem__`` sleeps ``--item-ms`` (the loader's
 processes), a small model, SGD; each step runs forward/backward/optimizer and then real matrix products until
 ``--step-ms`` have passed (operators the profiler sees). The loop is the README's: ``tl.iterate(loader, "Call to
 Next Batch", cat="wait")``, ``tl.set_step(step)`` numbered per epoch, a ``Training Iteration`` phase, and
-``prof.step()`` at the end of each iteration as the PyTorch documentation places it. The profiler
-(``schedule(wait=0, warmup=1, active=...)``, ``on_trace_ready=tensorboard_trace_handler(RUN/torch/rank-<r>)``, the
-run layout) records every step but the first. After the loop a ``record_function("sleep_marker")`` around a 50 ms
+``prof.step()`` at the end of each iteration as the PyTorch documentation places it (the step's matrix products
+alternate with 0.5 ms sleeps, Python time in the step, so that the loader's workers get a core on a 2-core
+machine). The profiler (``schedule(wait=0, warmup=1, active=...)``,
+``on_trace_ready=tensorboard_trace_handler(RUN/torch/rank-<r>)``, the run layout) records every step but the first. After the loop a ``record_function("sleep_marker")`` around a 50 ms
 sleep is timed with ``time.time_ns()``: where the merged frame puts it checks the profiler's clock against the host's.
 
 ``--world 2``: two processes (``torch.multiprocessing.spawn``), DDP over Gloo, one TimeLogger file and one trace per
@@ -47,10 +48,26 @@ def truth(fetched: list, stepped: list) -> dict:
             "loop_s": total / 1e9}
 
 
+class Samples:
+    """A map-style dataset (``__len__``/``__getitem__``, what ``DataLoader`` takes) whose items take ``item_s``."""
+
+    def __init__(self, n: int, item_s: float) -> None:
+        self.n, self.item_s = n, item_s
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int):
+        import torch
+
+        time.sleep(self.item_s)
+        return torch.full((64,), float(i)), torch.tensor(i % 4)
+
+
 def main_rank(rank: int, a: argparse.Namespace) -> None:
     import torch
     from torch.profiler import ProfilerActivity, profile, record_function, schedule, tensorboard_trace_handler
-    from torch.utils.data import DataLoader, Dataset
+    from torch.utils.data import DataLoader
 
     from timelogger import TimeLogger
 
@@ -62,21 +79,13 @@ def main_rank(rank: int, a: argparse.Namespace) -> None:
         os.environ.setdefault("MASTER_PORT", str(a.port))
         dist.init_process_group("gloo", rank=rank, world_size=a.world)
 
-    class Samples(Dataset):
-        def __len__(self) -> int:
-            return a.samples
-
-        def __getitem__(self, i: int):
-            time.sleep(a.item_ms / 1000)
-            return torch.full((64,), float(i)), torch.tensor(i % 4)
-
     run = Path(a.run)
     tl = TimeLogger(run, rank=rank, world_size=a.world)
     model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 4))
     if a.world > 1:
         model = torch.nn.parallel.DistributedDataParallel(model)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    loader = DataLoader(Samples(), batch_size=a.batch, num_workers=a.workers)
+    loader = DataLoader(Samples(a.samples, a.item_ms / 1000), batch_size=a.batch, num_workers=a.workers)
     heavy = torch.randn(96, 96)
     steps_total = a.epochs * (a.samples // a.batch)
     fetched: list = []
@@ -99,6 +108,7 @@ def main_rank(rank: int, a: argparse.Namespace) -> None:
                     opt.step()
                     while time.time_ns() - t0 < a.step_ms * 1e6:
                         heavy = torch.tanh(heavy @ heavy)
+                        time.sleep(0.0005)  # Python in the step: leaves the loader workers a core on a small machine
                     t1 = time.time_ns()
                 stepped.append((epoch, t0, t1))
                 prof.step()
