@@ -10,8 +10,9 @@ Next Batch", cat="wait")``, ``tl.set_step(step)`` numbered per epoch, a ``Traini
 ``prof.step()`` at the end of each iteration as the PyTorch documentation places it (the step's matrix products
 alternate with 0.5 ms sleeps, Python time in the step, so that the loader's workers get a core on a 2-core
 machine). The profiler (``schedule(wait=0, warmup=1, active=...)``,
-``on_trace_ready=tensorboard_trace_handler(RUN/torch/rank-<r>)``, the run layout) records every step but the first. After the loop a ``record_function("sleep_marker")`` around a 50 ms
-sleep is timed with ``time.time_ns()``: where the merged frame puts it checks the profiler's clock against the host's.
+``on_trace_ready=tensorboard_trace_handler(RUN/torch/rank-<r>)``, the run layout) records every step but the
+first. After the loop a ``record_function("sleep_marker")`` around a 50 ms sleep is timed with ``time.time_ns()``:
+where the merged frame puts it checks the profiler's clock against the host's.
 
 ``--world 2``: two processes (``torch.multiprocessing.spawn``), DDP over Gloo, one TimeLogger file and one trace per
 rank. Each rank writes ``OUT.json`` (``OUT.rank-<r>.json`` for rank r > 0) with its own clock's truth over each
