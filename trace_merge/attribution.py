@@ -510,11 +510,12 @@ def verdict(frame: pd.DataFrame, layers: "str | Sequence[str] | None" = None) ->
 
 
 
-def verdict_of(per: pd.DataFrame) -> Verdict:
+def verdict_of(per: pd.DataFrame, framework: Optional[str] = None) -> Verdict:
     """The job's verdict (:func:`~trace_merge.verdict.verdict_numbers`) of the per-rank table ``per``
-    (:func:`input_bound_df`, or the ranks' :func:`input_bound_of` joined), with its notes."""
+    (:func:`input_bound_df`, or the ranks' :func:`input_bound_of` joined), with its notes (in the words of the
+    run's ``framework``, :func:`trace_merge.frameworks.framework_of`, where the caller knows it)."""
     v = verdict_numbers(per)
-    return dataclasses.replace(v, notes=verdict_notes(per, v))
+    return dataclasses.replace(v, notes=verdict_notes(per, v, framework))
 
 
 def accelerator_utilisation(frame: pd.DataFrame, layers: "str | Sequence[str] | None" = None

@@ -7,7 +7,7 @@ them. Definitions for users: ``docs/metrics.md``.
 from __future__ import annotations
 
 import html
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Optional, Sequence
 
 import pandas as pd
 
@@ -71,26 +71,25 @@ def verdict_text(v: Verdict) -> str:
             f"{sync}other {v.other_pct:.1f} %; {v.cycles} of {v.cycles_total} cycles; basis {v.basis})")
 
 
-def profile_words(rows: pd.DataFrame) -> Words:
+def profile_words(rows: pd.DataFrame, framework: Optional[str] = None) -> Words:
     """The words of the profiler whose windows ``rows`` (ranks of the verdict table) were profiled in: PyTorch's
-    where every rank with a profile had a PyTorch one, else TensorFlow's."""
-    if "profiler" not in rows:
-        return TF_WORDS
-    seen = {p for p in rows["profiler"].astype(object) if p}
-    return TORCH_WORDS if seen == {PYTORCH} else TF_WORDS
+    where every rank with a profile had a PyTorch one, or where none had one and the run's ``framework``
+    (:func:`trace_merge.frameworks.framework_of`) is PyTorch; else TensorFlow's."""
+    seen = {p for p in rows["profiler"].astype(object) if p} if "profiler" in rows else set()
+    return TORCH_WORDS if seen == {PYTORCH} or (not seen and framework == PYTORCH) else TF_WORDS
 
 
 def _ranks_text(ranks: Sequence[int]) -> str:
     return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(str(int(r)) for r in ranks)
 
 
-def _evidence_text(rows: pd.DataFrame) -> str:
+def _evidence_text(rows: pd.DataFrame, framework: Optional[str] = None) -> str:
     """What the step cycles of ``rows`` (ranks of one basis) counted and where their input wait came from, with
     the numbers: cycles counted (and how many lost their warm-up step), cycles a TF profile covered, and the
     input wait split into the profiler's input-pipeline wait and the app's own wait/io phases."""
     steps, total = int(rows["steps"].sum()), int(rows["steps_total"].sum())
     warm, profiled = int(rows["warmup_steps"].sum()), int(rows["profiled_steps"].sum())
-    words = profile_words(rows)
+    words = profile_words(rows, framework)
     step_s, wait_s = float(rows["step_s"].sum()), float(rows["input_wait_s"].sum())
     fw_s = min(float(rows["framework_wait_s"].sum()), wait_s)
     out = f"; {steps} of {total} cycles counted"
@@ -113,10 +112,11 @@ def _evidence_text(rows: pd.DataFrame) -> str:
     return out + "; input wait from " + ", ".join(sources)
 
 
-def verdict_notes(per: pd.DataFrame, v: Verdict) -> list[str]:
+def verdict_notes(per: pd.DataFrame, v: Verdict, framework: Optional[str] = None) -> list[str]:
     """The notes of the verdict ``v`` of the per-rank table ``per`` (:func:`trace_merge.attribution.input_bound_df`):
     the evidence of each basis, the warm-up steps left out, the ranks where no wait could be seen, the time between
-    epochs, and where the accelerator idles for reasons partly unknown."""
+    epochs, and where the accelerator idles for reasons partly unknown. ``framework``: the run's
+    (:func:`trace_merge.frameworks.framework_of`), for the words of a run without a profile."""
     notes: list[str] = []
     if not len(per):
         return notes
@@ -125,10 +125,10 @@ def verdict_notes(per: pd.DataFrame, v: Verdict) -> list[str]:
         if not len(rows):
             continue
         if basis == "framework":
-            text = text.replace(TF_WORDS.profile, profile_words(rows).profile)
+            text = text.replace(TF_WORDS.profile, profile_words(rows, framework).profile)
         line = f"basis {basis} ({_ranks_text(rows['rank'])}): {text}"
         if basis in ("framework", "app"):
-            line += _evidence_text(rows)
+            line += _evidence_text(rows, framework)
         notes.append(line)
     if v.au_basis and "kernels" in v.au_basis and "au_basis" in per:
         gpu = per[per["au_basis"] == "kernels"]
