@@ -18,7 +18,8 @@ Rows
 Only complete events (``ph: X``) on a numbered process are rows; flow (``s``/``f``), instant, counter and
 metadata events are not (``thread_name`` metadata names the threads: :attr:`TorchTraceMeta.threads`).
 
-* ``ProfilerStep#N`` (``user_annotation``): the profiler's step N, from one ``prof.step()`` to the next. Layer
+* ``ProfilerStep#N`` (``user_annotation``; and TimeLogger's ``timelogger_anchor`` where a ``record_function`` of that
+  name marks a profile's start): the profiler's step N, from one ``prof.step()`` to the next. Layer
   ``framework``, cat ``other``; no ``step`` tag of its own (it holds the fetch of the step's batch, which the loop
   does before its step starts): like TimeLogger's anchor marker it is bookkeeping, not work, and each one opens a
   profile window (the attribution's coverage, ``docs/metrics.md``).
@@ -58,11 +59,13 @@ import logging
 import os
 import re
 import zlib
+from array import array
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Iterator, Optional
 
 import numpy as np
+import pandas as pd
 
 from ..errors import TraceInputError
 from ..schema import MAX_EPOCH_NS, MAX_RANKS, SourceData, SourceMeta, to_frame
@@ -77,6 +80,8 @@ KIND = "torch"
 PATTERNS = ("*.pt.trace.json", "*.pt.trace.json.gz")
 #: the profiler's step annotation: ``ProfilerStep#<N>``
 STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
+#: TimeLogger's anchor marker (a ``record_function`` of that name opens a profile window, as in a TF profile)
+ANCHOR_MARKER = "timelogger_anchor"
 #: the DataLoader iterator's ``__next__`` (``enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__``)
 DATALOADER_PREFIX = "enumerate(DataLoader)#"
 #: collectives as the process-group backend runs them
@@ -259,6 +264,45 @@ class _Text:
             return obj
 
 
+#: white space, the separator after an event (``,`` or the array's ``]``) and the white space after it
+_SEP = re.compile(r"[ \t\r\n]*([,\]])[ \t\r\n]*")
+
+
+def _events(text: _Text, decoder: json.JSONDecoder) -> "Iterator[Any]":
+    """The events of ``traceEvents`` from just after its ``[`` to its ``]``: the C scanner on the buffer while the
+    events and their separators lie whole in it, :meth:`_Text.value` (more text, errors) where they do not."""
+    scan = decoder.scan_once
+    path = text.path
+    if text.skip_ws() == "]":
+        text.pos += 1
+        return
+    while True:
+        buf, pos = text.buf, text.pos
+        try:
+            obj, end = scan(buf, pos)
+        except (StopIteration, json.JSONDecodeError):
+            obj, end = None, -1
+        m = _SEP.match(buf, end) if end >= 0 else None
+        if m is None or m.end() == len(buf):  # at the end of the text read, or an error: the careful path
+            obj = text.value(decoder, "an event") if end < 0 else obj
+            text.pos = max(text.pos, end)
+            sep = text.skip_ws()
+            text.pos += 1
+            if sep not in (",", "]"):
+                raise TraceInputError(path, "truncated inside traceEvents (the profiler did not finish writing it?)"
+                                      if sep == "" else f"invalid JSON in traceEvents: {sep!r} between events")
+            yield obj
+            if sep == "]" or text.skip_ws() == "]":  # the end, or a trailing comma before it
+                if sep == ",":
+                    text.pos += 1
+                return
+            continue
+        text.pos = m.end()
+        yield obj
+        if m.group(1) == "]":
+            return
+
+
 def iter_trace(path: Path) -> "Iterator[tuple[str, Any]]":
     """The top-level fields of a Chrome trace object in file order, ``("traceEvents", event)`` once per event:
     decoded one value at a time, so that memory holds one event, not the file."""
@@ -281,22 +325,8 @@ def iter_trace(path: Path) -> "Iterator[tuple[str, Any]]":
             text.expect(":", f"after {key!r}")
             if key == "traceEvents":
                 text.expect("[", "to start traceEvents")
-                if text.skip_ws() == "]":
-                    text.pos += 1
-                else:
-                    while True:
-                        yield key, text.value(decoder, "an event")
-                        sep = text.skip_ws()
-                        text.pos += 1
-                        if sep == "]":
-                            break
-                        if sep != ",":
-                            raise TraceInputError(path, "truncated inside traceEvents (the profiler did not finish "
-                                                        "writing it?)" if sep == "" else
-                                                  f"invalid JSON in traceEvents: {sep!r} between events")
-                        if text.skip_ws() == "]":  # a trailing comma
-                            text.pos += 1
-                            break
+                for event in _events(text, decoder):
+                    yield key, event
             else:
                 yield key, text.value(decoder, f"field {key!r}")
             sep = text.skip_ws()
@@ -332,24 +362,31 @@ def _device_name(props: Any, index: int) -> str:
 
 
 class _Rows:
-    """The columns of the rows as they are read."""
+    """The rows' columns as they are read: compact arrays, and per row the code of its ``(layer, cat, name)`` (each
+    distinct kind of event is classified once: an operator's name repeats thousands of times)."""
 
     def __init__(self) -> None:
-        self.layer: list[str] = []
-        self.cat: list[str] = []
-        self.name: list[str] = []
-        self.pid: list[int] = []
-        self.tid: list[int] = []
-        self.start: list[float] = []  # µs as written
-        self.dur: list[float] = []
-        self.bytes: list[Optional[int]] = []
+        self.kind: "array[int]" = array("q")
+        self.pid: "array[int]" = array("q")
+        self.tid: "array[int]" = array("q")
+        self.start: "array[float]" = array("d")  # µs as written
+        self.dur: "array[float]" = array("d")
+        self.bytes: "array[int]" = array("q")  # -1: none
         self.args: list[Optional[str]] = []
+        #: (trace cat, name) -> code; per code its layer, cat, name
+        self.codes: dict[tuple[str, str], int] = {}
+        self.kinds: list[tuple[str, str, str]] = []
 
-    def add(self, layer: str, cat: str, name: str, pid: int, tid: int, ts: float, dur: float,
-            nbytes: Optional[int], args: Optional[str]) -> None:
-        self.layer.append(layer)
-        self.cat.append(cat)
-        self.name.append(name)
+    def code(self, cat: str, name: str) -> int:
+        key = (cat, name)
+        code = self.codes.get(key)
+        if code is None:
+            code = self.codes[key] = len(self.kinds)
+            self.kinds.append((*_classify(cat, name), name))
+        return code
+
+    def add(self, code: int, pid: int, tid: int, ts: float, dur: float, nbytes: int, args: Optional[str]) -> None:
+        self.kind.append(code)
         self.pid.append(pid)
         self.tid.append(tid)
         self.start.append(ts)
@@ -358,10 +395,19 @@ class _Rows:
         self.args.append(args)
 
 
+def _classify(cat: str, name: str) -> "tuple[str, str]":
+    """(layer, cat) of an event of trace category ``cat``."""
+    if cat == "kernel":
+        return "device", "comm" if name.lower().startswith("nccl") else "compute"
+    if cat in DEVICE_CATS:
+        return "device", "other"
+    return _host_cat(cat, name)
+
+
 def _host_cat(cat: str, name: str) -> "tuple[str, str]":
     """(layer, cat) of a host event."""
     if cat == "user_annotation":
-        if STEP_RE.match(name):
+        if STEP_RE.match(name) or name == ANCHOR_MARKER:
             return "framework", "other"
         if name.startswith(DATALOADER_PREFIX):
             return "framework", "wait"
@@ -373,7 +419,7 @@ def _host_cat(cat: str, name: str) -> "tuple[str, str]":
 
 
 def _args(args: Any, keep: "tuple[str, ...] | None" = None) -> Optional[str]:
-    if not isinstance(args, dict):
+    if not isinstance(args, dict) or (keep is None and args.keys() <= _ARGS_DROPPED):
         return None
     out = {k: v for k, v in args.items() if k not in _ARGS_DROPPED and (keep is None or k in keep)}
     return json.dumps(out, default=str) if out else None
@@ -448,9 +494,12 @@ def read(path: "str | os.PathLike[str]", rank: "int | None" = None) -> SourceDat
             label = cat or f"ph {ph}"
             skipped[label] = skipped.get(label, 0) + 1
             continue
-        name, ts, dur = ev.get("name"), _us(ev.get("ts")), _us(ev.get("dur"))
-        pid, tid = _int(ev.get("pid")), _int(ev.get("tid"))
-        if not isinstance(name, str) or ts is None or dur is None or dur < 0 or pid is None or tid is None:
+        name, ts, dur, pid, tid = ev.get("name"), ev.get("ts"), ev.get("dur"), ev.get("pid"), ev.get("tid")
+        if type(ts) is not float or type(dur) is not float:  # the common case first, checked fast
+            ts, dur = _us(ts), _us(dur)
+        if type(pid) is not int or type(tid) is not int:
+            pid, tid = _int(pid), _int(tid)
+        if not isinstance(name, str) or ts is None or dur is None or not dur >= 0 or pid is None or tid is None:
             bad += 1
             continue
         if cat in DEVICE_CATS:
@@ -461,22 +510,17 @@ def read(path: "str | os.PathLike[str]", rank: "int | None" = None) -> SourceDat
             stream = tid if stream is None else stream
             devices.add(device)
             n_device += 1
-            if cat == "kernel":
-                dcat = "comm" if name.lower().startswith("nccl") else "compute"
-            else:
-                dcat = "other"
             nbytes = _int(a.get("bytes"))
-            rows.add("device", dcat, name, 0, (device << DEVICE_SHIFT) | (stream & ((1 << DEVICE_SHIFT) - 1)), ts,
-                     dur, nbytes if nbytes is not None and nbytes >= 0 else None,
+            rows.add(rows.code(cat, name), 0, (device << DEVICE_SHIFT) | (stream & ((1 << DEVICE_SHIFT) - 1)), ts,
+                     dur, nbytes if nbytes is not None and nbytes >= 0 else -1,
                      _args(a, ("device", "stream", "bytes", "correlation")))
             continue
         if cat not in HOST_CATS:
             unknown[cat] = unknown.get(cat, 0) + 1
             skipped[cat] = skipped.get(cat, 0) + 1
             continue
-        layer, fcat = _host_cat(cat, name)
         pids[pid] = pids.get(pid, 0) + 1
-        rows.add(layer, fcat, name, pid, tid, ts, dur, None, _args(ev.get("args")))
+        rows.add(rows.code(cat, name), pid, tid, ts, dur, -1, _args(ev.get("args")))
     if not saw_events and base_ns is None:
         raise TraceInputError(path, "not a PyTorch profiler trace (no traceEvents, no baseTimeNanoseconds)")
     if bad:
@@ -485,7 +529,7 @@ def read(path: "str | os.PathLike[str]", rank: "int | None" = None) -> SourceDat
         listing = ", ".join(f"{k} ({v:,})" for k, v in sorted(unknown.items()))
         warnings.append(f"{path}: events of categories this reader does not know were left out: {listing}")
 
-    start_us = np.asarray(rows.start, dtype=np.float64)
+    start_us = np.frombuffer(rows.start, dtype=np.float64) if len(rows.start) else np.zeros(0)
     if base_ns is not None:
         time_base = "base_time"
         start = np.rint(start_us * 1000.0).astype(np.int64) + base_ns
@@ -494,21 +538,26 @@ def read(path: "str | os.PathLike[str]", rank: "int | None" = None) -> SourceDat
         start = np.rint(start_us * 1000.0).astype(np.int64)
     else:
         raise TraceInputError(path, "no absolute time: no baseTimeNanoseconds and its ts are not epoch µs")
-    dur = np.rint(np.asarray(rows.dur, dtype=np.float64) * 1000.0).astype(np.int64)
+    dur = np.rint(np.frombuffer(rows.dur, dtype=np.float64) * 1000.0).astype(np.int64) if len(rows.dur) else \
+        np.zeros(0, dtype=np.int64)
     out_of_range = (start < 0) | (start + dur >= MAX_EPOCH_NS)
     if out_of_range.any():
         warnings.append(f"{path}: {int(out_of_range.sum()):,} events whose time is not an epoch time; skipped")
 
     main_pid = max(pids, key=lambda p: pids[p]) if pids else None
-    cats = rows.cat
-    layer_arr = np.asarray(rows.layer, dtype=object)
-    pid_arr = np.asarray(rows.pid, dtype=np.int64)
-    pid_arr[layer_arr == "device"] = main_pid if main_pid is not None else 0  # the profiled process's lanes
-    tid_arr = np.asarray(rows.tid, dtype=np.int64)
+    code = _ints(rows.kind)
+    kinds = rows.kinds
+    layer_of = np.asarray([k[0] for k in kinds] + ["framework"], dtype=object)[code]
+    pid_arr = _ints(rows.pid)
+    pid_arr[layer_of == "device"] = main_pid if main_pid is not None else 0  # the profiled process's lanes
+    tid_arr = _ints(rows.tid)
     end = start + dur
-    is_fw = layer_arr == "framework"
+    is_fw = layer_of == "framework"
+    cats = np.asarray([k[1] for k in kinds] + ["other"], dtype=object)[code].tolist()
     mark_wrappers(cats, np.where(is_fw, start, 0), np.where(is_fw, end, 0))
-    step_of, steps = _profiler_steps(rows.name, rows.layer, cats, pid_arr, tid_arr, start, end)
+    step_no = np.asarray([_step_number(k) for k in kinds] + [-1], dtype=np.int64)[code]
+    step_of, steps = _profiler_steps(step_no, layer_of, np.asarray(cats, dtype=object), pid_arr, tid_arr, start,
+                                     end)
 
     dist_rank = _int(dist.get("rank"))
     dist_rank = dist_rank if dist_rank is not None and 0 <= dist_rank < MAX_RANKS else None
@@ -529,20 +578,23 @@ def read(path: "str | os.PathLike[str]", rank: "int | None" = None) -> SourceDat
     if host is None:
         m = re.match(r"^(.+)_(\d+)\.\d+\.pt\.trace\.json", path.name)
         host = m.group(1) if m else None
-    keep = ~out_of_range
+    keep = np.flatnonzero(~out_of_range)
+    size = _ints(rows.bytes)[keep]
+    names = pd.Categorical.from_codes(code[keep], categories=pd.Index([k[2] for k in kinds], dtype=object)) \
+        if kinds else []
     frame = to_frame({
-        "layer": [x for x, k in zip(rows.layer, keep) if k],
-        "cat": [x for x, k in zip(cats, keep) if k],
-        "name": [x for x, k in zip(rows.name, keep) if k],
-        "rank": np.full(int(keep.sum()), int(rank), dtype=np.int64),
+        "layer": layer_of[keep],
+        "cat": np.asarray(cats, dtype=object)[keep],
+        "name": names,
+        "rank": np.full(keep.size, int(rank), dtype=np.int64),
         "pid": pid_arr[keep],
         "tid": tid_arr[keep],
         "host": host,
         "start_ns": start[keep],
         "dur_ns": dur[keep],
-        "bytes": [x for x, k in zip(rows.bytes, keep) if k],
-        "step": [x for x, k in zip(step_of, keep) if k],
-        "args": [x for x, k in zip(rows.args, keep) if k],
+        "bytes": _nullable(size),
+        "step": _nullable(step_of[keep]),
+        "args": [rows.args[i] for i in keep.tolist()] if keep.size < len(rows.args) else rows.args,
     })
     span = (int(frame["start_ns"].min()), int(frame["end_ns"].max())) if len(frame) else None
     backend = dist.get("backend") if isinstance(dist.get("backend"), str) else None
@@ -554,27 +606,39 @@ def read(path: "str | os.PathLike[str]", rank: "int | None" = None) -> SourceDat
     return SourceData(path=str(path), kind=KIND, frame=frame, warnings=warnings, meta=meta)
 
 
-def _profiler_steps(names: list[str], layers: list[str], cats: list[str], pid: np.ndarray, tid: np.ndarray,
-                    start: np.ndarray, end: np.ndarray) -> "tuple[list[Optional[int]], list[int]]":
-    """Each row's profiler step (:data:`STEP_RE`: framework and comm rows of the step's process starting inside it,
-    not DataLoader waits nor what they hold) and the steps of the file."""
-    n = len(names)
-    tags: list[Optional[int]] = [None] * n
-    marks = [(i, int(m.group(1))) for i, nm in enumerate(names) if (m := STEP_RE.match(nm)) and layers[i] ==
-             "framework"]
-    if not marks:
+def _nullable(values: np.ndarray) -> "pd.arrays.IntegerArray":
+    """``values`` as an ``Int64`` array, negative ones missing."""
+    return pd.arrays.IntegerArray(np.maximum(values, 0), values < 0)
+
+
+def _ints(values: "array[int]") -> np.ndarray:
+    """An ``array('q')`` as a writable int64 numpy array."""
+    return np.array(values, dtype=np.int64) if len(values) else np.zeros(0, dtype=np.int64)
+
+
+def _step_number(kind: "tuple[str, str, str]") -> int:
+    """The profiler step a kind of event marks (``ProfilerStep#N`` of the framework layer), else -1."""
+    m = STEP_RE.match(kind[2]) if kind[0] == "framework" else None
+    return int(m.group(1)) if m else -1
+
+
+def _profiler_steps(mark: np.ndarray, layer: np.ndarray, cat: np.ndarray, pid: np.ndarray, tid: np.ndarray,
+                    start: np.ndarray, end: np.ndarray) -> "tuple[np.ndarray, list[int]]":
+    """Each row's profiler step (-1: none; ``mark``: the step each ``ProfilerStep#N`` row marks, -1 for other rows):
+    framework and comm rows of the step's process starting inside it, but not DataLoader waits, what they hold, nor
+    what starts before the step's last fetch ends; and the steps of the file."""
+    n = mark.size
+    tags = np.full(n, -1, dtype=np.int64)
+    is_mark = mark >= 0
+    if not is_mark.any():
         return tags, []
-    steps = sorted({s for _, s in marks})
-    layer_arr = np.asarray(layers, dtype=object)
-    cat_arr = np.asarray(cats, dtype=object)
-    host = (layer_arr != "device")
-    is_mark = np.zeros(n, dtype=bool)
-    is_mark[[i for i, _ in marks]] = True
-    is_wait = host & (cat_arr == "wait")
+    steps = sorted(set(mark[is_mark].tolist()))
+    host = layer != "device"
+    is_wait = host & (cat == "wait")
     # rows inside a wait of their own thread belong to the fetch
     in_wait = np.zeros(n, dtype=bool)
-    for key in set(zip(pid[is_wait].tolist(), tid[is_wait].tolist())):
-        on = np.flatnonzero(host & (pid == key[0]) & (tid == key[1]))
+    for p, t in set(zip(pid[is_wait].tolist(), tid[is_wait].tolist())):
+        on = np.flatnonzero(host & (pid == p) & (tid == t))
         w = on[is_wait[on]]
         order = np.argsort(start[w], kind="stable")
         ws, we = start[w][order], end[w][order]
@@ -584,11 +648,9 @@ def _profiler_steps(names: list[str], layers: list[str], cats: list[str], pid: n
         inside[ok] = start[on][ok] < we[k[ok]]
         in_wait[on[inside]] = True
     for p in set(pid[is_mark].tolist()):
-        mine = [(i, s) for i, s in marks if pid[i] == p]
-        mine.sort(key=lambda x: start[x[0]])
-        ms = np.asarray([start[i] for i, _ in mine], dtype=np.int64)
-        me = np.asarray([end[i] for i, _ in mine], dtype=np.int64)
-        numbers = [s for _, s in mine]
+        mine = np.flatnonzero(is_mark & (pid == p))
+        mine = mine[np.argsort(start[mine], kind="stable")]
+        ms, me, numbers = start[mine], end[mine], mark[mine]
         # each step's last fetch: what runs before it ends is the loop getting its batch (the fetch that found an
         # epoch's data exhausted, the next epoch's iterator starting: the loader's seed, its workers), not the step
         waits = np.flatnonzero(is_wait & (pid == p))
@@ -601,8 +663,7 @@ def _profiler_steps(names: list[str], layers: list[str], cats: list[str], pid: n
         k = np.searchsorted(ms, start[rows], side="right") - 1
         ok = k >= 0
         ok[ok] = (start[rows][ok] < me[k[ok]]) & (start[rows][ok] >= fetched[k[ok]])
-        for i, j in zip(rows[ok].tolist(), k[ok].tolist()):
-            tags[i] = numbers[j]
+        tags[rows[ok]] = numbers[k[ok]]
     return tags, steps
 
 
