@@ -271,7 +271,8 @@ _SEP = re.compile(r"[ \t\r\n]*([,\]])[ \t\r\n]*")
 def _events(text: _Text, decoder: json.JSONDecoder) -> "Iterator[Any]":
     """The events of ``traceEvents`` from just after its ``[`` to its ``]``: the C scanner on the buffer while the
     events and their separators lie whole in it, :meth:`_Text.value` (more text, errors) where they do not."""
-    scan = decoder.scan_once
+    # the scanner raw_decode calls (C where available); the stubs do not declare it
+    scan = decoder.scan_once  # type: ignore[attr-defined]
     path = text.path
     if text.skip_ws() == "]":
         text.pos += 1
