@@ -285,8 +285,13 @@ def test_verdict_matches_the_scripts_own_clock(profiled: dict, kind: str) -> Non
     v = run.verdict()
     assert v.basis == "framework", v.notes  # the PyTorch profile covers most step cycles
     assert abs(v.input_pct - truth["input_pct"]) <= 10 and abs(v.au_pct - truth["au_pct"]) <= 10, (v, truth)
-    assert v.label == verdict_label(truth["input_pct"]), (v, truth)
-    assert v.label == ("highly input-bound" if kind == "input" else "not input-bound"), (v, truth)
+    # the same verdict as the script's clock gives, unless that lies within a point of a threshold (5 %, 20 %)
+    if min(abs(truth["input_pct"] - t) for t in (5.0, 20.0)) > 1.0:
+        assert v.label == verdict_label(truth["input_pct"]), (v, truth)
+    if kind == "input":
+        assert v.label == "highly input-bound", (v, truth)
+    else:  # ~3 % of input wait on an idle machine (each fetch's hand-off from the workers); more on a loaded one
+        assert truth["input_pct"] < 15 and v.label in ("not input-bound", "moderately input-bound"), (v, truth)
     assert any("PyTorch profile window" in n for n in v.notes), v.notes
     trace = _trace(run_dir, 0)
     assert trace.name.endswith(".gz") == (kind == "compute")
