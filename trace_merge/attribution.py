@@ -461,10 +461,19 @@ def input_bound_of(att: Optional[Attribution], series: Optional[pd.DataFrame] = 
            for k in ("producer", "producer_in_wait", "producer_in_compute")},
         "device_busy_s": device_s,
         "au_basis": au_basis,
-        # whose profile windows the framework cycles are: "PyTorch" (ProfilerStep markers), else "TF"
-        "profiler": np.where(att.torch_profile, "PyTorch", "TF").astype(object) if att.present_framework else
-        np.full(n, "", dtype=object),
+        # whose profile windows the rank's are: "PyTorch" (ProfilerStep markers), "TF", or "" (none)
+        "profiler": _profilers(att),
     })
+
+
+def _profilers(att: Attribution) -> np.ndarray:
+    """Per rank code: whose profile windows cover some of its time: "PyTorch" (its framework rows have
+    ``ProfilerStep#N`` markers), "TF" (other framework rows), "" (no framework layer)."""
+    n = len(att.ranks)
+    profiled = np.zeros(n, dtype=bool)
+    if att.present_framework:
+        profiled[np.unique(att.axis.group_of(att.covered[0]))] = True
+    return np.where(profiled, np.where(att.torch_profile, "PyTorch", "TF"), "").astype(object)
 
 
 def _between_epochs(series: pd.DataFrame, n: int) -> np.ndarray:
