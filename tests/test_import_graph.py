@@ -18,11 +18,11 @@ REPORTING = {"trace_merge.cli", "trace_merge.report", "trace_merge.plots", "trac
              "trace_merge.opening"}
 ANALYSIS = {"trace_merge.analysis", "trace_merge.kernels", "trace_merge.attribution", "trace_merge.attribution_engine",
             "trace_merge.verdict", "trace_merge.explain", "trace_merge.component_view", "trace_merge.study",
-            "trace_merge.bandwidth"}
+            "trace_merge.bandwidth", "trace_merge.frameworks"}
 MERGE_LAYER = {"trace_merge.sources", "trace_merge.threads", "trace_merge.merge", "trace_merge.store",
                "trace_merge.align", "trace_merge.schema", "trace_merge.identity", "trace_merge.dxt_clock",
                "trace_merge.readers", "trace_merge.readers.pfw", "trace_merge.partitioned", "trace_merge.engines",
-               "trace_merge.merged"}
+               "trace_merge.merged", "trace_merge.readers.torch_trace"}
 
 
 def _module_name(path: Path) -> str:

@@ -14,8 +14,8 @@ Steps (the pipeline of :mod:`trace_merge.partitioned` runs them, source by sourc
    (:func:`check_app_clocks`, :func:`check_layer_overlap`).
 3. **Rank clock offsets.** Each rank's ``clock_offset_ns`` (its ``time_ns`` minus rank 0's, from the
    ``clock_sync`` metadata) is subtracted from every row of that rank, whatever the layer.
-4. **Alignment residual** (:func:`alignment_residual`): framework events that carry a step must fall
-   inside that step's app interval.
+4. **Alignment residual** (:func:`alignment_residual`): framework events that carry a step (TF's ``step_num``
+   events, the operators inside a PyTorch ``ProfilerStep#N``) must fall inside that step's app interval.
 5. **Darshan DXT placement** (:mod:`trace_merge.dxt_clock`): each rank's DXT segments are moved from the
    job-header placement onto the aligned clock by matching their content (file, offset, size) to DFTracer
    POSIX calls or app phases of the same rank; the header placement is kept, with a warning, when the
@@ -429,8 +429,9 @@ def _thread_parents(start: np.ndarray, end: np.ndarray, thread: np.ndarray, fore
     return own
 
 
-def _outside_by(fw: pd.DataFrame, app: pd.DataFrame, keys: list[str]) -> "tuple[np.ndarray, int]":
-    """ns each framework event lies outside its step window, and how many found no window."""
+def _outside_by(fw: pd.DataFrame, app: pd.DataFrame, keys: list[str]) -> "tuple[np.ndarray, int, int]":
+    """ns each framework event lies outside its step window, how many found no window, and the summed width of the
+    matched events' windows (ns: a numbering that merges steps of several epochs into one window is wide)."""
     win = (
         app.groupby(keys, observed=True, dropna=False)
         .agg(win_start=("start_ns", "min"), win_end=("end_ns", "max"))
@@ -439,9 +440,10 @@ def _outside_by(fw: pd.DataFrame, app: pd.DataFrame, keys: list[str]) -> "tuple[
     joined = fw.merge(win, on=keys, how="left")
     matched = joined["win_start"].notna().to_numpy()
     j = joined[matched]
-    before = (j["win_start"].to_numpy(np.int64) - j["start_ns"].to_numpy(np.int64)).clip(min=0)
-    after = (j["end_ns"].to_numpy(np.int64) - j["win_end"].to_numpy(np.int64)).clip(min=0)
-    return np.maximum(before, after), int((~matched).sum())
+    ws, we = j["win_start"].to_numpy(np.int64), j["win_end"].to_numpy(np.int64)
+    before = (ws - j["start_ns"].to_numpy(np.int64)).clip(min=0)
+    after = (j["end_ns"].to_numpy(np.int64) - we).clip(min=0)
+    return np.maximum(before, after), int((~matched).sum()), int((we - ws).sum())
 
 
 @dataclass
@@ -453,7 +455,7 @@ class Residual:
     max_outside_ns: int = 0
     median_outside_ns: int = 0
     unmatched: int = 0  # framework events whose step has no app interval
-    numbering: Optional[str] = None  # "global" or "per_epoch": the step numbering that matched
+    numbering: Optional[str] = None  # "global", "per_epoch" or "ordinal": the step numbering that matched
     tolerance_ns: int = RESIDUAL_TOLERANCE_NS
 
     def as_dict(self) -> dict[str, Any]:
@@ -465,7 +467,7 @@ class Residual:
         out = cls()
         for name in cls().as_dict():
             value = obj.get(name) if isinstance(obj, dict) else None
-            if name == "numbering" and value in ("global", "per_epoch"):
+            if name == "numbering" and value in ("global", "per_epoch", "ordinal"):
                 out.numbering = value
             elif isinstance(value, int) and not isinstance(value, bool) and name != "numbering":
                 setattr(out, name, value)
@@ -478,9 +480,11 @@ def alignment_residual(frame: pd.DataFrame, tolerance_ns: int = RESIDUAL_TOLERAN
     A step's app window is ``[min start, max end]`` of the app intervals of the same rank with that
     step (and epoch, when the framework event has one): the ``Training Iteration`` intervals when the
     app layer has them, else every app interval with a step. Step numbering differs between tools
-    (Keras' ``train`` TraceMe counts steps per epoch, TimeLogger's callback globally), so both
-    ``"global"`` and ``"per_epoch"`` (app step minus the epoch's first step) are tried and the one
-    matching more events with fewer outside is reported. Run this before :func:`propagate_steps`.
+    (Keras' ``train`` TraceMe counts steps per epoch, TimeLogger's callback globally, the PyTorch profiler's
+    ``ProfilerStep#N`` the ``prof.step()`` calls since it started), so ``"global"``, ``"per_epoch"`` (app step minus
+    the epoch's first step) and ``"ordinal"`` (the rank's app step windows in time order, from 0) are tried and the
+    one matching more events with fewer outside is reported (:func:`residual_of`). Run this before
+    :func:`propagate_steps`.
     Per partition: :func:`residual_flags` of every rank, then :func:`residual_parts` of each, reduced by
     :func:`residual_of`.
 
@@ -537,8 +541,9 @@ class ResidualBasis:
                    with_epoch=tot["fw_epoch"] > 0 and app_epoch > 0, per_epoch=app_epoch > 0)
 
 
-def residual_parts(frame: pd.DataFrame, basis: ResidualBasis) -> dict[str, "tuple[np.ndarray, int]"]:
-    """One partition's share of the residual: numbering -> (ns outside per matched event, unmatched events)."""
+def residual_parts(frame: pd.DataFrame, basis: ResidualBasis) -> dict[str, "tuple[np.ndarray, int, int]"]:
+    """One partition's share of the residual: numbering -> (ns outside per matched event, unmatched events, summed
+    window width of the matched events)."""
     if not basis.fw or not basis.app or not len(frame):
         return {}
     fw, app = residual_rows(frame)
@@ -557,26 +562,44 @@ def residual_parts(frame: pd.DataFrame, basis: ResidualBasis) -> dict[str, "tupl
     if basis.per_epoch:
         first = app.groupby(["rank", "epoch"], dropna=False)["step"].transform("min")
         schemes["per_epoch"] = app.assign(step=app["step"] - first)
-    return {numbering: _outside_by(fw, windows, keys) for numbering, windows in schemes.items()}
+    out = {numbering: _outside_by(fw, windows, keys) for numbering, windows in schemes.items()}
+    # a profiler that counts its own steps (PyTorch's ProfilerStep#N: prof.step() calls since the profiler started)
+    # numbers them 0, 1, ... over the whole run, whatever the loop calls them: the rank's step windows in time order
+    out["ordinal"] = _outside_by(fw, _ordinal_windows(app), ["rank", "step"])
+    return out
 
 
-def residual_of(parts: "Sequence[Mapping[str, tuple[np.ndarray, int]]]", basis: ResidualBasis,
+def _ordinal_windows(app: pd.DataFrame) -> pd.DataFrame:
+    """The app step windows of :func:`residual_parts` numbered per rank in time order from 0 (``epoch`` dropped)."""
+    win = (app.groupby(["rank", "epoch", "step"], observed=True, dropna=False)
+           .agg(start_ns=("start_ns", "min"), end_ns=("end_ns", "max")).reset_index()
+           .sort_values(["rank", "start_ns"], kind="stable"))
+    return win.assign(step=win.groupby("rank").cumcount().astype("int64"))[["rank", "start_ns", "end_ns", "step"]]
+
+
+def residual_of(parts: "Sequence[Mapping[str, tuple[np.ndarray, int, int]]]", basis: ResidualBasis,
                 tolerance_ns: int = RESIDUAL_TOLERANCE_NS) -> Residual:
-    """:func:`alignment_residual` from the partitions' :func:`residual_parts` (the numbering is chosen job-wide)."""
+    """:func:`alignment_residual` from the partitions' :func:`residual_parts` (the numbering is chosen job-wide).
+
+    The numbering matching more events with fewer outside wins; ``ordinal`` (the rank's step windows in time order)
+    wins only where it does strictly better than the tools' own numberings, or as well with narrower windows (a
+    loop numbering its steps per epoch, against a profiler that counts them over the run: the global numbering
+    then matches each event to one window stretched over every epoch's step of that number)."""
     if not basis.fw:
         return Residual(tolerance_ns=int(tolerance_ns))
     if not basis.app:
         return Residual(unmatched=int(basis.fw), tolerance_ns=int(tolerance_ns))
     best = None
-    for numbering in ("global", "per_epoch") if basis.per_epoch else ("global",):
+    for numbering in ("global", "per_epoch", "ordinal") if basis.per_epoch else ("global", "ordinal"):
         mine = [p[numbering] for p in parts if numbering in p]
         out_by = np.concatenate([m[0] for m in mine]) if mine else np.zeros(0, dtype=np.int64)
         unmatched = sum(m[1] for m in mine)
+        width = sum(m[2] for m in mine)
         score = (-len(out_by), int((out_by > tolerance_ns).sum()))
-        if best is None or score < best[0]:
-            best = (score, numbering, out_by, unmatched)
+        if best is None or score < best[0] or (numbering == "ordinal" and score == best[0] and width < best[4]):
+            best = (score, numbering, out_by, unmatched, width)
     assert best is not None  # "global" is always tried
-    _, numbering, out_by, unmatched = best
+    _, numbering, out_by, unmatched, _ = best
     return Residual(checked=int(len(out_by)), outside=int((out_by > tolerance_ns).sum()),
                     max_outside_ns=int(out_by.max()) if len(out_by) else 0,
                     median_outside_ns=int(np.median(out_by)) if len(out_by) else 0, unmatched=int(unmatched),

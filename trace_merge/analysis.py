@@ -257,14 +257,30 @@ def events_and_ranks(pm: Merge) -> "tuple[int, list[int]]":
     return len(frame), sorted(int(r) for r in frame["rank"].unique()) if len(frame) else []
 
 
-def has_tfdata(event_stats: pd.DataFrame) -> bool:
-    """Whether the run has tf.data events: framework ``wait`` rows (the consumer side of tf.data,
-    ``IteratorGetNext`` and ``Iterator::*``; :mod:`trace_merge.readers.xplane`). ``event_stats``:
-    :func:`event_stats_df` (``Summary.event_stats``)."""
+#: the PyTorch DataLoader's wait in the PyTorch profiler's trace (:mod:`trace_merge.readers.torch_trace`)
+DATALOADER_WAIT = "enumerate(DataLoader)#"
+
+
+def _framework_waits(event_stats: pd.DataFrame, dataloader: bool) -> bool:
     if not len(event_stats):
         return False
     fw = (as_text(event_stats["layer"]) == "framework") & (as_text(event_stats["cat"]) == "wait")
-    return bool(event_stats.loc[fw.to_numpy(), "count"].sum() > 0)
+    torch = as_text(event_stats["name"]).str.startswith(DATALOADER_WAIT).fillna(False)
+    keep = fw & (torch if dataloader else ~torch)
+    return bool(event_stats.loc[keep.to_numpy(dtype=bool), "count"].sum() > 0)
+
+
+def has_tfdata(event_stats: pd.DataFrame) -> bool:
+    """Whether the run has tf.data events: framework ``wait`` rows (the consumer side of tf.data,
+    ``IteratorGetNext`` and ``Iterator::*``; :mod:`trace_merge.readers.xplane`) other than a PyTorch DataLoader's.
+    ``event_stats``: :func:`event_stats_df` (``Summary.event_stats``)."""
+    return _framework_waits(event_stats, dataloader=False)
+
+
+def has_dataloader(event_stats: pd.DataFrame) -> bool:
+    """Whether the run's PyTorch profile saw its DataLoader wait (framework ``wait`` rows named
+    ``enumerate(DataLoader)#...``; :mod:`trace_merge.readers.torch_trace`)."""
+    return _framework_waits(event_stats, dataloader=True)
 
 
 #: the bar that holds the phases beyond ``top`` in :func:`where_time_goes_df` and the layered figure
@@ -326,7 +342,7 @@ def epochs_as_text(df: pd.DataFrame, missing: str) -> pd.DataFrame:
 
 __all__ = [
     "INPUT_BOUND_HIGH_PCT", "INPUT_BOUND_MODERATE_PCT", "layer_activity_df", "COMPONENTS", "LOWER_COMPONENTS",
-    "COMPONENT_LABELS", "has_tfdata", "component_labels", "where_time_goes_df", "OTHER_PHASES",
+    "COMPONENT_LABELS", "has_tfdata", "has_dataloader", "component_labels", "where_time_goes_df", "OTHER_PHASES",
     "WHERE_SEGMENTS",
     "layered_breakdown_df", "step_series_df", "Summary", "explain", "coverage_notes", "epochs_as_text",
     "PRIORITY", "READ_LAYER_ORDER", "SIZE_BINS",

@@ -275,7 +275,11 @@ def input_bound_df(frame: pd.DataFrame, layers: "str | Sequence[str] | None" = N
     pandas.DataFrame
         ``rank``, ``basis`` (``framework`` when cycles inside a TF profile window are counted, else ``app``,
         ``epoch`` or ``run``), ``steps`` (counted), ``steps_total``, ``step_s``, ``input_wait_s``,
-        ``input_pct``, ``compute_s``, ``au_pct`` (= compute_s ÷ step_s × 100), ``sync_wait_s`` and
+        ``input_pct``, ``compute_s``, ``au_pct`` (= compute_s ÷ step_s × 100, or device_busy_s ÷ step_s × 100 where
+        ``au_basis`` is ``kernels``), ``device_busy_s`` (the accelerator's compute kernels in the counted cycles, from
+        its own timeline: the PyTorch profiler's device events), ``au_basis`` (``kernels`` where the rank has such a
+        timeline, else ``compute``: the host's compute evidence), ``profiler`` (whose profile the framework layer is:
+        ``PyTorch``, ``TF``, or empty without one), ``sync_wait_s`` and
         ``sync_wait_pct`` (waiting for other ranks, :func:`step_series_df`), ``others_wait_s`` (the other ranks
         waiting for this one: Horovod negotiations in which it was the last ready; not a term of the cycle, its
         own time there is its work), ``other_s`` (none of them),
@@ -375,10 +379,11 @@ def input_bound_of(att: Optional[Attribution], series: Optional[pd.DataFrame] = 
     cols = ["rank", "basis", "steps", "steps_total", "step_s", "input_wait_s", "framework_wait_s", "profiled_steps",
             "warmup_steps", "input_pct", "compute_s", "au_pct", "sync_wait_s", "sync_wait_pct", "others_wait_s",
             "other_s", "excluded_s", "input_visible", "verdict", "unexplained_phase", "unexplained_phase_s",
-            "unexplained_gap_s", "between_epochs_s", "producer_s", "producer_in_wait_s", "producer_in_compute_s"]
+            "unexplained_gap_s", "between_epochs_s", "producer_s", "producer_in_wait_s", "producer_in_compute_s",
+            "device_busy_s", "au_basis", "profiler"]
     if att is None:
-        return pd.DataFrame({c: pd.Series(dtype="object" if c in ("basis", "verdict", "unexplained_phase")
-                                          else "float64") for c in cols})
+        return pd.DataFrame({c: pd.Series(dtype="object" if c in ("basis", "verdict", "unexplained_phase", "au_basis",
+                                                                  "profiler") else "float64") for c in cols})
     if series is None:
         series = step_series_of(att)
     n = len(att.ranks)
@@ -415,9 +420,14 @@ def input_bound_of(att: Optional[Attribution], series: Optional[pd.DataFrame] = 
         comp_s += per_rank(att.sum(f"fallback_compute_{i}", ms.size) / 1e9, rr)
         basis[np.unique(rr)] = label
         visible[np.unique(rr)] = True
+    # the accelerator's own timeline (GPU kernels of a PyTorch profile) inside the counted cycles: where a rank has it,
+    # its AU is kernel busy time, not the host's compute evidence (a host that only launches kernels looks idle)
+    device_s = per_rank(att.sum("device_busy", len(series))[counted] / 1e9)
+    kernels = device_s > 0
+    au_basis = np.where(kernels, "kernels", "compute").astype(object)
     safe = np.where(step_s > 0, step_s, np.nan)
     input_pct = np.nan_to_num(100.0 * wait_s / safe)
-    au_pct = np.nan_to_num(100.0 * comp_s / safe)
+    au_pct = np.nan_to_num(100.0 * np.where(kernels, device_s, comp_s) / safe)
     sync_pct = np.nan_to_num(100.0 * sync_s / safe)
     top_name, top_s = _largest_unexplained(att)
     return pd.DataFrame({
@@ -449,7 +459,21 @@ def input_bound_of(att: Optional[Attribution], series: Optional[pd.DataFrame] = 
         # the input pipeline's work inside the counted cycles, and its parts during input wait and during compute
         **{f"{k}_s": per_rank(att.sum(k, len(series))[counted] / 1e9)
            for k in ("producer", "producer_in_wait", "producer_in_compute")},
+        "device_busy_s": device_s,
+        "au_basis": au_basis,
+        # whose profile windows the rank's are: "PyTorch" (ProfilerStep markers), "TF", or "" (none)
+        "profiler": _profilers(att),
     })
+
+
+def _profilers(att: Attribution) -> np.ndarray:
+    """Per rank code: whose profile windows cover some of its time: "PyTorch" (its framework rows have
+    ``ProfilerStep#N`` markers), "TF" (other framework rows), "" (no framework layer)."""
+    n = len(att.ranks)
+    profiled = np.zeros(n, dtype=bool)
+    if att.present_framework:
+        profiled[np.unique(att.axis.group_of(att.covered[0]))] = True
+    return np.where(profiled, np.where(att.torch_profile, "PyTorch", "TF"), "").astype(object)
 
 
 def _between_epochs(series: pd.DataFrame, n: int) -> np.ndarray:
@@ -495,11 +519,12 @@ def verdict(frame: pd.DataFrame, layers: "str | Sequence[str] | None" = None) ->
 
 
 
-def verdict_of(per: pd.DataFrame) -> Verdict:
+def verdict_of(per: pd.DataFrame, framework: Optional[str] = None) -> Verdict:
     """The job's verdict (:func:`~trace_merge.verdict.verdict_numbers`) of the per-rank table ``per``
-    (:func:`input_bound_df`, or the ranks' :func:`input_bound_of` joined), with its notes."""
+    (:func:`input_bound_df`, or the ranks' :func:`input_bound_of` joined), with its notes (in the words of the
+    run's ``framework``, :func:`trace_merge.frameworks.framework_of`, where the caller knows it)."""
     v = verdict_numbers(per)
-    return dataclasses.replace(v, notes=verdict_notes(per, v))
+    return dataclasses.replace(v, notes=verdict_notes(per, v, framework))
 
 
 def accelerator_utilisation(frame: pd.DataFrame, layers: "str | Sequence[str] | None" = None

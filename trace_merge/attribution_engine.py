@@ -66,6 +66,17 @@ LOWER_COMPONENTS: tuple[str, ...] = ("fs", "comm", "input_wait", "compute")
 COMPONENTS: tuple[str, ...] = (*LOWER_COMPONENTS, "python", "not_observed")
 #: the TimeLogger's TF-profile anchor TraceMe: bookkeeping, not framework work; it opens a profile window
 _ANCHOR = "timelogger_anchor"
+#: the PyTorch profiler's step spans (``ProfilerStep#N``, one ``prof.step()`` to the next): like the anchor, no work
+#: (they hold the loop's Python and its fetch), and each opens a profile window
+_PROFILER_STEP = re.compile(r"^ProfilerStep#\d+$")
+#: the layer of the accelerator's own timeline (kernels, copies: the PyTorch profiler's device events)
+DEVICE_LAYER = "device"
+
+
+def is_marker(name: str) -> bool:
+    """Whether a framework row named ``name`` marks time rather than doing work (:data:`_ANCHOR`,
+    ``ProfilerStep#N``)."""
+    return name == _ANCHOR or bool(_PROFILER_STEP.match(name))
 
 
 @dataclass(frozen=True)
@@ -214,6 +225,7 @@ class _Frame:
         self.is_fw = _lookup(frame["layer"], lambda x: x == "framework")[1]
         self.is_comm = _lookup(frame["layer"], lambda x: x == "comm")[1]
         self.is_fs = _lookup(frame["layer"], lambda x: x in FS_LAYERS)[1]
+        self.is_device = _lookup(frame["layer"], lambda x: x == DEVICE_LAYER)[1]
         self.layer_names = _with_missing([str(x) for x in _categorical(frame["layer"]).cat.categories])
         cats = _categorical(frame["cat"])
         self.cat = cats.cat.codes.to_numpy()
@@ -225,7 +237,8 @@ class _Frame:
         self.name = name.cat.codes.to_numpy()  # int8/16/32 as the categories need: read, never written
         self.names = _with_missing(name.cat.categories.to_numpy(dtype=object).tolist())
         self.is_step_phase = np.append(name.cat.categories == STEP_PHASE, False)
-        self.is_anchor = np.append(name.cat.categories == _ANCHOR, False)
+        self.is_anchor = np.array([is_marker(str(x)) for x in name.cat.categories] + [False])
+        self.is_torch_step = np.array([bool(_PROFILER_STEP.match(str(x))) for x in name.cat.categories] + [False])
         self.is_collective = np.array([bool(_COLLECTIVE.match(str(c))) for c in name.cat.categories] + [False])
         self.is_negotiation = np.array([bool(_NEGOTIATION.match(str(c))) for c in name.cat.categories] + [False])
         self._kept: Optional[np.ndarray] = None
@@ -398,6 +411,7 @@ class Attribution:
         kinds: list[list[np.ndarray]] = [[] for _ in MARK_KINDS]
         layers: list[list[np.ndarray]] = []
         anchors: list[tuple[np.ndarray, np.ndarray]] = []
+        torch_ranks: list[np.ndarray] = []
         collectives: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
         for c, slab in windows.slabs():
             self.names = c.names
@@ -415,6 +429,7 @@ class Attribution:
                 layers.append(distinct_rows(c.rank[low], lay))
                 a = low[c.is_fw[lay] & c.is_anchor[c.name[low]]]
                 anchors.append((c.rank[a], c.start[a]))
+                torch_ranks.append(pd.unique(c.rank[a[c.is_torch_step[c.name[a]]]]))
                 x = low[c.is_comm[lay] & c.is_collective[c.name[low]]]
                 collectives.append((c.rank[x], c.start[x], c.end[x]))
         (self.ranks,), ws, we = whole.result()
@@ -445,6 +460,9 @@ class Attribution:
         a_s = self.axis.to_axis(a_r, a_s[mine])
         order = np.argsort(a_s, kind="stable")  # on the axis, ranks occupy disjoint ranges in rank order
         self._anchors = (a_r[order], a_s[order])
+        #: per rank code: its framework layer is a PyTorch profile (``ProfilerStep#N`` markers), not a TF one
+        self.torch_profile = np.isin(self.ranks, np.concatenate(torch_ranks)) if torch_ranks else \
+            np.zeros(n, dtype=bool)
         x_rank = np.concatenate([r for r, _, _ in collectives])
         mine = np.isin(x_rank, self.ranks)
         own = set(x_rank[mine].tolist())
@@ -739,6 +757,7 @@ class Attribution:
         self._add("loop_wait", covered_ns(*loop_wait, cws, cwe))
         self._add("fw_wait", covered_ns(*lower.raw["input_wait"], cws, cwe))
         self._add("others_wait", covered_ns(*lower.raw["others_wait"], cws, cwe))
+        self._add("device_busy", covered_ns(*lower.raw["device"], cws, cwe))
         # the input pipeline's own work (file-system calls, app io/preprocess phases on any thread): while the step
         # computes and while it waits. A pipeline that reads ahead works in both; a synchronous one only in waits
         producer = union_of(lower.raw["fs"], self_time["io"], self_time["preprocess"])
@@ -883,6 +902,8 @@ class _LowerSlab:
             # for the last ready rank), ``other`` (it was the last: the others waited for it), ``comm`` (not told)
             "sync_wait": c.is_comm[lay] & negotiating & c.cat_is("wait")[cat],
             "others_wait": c.is_comm[lay] & negotiating & c.cat_is("other")[cat],
+            # the accelerator busy with compute kernels (its own timeline): the AU where a rank has one
+            "device": c.is_device[lay] & c.cat_is("compute")[cat],
         }
         # Horovod writes its timeline on rank 0 only, but a collective it shows executing (not negotiating)
         # runs on every rank at once: other ranks get those activities as their communication time.

@@ -202,6 +202,22 @@ GLOSSARY = (
 )
 
 
+def _glossary(parts) -> "tuple[tuple[str, str], ...]":
+    """:data:`GLOSSARY` in the words of the run's framework (a PyTorch run's profile windows are PyTorch's)."""
+    words = _profile_words(parts)
+    if words == "TF profile":
+        return GLOSSARY
+    return tuple((term, meaning.replace("TF profile window (its IteratorGetNext waits)",
+                                        f"{words} window (its DataLoader waits)").replace("TF profile", words))
+                 for term, meaning in GLOSSARY)
+
+
+def _profile_words(parts) -> str:
+    from trace_merge.frameworks import framework_of, words_for
+
+    return words_for(framework_of(parts.event_stats, parts.input_bound)).profile
+
+
 def _where_text(parts, width: int) -> "list[str]":
     """The first screen's breakdown (:func:`trace_merge.analysis.where_time_goes_df`) as a table and its key."""
     from trace_merge.analysis import where_time_goes_df
@@ -212,8 +228,8 @@ def _where_text(parts, width: int) -> "list[str]":
         return ["where the time goes: no app phases"]
     return ["where the time goes (app phases' self time, s; inclusive_s: with their nested phases; fs, comm: the "
             "file-system and communication layers, traced throughout; input_wait, compute, python: the framework "
-            "split where a TF profile looked; cat_s: the rest, which only the app layer saw, known by the phase's "
-            "category):", frame_text(where, width)]
+            f"split where a {_profile_words(parts)} looked; cat_s: the rest, which only the app layer saw, known by "
+            "the phase's category):", frame_text(where, width)]
 
 
 def _findings_lines(found, limit: Optional[int] = None) -> "list[str]":
@@ -236,7 +252,14 @@ def _brief_text(run, parts, width: int) -> str:
 
 
 def _summary_text(run, parts, width: int) -> str:
-    from trace_merge.analysis import PRIORITY, component_labels, epochs_as_text, has_tfdata, verdict_text
+    from trace_merge.analysis import (
+        PRIORITY,
+        component_labels,
+        epochs_as_text,
+        has_dataloader,
+        has_tfdata,
+        verdict_text,
+    )
     from trace_merge.explain import view_heading
     from trace_merge.findings import idle_text, next_step
     from trace_merge.formatting import frame_text, size_text, wrap
@@ -262,7 +285,7 @@ def _summary_text(run, parts, width: int) -> str:
     if found:
         lines.append(f"findings (top {min(3, len(found))} of {len(found)}; all: trace-merge findings {run.path}):")
         lines += _findings_lines(found, 3)
-    lines += ["terms:", *(f"  {term}: {meaning}" for term, meaning in GLOSSARY)]
+    lines += ["terms:", *(f"  {term}: {meaning}" for term, meaning in _glossary(parts))]
     if run.warnings:
         lines.append(f"warnings ({len(run.warnings)}):")
         lines += [f"  - {w}" for w in run.warnings]
@@ -271,7 +294,8 @@ def _summary_text(run, parts, width: int) -> str:
         lines.append(f"DXT clock: {c['source']} rank {c['rank']}: {c['offset_ns'] / 1e6:+.3f} ms from the header "
                      f"(basis {c['basis']}, confidence {c['confidence']:.2f}, {c['matched']} of {c['segments']} "
                      "segments matched)")
-    legend = "; ".join(f"{c} = {label}" for c, label in component_labels(has_tfdata(parts.event_stats)).items())
+    labels = component_labels(has_tfdata(parts.event_stats), has_dataloader(parts.event_stats))
+    legend = "; ".join(f"{c} = {label}" for c, label in labels.items())
     lines += ["", "layered breakdown: each app phase's self time (s) split by what the lower layers of its rank "
               f"did inside it ({legend}); epoch 'none' = outside any epoch; docs/metrics.md",
               *_layered_text(parts.layered, width)]

@@ -7,10 +7,11 @@ them. Definitions for users: ``docs/metrics.md``.
 from __future__ import annotations
 
 import html
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Optional, Sequence
 
 import pandas as pd
 
+from trace_merge.frameworks import PYTORCH, TF_WORDS, TORCH_WORDS, Words
 from trace_merge.verdict import Verdict, idles, verdict_label
 
 if TYPE_CHECKING:
@@ -24,11 +25,14 @@ COMPONENT_LABELS: dict[str, str] = {
     "not_observed": "not observed (no framework profile there)",
 }
 
-def component_labels(tfdata: bool) -> dict[str, str]:
+def component_labels(tfdata: bool, dataloader: bool = False) -> dict[str, str]:
     """:data:`COMPONENT_LABELS` as a run's legends name them: "input wait (tf.data)" only for a run with tf.data
-    events (:func:`trace_merge.analysis.has_tfdata`); a loop without tf.data waits for its own loader, so there it
-    is "input wait"."""
-    return COMPONENT_LABELS if tfdata else {**COMPONENT_LABELS, "input_wait": "input wait"}
+    events (:func:`trace_merge.analysis.has_tfdata`), "input wait (DataLoader)" for one whose PyTorch profile saw
+    its DataLoader wait (:func:`trace_merge.analysis.has_dataloader`); a loop without either waits for its own
+    loader, so there it is "input wait"."""
+    if tfdata:
+        return COMPONENT_LABELS
+    return {**COMPONENT_LABELS, "input_wait": TORCH_WORDS.input_wait if dataloader else "input wait"}
 
 
 #: what each basis of the verdict measured, for the text outputs; the step bases' evidence is counted per run
@@ -51,6 +55,10 @@ def unexplained_text(v: "Verdict") -> str:
     return f"largest outside every app phase: {gap:.0f} % of cycle time"
 
 
+#: how the verdict line names the AU's basis where it is not the host's compute evidence alone
+AU_BASIS_TEXT = {"kernels": "GPU kernel time", "kernels,compute": "GPU kernel time where traced"}
+
+
 def verdict_text(v: Verdict) -> str:
     """The verdict in one line with its numbers and evidence, as the CLI and the report show it."""
     if v.input_pct is None:
@@ -58,34 +66,45 @@ def verdict_text(v: Verdict) -> str:
                else "no training steps or epochs tagged in the trace")
         return f"unknown ({why})"
     sync = f"waiting for other ranks {v.sync_wait_pct:.1f} %, " if v.sync_wait_pct else ""
-    return (f"{v.label} ({v.input_pct:.1f} % of step-cycle time waiting for input, AU {v.au_pct:.1f} %, "
+    au = f" ({AU_BASIS_TEXT[v.au_basis]})" if v.au_basis in AU_BASIS_TEXT else ""
+    return (f"{v.label} ({v.input_pct:.1f} % of step-cycle time waiting for input, AU {v.au_pct:.1f} %{au}, "
             f"{sync}other {v.other_pct:.1f} %; {v.cycles} of {v.cycles_total} cycles; basis {v.basis})")
+
+
+def profile_words(rows: pd.DataFrame, framework: Optional[str] = None) -> Words:
+    """The words of the profiler whose windows ``rows`` (ranks of the verdict table) were profiled in: PyTorch's
+    where every rank with a profile had a PyTorch one, or where none had one and the run's ``framework``
+    (:func:`trace_merge.frameworks.framework_of`) is PyTorch; else TensorFlow's."""
+    seen = {p for p in rows["profiler"].astype(object) if p} if "profiler" in rows else set()
+    return TORCH_WORDS if seen == {PYTORCH} or (not seen and framework == PYTORCH) else TF_WORDS
 
 
 def _ranks_text(ranks: Sequence[int]) -> str:
     return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(str(int(r)) for r in ranks)
 
 
-def _evidence_text(rows: pd.DataFrame) -> str:
+def _evidence_text(rows: pd.DataFrame, framework: Optional[str] = None) -> str:
     """What the step cycles of ``rows`` (ranks of one basis) counted and where their input wait came from, with
     the numbers: cycles counted (and how many lost their warm-up step), cycles a TF profile covered, and the
     input wait split into the profiler's input-pipeline wait and the app's own wait/io phases."""
     steps, total = int(rows["steps"].sum()), int(rows["steps_total"].sum())
     warm, profiled = int(rows["warmup_steps"].sum()), int(rows["profiled_steps"].sum())
+    words = profile_words(rows, framework)
     step_s, wait_s = float(rows["step_s"].sum()), float(rows["input_wait_s"].sum())
     fw_s = min(float(rows["framework_wait_s"].sum()), wait_s)
     out = f"; {steps} of {total} cycles counted"
     if warm:
         out += f" ({warm} without {'its' if warm == 1 else 'their'} warm-up step)"
-    out += f", {profiled} of them inside a TF profile window" if profiled else ", none inside a TF profile window"
+    out += (f", {profiled} of them inside a {words.profile} window" if profiled else
+            f", none inside a {words.profile} window")
 
     def pct(x: float) -> str:
         return f"{100.0 * x / step_s:.1f} % of cycle time" if step_s > 0 else "none"
 
     sources = []
     if profiled:
-        sources.append(f"the profiler's input-pipeline wait (IteratorGetNext family) {pct(fw_s)}" if fw_s > 0 else
-                       "the profiler's input-pipeline wait (IteratorGetNext family): none in the profiled cycles")
+        sources.append(f"the profiler's {words.profiler_wait} {pct(fw_s)}" if fw_s > 0 else
+                       f"the profiler's {words.profiler_wait}: none in the profiled cycles")
     if wait_s - fw_s > 0:
         sources.append(f"the app's wait/io phases of the training loop {pct(wait_s - fw_s)}")
     elif not profiled or fw_s > 0:
@@ -93,10 +112,11 @@ def _evidence_text(rows: pd.DataFrame) -> str:
     return out + "; input wait from " + ", ".join(sources)
 
 
-def verdict_notes(per: pd.DataFrame, v: Verdict) -> list[str]:
+def verdict_notes(per: pd.DataFrame, v: Verdict, framework: Optional[str] = None) -> list[str]:
     """The notes of the verdict ``v`` of the per-rank table ``per`` (:func:`trace_merge.attribution.input_bound_df`):
     the evidence of each basis, the warm-up steps left out, the ranks where no wait could be seen, the time between
-    epochs, and where the accelerator idles for reasons partly unknown."""
+    epochs, and where the accelerator idles for reasons partly unknown. ``framework``: the run's
+    (:func:`trace_merge.frameworks.framework_of`), for the words of a run without a profile."""
     notes: list[str] = []
     if not len(per):
         return notes
@@ -104,9 +124,20 @@ def verdict_notes(per: pd.DataFrame, v: Verdict) -> list[str]:
         rows = per[per["basis"] == basis]
         if not len(rows):
             continue
+        if basis == "framework":
+            text = text.replace(TF_WORDS.profile, profile_words(rows, framework).profile)
         line = f"basis {basis} ({_ranks_text(rows['rank'])}): {text}"
         if basis in ("framework", "app"):
-            line += _evidence_text(rows)
+            line += _evidence_text(rows, framework)
+        notes.append(line)
+    if v.au_basis and "kernels" in v.au_basis and "au_basis" in per:
+        gpu = per[per["au_basis"] == "kernels"]
+        host = per[(per["au_basis"] != "kernels") & (per["basis"] != "run")]
+        line = (f"AU from the accelerator's own timeline on {_ranks_text(gpu['rank'])}: GPU compute kernels busy "
+                f"{float(gpu['device_busy_s'].sum()):.3g} s of {float(gpu['step_s'].sum()):.3g} s of counted step "
+                "cycles (PyTorch profiler device events; collectives' kernels not counted)")
+        if len(host):
+            line += f"; from the host's compute evidence on {_ranks_text(host['rank'])} (no device timeline)"
         notes.append(line)
     warm = per[per["excluded_s"] > 0]
     if len(warm):

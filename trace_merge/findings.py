@@ -1,6 +1,7 @@
 """Findings: what the layered numbers say to change, each with its evidence, the layer that proves it, a severity
-and one concrete recommendation in the user's terms (tf.data, Keras, Horovod, HDF5, Lustre). Rules and thresholds
-are documented in docs/findings.md; keep the two in step.
+and one concrete recommendation in the user's terms (tf.data, Keras, Horovod, a PyTorch DataLoader and DDP, HDF5,
+Lustre: the run's framework's knobs, :mod:`trace_merge.frameworks`). Rules and thresholds are documented in
+docs/findings.md; keep the two in step.
 
 A finding is computed from a :class:`trace_merge.analysis.Summary` alone (a partitioned merge has no whole frame),
 so the CLI, the report and ``--json`` show the same ones in the same order: severity, then the time at stake.
@@ -16,6 +17,7 @@ import pandas as pd
 from trace_merge.attribution import COMPONENTS
 from trace_merge.explain import COMPONENT_LABELS, unexplained_text
 from trace_merge.formatting import size_text as _size
+from trace_merge.frameworks import Words, framework_of, words_for
 from trace_merge.verdict import IDLE_LABEL
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
@@ -95,6 +97,12 @@ def _input_phases(layered: pd.DataFrame) -> pd.DataFrame:
     return layered[layered["cat"].isin(["io", "wait", "preprocess"])] if len(layered) else layered
 
 
+def words_of(a: "Summary") -> Words:
+    """The words of the run's framework (:func:`trace_merge.frameworks.framework_of`: PyTorch's knobs for a PyTorch
+    run, TensorFlow's otherwise)."""
+    return words_for(framework_of(a.event_stats, a.input_bound))
+
+
 def _has_layer(layered: pd.DataFrame, layer: str) -> bool:
     return bool(len(layered)) and layered["layers"].astype(object).map(lambda s: layer in str(s).split(",")).any()
 
@@ -104,6 +112,7 @@ def _verdict_finding(a: "Summary") -> Finding:
     v = a.verdict
     label = v.label
     wait, au = v.input_pct, v.au_pct
+    words = words_of(a)
     cycles = f"{v.cycles} of {v.cycles_total} step cycles, basis {v.basis}"
     wait_s = _counted_wait_s(a)
     inputs = _input_phases(a.layered)
@@ -129,7 +138,7 @@ def _verdict_finding(a: "Summary") -> Finding:
             if v.cycles else f"none of the {v.cycles_total} step cycles could be counted",
             "app/framework",
             "time the batch fetch: `for x in tl.iterate(dataset, 'Call to Next Batch')`, or profile a few steps "
-            "with `timelogger run --tf-profile 20:25` (docs/metrics.md, step cycles)")
+            f"with `timelogger run {words.profile_option} 20:25` (docs/metrics.md, step cycles)")
     if label == IDLE_LABEL:
         assert au is not None  # a labelled verdict has its AU
         return Finding(
@@ -137,14 +146,13 @@ def _verdict_finding(a: "Summary") -> Finding:
             f"wait explains only {wait:.0f} % of them", f"AU {au:.1f} %, input wait {wait:.1f} %, unexplained "
             f"{v.other_pct:.1f} % ({unexplained_text(v)}); {cycles}", v.basis or "",
             "find what the loop does between its steps: time it with `timelogger.phase(...)`, profile a few steps "
-            "(`timelogger run --tf-profile=20:25`) or trace the file system (`--posix`)",
+            f"(`timelogger run {words.profile_option}=20:25`) or trace the file system (`--posix`)",
             (v.other_pct or 0.0) / 100 * _sum(a.steps.loc[a.steps["counted"]], "step_s") if len(a.steps) else 0.0)
     if label == "not input-bound":
         return Finding(
             "compute_bound", "info", "The input pipeline keeps up: the steps wait little for data",
             f"{wait:.1f} % of step-cycle time waiting for input, AU {au:.0f} %; {cycles}", v.basis or "",
-            "loader knobs will not speed this job up; look at compute: a larger batch per rank, mixed precision "
-            "(`tf.keras.mixed_precision.set_global_policy('mixed_float16')`), XLA (`jit_compile=True`)")
+            f"loader knobs will not speed this job up; look at compute: {words.compute}")
     severity = "high" if label == "highly input-bound" else "medium"
     if not _has_layer(a.layered, "posix") and not _has_layer(a.layered, "mpiio"):
         return Finding(
@@ -157,23 +165,18 @@ def _verdict_finding(a: "Summary") -> Finding:
             "input_bound_not_storage", severity, f"The job is {label}, but the wait is not the file system: decode, "
             "Python or inter-process hand-off", f"{wait:.1f} % waiting ({wait_s:.3g} s); the file system is "
             f"{100 * fs / seen:.0f} % of the input phases' time ({fs:.3g} of {seen:.3g} s)",
-            "posix + app",
-            "parallelise the work after the read: `dataset.map(parse, num_parallel_calls=tf.data.AUTOTUNE)`, "
-            "`.prefetch(tf.data.AUTOTUNE)`; for a Python reader more worker processes (threads hold the GIL)",
-            wait_s)
+            "posix + app", words.prefetch, wait_s)
     if seen > 0 and fs / seen >= FS_DOMINANT_SHARE:
         return Finding(
             "input_bound_storage", severity, f"The job is {label} and the file system is most of the input time",
             f"{wait:.1f} % waiting ({wait_s:.3g} s); the file system is {100 * fs / seen:.0f} % of the input "
             f"phases' time ({fs:.3g} of {seen:.3g} s)", "posix",
-            "read less often or in larger pieces: `dataset.cache()` (or a node-local copy in /dev/shm or local "
-            "SSD) when the data fit, larger reads (TFRecord shards, HDF5 chunk-sized reads), and on Lustre a "
-            "stripe count matching the readers (`lfs setstripe -c`)", wait_s)
+            f"read less often or in larger pieces: {words.cache} when the data fit, larger reads "
+            f"({words.storage_reads}), and on Lustre a stripe count matching the readers (`lfs setstripe -c`)",
+            wait_s)
     return Finding(
         "input_bound", severity, f"The job is {label}", f"{wait:.1f} % of step-cycle time waiting "
-        f"({wait_s:.3g} s); {cycles}", v.basis or "",
-        "more parallel input work (`num_parallel_calls=tf.data.AUTOTUNE`, interleave over files) and a "
-        "deeper `prefetch`", wait_s)
+        f"({wait_s:.3g} s); {cycles}", v.basis or "", words.parallel_input, wait_s)
 
 
 def _comm_finding(a: "Summary") -> Optional[Finding]:
@@ -184,9 +187,7 @@ def _comm_finding(a: "Summary") -> Optional[Finding]:
     return Finding(
         "comm_exposed", "medium", "Communication takes a large share of the training steps",
         f"{comm:.3g} s of {total:.3g} s of step phases ({100 * comm / total:.0f} %) inside collectives", "comm",
-        "with Horovod: a larger batch per rank (fewer all-reduces per sample), a larger fusion buffer "
-        "(`HOROVOD_FUSION_THRESHOLD`), `hvd.DistributedOptimizer(..., backward_passes_per_step=k)`; check the "
-        "network when it grows with the rank count", comm)
+        f"{words_of(a).comm}; check the network when it grows with the rank count", comm)
 
 
 def _first_epoch_finding(a: "Summary") -> Optional[Finding]:
@@ -204,8 +205,7 @@ def _first_epoch_finding(a: "Summary") -> Optional[Finding]:
         "The first epoch is much slower than the later ones",
         f"epoch 0 {first:.3g} s vs {later:.3g} s per later epoch (median), {first / later:.1f}x", "app",
         "leave epoch 0 out of throughput numbers (graph tracing, first file opens, cold caches); if it is the "
-        "reads, a `dataset.cache()` or warm node-local copy; a short job is dominated by it: train longer per "
-        "allocation", first - later)
+        f"reads, {words_of(a).cache_short}; a short job is dominated by it: train longer per allocation", first - later)
 
 
 def _imbalance_finding(a: "Summary") -> Optional[Finding]:
@@ -225,7 +225,7 @@ def _imbalance_finding(a: "Summary") -> Optional[Finding]:
         f"counted step time {per[slow]:.3g} s vs {per[fast]:.3g} s ({per[slow] / per[fast]:.2f}x); "
         f"input wait {wait.get(slow, np.nan):.1f} % vs {wait.get(fast, np.nan):.1f} %", "app/framework",
         "look at that rank's node (other jobs, its file system targets), and give each rank the same number "
-        "and size of samples (`dataset.shard(hvd.size(), hvd.rank())` before shuffling)",
+        f"and size of samples ({words_of(a).shard} before shuffling)",
         float(per[slow] - per[fast]))
 
 
@@ -265,9 +265,9 @@ def _sync_wait_finding(a: "Summary") -> Optional[Finding]:
     return Finding(
         "ranks_wait_for_straggler", "medium", f"Ranks wait for a straggler at the collectives: the likely straggler "
         f"is {who}", "; ".join(evidence), "comm + app",
-        f"balance the work per rank (the same number and size of samples per rank: `dataset.shard(hvd.size(), "
-        f"hvd.rank())`, equal batch sizes), then look at {who}'s input pipeline and node (other jobs, its file "
-        "system targets); a larger fusion buffer will not help", float(impact))
+        f"balance the work per rank (the same number and size of samples per rank: {words_of(a).shard}, equal batch "
+        f"sizes), then look at {who}'s input pipeline and node (other jobs, its file system targets); a larger "
+        "fusion buffer will not help", float(impact))
 
 
 def _coverage_finding(a: "Summary") -> Optional[Finding]:
@@ -279,7 +279,7 @@ def _coverage_finding(a: "Summary") -> Optional[Finding]:
         "low_profile_coverage", "info", "The framework profile covers a small sample of the steps",
         f"{unseen:.3g} of {total:.3g} s of step phases ({100 * unseen / total:.0f} %) outside every profile window",
         "framework", "the compute/Python split is from the profiled steps; profile a longer window "
-        "(`--tf-profile 20:40`) if later steps behave differently")
+        f"(`{words_of(a).profile_option} 20:40`) if later steps behave differently")
 
 
 def _small_reads_finding(a: "Summary") -> Optional[Finding]:
@@ -299,9 +299,7 @@ def _small_reads_finding(a: "Summary") -> Optional[Finding]:
         "small_reads", "medium", "The data are read in small pieces",
         f"{n:,} data reads of {_size(nbytes / n)} on average ({_size(nbytes)} in all); the slowest rank read for "
         f"{read_s:.3g} s of the job's {wall_s:.3g} s", "posix",
-        "read in larger pieces: HDF5 reads of whole chunks or samples, TFRecord shards of 100+ MB, "
-        "`tf.data.TFRecordDataset(..., buffer_size=8 << 20)`; on Lustre each small read pays a round trip",
-        0.0)
+        f"read in larger pieces: {words_of(a).larger_reads}; on Lustre each small read pays a round trip", 0.0)
 
 
 def _reread_finding(a: "Summary") -> Optional[Finding]:
@@ -326,9 +324,9 @@ def _reread_finding(a: "Summary") -> Optional[Finding]:
         "Every epoch reads the data set from the file system again",
         f"epoch 0 read {_size(first)}, later epochs {_size(later.median())} each (median), {_size(later.sum())} "
         f"re-read in all over {ranks} rank(s); per rank and later epoch up to {_size(cache)} (rank {rank})", "posix",
-        f"cache it when {_size(cache)} per rank fits: `dataset.cache()` (memory) or "
-        "`dataset.cache('/local/ssd/cache')`, or copy the files to node-local storage at job start; with global "
-        "shuffle, shuffle file order within a node-local copy instead of moving files between ranks", 0.0)
+        f"cache it when {_size(cache)} per rank fits: {words_of(a).cache_long}, or copy the files to node-local "
+        "storage at job start; with global shuffle, shuffle file order within a node-local copy instead of moving "
+        "files between ranks", 0.0)
 
 
 def _metadata_finding(a: "Summary") -> Optional[Finding]:
@@ -356,10 +354,9 @@ def _metadata_finding(a: "Summary") -> Optional[Finding]:
         "Opening, checking and seeking files takes a large share of the file-system time",
         f"{n:,} metadata calls ({calls}{per_step}) took {meta_s:.3g} s, {100 * meta_s / total:.0f} % of the "
         f"traced file-system call time ({total:.3g} s)", "posix",
-        "open each file once and keep it open (one `h5py.File` per reader, not per sample; "
-        "`tf.data.Dataset.interleave` over open files), drop per-sample `os.path.exists`/`os.stat`, and pack "
-        "small files into larger shards (TFRecord, HDF5); on Lustre every open and stat is a metadata-server "
-        "round trip", meta_s)
+        f"open each file once and keep it open (one `h5py.File` per reader, not per sample; {words_of(a).open_once}), "
+        "drop per-sample `os.path.exists`/`os.stat`, and pack small files into larger shards (TFRecord, HDF5); on "
+        "Lustre every open and stat is a metadata-server round trip", meta_s)
 
 
 def _producers_idle_finding(a: "Summary") -> Optional[Finding]:
@@ -451,7 +448,8 @@ def idle_text(a: "Summary") -> Optional[str]:
     line = f"accelerator idle: {d['idle_pct']:.1f} % of step-cycle time ({', '.join(p for p in parts if p)})"
     made = sorted(d["input_phases_pct"].items(), key=lambda kv: -kv[1])
     if made:
-        names = {c: COMPONENT_LABELS[c].split(" (")[0] for c in d["input_phases_pct"]} | {"input_wait": "tf.data wait"}
+        names = {c: COMPONENT_LABELS[c].split(" (")[0] for c in d["input_phases_pct"]} | {
+            "input_wait": words_of(a).wait_name}
         line += "; the input phases' time: " + ", ".join(f"{names[c]} {p:.0f} %" for c, p in made)
     return line
 
@@ -461,4 +459,4 @@ def next_step(found: list[Finding]) -> str:
     return found[0].action
 
 
-__all__ = ["Finding", "findings", "next_step", "idle", "idle_text", "SEVERITIES"]
+__all__ = ["Finding", "findings", "next_step", "idle", "idle_text", "SEVERITIES", "words_of"]

@@ -10,6 +10,9 @@ rank's host) through ``process_name`` metadata and ordered by rank then layer (`
   first appearance; its threads other than the first are ``reader worker k · thread j``;
 * ``tf.data``, ``TF eager (Python main)``, ``TF executor``, ``Horovod background (op completions)`` -- framework
   (TF profiler) threads, by what they ran;
+* ``PyTorch main``, ``PyTorch thread`` -- the PyTorch profiler's threads (the one with its steps and DataLoader
+  waits, others: autograd, Gloo's); ``PyTorch collectives (gloo)`` -- its collectives; ``GPU d stream s`` -- its
+  device timeline (layer ``device``);
 * ``Horovod <op> lane k: <tensor>`` -- a Horovod timeline lane (one per tensor);
 * ``waitpid polling thread``, ``forked child: execv``, ``reader thread j`` -- other threads, by their calls;
 * ``Darshan DXT (all threads)`` -- DXT segments, which carry no pid or tid;
@@ -264,7 +267,7 @@ def _main_threads(frame: pd.DataFrame) -> dict[int, tuple[int, int]]:
     and its busiest app thread; else the pid and thread with most rows. The thread whose tid is the pid wins
     when the pid has one (Linux numbers the main thread so)."""
     out: dict[int, tuple[int, int]] = {}
-    keep = ~category_mask(frame["layer"], lambda s: s in ("framework", "comm"))  # their pid/tid are not the OS's
+    keep = ~category_mask(frame["layer"], lambda s: s in ("framework", "comm", "device"))  # pid/tid not the OS's
     app = category_mask(frame["layer"], lambda s: s == "app")[keep]
     step = app & category_mask(frame["name"], lambda s: s == STEP_PHASE)[keep]
     part = frame.loc[keep, ["rank", "pid", "tid", "start_ns"]].reset_index(drop=True)
@@ -294,9 +297,17 @@ def _roles(lanes: pd.DataFrame, cat_n: dict, sample: dict, mains: dict) -> list[
     for r, layer, p, t, calls in lanes[[*_LANE, "_names"]].itertuples(index=False, name=None):
         cats = cat_n.get((r, layer, p, t), {})
         args = sample.get((r, layer, p, t))
-        if layer == "comm":
+        if layer == "comm" and all(_TORCH_COMM.match(c) for c in calls):
+            base.append("PyTorch collectives (" + "/".join(sorted({c.split(":")[0] for c in calls})) + ")")
+        elif layer == "comm":
             hvd[r] = hvd.get(r, 0) + 1
             base.append(_horovod_role(calls, args, hvd[r]))
+        elif layer == "device":
+            base.append(f"GPU {t >> 20} stream {t & ((1 << 20) - 1)}")
+        elif layer == "framework" and any(c.startswith(("aten::", "ProfilerStep#", "enumerate(DataLoader)#"))
+                                          for c in calls):
+            base.append("PyTorch main" if cats.get("wait", 0) or any(c.startswith("ProfilerStep#") for c in calls)
+                        else "PyTorch thread")
         elif layer == "framework":
             base.append(_framework_role(calls, cats, args))
         elif (r, p, t) in threads:
@@ -326,7 +337,7 @@ def _os_threads(lanes: pd.DataFrame, cat_n: dict, mains: dict) -> dict[tuple[int
     app_cats: dict[tuple, dict] = {}
     order = lanes.sort_values("first", kind="stable")
     for r, layer, p, t, names in order[[*_LANE, "_names"]].itertuples(index=False, name=None):
-        if layer in ("framework", "comm") or (p == 0 and t == 0 and layer in FS_LAYERS):
+        if layer in ("framework", "comm", "device") or (p == 0 and t == 0 and layer in FS_LAYERS):
             continue  # not OS threads; (0, 0) in a file-system layer is Darshan DXT
         key = (r, p, t)
         calls.setdefault(key, set()).update(names)
@@ -367,6 +378,10 @@ def _thread_kind(calls: set, cats: dict, app_cats: "dict | None") -> str:
     if app_cats:
         return "reader thread" if app_cats.get("io", 0) * 2 >= sum(app_cats.values()) else "thread"
     return "I/O thread" if cats.get("io", 0) * 2 >= (sum(cats.values()) or 1) else "thread"
+
+
+#: collectives of the PyTorch profiler's trace (the process group's backend and its op: ``gloo:all_reduce``)
+_TORCH_COMM = re.compile(r"^(?:(?:gloo|nccl|mpi|ucc|xccl|hccl):|record_param_comms$)")
 
 
 def _horovod_role(calls: frozenset, args: Optional[str], k: int) -> str:

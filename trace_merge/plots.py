@@ -383,7 +383,8 @@ def _phase_rows(df: pd.DataFrame, top: int, by_rank: bool) -> pd.DataFrame:
 
 
 def plot_layered_breakdown(df: pd.DataFrame, ax: "Optional[Axes]" = None, *, top: int = 12,
-                           by_rank: bool = False, tfdata: Optional[bool] = None) -> "Figure | SubFigure":
+                           by_rank: bool = False, tfdata: Optional[bool] = None,
+                           dataloader: bool = False) -> "Figure | SubFigure":
     """App phase → components: one horizontal bar per app phase, split by the layer below that saw the time.
 
     A bar's length is the phase's self time summed over ranks and epochs; its segments are the components
@@ -408,6 +409,9 @@ def plot_layered_breakdown(df: pd.DataFrame, ax: "Optional[Axes]" = None, *, top
         Whether the run has tf.data events (:func:`trace_merge.analysis.has_tfdata`), for the input wait's legend
         entry; by default, whether any framework input wait was seen inside the phases. Components with no time
         get no bar and no legend entry.
+    dataloader
+        Whether the run's PyTorch profile saw its DataLoader wait (:func:`trace_merge.analysis.has_dataloader`):
+        the legend says "input wait (DataLoader)".
     """
     if not len(df):
         return _no_data(ax, (9, 2), "no app phases")
@@ -416,7 +420,7 @@ def plot_layered_breakdown(df: pd.DataFrame, ax: "Optional[Axes]" = None, *, top
     y = np.arange(len(rows)) + (0.6 * group if by_rank else 0)  # a gap between the phases' groups
     fig, ax = _figure_and_axes(ax, (10, 1.4 + 0.32 * len(rows)))
     left = np.zeros(len(rows))
-    labels = component_labels(bool(df["input_wait_s"].sum() > 0) if tfdata is None else tfdata)
+    labels = component_labels(bool(df["input_wait_s"].sum() > 0) if tfdata is None else tfdata, dataloader)
     for comp, label in labels.items():
         width = rows[f"{comp}_s"].to_numpy(dtype=float)
         if not np.any(width > 0):
@@ -449,18 +453,18 @@ def _light(colour: str, keep: float = 0.45) -> tuple:
 
 
 def plot_where_time_goes(df: pd.DataFrame, ax: "Optional[Axes]" = None, *,
-                         tfdata: bool = False) -> "Figure | SubFigure":
+                         tfdata: bool = False, dataloader: bool = False) -> "Figure | SubFigure":
     """The first screen's picture (:func:`trace_merge.analysis.where_time_goes_df`): one bar per app phase, its
     self time split into the file-system and communication layers' time, the framework split where a profile
     looked, and the rest in a light shade of the phase's category colour (what the app layer alone knows); a
     dashed outline to the phase's inclusive time where nested phases add to it. ``tfdata``: the run has tf.data
-    events (the input wait's legend entry)."""
+    events, ``dataloader``: a PyTorch profile saw the DataLoader wait (the input wait's legend entry)."""
     if not len(df):
         return _no_data(ax, (6.4, 2), "no app phases")
     fig, ax = _figure_and_axes(ax, (6.4, 1.4 + 0.42 * len(df)))
     y = np.arange(len(df))
     left = np.zeros(len(df))
-    names = component_labels(tfdata)
+    names = component_labels(tfdata, dataloader)
     cats = df["cat"].fillna("").to_numpy(dtype=object)
     for seg in WHERE_SEGMENTS:
         width = df[f"{seg}_s"].to_numpy(dtype=float)
@@ -553,7 +557,8 @@ def _draw_steps(ax: "Axes", steps: pd.DataFrame, x0: int, legend: bool, top: Opt
                         xytext=(2, -2), textcoords="offset points", va="top", fontsize="x-small", color="#444")
 
 
-def plot_step_series(df: pd.DataFrame, ax: "Optional[Axes]" = None, *, tfdata: bool = False) -> "Figure | SubFigure":
+def plot_step_series(df: pd.DataFrame, ax: "Optional[Axes]" = None, *, tfdata: bool = False,
+                     dataloader: bool = False) -> "Figure | SubFigure":
     """Step time per rank over the steps in time order, input wait stacked at the bottom.
 
     Each step is one unit on x (its position in the rank's time order; epochs start at the dashed lines); the
@@ -569,11 +574,11 @@ def plot_step_series(df: pd.DataFrame, ax: "Optional[Axes]" = None, *, tfdata: b
         Axes to draw on; a new figure when ``None``.
     tfdata
         The run has tf.data events (:func:`trace_merge.analysis.has_tfdata`): the wait is named "input wait
-        (tf.data)", else "input wait".
+        (tf.data)", else "input wait" ("input wait (DataLoader)" with ``dataloader``: a PyTorch profile saw it).
     """
     if not len(df):
         return _no_data(ax, (9, 2), "no training steps")
-    wait_label = component_labels(tfdata)["input_wait"]
+    wait_label = component_labels(tfdata, dataloader)["input_wait"]
     rows = df.sort_values(["rank", "start_ns"], kind="stable")
     per_rank = list(rows.groupby("rank", sort=True))
     bases = [_STEP_BASIS.get(b, str(b)) for b in sorted(as_text(rows["basis"]).unique())]

@@ -115,8 +115,9 @@ def _first_screen(run: "Run", a: "analysis.Summary", found: "list[Finding]") -> 
     idle = idle_text(a)
     idle_html = f'<p class="idle">{html.escape(idle[0].upper() + idle[1:])}</p>' if idle else ""
     where = analysis.where_time_goes_df(a.layered, a.event_stats)
-    tfdata = analysis.has_tfdata(a.event_stats)
-    picture = (figure("where the time goes", lambda: plots.plot_where_time_goes(where, tfdata=tfdata))
+    tfdata, dataloader = analysis.has_tfdata(a.event_stats), analysis.has_dataloader(a.event_stats)
+    picture = (figure("where the time goes", lambda: plots.plot_where_time_goes(where, tfdata=tfdata,
+                                                                                dataloader=dataloader))
                + f'<p class="sub cap">{html.escape(where_caption(where))} Full table under “Layered breakdown”.</p>'
                if len(where) else "<p><i>no app phases</i></p>")
     return (
@@ -151,8 +152,8 @@ def render_report(run: "Run", parts: "Optional[analysis.Summary]" = None) -> str
     m = a.metrics
     access = run.access_pattern()
     found = findings(a)
-    tfdata = analysis.has_tfdata(a.event_stats)
-    labels = analysis.component_labels(tfdata)
+    tfdata, dataloader = analysis.has_tfdata(a.event_stats), analysis.has_dataloader(a.event_stats)
+    labels = analysis.component_labels(tfdata, dataloader)
     facts = {
         "path": str(run.path),
         "events": m.events,
@@ -197,12 +198,14 @@ def render_report(run: "Run", parts: "Optional[analysis.Summary]" = None) -> str
         f"{' &gt; '.join(html.escape(labels[c]) for c in analysis.COMPONENTS)} wins, so "
         "each row sums to the phase's time. Epoch “none”: the phase ran outside every epoch. Definitions: "
         "docs/metrics.md in the toolkit's repository.</p>",
-        (figure("layered breakdown", lambda: plots.plot_layered_breakdown(a.layered, tfdata=tfdata))
+        (figure("layered breakdown",
+                lambda: plots.plot_layered_breakdown(a.layered, tfdata=tfdata, dataloader=dataloader))
          if len(a.layered) else ""),
         table(analysis.epochs_as_text(a.layered, "none")),
         "<h2>Steps: input wait per step</h2>",
         "<p>" + "<br>".join(html.escape(n) for n in [*v.notes, *a.explanations]) + "</p>",
-        figure("step series", lambda: plots.plot_step_series(a.steps, tfdata=tfdata)) if len(a.steps) else "",
+        figure("step series", lambda: plots.plot_step_series(a.steps, tfdata=tfdata, dataloader=dataloader))
+        if len(a.steps) else "",
         "<h2>Drill-down: breakdown by phase category, app layer</h2>",
         "<p>Exclusive share of each epoch's wall time: the innermost phase on each thread, then priority "
         f"{' &gt; '.join(analysis.PRIORITY)} across threads; time outside every epoch has its own column; rows "

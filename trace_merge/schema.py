@@ -12,8 +12,10 @@ from typing import Any, Hashable, Iterable, Mapping, Optional, Sequence, Union
 import numpy as np
 import pandas as pd
 
-#: ``noise``: what ``timelogger run --noise`` generators achieved beside the job (docs/noise.md); no component
-LAYERS = ("app", "framework", "comm", "posix", "stdio", "mpiio", "hdf5", "noise")
+#: ``noise``: what ``timelogger run --noise`` generators achieved beside the job (docs/noise.md); no component.
+#: ``device``: the accelerator's own timeline (the PyTorch profiler's GPU kernels and copies): the AU where a rank has
+#: it (docs/metrics.md), no component of the layered breakdown (it is not the host phase's time)
+LAYERS = ("app", "framework", "device", "comm", "posix", "stdio", "mpiio", "hdf5", "noise")
 CATS = ("io", "preprocess", "compute", "comm", "checkpoint", "wait", "other")
 
 

@@ -2,10 +2,11 @@
 records, the identity of every source, and the facts about sources that a merge needs before it aligns them
 (tf_profile anchors, file-name tables, ranks that ended early or are missing).
 
-A run directory (``manifest.json``, ``app/``, ``tf/rank-<r>/``, ``horovod/``, ``posix/``, ``darshan/``;
-:mod:`timelogger.layout`, ``docs/frame.md``) or loose inputs: a bare directory of ``.pfw``/``.pfw.gz``/
-``.darshan``/``.xplane.pb`` files (searched recursively, e.g. a TF logdir) or a single file. A directory that
-is not a run but holds runs below it is refused (:func:`refuse_runs_below`), never pooled into one.
+A run directory (``manifest.json``, ``app/``, ``tf/rank-<r>/``, ``torch/rank-<r>/``, ``horovod/``, ``posix/``,
+``darshan/``; :mod:`timelogger.layout`, ``docs/frame.md``) or loose inputs: a bare directory of ``.pfw``/
+``.pfw.gz``/``.darshan``/``.xplane.pb``/``.pt.trace.json[.gz]`` files (searched recursively, e.g. a TF logdir) or a
+single file. A directory that is not a run but holds runs below it is refused (:func:`refuse_runs_below`), never
+pooled into one.
 """
 from __future__ import annotations
 
@@ -29,8 +30,11 @@ from .readers import detect
 from .readers.pfw import TimeLoggerMeta
 from .schema import MAX_RANKS, SourceData, checked_int
 
-LOOKED_FOR = "app/*.pfw[.gz], tf/**/*.xplane.pb, horovod/*.json, posix/*.pfw[.gz], darshan/*.darshan"
+LOOKED_FOR = ("app/*.pfw[.gz], tf/**/*.xplane.pb, torch/**/*.pt.trace.json[.gz], horovod/*.json, posix/*.pfw[.gz], "
+              "darshan/*.darshan")
 _LOOSE_PATTERNS = ("*.pfw", "*.pfw.gz", "*.darshan", "*.xplane.pb", "*.json", "*.json.gz")
+#: the PyTorch profiler's traces in ``torch/rank-<r>/`` (``tensorboard_trace_handler``'s names)
+TORCH_PATTERNS = ("*.pt.trace.json", "*.pt.trace.json.gz")
 
 
 def is_run_dir(path: Path) -> bool:
@@ -254,6 +258,7 @@ def _listing(path: Path) -> "tuple[list[tuple[Path, str]], dict[str, Any] | None
 
         files = found(layout.APP_DIR, ("*.pfw", "*.pfw.gz"), "timelogger")
         files += found(layout.TF_DIR, ("*.xplane.pb",), "xplane", recursive=True)
+        files += found(layout.TORCH_DIR, TORCH_PATTERNS, "torch", recursive=True)
         files += found(layout.HOROVOD_DIR, ("*.json", "*.json.gz"), "horovod")
         files += found(layout.POSIX_DIR, ("*.pfw", "*.pfw.gz"), "")
         files += found(layout.DARSHAN_DIR, ("*.darshan",), "darshan")

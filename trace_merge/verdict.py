@@ -54,7 +54,10 @@ class Verdict:
 
     label: str = "unknown"  # not / moderately / highly input-bound, or unknown
     input_pct: Optional[float] = None  # Σ input wait ÷ Σ cycle time over the counted step cycles
-    au_pct: Optional[float] = None  # DLIO's AU: Σ compute ÷ Σ cycle time
+    au_pct: Optional[float] = None  # DLIO's AU: Σ compute ÷ Σ cycle time (Σ kernel busy time on ranks with kernels)
+    #: what the AU was measured from: "compute" (the host's compute evidence), "kernels" (the accelerator's own
+    #: timeline on every rank) or "kernels,compute" (some ranks each)
+    au_basis: Optional[str] = None
     other_pct: Optional[float] = None  # none of them: 100 - input - AU - sync wait
     sync_wait_pct: Optional[float] = None  # Σ waiting for other ranks (Horovod negotiations) ÷ Σ cycle time
     basis: Optional[str] = None  # the ranks' bases joined
@@ -85,14 +88,19 @@ def verdict_numbers(per: pd.DataFrame) -> Verdict:
     if not len(seen) or step <= 0:
         return out
     pct = 100.0 * float(seen["input_wait_s"].sum()) / step
-    au = 100.0 * float(seen["compute_s"].sum()) / step
+    kernels = (seen["au_basis"] == "kernels").to_numpy(dtype=bool) if "au_basis" in seen else \
+        np.zeros(len(seen), dtype=bool)
+    busy = np.where(kernels, seen["device_busy_s"].to_numpy(dtype=float) if kernels.any() else 0.0,
+                    seen["compute_s"].to_numpy(dtype=float))
+    au = 100.0 * float(busy.sum()) / step
+    au_basis = ",".join(b for b, has in (("kernels", kernels.any()), ("compute", (~kernels).any())) if has)
     sync = 100.0 * float(seen["sync_wait_s"].sum()) / step
     worst = seen.loc[seen["input_pct"].idxmax()]
     by_phase = seen.groupby(seen["unexplained_phase"].astype(object).fillna(""))["unexplained_phase_s"].sum()
     by_phase = by_phase[by_phase.index != ""]
     top = str(by_phase.idxmax()) if len(by_phase) and by_phase.max() > 0 else None
     # waiting for the other ranks is explained time: the accelerator idles for a known reason (a straggler)
-    return dataclasses.replace(out, input_pct=pct, label=explained_label(pct, au + sync), au_pct=au,
+    return dataclasses.replace(out, input_pct=pct, label=explained_label(pct, au + sync), au_pct=au, au_basis=au_basis,
                                other_pct=max(0.0, 100.0 - pct - au - sync), sync_wait_pct=sync,
                                basis=",".join(sorted(set(seen["basis"]))),
                                worst_rank=int(worst["rank"]), worst_rank_input_pct=float(worst["input_pct"]),

@@ -1,8 +1,8 @@
 """One reader per source; :func:`detect` tells which one a file needs, :func:`read_any` calls it.
 
 Kinds: ``timelogger`` and ``dftracer`` (both ``.pfw``/``.pfw.gz``, read by :mod:`.pfw`; told apart by
-the ``timelogger`` metadata event TimeLogger writes first), ``xplane`` (:mod:`.xplane`), ``horovod``
-(:mod:`.horovod`), ``darshan`` (:mod:`.darshan`).
+the ``timelogger`` metadata event TimeLogger writes first), ``xplane`` (:mod:`.xplane`), ``torch`` (the PyTorch
+profiler's Chrome trace, :mod:`.torch_trace`), ``horovod`` (:mod:`.horovod`), ``darshan`` (:mod:`.darshan`).
 """
 from __future__ import annotations
 
@@ -16,21 +16,25 @@ from typing import Any
 from ..errors import TraceInputError
 from ..schema import SourceData
 
-KINDS = ("timelogger", "dftracer", "xplane", "horovod", "darshan")
+KINDS = ("timelogger", "dftracer", "xplane", "torch", "horovod", "darshan")
 #: kind -> reader module (inside this package)
 _MODULES = {
     "timelogger": "pfw",
     "dftracer": "pfw",
     "xplane": "xplane",
+    "torch": "torch_trace",
     "horovod": "horovod",
     "darshan": "darshan",
 }
 #: keyword arguments each reader accepts beyond ``path``
-_KWARGS = {"xplane": ("anchors", "rank"), "horovod": ("rank",)}
+_KWARGS = {"xplane": ("anchors", "rank"), "torch": ("rank",), "horovod": ("rank",)}
 _PEEK_BYTES = 8192
 #: ``rank-3``/``rank_3``/``rank3``, and pydftracer's (DLIO's) ``trace-3-of-8``
 _RANK_IN_NAME = re.compile(r"(?<![a-z])rank[-_]?(\d+)|(?<![a-z0-9])trace-(\d+)-of-\d+", re.I)
 _HOROVOD_HINTS = (b"start_time_since_epoch_in_micros", b"NEGOTIATE_", b"MPI_ALLREDUCE", b"ALLREDUCE")
+#: the PyTorch profiler's file names (``tensorboard_trace_handler``) and the fields its trace starts with
+TORCH_SUFFIXES = (".pt.trace.json", ".pt.trace.json.gz")
+_TORCH_HINTS = (b'"baseTimeNanoseconds"', b'"distributedInfo"')
 
 
 def _peek(path: Path) -> bytes:
@@ -90,13 +94,20 @@ def detect(path: "str | os.PathLike[str]") -> str:
         # TimeLogger's first event after "[" is its `timelogger` metadata (docs/wire-format.md).
         first = head.lstrip(b"[ \r\n").split(b"\n", 1)[0]
         return "timelogger" if b'"timelogger"' in first else "dftracer"
+    if name.endswith(TORCH_SUFFIXES):
+        return "torch"
     if name.endswith((".json", ".json.gz")):
         head = _peek(path)
+        # a PyTorch trace's top-level fields come before its events; a Horovod timeline is an array of events
+        if head.lstrip()[:1] == b"{" and (any(h in head for h in _TORCH_HINTS) or
+                                         (b'"schemaVersion"' in head and b'"traceEvents"' in head)):
+            return "torch"
         if any(h in head for h in _HOROVOD_HINTS):
             return "horovod"
-        raise TraceInputError(path, "JSON file that is not a Horovod timeline")
+        raise TraceInputError(path, "JSON file that is neither a Horovod timeline nor a PyTorch profiler trace")
     raise TraceInputError(
-        path, "unrecognised trace file (expected .pfw[.gz], .xplane.pb, .darshan or a Horovod timeline .json)"
+        path, "unrecognised trace file (expected .pfw[.gz], .xplane.pb, .darshan, a PyTorch profiler trace "
+              ".pt.trace.json[.gz] or a Horovod timeline .json)"
     )
 
 
@@ -117,7 +128,7 @@ def read_any(path: "str | os.PathLike[str]", kind: "str | None" = None, **kw: An
     kind
         Skip detection and use this reader.
     **kw
-        Passed on to readers that take them: ``anchors``/``rank`` (xplane), ``rank`` (horovod);
+        Passed on to readers that take them: ``anchors``/``rank`` (xplane), ``rank`` (torch, horovod);
         ignored for the others.
     """
     kind = kind or detect(path)

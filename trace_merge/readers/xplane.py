@@ -307,7 +307,7 @@ def read(
 
     start_arr = np.asarray(rel_start, dtype=np.int64)
     dur_arr = np.asarray(durs, dtype=np.int64)
-    _mark_wrappers(cats, start_arr, start_arr + dur_arr)
+    mark_wrappers(cats, start_arr, start_arr + dur_arr)
     task_start = profile_start_ns(space)
     pid = int(anchor["pid"]) if anchor is not None and anchor.get("pid") is not None else None
 
@@ -368,7 +368,7 @@ def read(
                                       profile_start_ns=task_start, pid=pid, anchor_check_ns=anchor_check_ns))
 
 
-def _mark_wrappers(cats: list[str], starts: np.ndarray, ends: np.ndarray) -> None:
+def mark_wrappers(cats: list[str], starts: np.ndarray, ends: np.ndarray) -> None:
     """Turn compute/comm events that wrap a ``wait`` event into ``other`` (in place).
 
     A wrapper is an event inside which a wait both starts and ends, on any thread (Keras runs
