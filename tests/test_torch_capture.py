@@ -102,6 +102,11 @@ def test_plain_loop_verdict_matches_its_own_clock_and_the_workers_reads_are_the_
     assert verdict_label(truth["input_pct"]) == ("highly input-bound" if kind == "input" else "not input-bound"), truth
     _agrees(v, truth)
     assert v["basis"] == "app" and v["cycles_total"] == steps
+    # told a PyTorch run by the hooks' events alone (no profile): its sentences name PyTorch's parts, not tf.data's
+    said = json.dumps([s["explanations"], s["next_step"], v])
+    assert "tf.data" not in said and "TF profile" not in said, said
+    if kind == "input":
+        assert "DataLoader" in s["next_step"], s["next_step"]
     run = Run.open(run_dir)
     # the hooks' steps and epochs: 8 steps in each of 2 epochs
     assert run.step_series().groupby("epoch").size().to_dict() == {0: steps // EPOCHS, 1: steps // EPOCHS}

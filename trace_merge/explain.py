@@ -176,7 +176,7 @@ def coverage_notes(layered: pd.DataFrame) -> list[str]:
             f" % of its time was not observed" for phase, row in g.head(2).iterrows()]
 
 
-def explain(metrics: "Metrics", verdict: Verdict, layered: pd.DataFrame) -> list[str]:
+def explain(metrics: "Metrics", verdict: Verdict, layered: pd.DataFrame, words: Words = TF_WORDS) -> list[str]:
     """Sentences for where io %, exposed %, the layered split and the verdict seem to disagree."""
     out: list[str] = []
     io, exposed, wait = metrics.component_pct.get("io"), metrics.exposed_io_pct, verdict.input_pct
@@ -205,9 +205,10 @@ def explain(metrics: "Metrics", verdict: Verdict, layered: pd.DataFrame) -> list
                     layered.loc[layered["phase"] == phase, "layers"]):
                 shown += 1
                 pct = {k: 100 * row[k] / row["time_s"] for k in ("fs_s", "python_s", "not_observed_s")}
-                rest_text = (f"Python / decode / IPC seen inside a TF profile ({pct['python_s']:.0f} %) or not "
+                rest_text = (f"Python / decode / IPC seen inside a {words.profile} ({pct['python_s']:.0f} %) or not "
                              f"observed ({pct['not_observed_s']:.0f} %)" if row["python_s"] > 0 else
-                             "time no lower layer saw (Python, decoding, IPC or waiting: no TF profile covered it)")
+                             "time no lower layer saw (Python, decoding, IPC or waiting: no "
+                             f"{words.profile} covered it)")
                 out.append(f"'{phase}' is an io phase, but only {pct['fs_s']:.0f} % of its {row['time_s']:.3g} s is "
                            f"file-system time; the rest is {rest_text}")
         out.extend(coverage_notes(layered))

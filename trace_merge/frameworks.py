@@ -7,7 +7,8 @@ Evidence, from the run's event names (:func:`trace_merge.analysis.event_stats_df
 
 - **PyTorch**: the PyTorch profiler's rows (``ProfilerStep#N``, the DataLoader's ``enumerate(DataLoader)#...``
   waits, ``aten::`` operators; :mod:`trace_merge.readers.torch_trace`), DLIO's PyTorch classes
-  (``TorchFramework.*``, ``TorchDataLoader.*``);
+  (``TorchFramework.*``, ``TorchDataLoader.*``), the launcher's PyTorch hooks (``Step <Optimizer>.step``, the
+  DataLoader workers' ``Collate <fn>``; :mod:`timelogger.hooks_torch`);
 - **TensorFlow**: the TF profiler's rows (``IteratorGetNext``, ``Iterator::*``, ``__inference_*``, ``EagerExecute``;
   :mod:`trace_merge.readers.xplane`) and DLIO's TF classes (``TFFramework.*``, ``TFDataLoader*``).
 
@@ -27,7 +28,7 @@ from trace_merge.schema import as_text
 PYTORCH = "PyTorch"
 TENSORFLOW = "TensorFlow"
 _TORCH_NAMES = re.compile(r"^(?:ProfilerStep#\d+$|enumerate\(DataLoader\)#|aten::|c10d::|Torch[A-Z]\w*[.#]|"
-                          r"Optimizer\.(?:step|zero_grad)#)")
+                          r"Optimizer\.(?:step|zero_grad)#|Step [A-Za-z_]\w*\.step$|Collate \S)")
 _TF_NAMES = re.compile(r"IteratorGetNext|^Iterator::|^__inference_|^EagerExecute|^EagerLocalExecute|^TF[A-Z]\w*\.")
 
 

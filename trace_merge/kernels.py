@@ -34,7 +34,7 @@ from trace_merge import bandwidth as bw_
 from trace_merge.attribution import PRIORITY
 from trace_merge.component_view import ComponentView, view_df
 from trace_merge.explain import explain
-from trace_merge.frameworks import framework_of
+from trace_merge.frameworks import framework_of, words_for
 from trace_merge.schema import LAYERS, as_text, concat_frames, empty_frame, only_columns, present_codes
 from trace_merge.study import ORIGINAL_STUDY
 from trace_merge.verdict import Verdict
@@ -550,12 +550,13 @@ def combine(parts: Sequence[RankParts], job: JobFacts, counters: Optional[pd.Dat
     data_files = frozenset().union(*(p.data_files for p in parts)) if parts else frozenset()
     totals = bw_.totals_of(bw, wall_ns, data_files, counters, job.app_files)
     epoch_totals = bw_.epoch_bandwidth_totals(per_epoch)
-    v = att_.verdict_of(per, framework_of(stats, per))
+    framework = framework_of(stats, per)
+    v = att_.verdict_of(per, framework)
     metrics = _metrics(len(job.ranks), job.events, bd, exp, totals, v, epoch_totals, study, view)
     return Summary(metrics=metrics, verdict=v, layered=layered, breakdown=bd, exposed_io=exp, input_bound=per,
                    steps=series, bandwidth=bw, bandwidth_totals=totals, epoch_bandwidth=per_epoch,
                    epoch_bandwidth_totals=epoch_totals, study_view=study, event_stats=stats,
-                   explanations=explain(metrics, v, layered), view=view)
+                   explanations=explain(metrics, v, layered, words_for(framework)), view=view)
 
 
 class SummaryHook:
