@@ -144,7 +144,7 @@ def test_not_a_timeline(tmp_path: Path) -> None:
         horovod.read(bad)
     assert str(err.value).startswith(str(bad))
     (tmp_path / "notes.json").write_text('{"lr": 0.1}')
-    with pytest.raises(TraceInputError, match="not a Horovod timeline"):
+    with pytest.raises(TraceInputError, match="neither a Horovod timeline nor a PyTorch profiler trace"):
         detect(tmp_path / "notes.json")
 
 
