@@ -79,7 +79,7 @@ def test_dlio_own_traces_give_dlio_au_and_the_verdict(dlio_site, dlio_data, kind
 
 @pytest.mark.zerocode
 @pytest.mark.parametrize("kind,threads", [("compute", None), ("input", None), ("input", 4)])
-def test_dlio_traces_as_written_by_default_givedlio_au(dlio_site, dlio_data, kind, threads):
+def test_dlio_traces_as_written_by_default_give_dlio_au(dlio_site, dlio_data, kind, threads):
     """``DFTRACER_ENABLE=1`` alone, as DLIO's documentation runs it: its events carry no step args, so its compute
     events (``TFFramework.compute``) mark the steps and its ``loop.iter`` events are the fetches. With 4 read
     threads the input-bound setting still idles the accelerator most of the time: a verdict, not 'unknown'."""
