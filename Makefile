@@ -41,7 +41,7 @@ $(VENV_LATEST)/.stamp: tools/requirements-latest.txt setup.cfg setup.py trace_me
 	touch $@
 
 $(VENV_TORCH)/.stamp: tools/requirements-torch.txt setup.cfg setup.py trace_merge/readers/_pfwscan.c trace_merge/_sweep.c
-	@echo "== setting up $(VENV_TORCH) (PyTorch's CPU build, MPICH, the merge stack; no TensorFlow)"
+	@echo "== setting up $(VENV_TORCH) (PyTorch's CPU build, MPICH, the merge stack, TensorFlow's CPU build for DLIO)"
 	test -x $(VENV_TORCH)/bin/python || $(PY) -m venv $(VENV_TORCH)
 	$(VENV_TORCH)/bin/pip install -q --upgrade pip wheel setuptools
 	$(VENV_TORCH)/bin/pip install -q -r tools/requirements-torch.txt

@@ -387,9 +387,7 @@ def _producers_idle_finding(a: "Summary") -> Optional[Finding]:
         f"and input phases) ran while the step computed; it was busy {100 * during_comp:.1f} % of the compute time "
         f"against {100 * during_wait:.0f} % of the input wait; {wait_s:.3g} s of waiting",
         "app" + (" + posix" if has_fs else ""),
-        "prefetch: end the pipeline with `.prefetch(tf.data.AUTOTUNE)`; a Keras `Sequence` with "
-        "`fit(..., workers=N, use_multiprocessing=True)`; a PyTorch `DataLoader(num_workers>0, prefetch_factor=2)`; "
-        "a hand-written loader reads on a producer thread or process into a bounded queue", wait_s)
+        words_of(a).read_ahead, wait_s)
 
 
 def _counted_wait_s(a: "Summary") -> float:

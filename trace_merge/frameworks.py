@@ -69,6 +69,11 @@ class Words:
     cache_long: str
     #: fewer or larger collectives
     comm: str
+    #: a pipeline that works while the step computes (one that only works while the step waits for it)
+    read_ahead: str = ("prefetch: end the pipeline with `.prefetch(tf.data.AUTOTUNE)`; a Keras `Sequence` with "
+                       "`fit(..., workers=N, use_multiprocessing=True)`; a PyTorch `DataLoader(num_workers>0, "
+                       "prefetch_factor=2)`; a hand-written loader reads on a producer thread or process into a "
+                       "bounded queue")
 
 
 TF_WORDS = Words(
@@ -111,7 +116,10 @@ TORCH_WORDS = Words(
     cache_long="a cache of the decoded samples in the Dataset (memory, with `persistent_workers=True` so that the "
                "workers keep it across epochs)",
     comm="with DDP: a larger batch per rank (fewer all-reduces per sample), larger gradient buckets "
-         "(`DistributedDataParallel(..., bucket_cap_mb=100)`), gradient accumulation under `model.no_sync()`")
+         "(`DistributedDataParallel(..., bucket_cap_mb=100)`), gradient accumulation under `model.no_sync()`",
+    read_ahead="read ahead: `DataLoader(num_workers=N, prefetch_factor=2)` (workers load the next batches while the "
+               "step runs; `persistent_workers=True` keeps them across epochs); a hand-written loader reads on a "
+               "producer thread or process into a bounded queue")
 
 
 def framework_of(event_stats: pd.DataFrame, per_rank: Optional[pd.DataFrame] = None) -> Optional[str]:
