@@ -42,11 +42,11 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from . import layout, noise
+from . import cpu, layout, noise
 from ._env import SLURM_TASK_KEYS, detect_rank_world, hostname, slurm_context
 from .hooks import ENV_HOOKS, ENV_HOOKS_PID
 from .logger import ENV_DIR, VERSION
-from .records import Clock, LaunchRecord, Layers, Manifest, NoiseLayer, PosixLayer, RankEntry
+from .records import Clock, CpuLayer, LaunchRecord, Layers, Manifest, NoiseLayer, PosixLayer, RankEntry
 from .tf import ENV_TF_PROFILE, parse_profile_spec
 from .torch_profile import DEFAULT_WINDOW as TORCH_DEFAULT_WINDOW
 from .torch_profile import ENV_TORCH_PROFILE
@@ -130,8 +130,20 @@ def setup_parser(sub: Optional[Any] = None) -> argparse.ArgumentParser:
                              "device; default), direct (O_DIRECT), cached (page cache only)")
     parser.add_argument("--noise-cpus", metavar="LIST", default=None,
                         help="pin the noise generators to these CPUs (e.g. 1, 0,1, 0-1; sched_setaffinity)")
+    parser.add_argument("--cpu-period", metavar="SECONDS", type=_cpu_period, default=cpu.PERIOD_S,
+                        help="sample the CPU time of every thread of the rank's processes every SECONDS (default "
+                             f"{cpu.PERIOD_S:g}) into RUN_DIR/cpu/ (docs/cpu.md)")
+    parser.add_argument("--no-cpu", dest="cpu", action="store_false",
+                        help="no CPU sampler (the cpu layer)")
     parser.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD ...", help="the program to run")
     return parser
+
+
+def _cpu_period(text: str) -> float:
+    try:
+        return cpu.parse_period(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc).split(": ", 1)[-1]) from None
 
 
 def _dftracer_preload() -> Optional[Path]:
@@ -571,7 +583,7 @@ def _prepare_in(args: argparse.Namespace, env: Dict[str, str], made: List[Path],
         _wait_for_rank0(run_dir, record, own, waits.force_s + waits.clear_margin_s, launch_fd, waits.poll_s)
     # made only now that a previous run is cleared: rank 0 would have moved a directory made earlier away with it
     for d in [d for d, on in ((layout.POSIX_DIR, layers.posix), (layout.HOROVOD_DIR, layers.horovod_timeline),
-                              (layout.NOISE_DIR, layers.noise)) if on]:
+                              (layout.NOISE_DIR, layers.noise), (layout.CPU_DIR, layers.cpu)) if on]:
         try:
             os.close(_layer_dir(run_dir, d, made))
         except OSError as exc:
@@ -582,6 +594,14 @@ def _prepare_in(args: argparse.Namespace, env: Dict[str, str], made: List[Path],
                                                args.noise_io_mode, os.environ)
         except OSError as exc:
             raise LaunchError(f"--noise: cannot start a generator ({exc.strerror or exc})") from exc
+        layout.write_json_atomic(own, record.to_json(), dir_fd=launch_fd)
+    if layers.cpu is not None:
+        try:
+            noise_pids = [x.pid for x in record.noise_started or [] if x.pid is not None]
+            record.cpu_sampler = cpu.start(run_dir, rank, world, layers.cpu.period_s, os.environ, noise_pids)
+        except OSError as exc:
+            raise LaunchError(f"{run_dir / layout.CPU_DIR}: cannot start the CPU sampler ({exc.strerror or exc})"
+                              ) from exc
         layout.write_json_atomic(own, record.to_json(), dir_fd=launch_fd)
     return record
 
@@ -615,6 +635,7 @@ def _configure_layers(args: argparse.Namespace, env: Dict[str, str], run_dir: Pa
     layers.torch_profile = _configure_profile(args.torch_profile, "--torch-profile", ENV_TORCH_PROFILE, env)
     layers.hooks, layers.hooks_off = _configure_hooks(args, env, rank, traces_itself)
     layers.noise = _noise_layer(args, specs, noise_cpus)
+    layers.cpu = CpuLayer(args.cpu_period, layout.CPU_DIR) if args.cpu else None
     if rank == 0 and not layers.darshan:
         print(_DARSHAN_HINT.format(darshan_dir=run_dir / layout.DARSHAN_DIR), file=sys.stderr)
     return layers

@@ -13,6 +13,7 @@
       posix/trace-*.pfw[.gz]    DFTracer POSIX preload
       darshan/*.darshan         Darshan logs
       noise/<kind>-rank-<r>-pid-<p>.pfw   noise generators' achieved load (``timelogger run --noise``)
+      cpu/rank-<r>.pfw          CPU time of every thread of rank r's processes, sampled (``--cpu-period``, ``--no-cpu``)
       merged.parquet, counters.parquet, merge_info.json   ``trace-merge merge`` outputs (derived data)
       .merge.lock               held while ``trace-merge merge`` runs
       report.html               ``trace-merge report`` (default output)
@@ -45,8 +46,10 @@ POSIX_DIR = "posix"
 DARSHAN_DIR = "darshan"
 #: ``timelogger run --noise`` generators' records of their achieved load (the ``noise`` layer, docs/noise.md)
 NOISE_DIR = "noise"
+#: the CPU sampler's files, one per rank (the ``cpu`` layer, docs/cpu.md)
+CPU_DIR = "cpu"
 #: the per-layer subdirectories; a directory with any of them (or a manifest) is a run directory
-LAYER_DIRS: Tuple[str, ...] = (APP_DIR, TF_DIR, TORCH_DIR, HOROVOD_DIR, POSIX_DIR, DARSHAN_DIR, NOISE_DIR)
+LAYER_DIRS: Tuple[str, ...] = (APP_DIR, TF_DIR, TORCH_DIR, HOROVOD_DIR, POSIX_DIR, DARSHAN_DIR, NOISE_DIR, CPU_DIR)
 
 #: ``trace-merge merge`` outputs
 MERGED = "merged.parquet"

@@ -23,21 +23,19 @@ from __future__ import annotations
 
 import abc
 import argparse
-import ctypes
 import json
 import math
 import mmap
 import os
 import signal
 import socket
-import subprocess
 import sys
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Set
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Set
 
+from . import sidecar
 from .records import LaunchRecord, NoiseLevel
 
 #: kind -> unit of its level
@@ -55,7 +53,6 @@ _IO_FILE_BYTES = 64 << 20
 #: device with separate read and write limits (blk-throttle) sees both all the time, not in long halves
 _IO_SEGMENT = 8 << 20
 _MEM_BUFFER = 64 << 20
-_PR_SET_PDEATHSIG = 1
 #: environment variables that say which rank of its node a process is (torchrun, MPICH Hydra, Open MPI, Slurm, MVAPICH)
 _LOCAL_RANK_KEYS = ("LOCAL_RANK", "MPI_LOCALRANKID", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID",
                     "MV2_COMM_WORLD_LOCAL_RANK")
@@ -177,59 +174,27 @@ def local_size(env: Mapping[str, str]) -> Optional[int]:
 
 def start(run_dir: Path, specs: Sequence[NoiseSpec], rank: int, world: int, cpus: Optional[Sequence[int]],
           noise_dir: Optional[str], io_mode: str, env: Mapping[str, str]) -> List[NoiseLevel]:
-    """Start one generator process per spec, children of this process (which then execs the rank's program, so
+    """Start one generator process per spec, sidecars of this process (which then execs the rank's program, so
     they die with the rank); returns their settings and pids."""
     from .layout import open_layer_dir
 
     # never through a link, never another user's directory (run directories live in shared scratch)
     out_fd = open_layer_dir(run_dir, NOISE_DIR)
-    here = str(Path(__file__).resolve().parent.parent)
-    child_env = {k: v for k, v in env.items() if not k.startswith(("DFTRACER_", "DARSHAN_"))
-                 and k not in ("LD_PRELOAD", "HOROVOD_TIMELINE")}
-    child_env["PYTHONPATH"] = os.pathsep.join(x for x in (here, env.get("PYTHONPATH", "")) if x)
+    env_of_child = sidecar.child_env(env)
     started = []
     try:
         for s in specs:
-            started.append(_start_one(s, run_dir, rank, world, cpus, noise_dir, io_mode, here, child_env, out_fd))
+            cmd = [sys.executable, "-m", "timelogger.noise", "--kind", s.kind, "--level", repr(s.level),
+                   "--run-dir", str(run_dir), "--rank", str(rank), "--world", str(world), "--parent",
+                   str(os.getpid()), "--io-mode", io_mode]
+            if cpus is not None:
+                cmd += ["--cpus", ",".join(map(str, cpus))]
+            if noise_dir:
+                cmd += ["--dir", str(Path(noise_dir).resolve())]
+            started.append(s.record(sidecar.start(cmd, out_fd, f"{s.kind}-rank-{rank}.log", env_of_child)))
     finally:
         os.close(out_fd)
     return started
-
-
-def _start_one(s: NoiseSpec, run_dir: Path, rank: int, world: int, cpus: Optional[Sequence[int]],
-               noise_dir: Optional[str], io_mode: str, here: str, child_env: Dict[str, str],
-               out_fd: int) -> NoiseLevel:
-    """Start the generator of ``s``, its output into ``noise/<kind>-rank-<r>.log`` made relative to ``out_fd``."""
-    cmd = [sys.executable, "-m", "timelogger.noise", "--kind", s.kind, "--level", repr(s.level),
-           "--run-dir", str(run_dir), "--rank", str(rank), "--world", str(world), "--parent", str(os.getpid()),
-           "--io-mode", io_mode]
-    if cpus is not None:
-        cmd += ["--cpus", ",".join(map(str, cpus))]
-    if noise_dir:
-        cmd += ["--dir", str(Path(noise_dir).resolve())]
-    log = os.open(f"{s.kind}-rank-{rank}.log", _NEW_FILE | os.O_APPEND, 0o644, dir_fd=out_fd)
-    try:
-        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=child_env,
-                                close_fds=True, preexec_fn=_die_with_parent_term)
-    finally:
-        os.close(log)
-    return s.record(proc.pid)
-
-
-#: a file of the run made relative to its layer directory's descriptor, never through a link
-_NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
-
-
-def _prctl_pdeathsig(sig: int) -> bool:
-    try:
-        return ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0) == 0
-    except (OSError, AttributeError):  # not Linux
-        return False
-
-
-def _die_with_parent_term() -> None:
-    """In the child before exec: SIGTERM when the parent (the launcher, then the rank's program) exits."""
-    _prctl_pdeathsig(signal.SIGTERM)
 
 
 def wait_stopped(run_dir: Path, timeout: float = 5.0) -> List[int]:
@@ -267,67 +232,6 @@ def _running(pid: int) -> bool:
 
 
 # ------------------------------------------------------------------------------------------- the generator side
-
-class _Stop:
-    """Stop flag: SIGTERM/SIGINT, or the parent gone (the watchdog when PR_SET_PDEATHSIG is unavailable)."""
-
-    def __init__(self, parent: int) -> None:
-        self.parent = parent
-        self.flag = False
-        self.why = "ok"
-
-    def __call__(self, signum: int, _frame: Any) -> None:
-        self.flag = True
-        self.why = signal.Signals(signum).name
-
-    def stopped(self) -> bool:
-        if not self.flag and os.getppid() != self.parent:
-            self.flag, self.why = True, "parent gone"
-        return self.flag
-
-
-class _Writer:
-    """The generator's ``.pfw`` file in the TimeLogger wire format (``docs/wire-format.md``)."""
-
-    def __init__(self, path: Path, header: Dict[str, Any]) -> None:
-        from .layout import open_layer_dir
-
-        self.wall0, self.perf0 = time.time_ns(), time.perf_counter_ns()
-        self.pid, self.tid = os.getpid(), threading.get_ident() & 0x7FFFFFFF
-        # made relative to the layer directory's descriptor: never through a link
-        dir_fd = open_layer_dir(path.parent.parent, path.parent.name)
-        try:
-            fd = os.open(path.name, _NEW_FILE | os.O_TRUNC, 0o644, dir_fd=dir_fd)
-        finally:
-            os.close(dir_fd)
-        self.fh = os.fdopen(fd, "w", encoding="utf-8")
-        self.events = 0
-        self.fh.write("[\n")
-        args = dict(header, pid=self.pid, ppid=os.getppid(), anchor={"wall_ns": self.wall0, "perf_ns": self.perf0})
-        self._line({"name": "timelogger", "ph": "M", "args": args}, self.perf0)
-        self._line({"name": "thread_name", "ph": "M", "args": {"name": f"noise {header['noise']['kind']}",
-                                                              "tid": self.tid}}, self.perf0)
-
-    def ts_us(self, perf_ns: int) -> float:
-        return (perf_ns + self.wall0 - self.perf0) / 1000
-
-    def _line(self, event: Dict[str, Any], perf_ns: int) -> None:
-        event = {**event, "pid": self.pid, "tid": self.tid, "ts": round(self.ts_us(perf_ns), 3)}
-        self.fh.write(json.dumps(event, separators=(",", ":")) + "\n")
-        self.fh.flush()
-
-    def interval(self, name: str, t0: int, t1: int, args: Dict[str, Any]) -> None:
-        self._line({"name": name, "cat": "other", "ph": "X", "dur": round((t1 - t0) / 1000, 3), "args": args}, t0)
-        self.events += 1
-
-    def close(self, why: str) -> None:
-        now = time.perf_counter_ns()
-        # stopped with the ranks (SIGTERM from PR_SET_PDEATHSIG, the watchdog) is how a generator is meant to end
-        self._line({"name": "timelogger_close", "ph": "M",
-                    "args": {"anchor": {"wall_ns": time.time_ns(), "perf_ns": now}, "events": self.events,
-                             "dropped": 0, "exit": {"reason": "ok", "stopped_by": why}}}, now)
-        self.fh.close()
-
 
 class _Load(abc.ABC):
     """One kind's load: ``step(budget, deadline)`` does up to ``budget`` units of work before ``deadline``
@@ -416,7 +320,7 @@ class _Net(_Load):
         port = server.getsockname()[1]
         self.child = os.fork()
         if self.child == 0:  # the receiver
-            _prctl_pdeathsig(signal.SIGKILL)
+            sidecar.prctl_pdeathsig(signal.SIGKILL)
             server.close()
             try:
                 conn = socket.create_connection(("127.0.0.1", port))
@@ -452,7 +356,7 @@ class _Cpu(_Load):
         for _ in range(n):
             pid = os.fork()
             if pid == 0:
-                _prctl_pdeathsig(signal.SIGKILL)
+                sidecar.prctl_pdeathsig(signal.SIGKILL)
                 signal.signal(signal.SIGTERM, signal.SIG_DFL)
                 parent = os.getppid()
                 # busy until this process's CPU time reaches duty x the time since start: when the scheduler
@@ -524,9 +428,7 @@ def generate(kind: str, level: float, run_dir: Path, rank: int, world: int, pare
              cpus: Optional[List[int]], directory: Optional[str], io_mode: str,
              duration: Optional[float] = None) -> int:
     """The generator process's main loop (``python -m timelogger.noise``)."""
-    stop = _Stop(parent)
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
+    stop = sidecar.Stop(parent).install()
     if os.getppid() != parent:
         return 0  # the job is already gone
     if cpus:
@@ -558,9 +460,9 @@ def generate(kind: str, level: float, run_dir: Path, rank: int, world: int, pare
              "share_of_max": round(level / maximum, 4) if maximum else None, "cpus": cpus,
              "io_mode": getattr(load, "mode", None), "dir": directory}
     name = f"{kind}-rank-{rank}-pid-{os.getpid()}.pfw"
-    writer = _Writer(run_dir / NOISE_DIR / name, {
+    writer = sidecar.Writer(run_dir / NOISE_DIR / name, {
         "rank": rank, "world_size": world, "hostname": hostname(), "layer": LAYER, "noise": noise,
-        "versions": {"python": sys.version.split()[0], "timelogger": VERSION}, "argv": sys.argv})
+        "versions": {"python": sys.version.split()[0], "timelogger": VERSION}, "argv": sys.argv}, f"noise {kind}")
     log(json.dumps(noise))
     end = None if duration is None else time.perf_counter() + duration
     try:

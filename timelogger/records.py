@@ -146,6 +146,26 @@ class NoiseLayer:
 
 
 @dataclass
+class CpuLayer:
+    """The CPU sampler (on unless ``--no-cpu``): its period, and the layer directory its files are in."""
+
+    period_s: float
+    files: str = "cpu"
+
+    def to_json(self) -> JSONObject:
+        return {"period_s": self.period_s, "files": self.files}
+
+    @classmethod
+    def from_json(cls, doc: object) -> Optional["CpuLayer"]:
+        if not isinstance(doc, Mapping):
+            return None
+        period = doc.get("period_s")
+        if not isinstance(period, (int, float)) or isinstance(period, bool):
+            return None
+        return cls(float(period), _str(doc.get("files")) or "cpu")
+
+
+@dataclass
 class Layers:
     """What each layer of the run captures: ``None`` is a layer that is off (``false`` in the files)."""
 
@@ -162,6 +182,8 @@ class Layers:
     hooks: bool = False
     hooks_off: Optional[str] = None
     noise: Optional[NoiseLayer] = None
+    #: the CPU sampler; None: off (``--no-cpu``), or a launcher from before it
+    cpu: Optional[CpuLayer] = None
 
     def to_json(self) -> JSONObject:
         out: JSONObject = {"app": self.app, "posix": False if self.posix is None else self.posix.to_json(),
@@ -173,6 +195,7 @@ class Layers:
             out["hooks_off"] = self.hooks_off
         if self.noise is not None:
             out["noise"] = self.noise.to_json()
+        out["cpu"] = False if self.cpu is None else self.cpu.to_json()
         return out
 
     @classmethod
@@ -180,7 +203,8 @@ class Layers:
         d = _obj(doc)
         return cls(d.get("app") is True, PosixLayer.from_json(d.get("posix")), _str(d.get("horovod_timeline")),
                    _str(d.get("tf_profile")), _str(d.get("torch_profile")), d.get("darshan") is True,
-                   d.get("hooks") is True, _str(d.get("hooks_off")), NoiseLayer.from_json(d.get("noise")))
+                   d.get("hooks") is True, _str(d.get("hooks_off")), NoiseLayer.from_json(d.get("noise")),
+                   CpuLayer.from_json(d.get("cpu")))
 
 
 @dataclass
@@ -202,6 +226,8 @@ class LaunchRecord:
     slurm: Optional[Dict[str, str]] = None
     #: the noise generators this rank's launcher started
     noise_started: Optional[List[NoiseLevel]] = None
+    #: the pid of this rank's CPU sampler
+    cpu_sampler: Optional[int] = None
 
     def to_json(self) -> JSONObject:
         out: JSONObject = {"rank": self.rank, "world_size": self.world_size, "launcher": self.launcher,
@@ -212,6 +238,8 @@ class LaunchRecord:
             out["slurm"] = dict(self.slurm)
         if self.noise_started is not None:
             out["noise_started"] = [s.to_json() for s in self.noise_started]
+        if self.cpu_sampler is not None:
+            out["cpu_sampler"] = self.cpu_sampler
         return out
 
     @classmethod
@@ -224,7 +252,8 @@ class LaunchRecord:
                    _str(doc.get("hostname")), _int(doc.get("pid")), _str(doc.get("launch_id")),
                    Clock.from_json(doc.get("clock")), _strs(doc.get("command")), _str(doc.get("cwd")) or "",
                    Layers.from_json(doc.get("layers")), _opt_str_map(doc.get("slurm")),
-                   NoiseLevel.list_from_json(started) if isinstance(started, list) else None)
+                   NoiseLevel.list_from_json(started) if isinstance(started, list) else None,
+                   _int(doc.get("cpu_sampler")))
 
     def entry(self) -> "RankEntry":
         """How the manifest lists this launch."""

@@ -28,7 +28,7 @@ from trace_merge.intervals import (
     time_windows,
     union_of,
 )
-from trace_merge.schema import FS_LAYERS, LAYERS, STEP_PHASE, category_mask
+from trace_merge.schema import FS_LAYERS, LAYERS, SIDE_LAYERS, STEP_PHASE, category_mask
 
 _I8 = np.int64
 _EMPTY = np.zeros(0, dtype=_I8)
@@ -49,7 +49,8 @@ def present_layers(frame: pd.DataFrame) -> list[str]:
 
 def layers_to_use(present: Sequence[str], layers: "str | Sequence[str] | None") -> list[str]:
     """The layers a breakdown attributes (see :func:`breakdown_df`) given the layers the job has."""
-    present = list(present)
+    # the noise generators' and the CPU sampler's rows are measurements beside the job's phases, not phases
+    present = [x for x in present if x not in SIDE_LAYERS]
     if layers is None:
         return ["app"] if "app" in present else [x for x in LAYERS if x in present] or present
     if isinstance(layers, str):

@@ -260,7 +260,7 @@ def _summary_text(run, parts, width: int) -> str:
         has_tfdata,
         verdict_text,
     )
-    from trace_merge.explain import view_heading
+    from trace_merge.explain import cpu_text, view_heading
     from trace_merge.findings import idle_text, next_step
     from trace_merge.formatting import frame_text, size_text, wrap
     from trace_merge.jobinfo import slurm_line
@@ -299,6 +299,8 @@ def _summary_text(run, parts, width: int) -> str:
     lines += ["", "layered breakdown: each app phase's self time (s) split by what the lower layers of its rank "
               f"did inside it ({legend}); epoch 'none' = outside any epoch; docs/metrics.md",
               *_layered_text(parts.layered, width)]
+    if parts.cpu is not None:
+        lines += ["", *cpu_text(parts.cpu, width)]
     bd = parts.breakdown
     shown = [*(f"{c}_pct" for c in PRIORITY), "outside_epochs_pct"]
     lines += ["", "drill-down, breakdown by phase category (% of wall time, exclusive; epoch 'all' = whole run):",

@@ -16,6 +16,7 @@ from trace_merge.verdict import Verdict, idles, verdict_label
 
 if TYPE_CHECKING:
     from trace_merge.component_view import ComponentView
+    from trace_merge.cpu_use import CpuView
     from trace_merge.kernels import Metrics
 
 #: the layered breakdown's components (:data:`trace_merge.attribution.COMPONENTS`) as the legends name them
@@ -223,3 +224,37 @@ def view_heading(view: "ComponentView") -> str:
 def view_heading_html(view: "ComponentView") -> str:
     """A component view's section heading in the HTML report (its text, HTML-escaped)."""
     return html.escape(f"{view.title[:1].upper()}{view.title[1:]}: {view.labels} (% of {view.total})", quote=False)
+
+
+def cpu_text(view: "CpuView", width: int) -> list[str]:
+    """The summary's CPU section: cores busy of cores available per rank (by role), while the steps computed,
+    inside the app phases, per node, and the busiest threads (:mod:`trace_merge.cpu_use`)."""
+    from trace_merge.formatting import frame_text
+
+    period = f"sampled every {view.period_s:g} s" if view.period_s else "sampled"
+    own = (f"; the sampler used {100 * view.sampler_share_of_core:.2f} % of a core"
+           if view.sampler_share_of_core is not None else "")
+    lines = [f"CPU (cpu layer, {period}{own}; roles: docs/cpu.md): cores busy of cores available per rank, by the "
+             "threads' role; epoch 'all' = whole run:"]
+    per = view.per_epoch.copy()
+    if len(per):
+        per["epoch"] = per["epoch"].astype(object).where(per["epoch"].notna(), "all")
+        per = per[[c for c in per.columns if not (c.endswith("_cores") and c != "busy_cores" and not per[c].any())]]
+    lines.append(frame_text(per, width))
+    dc = view.during_compute
+    for r in dc.itertuples():
+        if r.busy_cores is None or r.input_cores is None:
+            continue
+        of = f" of {r.cores_available:g} cores ({r.input_pct:.0f} %)" if r.cores_available else ""
+        lines.append(f"rank {r.rank}: while its steps computed ({r.compute_s:.3g} s), the input side's threads used "
+                     f"{r.input_cores:.2f}{of}, all its threads {r.busy_cores:.2f}")
+    if len(view.phases):
+        lines += ["CPU inside app phases (the rank's threads, cores = CPU s ÷ the phase's time):",
+                  frame_text(view.phases, width)]
+    if len(view.nodes):
+        lines += ["nodes (the job's cores; node busy: every process of the node; idle = cores - node busy):",
+                  frame_text(view.nodes, width)]
+    top = view.threads.groupby("rank", sort=True).head(8)
+    lines += ["busiest threads per rank (CPU s):", frame_text(top, width)]
+    lines += [f"note: {n}" for n in view.notes]
+    return lines

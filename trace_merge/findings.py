@@ -18,6 +18,7 @@ from trace_merge.attribution import COMPONENTS
 from trace_merge.explain import COMPONENT_LABELS, unexplained_text
 from trace_merge.formatting import size_text as _size
 from trace_merge.frameworks import Words, framework_of, words_for
+from trace_merge.schema import FS_LAYERS, SIDE_LAYERS
 from trace_merge.verdict import IDLE_LABEL
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
@@ -55,6 +56,13 @@ METADATA_MIN_CALLS = 1000
 METADATA_MIN_TIME_SHARE = 0.02
 #: producers' activity while the steps compute, relative to while they wait, below which the producers idle
 PRODUCERS_ACTIVE_RATIO = 0.10
+#: the input side's CPU while the steps compute, as a share of the rank's cores, from which it competes with the
+#: compute (with :data:`CPU_SATURATED_SHARE`: the cores are that busy altogether, so the input work took cores the step
+#: could have used)
+CPU_INPUT_SHARE = 0.25
+CPU_SATURATED_SHARE = 0.75
+#: cores of a node the job left idle, as a share of its cores and at least one core, from which co-located work fits
+IDLE_CORES_SHARE = 0.25
 #: POSIX calls that move no data: names, handles, positions and directories (DFTracer's and Darshan's names)
 METADATA_CALLS = frozenset({
     "open", "open64", "openat", "openat64", "creat", "creat64", "close", "stat", "stat64", "lstat", "lstat64",
@@ -120,8 +128,11 @@ def _verdict_finding(a: "Summary") -> Finding:
     fs, seen = _sum(inputs, "fs_s"), _sum(inputs, "time_s")
     if not _is_training(a):
         # a plain file-system trace (a Darshan log of an HPC job, say): no training advice, only what it is
+        fs_only = not len(a.event_stats) or set(a.event_stats["layer"].astype(str)) <= {*FS_LAYERS, *SIDE_LAYERS}
         return Finding(
-            "no_training_steps", "info", "No training steps: this trace has file-system layers only",
+            "no_training_steps", "info",
+            "No training steps: this trace has file-system layers only" if fs_only else
+            "No training steps: no app or framework phase marks a step",
             "no app or framework phase marks a step", "app/framework",
             "the file-system findings (if any) come from its counters; `trace-merge summary` shows its I/O view")
     if label == "unknown" and not v.cycles_total:
@@ -390,6 +401,50 @@ def _producers_idle_finding(a: "Summary") -> Optional[Finding]:
         words_of(a).read_ahead, wait_s)
 
 
+def _cpu_contention_finding(a: "Summary") -> Optional[Finding]:
+    """The input side (tf.data's threads, reader threads, loader workers: :data:`trace_merge.cpu_use.INPUT_ROLES`)
+    used a large share of a rank's cores while its steps computed, and the cores were nearly all busy: the input work
+    slows the step even where the input wait is small (a pipeline that prefetches decodes during the step)."""
+    dc = a.cpu.during_compute if a.cpu is not None else None
+    if dc is None or not len(dc):
+        return None
+    hit = dc[(dc["input_pct"].fillna(0) >= 100 * CPU_INPUT_SHARE)
+             & (dc["busy_pct"].fillna(0) >= 100 * CPU_SATURATED_SHARE)]
+    if not len(hit):
+        return None
+    worst = hit.sort_values("input_pct", ascending=False).iloc[0]
+    ranks = ", ".join(str(int(r)) for r in hit["rank"])
+    return Finding(
+        "cpu_contention", "medium",
+        "Input work competes with the step for the CPU: the input side used a large share of the cores while the "
+        "steps computed",
+        f"rank {int(worst['rank'])}: while its steps computed ({worst['compute_s']:.3g} s), the input side's threads "
+        f"used {worst['input_cores']:.2f} of its {worst['cores_available']:g} cores ({worst['input_pct']:.0f} %) and "
+        f"all its threads {worst['busy_cores']:.2f} ({worst['busy_pct']:.0f} %); ranks over "
+        f"{100 * CPU_INPUT_SHARE:.0f} % with the cores {100 * CPU_SATURATED_SHARE:.0f} % busy: {ranks}",
+        "cpu + app", words_of(a).input_cpu,
+        float((hit["compute_s"] * hit["input_pct"] / 100).sum()))
+
+
+def _idle_cores_finding(a: "Summary") -> Optional[Finding]:
+    """Cores of a node that the job was given and nobody used (the node's own counters): room for co-located work."""
+    nodes = a.cpu.nodes if a.cpu is not None else None
+    if nodes is None or not len(nodes):
+        return None
+    idle = nodes[(nodes["idle_cores"].fillna(0) >= np.maximum(1.0, IDLE_CORES_SHARE * nodes["cores"]))]
+    if not len(idle):
+        return None
+    parts = [f"{h}: {i:.1f} of {c:g} cores idle on average (the job's threads used {j:.1f}, the node's "
+             f"processes {b:.1f})" for h, i, c, j, b in zip(idle["host"], idle["idle_cores"], idle["cores"],
+                                                              idle["job_busy_cores"], idle["node_busy_cores"])]
+    return Finding(
+        "idle_cores", "info", "Cores the job was given stayed idle: co-located work could use them",
+        "; ".join(parts[:4]) + (f"; {len(parts) - 4} more nodes" if len(parts) > 4 else ""), "cpu",
+        "run work beside the ranks on those cores (evaluation, the next job's preprocessing, a data-loading "
+        "service), or ask the scheduler for fewer cores per rank; `timelogger run --noise cpu:N` measures how much "
+        "the job slows when they are used")
+
+
 def _counted_wait_s(a: "Summary") -> float:
     """Seconds of input wait in the step cycles the verdict counts (the warm-up step left out): that column alone
     is filtered, not the whole step series."""
@@ -416,7 +471,8 @@ def findings(a: "Summary", io: "Sequence[Finding]" = ()) -> list[Finding]:
     if not _is_training(a):
         return sorted([_verdict_finding(a), *io], key=by_severity)
     rules = (_comm_finding, _first_epoch_finding, _imbalance_finding, _coverage_finding, _small_reads_finding,
-             _reread_finding, _metadata_finding, _producers_idle_finding, _sync_wait_finding)
+             _reread_finding, _metadata_finding, _producers_idle_finding, _sync_wait_finding, _cpu_contention_finding,
+             _idle_cores_finding)
     found = [f for f in (rule(a) for rule in rules) if f is not None]
     return [_verdict_finding(a)] + sorted([*found, *io], key=by_severity)
 

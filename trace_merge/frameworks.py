@@ -74,6 +74,12 @@ class Words:
                        "`fit(..., workers=N, use_multiprocessing=True)`; a PyTorch `DataLoader(num_workers>0, "
                        "prefetch_factor=2)`; a hand-written loader reads on a producer thread or process into a "
                        "bounded queue")
+    #: input work that takes the cores the step needs
+    input_cpu: str = ("give the input pipeline fewer cores than the step needs: a fixed `num_parallel_calls` below "
+                      "the cores per rank instead of AUTOTUNE (or `options.threading.private_threadpool_size`), "
+                      "decoding offloaded (pre-decoded records, DALI, decoding on the GPU), more cores per rank; "
+                      "measure the step without input work on the same model with an input-free pipeline "
+                      "(`dataset.take(1).cache().repeat()`)")
 
 
 TF_WORDS = Words(
@@ -119,7 +125,11 @@ TORCH_WORDS = Words(
          "(`DistributedDataParallel(..., bucket_cap_mb=100)`), gradient accumulation under `model.no_sync()`",
     read_ahead="read ahead: `DataLoader(num_workers=N, prefetch_factor=2)` (workers load the next batches while the "
                "step runs; `persistent_workers=True` keeps them across epochs); a hand-written loader reads on a "
-               "producer thread or process into a bounded queue")
+               "producer thread or process into a bounded queue",
+    input_cpu="give the loader fewer cores than the step needs: fewer `DataLoader` workers (each takes a core while "
+              "it decodes), `torch.set_num_threads` in the workers set to 1, decoding offloaded (DALI, "
+              "`torchvision.io.decode_jpeg(device='cuda')`), more cores per rank; measure the step without input "
+              "work on the same model by looping over one cached batch")
 
 
 def framework_of(event_stats: pd.DataFrame, per_rank: Optional[pd.DataFrame] = None) -> Optional[str]:

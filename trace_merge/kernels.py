@@ -337,6 +337,8 @@ class Summary:
     event_stats: pd.DataFrame
     explanations: list[str] = field(default_factory=list)
     view: Optional[ComponentView] = None
+    #: the cpu layer's tables (:func:`trace_merge.cpu_use.cpu_view`), set by :meth:`trace_merge.run.Run.analyse`
+    cpu: Optional[Any] = None
 
 
 def rank_parts(frame: pd.DataFrame, job: JobFacts, layers: "str | Sequence[str] | None" = None,

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Callable, Optional, Sequence
 import numpy as np
 import pandas as pd
 
-from trace_merge import analysis, kernels
+from trace_merge import analysis, cpu_use, kernels
 from trace_merge.align import Residual
 from trace_merge.formatting import json_plain as _plain
 from trace_merge.formatting import json_records as _records
@@ -240,7 +240,11 @@ class Run:
         layers
             Layers the breakdown, exposed I/O and verdict are made from (default: ``app`` when present).
         """
-        return analysis.summarise_merge(self.merge, layers)
+        a = analysis.summarise_merge(self.merge, layers)
+        if a.cpu is None and self.rows_per_layer().get(cpu_use.LAYER):
+            a.cpu = cpu_use.cpu_view(self.merge.rank_frames(cpu_use.COLUMNS), a.steps,
+                                     self.path if self.path.is_dir() else None)
+        return a
 
     def findings(self, parts: "Optional[analysis.Summary]" = None) -> "list[Finding]":
         """:func:`trace_merge.findings.findings` of this run: what to change, most important first."""
@@ -307,6 +311,7 @@ class Run:
             "findings": [_plain(f.as_dict()) for f in found],
             "next_step": next_step(found),
             "idle": _plain(idle(a)),
+            **({"cpu": _plain(a.cpu.as_dict())} if a.cpu is not None else {}),
         }
 
 

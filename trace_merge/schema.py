@@ -15,7 +15,11 @@ import pandas as pd
 #: ``noise``: what ``timelogger run --noise`` generators achieved beside the job (docs/noise.md); no component.
 #: ``device``: the accelerator's own timeline (the PyTorch profiler's GPU kernels and copies): the AU where a rank has
 #: it (docs/metrics.md), no component of the layered breakdown (it is not the host phase's time)
-LAYERS = ("app", "framework", "device", "comm", "posix", "stdio", "mpiio", "hdf5", "noise")
+#: ``cpu``: the CPU time of the rank's threads and its node's cores, sampled by ``timelogger run`` (docs/cpu.md); no
+#: component either: a row's duration is CPU time in a sample window, not a phase's time
+LAYERS = ("app", "framework", "device", "comm", "posix", "stdio", "mpiio", "hdf5", "noise", "cpu")
+#: layers that are measurements beside the job, never part of an analysis of its phases unless named
+SIDE_LAYERS = ("noise", "cpu")
 CATS = ("io", "preprocess", "compute", "comm", "checkpoint", "wait", "other")
 
 

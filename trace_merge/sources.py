@@ -264,6 +264,7 @@ def _listing(path: Path) -> "tuple[list[tuple[Path, str]], dict[str, Any] | None
         files += found(layout.DARSHAN_DIR, ("*.darshan",), "darshan")
         # TimeLogger files whose header says layer "noise" (the reader puts their rows in that layer)
         files += found(layout.NOISE_DIR, ("*.pfw", "*.pfw.gz"), "timelogger")
+        files += found(layout.CPU_DIR, ("*.pfw", "*.pfw.gz"), "timelogger")  # the same: header layer "cpu"
         return files, manifest, warnings
     refuse_runs_below(path)
     files = []

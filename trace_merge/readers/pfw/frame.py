@@ -8,7 +8,7 @@ from typing import Callable, Optional
 import numpy as np
 import pandas as pd
 
-from ...schema import MAX_RANKS, SourceData, checked_int, to_frame
+from ...schema import MAX_RANKS, SIDE_LAYERS, SourceData, checked_int, to_frame
 from .events import Cols, State, as_str, json_default
 from .meta import file_meta
 from .semantics import ITEM_CALLS, PROCESS_CALLS, RW_CALLS, ai_cats, classify, epoch_windows, name_mask
@@ -88,8 +88,8 @@ def source_data(path: str, state: State, cols: Cols, kind: str, warnings: list[s
     # rows of DFTracer's own bookkeeping never reach here (both parsers route them to meta)
     classes = [classify(str(c), timelogger) for c in cols.cat.categories]
     layer = _recode(cols.cat, lambda c: classify(str(c), timelogger)[0])
-    if timelogger and header.get("layer") == "noise":  # a `timelogger run --noise` generator (docs/noise.md)
-        layer = _constant("noise", n)
+    if timelogger and header.get("layer") in SIDE_LAYERS:  # `timelogger run`'s noise generators and CPU sampler
+        layer = _constant(str(header["layer"]), n)
     cat = _recode(cols.cat, lambda c: classify(str(c), timelogger)[1])
 
     # rank
