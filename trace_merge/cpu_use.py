@@ -153,7 +153,7 @@ def cpu_view(frames: Iterable[pd.DataFrame], steps: pd.DataFrame, run_dir: Optio
              ) -> Optional[CpuView]:
     """The cpu layer's tables from the run's rows (``frames``: :data:`COLUMNS`, e.g. a rank at a time) and the
     summary's step cycles (:func:`~trace_merge.attribution.step_series_df`); None when the run has no cpu rows."""
-    cpu_parts, evidence_parts, phase_parts = [], [], []
+    cpu_parts, evidence_parts, phase_parts, producer_parts = [], [], [], []
     for f in frames:
         layer = f["layer"].astype(object).to_numpy()
         cpu_parts.append(f[layer == LAYER])
@@ -162,6 +162,9 @@ def cpu_view(frames: Iterable[pd.DataFrame], steps: pd.DataFrame, run_dir: Optio
         evidence_parts.append(pd.DataFrame({"rank": ev["rank"].to_numpy(), "tid": ev["tid"].to_numpy(),
                                             "cat": ev["cat"].astype(object).to_numpy(),
                                             "dur_ns": (ev["end_ns"] - ev["start_ns"]).to_numpy()}))
+        producers = ev[(ev["layer"].astype(object).to_numpy() == "framework")
+                       & ev["cat"].astype(object).isin(_INPUT_CATS).to_numpy()]
+        producer_parts.append(producers[["rank", "tid", "start_ns", "end_ns"]])
         app = f[layer == "app"]
         phase_parts.append(pd.DataFrame({"rank": app["rank"].to_numpy(), "phase": app["name"].astype(object).to_numpy(),
                                          "start_ns": app["start_ns"].to_numpy(), "end_ns": app["end_ns"].to_numpy()}))
@@ -170,6 +173,7 @@ def cpu_view(frames: Iterable[pd.DataFrame], steps: pd.DataFrame, run_dir: Optio
         return None
     rows = rows.assign(name=rows["name"].astype(object), host=rows["host"].astype(object))
     evidence = pd.concat(evidence_parts, ignore_index=True)
+    producers = pd.concat(producer_parts, ignore_index=True)
     phases = pd.concat(phase_parts, ignore_index=True)
     records = sampler_records(run_dir)
     programs = {r: int(d["cpu"]["program_pid"]) for r, d in records.items()
@@ -191,14 +195,16 @@ def cpu_view(frames: Iterable[pd.DataFrame], steps: pd.DataFrame, run_dir: Optio
     view = CpuView(
         period_s=max(periods) if periods else None, threads=threads,
         per_epoch=_per_epoch(thread_rows, steps, available),
-        during_compute=_during_compute(thread_rows, steps, available),
+        during_compute=_during_compute(thread_rows, _busy_per_thread(producers), _one_rank_per_core(core_rows),
+                                       steps, available),
         phases=_phases(thread_rows, phases),
         nodes=_nodes(thread_rows, core_rows, records, available),
         sampler_share_of_core=max(shares) if shares else None)
     if (threads["role"] == "unattributed").any() and not (thread_rows["role"].isin(("input", "compute"))).any():
-        view.notes.append("the program's threads other than its main thread are 'unattributed': no framework "
-                          "profile or app interval names them (a --tf-profile window names TensorFlow's tf.data "
-                          "and compute threads)")
+        view.notes.append("the program's threads other than its main thread are 'unattributed': no app interval "
+                          "or PyTorch profile names them (TensorFlow names none of its threads for the OS, and its "
+                          "profiler's thread ids are not the OS's; inside --tf-profile windows the input side's "
+                          "CPU comes from tf.data's threads' busy time in the profile)")
     return view
 
 
@@ -246,13 +252,38 @@ def _per_epoch(rows: pd.DataFrame, steps: pd.DataFrame, available: "dict[int, fl
     return df
 
 
-def _during_compute(rows: pd.DataFrame, steps: pd.DataFrame, available: "dict[int, float]") -> pd.DataFrame:
+def _busy_per_thread(rows: pd.DataFrame) -> pd.DataFrame:
+    """The union of each profiled thread's intervals (nested iterator events on one thread overlap): its busy time."""
+    out = []
+    for (rank, _), g in rows.groupby(["rank", "tid"], sort=False):
+        s, e = merge_intervals(g["start_ns"].to_numpy(), g["end_ns"].to_numpy())
+        out.append(pd.DataFrame({"rank": int(rank), "start_ns": s, "end_ns": e}))
+    return pd.concat(out, ignore_index=True) if out else pd.DataFrame(columns=["rank", "start_ns", "end_ns"])
+
+
+DURING_COMPUTE = ["rank", "compute_s", "busy_cores", "input_cores", "profiled_input_cores", "node_busy_cores",
+                  "cores_available", "input_pct", "busy_pct"]
+
+
+def _one_rank_per_core(core_rows: pd.DataFrame) -> pd.DataFrame:
+    """The ``core <n>`` rows of one rank per host and core (ranks of a node that share cores record them alike)."""
+    if not len(core_rows):
+        return core_rows
+    first = core_rows.groupby(["host", "tid"], sort=False, dropna=False)["rank"].transform("min")
+    return core_rows[(core_rows["rank"] == first).to_numpy()]
+
+
+def _during_compute(rows: pd.DataFrame, producers: pd.DataFrame, cores: pd.DataFrame, steps: pd.DataFrame,
+                    available: "dict[int, float]") -> pd.DataFrame:
     """Per rank: the CPU its threads used while its steps computed: the CPU inside its step cycles weighted by each
-    cycle's compute share (where inside a cycle the compute fell is finer than the sample period)."""
+    cycle's compute share (where inside a cycle the compute fell is finer than the sample period). The input side:
+    the threads whose role is :data:`INPUT_ROLES`, plus the busy time of the framework profile's input threads
+    (``producers``: tf.data's; TensorFlow's thread ids are not the OS's, so its threads have no role in the cpu
+    layer; busy time is an upper bound of their CPU, as it holds their file reads). ``busy_pct`` is the busier of
+    the rank's own threads and its node's cores (``cores``: every process, whose windows are ten periods)."""
     out = []
     if not len(steps):
-        return pd.DataFrame(columns=["rank", "compute_s", "busy_cores", "input_cores", "cores_available",
-                                     "input_pct", "busy_pct"])
+        return pd.DataFrame(columns=DURING_COMPUTE)
     for rank, st in steps.groupby("rank", sort=True):
         st = st[~st["warmup"].astype(bool)] if "warmup" in st else st
         st = st[(st["end_ns"] > st["start_ns"]) & (st["step_s"] > 0)].sort_values("start_ns")
@@ -268,15 +299,21 @@ def _during_compute(rows: pd.DataFrame, steps: pd.DataFrame, available: "dict[in
 
         weighted = cover(g["end_ns"].to_numpy()) - cover(g["start_ns"].to_numpy())
         is_input = g["role"].isin(INPUT_ROLES).to_numpy()
+        p = producers[producers["rank"].to_numpy() == rank]
+        profiled = float((cover(p["end_ns"].to_numpy()) - cover(p["start_ns"].to_numpy())).sum()) / 1e9
         busy = float(weighted.sum()) / 1e9 / compute_s if compute_s > 0 else None
-        inputs = float(weighted[is_input].sum()) / 1e9 / compute_s if compute_s > 0 else None
-        cores = available.get(int(rank))
+        host = g["host"].iloc[0]
+        c = cores[(cores["host"] == host).to_numpy()] if len(cores) else cores
+        node = (float((cover(c["end_ns"].to_numpy()) - cover(c["start_ns"].to_numpy())).sum()) / 1e9 / compute_s
+                if len(c) and compute_s > 0 else None)
+        inputs = (float(weighted[is_input].sum()) / 1e9 + profiled) / compute_s if compute_s > 0 else None
+        n = available.get(int(rank))
         out.append({"rank": int(rank), "compute_s": compute_s, "busy_cores": busy, "input_cores": inputs,
-                    "cores_available": cores,
-                    "input_pct": 100 * inputs / cores if cores and inputs is not None else None,
-                    "busy_pct": 100 * busy / cores if cores and busy is not None else None})
-    return pd.DataFrame(out, columns=["rank", "compute_s", "busy_cores", "input_cores", "cores_available",
-                                      "input_pct", "busy_pct"])
+                    "profiled_input_cores": profiled / compute_s if compute_s > 0 else None,
+                    "node_busy_cores": node, "cores_available": n,
+                    "input_pct": 100 * inputs / n if n and inputs is not None else None,
+                    "busy_pct": 100 * max(busy or 0.0, node or 0.0) / n if n and busy is not None else None})
+    return pd.DataFrame(out, columns=DURING_COMPUTE)
 
 
 def _phases(rows: pd.DataFrame, phases: pd.DataFrame) -> pd.DataFrame:
@@ -323,8 +360,7 @@ def _nodes(rows: pd.DataFrame, core_rows: pd.DataFrame, records: "dict[int, dict
         c = core_rows[(core_rows["rank"].isin(ranks)).to_numpy()]
         node_busy = None
         if len(c):
-            first = c.groupby("tid", sort=False)["rank"].transform("min")  # one rank's rows per core
-            c = c[(c["rank"] == first).to_numpy()]
+            c = _one_rank_per_core(c)
             # every window of a watched core has a row (idle: duration 0): busy ÷ the windows' length, per core
             window_s = _core_window_s(records, ranks)
             per_core = c.assign(busy_ns=c["end_ns"] - c["start_ns"]).groupby("tid", sort=False)["busy_ns"].agg(

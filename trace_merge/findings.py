@@ -420,8 +420,10 @@ def _cpu_contention_finding(a: "Summary") -> Optional[Finding]:
         "steps computed",
         f"rank {int(worst['rank'])}: while its steps computed ({worst['compute_s']:.3g} s), the input side's threads "
         f"used {worst['input_cores']:.2f} of its {worst['cores_available']:g} cores ({worst['input_pct']:.0f} %) and "
-        f"all its threads {worst['busy_cores']:.2f} ({worst['busy_pct']:.0f} %); ranks over "
-        f"{100 * CPU_INPUT_SHARE:.0f} % with the cores {100 * CPU_SATURATED_SHARE:.0f} % busy: {ranks}",
+        f"all its threads {worst['busy_cores']:.2f}"
+        + (f", the node's processes {worst['node_busy_cores']:.2f}" if pd.notna(worst["node_busy_cores"]) else "")
+        + f" (busiest: {worst['busy_pct']:.0f} %); ranks over {100 * CPU_INPUT_SHARE:.0f} % with the cores "
+        f"{100 * CPU_SATURATED_SHARE:.0f} % busy: {ranks}",
         "cpu + app", words_of(a).input_cpu,
         float((hit["compute_s"] * hit["input_pct"] / 100).sum()))
 
