@@ -128,7 +128,9 @@ def test_hooks_that_saw_nothing_say_so_at_the_end_and_in_the_summary(tmp_path):
     assert "--tf-profile: nothing profiled in rank 0" in p.stderr and "2:5" in p.stderr
     s = subprocess.run([str(BIN / "trace-merge"), "summary", str(run_dir)], env=_env(), capture_output=True,
                        text=True, timeout=120)
-    assert s.returncode != 0 and "hooks saw no framework loop" in s.stderr and "nothing profiled" in s.stderr
+    assert "hooks saw no framework loop" in s.stderr and "nothing profiled" in s.stderr
+    # what was captured is still summarised: the program's CPU (the cpu layer), and no step, said so
+    assert s.returncode == 0 and "layers: cpu" in s.stdout and "verdict: unknown" in s.stdout, s.stdout
 
 
 def test_a_sitecustomize_of_the_program_still_runs(tmp_path):

@@ -265,7 +265,7 @@ def test_force_replaces_the_previous_run_in_every_layer(tmp_path: Path, darshan_
     (run_dir / "darshan").mkdir()
     shutil.copy(darshan_logs / "dxt.darshan", run_dir / "darshan")
     old = _layer_files(run_dir)
-    assert {p.parts[0] for p in old} == {"app", "posix", "darshan"}
+    assert {p.parts[0] for p in old} == {"app", "posix", "darshan", "cpu"}
 
     p = subprocess.run(cmd, cwd=tmp_path, env=clean_env(), capture_output=True, text=True, timeout=90)
     assert p.returncode == 2 and "holds a previous run" in p.stderr and "--force" in p.stderr
@@ -274,10 +274,10 @@ def test_force_replaces_the_previous_run_in_every_layer(tmp_path: Path, darshan_
     p = _run(cmd[:6] + ["--force"] + cmd[6:], tmp_path)
     assert "removed the previous run" in p.stderr
     new = _layer_files(run_dir)
-    assert not new & old and {p.parts[0] for p in new} == {"app", "posix"}
+    assert not new & old and {p.parts[0] for p in new} == {"app", "posix", "cpu"}
     assert (run_dir / "darshan").is_dir()
     assert not any((run_dir / n).exists() for n in ("merged.parquet", "counters.parquet", "merge_info.json"))
-    assert sorted(p.name for p in run_dir.iterdir()) == ["app", "darshan", "launch", "manifest.json", "posix"]
+    assert sorted(p.name for p in run_dir.iterdir()) == ["app", "cpu", "darshan", "launch", "manifest.json", "posix"]
     _run(merge, tmp_path)
     second = Run.open(run_dir)
     assert int((second.frame["layer"] == "posix").sum()) == posix_rows  # not doubled by the previous run's file

@@ -1,6 +1,6 @@
 """The CPU sampler: ``timelogger run`` (unless ``--no-cpu``) follows the CPU time of every thread of every process of
 the rank (the program, its forked or spawned workers and their children) from ``/proc``, every ``--cpu-period``
-seconds (default 0.1), into ``RUN_DIR/cpu/rank-<r>.pfw`` (the ``cpu`` layer: ``docs/cpu.md``).
+seconds (default 0.1), into ``RUN_DIR/cpu/rank-<r>-pid-<p>.pfw`` (``p``: the program's pid) (the ``cpu`` layer: ``docs/cpu.md``).
 
 What one sample reads, per followed process: its thread list (``/proc/<pid>/task``), each thread's
 ``/proc/<pid>/task/<tid>/stat`` (kept open and re-read: utime + stime, the thread's name), the process's own
@@ -366,7 +366,7 @@ def sample(program: int, run_dir: Path, rank: int, world: int, period: float, pa
         cores = list(range(os.cpu_count() or 1))
     settings = {"period_s": period, "clock_tick_hz": TICK, "program_pid": program, "cores": cores,
                 "cores_online": os.cpu_count(), "quota_cores": cgroup_quota_cores()}
-    writer = sidecar.Writer(run_dir / CPU_DIR / f"rank-{rank}.pfw", {
+    writer = sidecar.Writer(run_dir / CPU_DIR / f"rank-{rank}-pid-{program}.pfw", {
         "rank": rank, "world_size": world, "hostname": hostname(), "layer": LAYER, "cpu": settings,
         "versions": {"python": sys.version.split()[0], "timelogger": VERSION}, "argv": sys.argv}, "cpu sampler")
     sampler = Sampler(program, writer, cores, exclude, since)
@@ -404,7 +404,7 @@ def start(run_dir: Path, rank: int, world: int, period: float, env: Mapping[str,
         cmd += ["--since", ":".join(map(str, Since.now()))]
         if exclude:
             cmd += ["--exclude", ",".join(map(str, exclude))]
-        return sidecar.start(cmd, out_fd, f"rank-{rank}.log", sidecar.child_env(env))
+        return sidecar.start(cmd, out_fd, f"rank-{rank}-pid-{os.getpid()}.log", sidecar.child_env(env))
     finally:
         os.close(out_fd)
 

@@ -13,7 +13,7 @@
       posix/trace-*.pfw[.gz]    DFTracer POSIX preload
       darshan/*.darshan         Darshan logs
       noise/<kind>-rank-<r>-pid-<p>.pfw   noise generators' achieved load (``timelogger run --noise``)
-      cpu/rank-<r>.pfw          CPU time of every thread of rank r's processes, sampled (``--cpu-period``, ``--no-cpu``)
+      cpu/rank-<r>-pid-<p>.pfw  CPU time of every thread of rank r's processes, sampled (``--cpu-period``, ``--no-cpu``)
       merged.parquet, counters.parquet, merge_info.json   ``trace-merge merge`` outputs (derived data)
       .merge.lock               held while ``trace-merge merge`` runs
       report.html               ``trace-merge report`` (default output)

@@ -128,13 +128,16 @@ def _verdict_finding(a: "Summary") -> Finding:
     fs, seen = _sum(inputs, "fs_s"), _sum(inputs, "time_s")
     if not _is_training(a):
         # a plain file-system trace (a Darshan log of an HPC job, say): no training advice, only what it is
-        fs_only = not len(a.event_stats) or set(a.event_stats["layer"].astype(str)) <= {*FS_LAYERS, *SIDE_LAYERS}
+        layers = set(a.event_stats["layer"].astype(str)) - set(SIDE_LAYERS) if len(a.event_stats) else set()
+        if not layers or layers <= set(FS_LAYERS):
+            return Finding(
+                "no_training_steps", "info", "No training steps: this trace has file-system layers only",
+                "no app or framework phase marks a step", "app/framework",
+                "the file-system findings (if any) come from its counters; `trace-merge summary` shows its I/O view")
         return Finding(
-            "no_training_steps", "info",
-            "No training steps: this trace has file-system layers only" if fs_only else
-            "No training steps: no app or framework phase marks a step",
+            "no_training_steps", "info", "No training steps: no app or framework phase marks a step",
             "no app or framework phase marks a step", "app/framework",
-            "the file-system findings (if any) come from its counters; `trace-merge summary` shows its I/O view")
+            "wrap the training loop as in the README (a `Training Iteration` phase per step, or `tl.set_step`)")
     if label == "unknown" and not v.cycles_total:
         return Finding(
             "no_training_steps", "info", "This run has no training steps: its app phases mark none",

@@ -1,0 +1,133 @@
+"""The cpu layer (docs/cpu.md): ``timelogger run``'s CPU sampler on real processes, read back by ``trace-merge``."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tests.helpers.tools import BIN, REPO, clean_env
+from trace_merge.run import Run
+
+#: burns known CPU (measured with time.thread_time() by each thread itself) in the main thread, a second thread and
+#: two pool worker processes; prints what each measured, with its pid and native thread id
+BURN = textwrap.dedent("""
+    import json, multiprocessing as mp, os, sys, threading, time
+    def burn(seconds):
+        t0 = time.thread_time()
+        while time.thread_time() - t0 < seconds:
+            pass
+        return time.thread_time() - t0, os.getpid(), threading.get_native_id()
+    if __name__ == "__main__":
+        start = time.thread_time()
+        out = {"thread": None}
+        burn(1.5)
+        t = threading.Thread(target=lambda: out.update(thread=burn(1.0)))
+        t.start(); t.join()
+        with mp.get_context("fork").Pool(2) as pool:
+            out["pool"] = pool.map(burn, [1.0, 1.0], chunksize=1)
+        out["main"] = (time.thread_time() - start, os.getpid(), threading.get_native_id())
+        print(json.dumps(out))
+""")
+
+
+def _launch(out: Path, script: str, *options: str, cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([str(BIN / "timelogger"), "run", "-o", str(out), *options, "--", sys.executable, "-c",
+                           script], cwd=cwd, env=clean_env(PYTHONPATH=str(REPO)), capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def test_per_thread_cpu_matches_the_threads_own_clocks(tmp_path):
+    """Per thread (main, a second thread, two pool workers that end before the program), the cpu layer's CPU
+    seconds are within 10 % of what the thread measured itself; the summary states cores busy of cores available."""
+    p = _launch(tmp_path / "run", BURN, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr[-3000:]
+    measured = json.loads(p.stdout.strip().splitlines()[-1])
+    run = Run.open(tmp_path / "run")
+    assert run.rows_per_layer().get("cpu")
+    a = run.analyse()
+    threads = a.cpu.threads.set_index(["pid", "tid"])["cpu_s"]
+    cases = [("main", measured["main"]), ("thread", measured["thread"])] + [("pool", w) for w in measured["pool"]]
+    for what, (seconds, pid, tid) in cases:
+        assert (pid, tid) in threads.index, (what, pid, tid, threads)
+        assert threads[(pid, tid)] == pytest.approx(seconds, rel=0.10), (what, threads[(pid, tid)], seconds)
+    roles = a.cpu.threads.set_index(["pid", "tid"])["role"]
+    assert roles[tuple(measured["main"][1:])] == "main"
+    assert {roles[tuple(w[1:])] for w in measured["pool"]} == {"workers"}
+    whole = a.cpu.per_epoch[a.cpu.per_epoch["epoch"].isna()].iloc[0]
+    assert whole["cores_available"] == len(os.sched_getaffinity(0))
+    # 4.5 s of CPU in a run of a few seconds: more than one core busy on average would be wrong on its own
+    assert 0 < whole["busy_cores"] <= whole["cores_available"]
+    text = subprocess.run([str(BIN / "trace-merge"), "summary", str(tmp_path / "run")], capture_output=True,
+                          text=True, env=clean_env(), timeout=120).stdout
+    assert "cores busy of cores available" in text and "busiest threads per rank" in text
+    doc = json.loads(subprocess.run([str(BIN / "trace-merge"), "summary", "--json", str(tmp_path / "run")],
+                                    capture_output=True, text=True, env=clean_env(), timeout=120).stdout)
+    assert doc["rows_per_layer"]["cpu"] and doc["cpu"]["per_epoch"][0]["cores_available"] == whole["cores_available"]
+    # the sampler's own cost is in its close record: well under 1 % of a core at the default period
+    assert a.cpu.sampler_share_of_core is not None and a.cpu.sampler_share_of_core < 0.01
+
+
+def test_no_cpu_and_the_period(tmp_path):
+    script = "import time; time.sleep(0.3)"
+    p = _launch(tmp_path / "off", script, "--no-cpu", cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert not (tmp_path / "off" / "cpu").exists()
+    manifest = json.loads((tmp_path / "off" / "manifest.json").read_text())
+    assert manifest["layers"]["cpu"] is False
+    p = _launch(tmp_path / "on", script, "--cpu-period", "0.05", cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    manifest = json.loads((tmp_path / "on" / "manifest.json").read_text())
+    assert manifest["layers"]["cpu"] == {"period_s": 0.05, "files": "cpu"}
+    launch = json.loads((tmp_path / "on" / "launch" / "rank-0.json").read_text())
+    header = json.loads((tmp_path / "on" / "cpu" / f"rank-0-pid-{launch['pid']}.pfw").read_text().splitlines()[1]
+                        .rstrip(","))
+    assert header["args"]["layer"] == "cpu" and header["args"]["cpu"]["period_s"] == 0.05
+    assert isinstance(launch["cpu_sampler"], int)
+
+
+@pytest.mark.parametrize("period", ["0", "abc", "100"])
+def test_a_bad_cpu_period_is_one_line_and_nothing_runs(tmp_path, period):
+    p = _launch(tmp_path / "run", "print('ran')", "--cpu-period", period, cwd=tmp_path)
+    assert p.returncode == 2 and "ran" not in p.stdout
+    assert "--cpu-period" in p.stderr and len(p.stderr.strip().splitlines()) <= 2, p.stderr
+    assert not (tmp_path / "run").exists()
+
+
+KERAS_JPEG = REPO / "tests" / "workloads" / "keras_jpeg.py"
+
+
+@pytest.fixture(scope="module")
+def jpegs(tmp_path_factory) -> Path:
+    d = tmp_path_factory.mktemp("jpeg") / "images"
+    p = subprocess.run([sys.executable, str(KERAS_JPEG), str(d), "--make"], capture_output=True, text=True,
+                       timeout=300, env=clean_env())
+    assert p.returncode == 0, p.stderr[-2000:]
+    return d
+
+
+@pytest.mark.tf
+@pytest.mark.findings_real
+@pytest.mark.parametrize("memory", [False, True])
+def test_contention_on_a_real_keras_image_pipeline(jpegs, tmp_path, memory):
+    """The Keras guide's pattern (``image_dataset_from_directory`` over JPEGs, ``.prefetch(AUTOTUNE)``) decodes on
+    tf.data's threads while the step computes: a contention finding with the input side's share of the cores; the
+    same model on an in-memory dataset of the same shapes has none."""
+    pytest.importorskip("tensorflow")
+    out = tmp_path / "run"
+    p = subprocess.run([str(BIN / "timelogger"), "run", "-o", str(out), "--tf-profile", "--", sys.executable,
+                        str(KERAS_JPEG), str(jpegs), *(["--memory"] if memory else [])],
+                       env=clean_env(PYTHONPATH=str(REPO)), capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0 and "s_per_step" in p.stdout, p.stderr[-3000:]
+    run = Run.open(out)
+    a = run.analyse()
+    dc = a.cpu.during_compute.iloc[0]
+    keys = {f.key for f in run.findings(a)}
+    if memory:
+        assert dc["input_pct"] < 10 and "cpu_contention" not in keys, dc
+    else:
+        assert dc["input_pct"] >= 25 and "cpu_contention" in keys, dc
