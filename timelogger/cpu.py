@@ -1,6 +1,7 @@
 """The CPU sampler: ``timelogger run`` (unless ``--no-cpu``) follows the CPU time of every thread of every process of
 the rank (the program, its forked or spawned workers and their children) from ``/proc``, every ``--cpu-period``
-seconds (default 0.1), into ``RUN_DIR/cpu/rank-<r>-pid-<p>.pfw`` (``p``: the program's pid) (the ``cpu`` layer: ``docs/cpu.md``).
+seconds (default 0.1), into ``RUN_DIR/cpu/rank-<r>-pid-<p>.pfw`` (``p``: the program's pid; the ``cpu`` layer:
+``docs/cpu.md``).
 
 What one sample reads, per followed process: its thread list (``/proc/<pid>/task``), each thread's
 ``/proc/<pid>/task/<tid>/stat`` (kept open and re-read: utime + stime, the thread's name), the process's own

@@ -3,8 +3,8 @@ and resized on tf.data's threads) with ``.prefetch(AUTOTUNE)``; or (``--memory``
 toolkit code: ``timelogger run`` captures it.
 
 Run: ``python keras_jpeg.py --make DIR`` writes the JPEGs (``--images``, ``--pixels``), then
-``python keras_jpeg.py DIR [--memory] [--epochs E] [--steps N]`` trains (``fit(ds.repeat(), steps_per_epoch=N)``). It prints one JSON line: its own clock's seconds per step
-of the last epoch.
+``python keras_jpeg.py DIR [--memory] [--epochs E] [--steps N]`` trains (``fit(ds.repeat(), steps_per_epoch=N)``).
+It prints one JSON line: its own clock's seconds per step of the last epoch.
 """
 import argparse
 import json
