@@ -186,6 +186,35 @@ def test_noise_layer_is_merged_and_recorded_in_the_manifest(tmp_path: Path) -> N
     assert tm_noise.achieved_load(res.frame)["memory"] > 0.2
 
 
+def test_the_noise_comparison_shows_the_cpu_layer_of_quiet_and_noisy_runs(tmp_path: Path) -> None:
+    """A quiet run and one with ``--noise cpu:1``: the comparison puts their CPU side by side; the noise generator
+    is not the job's (its CPU is in the node's figure only)."""
+    from trace_merge.run import Run
+
+    script = ("import time\nt0 = time.process_time()\nimport timelogger\nfor i in range(3):\n    with timelogger.phase('Work', cat='compute'):\n"
+              "        t = time.process_time()\n        while time.process_time() - t < 0.4: pass\n"
+              "print(time.process_time() - t0)\n")
+    runs, own = [], []
+    for name, extra in (("quiet", []), ("noisy", ["--noise", "cpu:1"])):
+        runs.append(tmp_path / name)
+        p = subprocess.run([sys.executable, "-m", "timelogger", "run", "-o", str(runs[-1]), *extra, "--",
+                            sys.executable, "-c", script], env=ENV, check=True, timeout=60, capture_output=True,
+                           text=True)
+        own.append(float(p.stdout.split()[-1]))
+    noise.wait_stopped(runs[-1])
+    for run_dir, seconds in zip(runs, own):  # the job's CPU is its own process's, the generator's not in it
+        job = float(Run.open(run_dir).analyse().cpu.threads["cpu_s"].sum())
+        # the cpu layer also holds the interpreter's start, before the script's own clock starts
+        assert seconds * 0.95 < job < seconds * 1.1 + 0.3, (run_dir.name, job, seconds)
+    quiet, noisy = tm_noise.open_runs([runs[0]]), tm_noise.open_runs([runs[1]])
+    generator = tm_noise.achieved_load(Run.open(runs[1]).frame)["cpu"]
+    # the node's figure holds the generator: at least its achieved load beyond the job (every process counts)
+    got = noisy[0].cpu
+    assert got["node_busy_cores"] - got["job_busy_cores"] > 0.8 * generator > 0, (got, generator)
+    text = tm_noise.format_noise(tm_noise.noise_table(quiet, noisy))
+    assert "CPU (cpu layer" in text and "quiet" in text and "cpu:1" in text
+
+
 def _cells(label: str, values: dict) -> tm_noise.RunCells:
     return tm_noise.RunCells(label, label, pd.Series(values), {})
 

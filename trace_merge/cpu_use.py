@@ -140,7 +140,7 @@ def _roles(threads: pd.DataFrame, evidence: pd.DataFrame, programs: "dict[int, i
         named = next((role for prefix, role in NAMED_ROLES if str(name).startswith(prefix)), None)
         if program is not None and pid == program and tid == program:
             roles.append("main")
-        elif program is not None and pid != program:
+        elif (program is not None and pid != program) or tid == 0:  # tid 0: children that ended between samples
             roles.append("workers")
         elif (int(rank), int(tid)) in by_tid:
             roles.append(by_tid[(int(rank), int(tid))])

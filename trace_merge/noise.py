@@ -17,7 +17,7 @@ Noisy runs are grouped by their manifest's noise settings (``cpu:1``, ``io:50``,
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence
 
@@ -78,17 +78,32 @@ def achieved_load(frame: pd.DataFrame) -> dict[str, float]:
     return {k: sum(v * d for v, d in xs) / max(sum(d for _, d in xs), 1.0) for k, xs in out.items()}
 
 
+#: the cpu layer's node figures a run is reduced to (summed over its nodes: :mod:`trace_merge.cpu_use`)
+CPU_FIGURES = ("cores", "job_busy_cores", "node_busy_cores", "idle_cores")
+
+
 @dataclass
 class RunCells:
     path: str
     label: str
     seconds: pd.Series
     achieved: dict[str, float]
+    #: :data:`CPU_FIGURES` of the run's nodes (empty without a cpu layer)
+    cpu: dict[str, float] = field(default_factory=dict)
 
 
 def run_cells(run: "Run", from_epoch: Optional[int] = None) -> RunCells:
+    view = run.analyse().cpu
+    nodes = view.nodes if view is not None else None
+    cpu = {k: float(nodes[k].sum()) for k in CPU_FIGURES if nodes[k].notna().any()} if nodes is not None else {}
     return RunCells(str(run.path), noise_label(run.manifest), phase_seconds(run.layered_breakdown(), from_epoch),
-                    achieved_load(run.frame))
+                    achieved_load(run.frame), cpu)
+
+
+def _cpu_medians(runs: Sequence[RunCells]) -> dict[str, float]:
+    """The runs' median :data:`CPU_FIGURES` (those every run has)."""
+    keys = [k for k in CPU_FIGURES if runs and all(k in r.cpu for r in runs)]
+    return {k: float(np.median([r.cpu[k] for r in runs])) for k in keys}
 
 
 def open_runs(paths: Sequence["str | Path"], from_epoch: Optional[int] = None) -> list[RunCells]:
@@ -138,12 +153,13 @@ def noise_table(quiet: Sequence[RunCells], noisy: Sequence[RunCells], min_s: flo
         paired = qq.shape[1] == nn.shape[1]
         kinds = sorted({k for r in runs for k in r.achieved})
         achieved = {k: float(np.median([r.achieved.get(k, np.nan) for r in runs])) for k in kinds}
+        cpu = {"quiet": _cpu_medians(quiet), "noisy": _cpu_medians(runs)}
         for (phase, cell), qv, nv in zip(cells, qq.to_numpy(), nn.to_numpy()):
             qmed, nmed = float(np.median(qv)), float(np.median(nv))
             row = {"noise": label, "phase": phase, "component": cell, "quiet_s": qmed, "noisy_s": nmed,
                    "delta_s": nmed - qmed, "repeats": f"{len(qv)}/{len(nv)}", "paired": paired,
                    "slowdown": np.nan, "lo": np.nan, "hi": np.nan, "quiet_lo": np.nan, "quiet_hi": np.nan,
-                   "call": "tiny", "achieved": achieved}
+                   "call": "tiny", "achieved": achieved, "cpu": cpu}
             if max(qmed, nmed) >= min_s and qmed > 0:
                 base = np.where(qv > 0, qv, qmed) if paired else np.full(len(nv), qmed)
                 ratios = nv / base
@@ -167,6 +183,13 @@ def format_noise(table: pd.DataFrame, phases: Optional[Sequence[str]] = None, sh
         got = ", ".join(f"{k} {v:.3g}" for k, v in ach.items()) if ach else "no noise layer found"
         lines.append(f"== noise {label} (achieved, median over repeats: {got}; repeats quiet/noisy "
                      f"{grp['repeats'].iloc[0]}, {'paired by round' if grp['paired'].iloc[0] else 'vs quiet median'})")
+        cpu = grp["cpu"].iloc[0] if "cpu" in grp else {}
+        if cpu and cpu.get("quiet") and cpu.get("noisy"):
+            q, n = cpu["quiet"], cpu["noisy"]
+            lines.append("  CPU (cpu layer, median over repeats, the job's nodes): " + "; ".join(
+                f"{name} {w.get('job_busy_cores', float('nan')):.2f} cores busy with the job's threads, "
+                f"{w.get('node_busy_cores', float('nan')):.2f} with every process, of {w.get('cores', float('nan')):g}"
+                for name, w in (("quiet", q), (str(label), n))))
         lines.append(f"  {'phase':<26} {'component':<13} {'quiet s':>9} {'noisy s':>9} {'slowdown [range]':>22} "
                      f"{'quiet range':>13}  call")
         for row in grp.itertuples():
