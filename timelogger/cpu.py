@@ -1,20 +1,22 @@
 """The CPU sampler: ``timelogger run`` (unless ``--no-cpu``) follows the CPU time of every thread of every process of
 the rank (the program, its forked or spawned workers and their children) from ``/proc``, every ``--cpu-period``
-seconds (default 0.1), into ``RUN_DIR/cpu/rank-<r>-pid-<p>.pfw`` (``p``: the program's pid; the ``cpu`` layer:
+seconds (default 0.2), into ``RUN_DIR/cpu/rank-<r>-pid-<p>.pfw`` (``p``: the program's pid; the ``cpu`` layer:
 ``docs/cpu.md``).
 
 What one sample reads, per followed process: its thread list (``/proc/<pid>/task``), each thread's
 ``/proc/<pid>/task/<tid>/stat`` (kept open and re-read: utime + stime, the thread's name), the process's own
 ``stat`` (its whole CPU time, which keeps the time of threads that have ended, and its children's once it has reaped
-them) and its main thread's ``children``; every thread's ``children`` and the node's ``/proc/stat`` (per core) every
-:data:`SLOW_EVERY` samples. A thread with CPU time in a sample window is written as one interval whose duration is
-that CPU time, centred in the window (``cat`` ``other``, ``name`` the thread's name, the thread's own ``pid`` and
-``tid``): the layer's durations add up to CPU seconds, placed to within one period. CPU time of a thread that ended
-or a child process that was reaped between two samples is recovered from its process's (or parent's) totals, so that
-nothing is lost between samples; only the last period of the program itself is (it has gone when the sampler looks).
+them) and its main thread's ``children``; the ``children`` of its threads that ran and the node's ``/proc/stat``
+(per core) every :data:`SLOW_EVERY` samples. A thread with CPU time in a sample window is written as one interval
+whose duration is that CPU time, centred in the window (``cat`` ``other``, ``name`` the thread's name, the thread's
+own ``pid`` and ``tid``): the layer's durations add up to CPU seconds, placed to within one period. CPU time of a
+thread that ended or a child process that was reaped between two samples is recovered from its process's (or
+parent's) totals, so that nothing is lost between samples; only the last period of the program itself is (it has
+gone when the sampler looks).
+
 The cores of the node the program may run on are written as ``core <n>`` intervals (``pid`` 0, ``tid`` the core)
-whose duration is the core's busy time in a window of :data:`SLOW_EVERY` periods (all processes of the node, not only
-the job's; a window where the core was idle is a row of duration 0).
+whose duration is the core's busy time in a window of :data:`SLOW_EVERY` periods (all processes of the node, not
+only the job's; a window where the core was idle is a row of duration 0).
 
 The header (``args.cpu``) carries the period, the clock tick, the cores the program may run on (its affinity), the
 node's cores and a cgroup CPU quota when there is one. The sampler's own CPU time is in its close record.
@@ -34,9 +36,10 @@ from . import sidecar
 
 CPU_DIR = "cpu"  # timelogger.layout.CPU_DIR
 LAYER = "cpu"
-#: default sample period (s): ``--cpu-period``
-PERIOD_S = 0.1
-#: the node's per-core counters and every thread's ``children`` are read every this many samples
+#: default sample period (s): ``--cpu-period`` (the sampler's cost per sample grows with the threads it reads:
+#: docs/measurements.md#cpu-sampler)
+PERIOD_S = 0.2
+#: the node's per-core counters and the children of the threads that ran are read every this many samples
 SLOW_EVERY = 10
 #: thread stat files kept open at most (one descriptor each); beyond it a thread's file is opened per sample
 MAX_OPEN = 512
@@ -63,11 +66,19 @@ def _stat_fields(raw: bytes) -> Tuple[str, List[bytes]]:
     return head.partition(b"(")[2].decode("utf-8", "replace"), rest.split()
 
 
+def _ticks(raw: bytes) -> int:
+    """utime + stime of a ``stat`` line (the 14th and 15th fields; the name before them may hold spaces)."""
+    f = raw[raw.rindex(b")") + 2:].split(b" ", 13)
+    return int(f[11]) + int(f[12])
+
+
 class _Thread:
-    __slots__ = ("tid", "fd", "ticks", "name", "rate")
+    __slots__ = ("tid", "fd", "ticks", "name", "rate", "raw", "ran")
 
     def __init__(self, tid: int, fd: Optional[int], ticks: int, name: str) -> None:
         self.tid, self.fd, self.ticks, self.name = tid, fd, ticks, name
+        self.raw = b""
+        self.ran = True  # since the last reading of its children
         self.rate = 0  # ticks in the last window (how the CPU of ended threads is shared out)
 
 
@@ -199,17 +210,21 @@ class Sampler:
         alive = set()
         for tid in tids:
             th = proc.threads.get(tid)
-            got = self.read_thread(proc.pid, tid, th)
-            if got is None:
+            raw = self.read_thread(proc.pid, tid, th)
+            if raw is None:
                 continue
-            name, ticks = got
             alive.add(tid)
             if th is None:  # started in this window (threads are listed every sample): all its time is new
-                th = proc.threads[tid] = _Thread(tid, self.open_stat(proc.pid, tid), 0, name)
-            th.name = name
+                th = proc.threads[tid] = _Thread(tid, self.open_stat(proc.pid, tid), 0, _stat_fields(raw)[0])
+            elif raw == th.raw:  # an idle thread's line does not change: most threads of a framework's pools
+                th.rate = 0
+                continue
+            th.raw, th.ran = raw, True
+            ticks = _ticks(raw)
             th.rate, th.ticks = ticks - th.ticks, ticks
             seen += th.rate
             if emit and th.rate > 0:
+                th.name = _stat_fields(raw)[0]
                 self.row(th.name, proc.pid, tid, th.rate * _TICK_NS, now)
         ended = [th for tid, th in proc.threads.items() if tid not in alive]
         if proc.total >= 0 and ended and emit:
@@ -234,7 +249,8 @@ class Sampler:
             proc.ended_children = []
         proc.children_total = proc.children_now
 
-    def read_thread(self, pid: int, tid: int, th: Optional[_Thread]) -> Optional[Tuple[str, int]]:
+    def read_thread(self, pid: int, tid: int, th: Optional[_Thread]) -> Optional[bytes]:
+        """The thread's ``stat`` line (re-read from its open file when it has one), None when it has gone."""
         raw: Optional[bytes] = None
         if th is not None and th.fd is not None:
             try:
@@ -243,10 +259,7 @@ class Sampler:
                 raw = None
         if not raw:
             raw = _read(f"/proc/{pid}/task/{tid}/stat")
-        if not raw:
-            return None
-        name, f = _stat_fields(raw)
-        return name, int(f[11]) + int(f[12])
+        return raw or None
 
     def open_stat(self, pid: int, tid: int) -> Optional[int]:
         if self.open_fds >= MAX_OPEN:
@@ -292,8 +305,14 @@ class Sampler:
         del self.procs[proc.pid]
 
     def children(self, proc: _Process, every_thread: bool) -> List[int]:
-        """Child pids of ``proc``: of its main thread each sample, of all its threads every :data:`SLOW_EVERY`."""
-        tids = list(proc.threads) if every_thread else [proc.pid]
+        """Child pids of ``proc``: of its main thread each sample, of its other threads that ran since the last
+        such reading every :data:`SLOW_EVERY` (a thread that starts a process runs; most of a framework's pool
+        threads wait)."""
+        tids = [proc.pid]
+        if every_thread:
+            tids += [t for t, th in proc.threads.items() if th.ran and t != proc.pid]
+            for th in proc.threads.values():
+                th.ran = False
         out: List[int] = []
         for tid in tids:
             raw = _read(f"/proc/{proc.pid}/task/{tid}/children")
