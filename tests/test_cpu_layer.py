@@ -131,3 +131,32 @@ def test_contention_on_a_real_keras_image_pipeline(jpegs, tmp_path, memory):
         assert dc["input_pct"] < 10 and "cpu_contention" not in keys, dc
     else:
         assert dc["input_pct"] >= 25 and "cpu_contention" in keys, dc
+
+
+def test_idle_cores_of_a_loop_that_sleeps(tmp_path):
+    """A README-pattern loop whose steps sleep leaves the node's cores idle (nothing else runs on them in a quiet
+    test; every process counted): an idle-cores finding; the busy loop of the first test gets none."""
+    script = textwrap.dedent("""
+        import time
+        from timelogger import default_logger
+        tl = default_logger()
+        for epoch in range(2):
+            tl.set_epoch(epoch)
+            for step in range(8):
+                with tl.phase("Training Iteration", cat="compute"):
+                    time.sleep(0.1)
+    """)
+    p = _launch(tmp_path / "run", script, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr[-2000:]
+    run = Run.open(tmp_path / "run")
+    a = run.analyse()
+    node = a.cpu.nodes.iloc[0]
+    assert node["cores"] == len(os.sched_getaffinity(0)) and node["job_busy_cores"] < 0.3
+    found = {f.key: f for f in run.findings(a)}
+    if node["idle_cores"] >= max(1.0, 0.25 * node["cores"]):  # a machine busy with other work has no idle cores
+        assert "idle_cores" in found and f"of {node['cores']:g} cores idle" in found["idle_cores"].evidence
+    else:
+        assert "idle_cores" not in found
+    # the phase's CPU: a sleeping step uses almost none of a core
+    phases = a.cpu.phases.set_index("phase")
+    assert phases.loc["Training Iteration", "cores"] < 0.3

@@ -15,8 +15,9 @@ parent's) totals, so that nothing is lost between samples; only the last period 
 gone when the sampler looks).
 
 The cores of the node the program may run on are written as ``core <n>`` intervals (``pid`` 0, ``tid`` the core)
-whose duration is the core's busy time in a window of :data:`SLOW_EVERY` periods (all processes of the node, not
-only the job's; a window where the core was idle is a row of duration 0).
+whose duration is the core's busy time in a window of :data:`SLOW_EVERY` periods, or the last one to the program's
+end (all processes of the node, not only the job's; ``args.window_us`` the window; an idle core's row has duration
+0).
 
 The header (``args.cpu``) carries the period, the clock tick, the cores the program may run on (its affinity), the
 node's cores and a cgroup CPU quota when there is one. The sampler's own CPU time is in its close record.
@@ -338,8 +339,8 @@ class Sampler:
                 busy, total = (a - b for a, b in zip(times[core], self.core_last[core]))
                 if total > 0:  # idle windows too: the rows of a core tell how long it was watched
                     ns = window * busy // total
-                    self.writer.line({"name": f"core {core}", "cat": "other", "ph": "X", "dur": round(ns / 1000, 3)},
-                                     mid - ns // 2, pid=0, tid=core)
+                    self.writer.line({"name": f"core {core}", "cat": "other", "ph": "X", "dur": round(ns / 1000, 3),
+                                      "args": {"window_us": round(window / 1000, 3)}}, mid - ns // 2, pid=0, tid=core)
                     self.writer.events += 1
                     self.rows += 1
         self.core_last, self.core_last_ns = times, now
@@ -404,6 +405,7 @@ def sample(program: int, run_dir: Path, rank: int, world: int, period: float, pa
                 break
             sampler.sample()
     finally:
+        sampler.node(time.perf_counter_ns())  # the node's last window (a run shorter than one has only this)
         wall = time.perf_counter() - start
         used = own_cpu_s() - start_cpu
         writer.close(stop.why if program in sampler.procs else "program ended",

@@ -35,7 +35,7 @@ LAYER = "cpu"
 ROLES = ("main", "input", "compute", "comm", "workers", "unattributed")
 INPUT_ROLES = ("input", "workers")
 #: the columns the view reads
-COLUMNS = ("layer", "cat", "name", "rank", "pid", "tid", "host", "start_ns", "end_ns")
+COLUMNS = ("layer", "cat", "name", "rank", "pid", "tid", "host", "start_ns", "end_ns", "args")
 #: the app phases per rank whose CPU is shown (the longest): a run with thousands of phase names is not a table
 TOP_PHASES = 12
 #: thread names (``/proc``) that say a role by themselves: PyTorch names its threads
@@ -182,6 +182,7 @@ def cpu_view(frames: Iterable[pd.DataFrame], steps: pd.DataFrame, run_dir: Optio
     thread_rows = rows[rows["pid"] != 0].copy()
     thread_rows["role"] = _roles(thread_rows, evidence, programs).to_numpy()
     available = _cores_available(records, core_rows)
+    spans = _sampled_spans(rows)
 
     threads = (thread_rows.assign(cpu_ns=thread_rows["end_ns"] - thread_rows["start_ns"])
                .groupby(["rank", "host", "pid", "tid", "name", "role"], dropna=False, sort=False)["cpu_ns"].sum()
@@ -194,11 +195,11 @@ def cpu_view(frames: Iterable[pd.DataFrame], steps: pd.DataFrame, run_dir: Optio
               if d.get("close") and isinstance(d["close"].get("sampler_share_of_core"), (int, float))]
     view = CpuView(
         period_s=max(periods) if periods else None, threads=threads,
-        per_epoch=_per_epoch(thread_rows, steps, available),
+        per_epoch=_per_epoch(thread_rows, steps, available, spans),
         during_compute=_during_compute(thread_rows, _busy_per_thread(producers), _one_rank_per_core(core_rows),
                                        steps, available),
         phases=_phases(thread_rows, phases),
-        nodes=_nodes(thread_rows, core_rows, records, available),
+        nodes=_nodes(thread_rows, core_rows, records, available, spans),
         sampler_share_of_core=max(shares) if shares else None)
     if (threads["role"] == "unattributed").any() and not (thread_rows["role"].isin(("input", "compute"))).any():
         view.notes.append("the program's threads other than its main thread are 'unattributed': no app interval "
@@ -232,11 +233,29 @@ def _role_cores(rows: pd.DataFrame, starts: np.ndarray, ends: np.ndarray, wall_s
     return out
 
 
-def _per_epoch(rows: pd.DataFrame, steps: pd.DataFrame, available: "dict[int, float]") -> pd.DataFrame:
+def _sampled_spans(rows: pd.DataFrame) -> "dict[int, tuple[int, int]]":
+    """rank -> the time its sampler watched: its ``core <n>`` rows' windows (a thread's rows are only where it ran),
+    else its rows' first start and last end."""
+    out: dict[int, tuple[int, int]] = {}
+    for rank, g in rows.groupby("rank", sort=False):
+        core = g[(g["pid"] == 0).to_numpy()]
+        window = np.array([_window_ns(a) for a in core["args"]], dtype=float) if len(core) else np.zeros(0)
+        if window.any():
+            mid = (core["start_ns"].to_numpy(float) + core["end_ns"].to_numpy(float)) / 2
+            lo, hi = int((mid - window / 2).min()), int((mid + window / 2).max())
+        else:
+            lo, hi = int(g["start_ns"].min()), int(g["end_ns"].max())
+        # the first window starts at the launcher's reading, before the sampler's first core reading
+        out[int(rank)] = (min(lo, int(g["start_ns"].min())), max(hi, int(g["end_ns"].max())))
+    return out
+
+
+def _per_epoch(rows: pd.DataFrame, steps: pd.DataFrame, available: "dict[int, float]",
+               spans: "dict[int, tuple[int, int]]") -> pd.DataFrame:
     """Cores busy of cores available per rank, over the whole run (epoch NA) and each epoch's step cycles."""
     out = []
     for rank, g in rows.groupby("rank", sort=True):
-        lo, hi = int(g["start_ns"].min()), int(g["end_ns"].max())
+        lo, hi = spans[int(rank)]
         windows = [(pd.NA, np.array([lo]), np.array([hi]))]
         st = steps[steps["rank"] == rank] if len(steps) else steps
         if len(st) and st["epoch"].notna().any():
@@ -279,7 +298,8 @@ def _during_compute(rows: pd.DataFrame, producers: pd.DataFrame, cores: pd.DataF
     cycle's compute share (where inside a cycle the compute fell is finer than the sample period). The input side:
     the threads whose role is :data:`INPUT_ROLES`, plus the busy time of the framework profile's input threads
     (``producers``: tf.data's; TensorFlow's thread ids are not the OS's, so its threads have no role in the cpu
-    layer; busy time is an upper bound of their CPU, as it holds their file reads). ``busy_pct`` is the busier of
+    layer; their busy time, at most the CPU of the program's unattributed threads, is an upper bound of their CPU:
+    it holds their file reads). ``busy_pct`` is the busier of
     the rank's own threads and its node's cores (``cores``: every process, whose windows are ten periods)."""
     out = []
     if not len(steps):
@@ -301,6 +321,9 @@ def _during_compute(rows: pd.DataFrame, producers: pd.DataFrame, cores: pd.DataF
         is_input = g["role"].isin(INPUT_ROLES).to_numpy()
         p = producers[producers["rank"].to_numpy() == rank]
         profiled = float((cover(p["end_ns"].to_numpy()) - cover(p["start_ns"].to_numpy())).sum()) / 1e9
+        # tf.data's threads are among the program's unattributed ones: their busy time is at most those threads' CPU
+        # (a thread waiting for a core is busy in the profile, not on a core)
+        profiled = min(profiled, float(weighted[(g["role"] == "unattributed").to_numpy()].sum()) / 1e9)
         busy = float(weighted.sum()) / 1e9 / compute_s if compute_s > 0 else None
         host = g["host"].iloc[0]
         c = cores[(cores["host"] == host).to_numpy()] if len(cores) else cores
@@ -335,22 +358,24 @@ def _phases(rows: pd.DataFrame, phases: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(out, columns=["rank", "phase", "wall_s", "cpu_s", "cores"])
 
 
-def _core_window_s(records: "dict[int, dict[str, Any]]", ranks: list) -> Optional[float]:
-    from timelogger.cpu import SLOW_EVERY
-
-    periods = [records.get(r, {}).get("cpu", {}).get("period_s") for r in ranks]
-    periods = [p for p in periods if isinstance(p, (int, float)) and p > 0]
-    return float(periods[0]) * SLOW_EVERY if periods else None
+def _window_ns(args: object) -> float:
+    """A ``core <n>`` row's window (``args.window_us``), ns; 0 when it has none."""
+    try:
+        doc = json.loads(args) if isinstance(args, str) else {}
+    except ValueError:
+        return 0.0
+    w = doc.get("window_us") if isinstance(doc, dict) else None
+    return float(w) * 1e3 if isinstance(w, (int, float)) and w > 0 else 0.0
 
 
 def _nodes(rows: pd.DataFrame, core_rows: pd.DataFrame, records: "dict[int, dict[str, Any]]",
-           available: "dict[int, float]") -> pd.DataFrame:
+           available: "dict[int, float]", spans: "dict[int, tuple[int, int]]") -> pd.DataFrame:
     """Per host: the job's cores (the union of its ranks' affinities), how busy they were (every process of the
     node) and how much of that was the job's; idle = cores - busy."""
     out = []
     for host, g in rows.groupby("host", sort=True, dropna=False):
         ranks = sorted(int(r) for r in g["rank"].unique())
-        lo, hi = int(g["start_ns"].min()), int(g["end_ns"].max())
+        lo, hi = min(spans[r][0] for r in ranks), max(spans[r][1] for r in ranks)
         wall = (hi - lo) / 1e9
         cores: set = set()
         for r in ranks:
@@ -361,12 +386,13 @@ def _nodes(rows: pd.DataFrame, core_rows: pd.DataFrame, records: "dict[int, dict
         node_busy = None
         if len(c):
             c = _one_rank_per_core(c)
-            # every window of a watched core has a row (idle: duration 0): busy ÷ the windows' length, per core
-            window_s = _core_window_s(records, ranks)
-            per_core = c.assign(busy_ns=c["end_ns"] - c["start_ns"]).groupby("tid", sort=False)["busy_ns"].agg(
-                ["sum", "size"])
-            if window_s:
-                node_busy = float((per_core["sum"] / 1e9 / (per_core["size"] * window_s)).sum())
+            # every window of a watched core has a row (idle: duration 0) that says how long the window was
+            window = np.array([_window_ns(a) for a in c["args"]], dtype=float)
+            busy = (c["end_ns"] - c["start_ns"]).to_numpy(float)
+            per_core = pd.DataFrame({"core": c["tid"].to_numpy(), "busy": busy, "window": window}).groupby("core").sum()
+            per_core = per_core[per_core["window"] > 0]
+            if len(per_core):
+                node_busy = float((per_core["busy"] / per_core["window"]).sum())
         job = float((g["end_ns"] - g["start_ns"]).sum()) / 1e9 / wall if wall > 0 else None
         out.append({"host": host, "ranks": len(ranks), "cores": n, "wall_s": wall, "node_busy_cores": node_busy,
                     "job_busy_cores": job,

@@ -63,7 +63,7 @@ def main() -> int:
     p.add_argument("dir")
     p.add_argument("--make", action="store_true")
     p.add_argument("--images", type=int, default=64)
-    p.add_argument("--pixels", type=int, default=512)
+    p.add_argument("--pixels", type=int, default=1024)
     p.add_argument("--memory", action="store_true")
     p.add_argument("--epochs", type=int, default=2)
     p.add_argument("--steps", type=int, default=24, help="steps per epoch (the files are repeated)")
