@@ -202,10 +202,8 @@ def cpu_view(frames: Iterable[pd.DataFrame], steps: pd.DataFrame, run_dir: Optio
         nodes=_nodes(thread_rows, core_rows, records, available, spans),
         sampler_share_of_core=max(shares) if shares else None)
     if (threads["role"] == "unattributed").any() and not (thread_rows["role"].isin(("input", "compute"))).any():
-        view.notes.append("the program's threads other than its main thread are 'unattributed': no app interval "
-                          "or PyTorch profile names them (TensorFlow names none of its threads for the OS, and its "
-                          "profiler's thread ids are not the OS's; inside --tf-profile windows the input side's "
-                          "CPU comes from tf.data's threads' busy time in the profile)")
+        view.notes.append("the program's threads other than its main thread are 'unattributed': no app interval or "
+                          "profile names them (which layers name which threads: docs/cpu.md, Roles)")
     return view
 
 
