@@ -635,7 +635,8 @@ def _configure_layers(args: argparse.Namespace, env: Dict[str, str], run_dir: Pa
     layers.torch_profile = _configure_profile(args.torch_profile, "--torch-profile", ENV_TORCH_PROFILE, env)
     layers.hooks, layers.hooks_off = _configure_hooks(args, env, rank, traces_itself)
     layers.noise = _noise_layer(args, specs, noise_cpus)
-    layers.cpu = CpuLayer(args.cpu_period, layout.CPU_DIR) if args.cpu else None
+    # /proc per thread (Linux) is what the sampler reads; elsewhere the layer is off
+    layers.cpu = CpuLayer(args.cpu_period, layout.CPU_DIR) if args.cpu and cpu.supported() else None
     if rank == 0 and not layers.darshan:
         print(_DARSHAN_HINT.format(darshan_dir=run_dir / layout.DARSHAN_DIR), file=sys.stderr)
     return layers

@@ -49,6 +49,11 @@ TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 _TICK_NS = 10**9 // TICK
 
 
+def supported() -> bool:
+    """Whether this system has what the sampler reads and waits with (Linux: ``/proc`` per thread)."""
+    return os.path.isdir("/proc/self/task") and hasattr(os, "sched_getaffinity") and hasattr(signal, "sigtimedwait")
+
+
 def parse_period(text: str) -> float:
     """``--cpu-period`` as seconds (0.01 to 60)."""
     try:
