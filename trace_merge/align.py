@@ -74,7 +74,7 @@ def processes(app_sources: Iterable[SourceData]) -> list[Process]:
     for src in app_sources:
         m = src.meta
         # the reader checked these (a bad value is warned about there and comes as None)
-        if not isinstance(m, TimeLoggerMeta) or m.rank is None or m.pid is None:
+        if not isinstance(m, TimeLoggerMeta) or m.side_layer or m.rank is None or m.pid is None:
             continue
         out.append(Process(m.rank, m.pid, m.host, m.clock_offset_ns if m.clock_offset_ns is not None else 0))
     return out

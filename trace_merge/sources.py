@@ -294,8 +294,8 @@ def anchors_by_rank(app: list[SourceData]) -> dict[int, list[dict[str, Any]]]:
 
 
 def _app_metas(app: list[SourceData]) -> list[TimeLoggerMeta]:
-    """The metadata of the TimeLogger files among ``app``."""
-    return [s.meta for s in app if isinstance(s.meta, TimeLoggerMeta)]
+    """The metadata of the rank processes' TimeLogger files among ``app`` (not the launcher's sidecars')."""
+    return [s.meta for s in app if isinstance(s.meta, TimeLoggerMeta) and not s.meta.side_layer]
 
 
 def resolve_names(frame: pd.DataFrame, names: dict[str, str]) -> pd.DataFrame:
@@ -322,7 +322,8 @@ def ended_early(app: list[SourceData]) -> list[str]:
     out = []
     for s in app:
         m = s.meta
-        if not isinstance(m, TimeLoggerMeta) or not m.ended_early or (m.rank, m.host, m.ppid) in pids:
+        if (not isinstance(m, TimeLoggerMeta) or m.side_layer or not m.ended_early
+                or (m.rank, m.host, m.ppid) in pids):
             continue
         out.append(f"rank {m.rank} {m.ended_early} (pid {m.pid} on {m.host}, {s.path}); the app layer is incomplete")
     return sorted(out)

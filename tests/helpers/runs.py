@@ -48,10 +48,11 @@ def make_dftracer_set(out: Path, ranks: int = 2, epochs: int = 2, steps: int = 5
 
 
 def make_real_run(root: Path, sizes: tuple[int, ...] = (3_000_000, 5_000_000), epochs: int = 2,
-                  posix: bool = True, ranks: int = 1) -> tuple[Path, list[Path]]:
+                  posix: bool = True, ranks: int = 1, cpu: bool = False) -> tuple[Path, list[Path]]:
     """A real run directory: ``timelogger run`` (with the DFTracer preload when ``posix``) around
     :data:`TRAIN_SCRIPT` reading files of the given sizes, under ``mpiexec -n ranks`` when ``ranks > 1``
-    (every rank reads every file).
+    (every rank reads every file). Without the cpu layer unless ``cpu``: its rows are samples, as many as the
+    run's length allows, and the tests of this run count rows (tests/test_cpu_layer.py tests that layer).
 
     ``DFTRACER_INC_METADATA=1`` makes the preload record each call's arguments (``ret`` = bytes read).
     """
@@ -75,6 +76,8 @@ def make_real_run(root: Path, sizes: tuple[int, ...] = (3_000_000, 5_000_000), e
     cmd += [str(BIN / "timelogger"), "run", "-o", str(run_dir)]
     if posix:
         cmd += ["--posix", "--posix-filter", str(data)]
+    if not cpu:
+        cmd += ["--no-cpu"]
     cmd += ["--", sys.executable, str(script), str(epochs), *map(str, files)]
     subprocess.run(cmd, check=True, capture_output=True, env=env, cwd=root, timeout=120)
     return run_dir, files

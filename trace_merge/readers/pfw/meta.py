@@ -8,7 +8,7 @@ from typing import Optional
 
 import pandas as pd
 
-from ...schema import MAX_RANKS, SourceMeta, checked_int
+from ...schema import MAX_RANKS, SIDE_LAYERS, SourceMeta, checked_int
 from .events import Cols, Json, State, as_int, as_str
 
 #: a clock offset between two ranks beyond a day is a corrupt value (a day off is a different run, see align)
@@ -66,6 +66,12 @@ class TimeLoggerMeta(PfwMeta):
     dropped: int = 0
     #: why the process ended early (None: it closed normally)
     ended_early: Optional[str] = None
+
+    @property
+    def side_layer(self) -> bool:
+        """A file of a launcher's sidecar (noise generator, CPU sampler: its header's ``layer``), not the rank's own
+        app layer: not a process of the rank, not a sign of the rank's files being there or complete."""
+        return self.header.get("layer") in SIDE_LAYERS
 
 
 @dataclass
