@@ -16,8 +16,8 @@ gone when the sampler looks).
 
 The cores of the node the program may run on are written as ``core <n>`` intervals (``pid`` 0, ``tid`` the core)
 whose duration is the core's busy time in a window of :data:`SLOW_EVERY` periods, or the last one to the program's
-end (all processes of the node, not only the job's; ``args.window_us`` the window; an idle core's row has duration
-0).
+end (all processes of the node, not only the job's), ending at the window's end: a core's rows are its windows end
+to end (an idle window's row has duration 0, and a row of duration 0 at the first reading is their origin).
 
 The header (``args.cpu``) carries the period, the clock tick, the cores the program may run on (its affinity), the
 node's cores and a cgroup CPU quota when there is one. The sampler's own CPU time is in its close record.
@@ -161,6 +161,9 @@ class Sampler:
         self.last_ns = time.perf_counter_ns()
         self.core_last = core_times()
         self.core_last_ns = self.last_ns
+        for core in self.cores:  # the origin of each core's windows
+            if core in self.core_last:
+                self.core_row(core, 0, self.core_last_ns)
         if since is None:
             self.scan(self.last_ns, emit=False)
             return
@@ -335,20 +338,23 @@ class Sampler:
         self.rows += 1
 
     def node(self, now: int) -> None:
-        """The busy time of each of the program's cores since the last reading (all processes of the node)."""
+        """The busy time of each of the program's cores since the last reading (all processes of the node): one row
+        per core ending at ``now`` (idle windows too: a core's rows are its windows, end to end, from an origin row
+        of duration 0 at the first reading)."""
         times = core_times()
         window = now - self.core_last_ns
-        mid = (self.core_last_ns + now) // 2
         for core in self.cores:
             if core in times and core in self.core_last:
                 busy, total = (a - b for a, b in zip(times[core], self.core_last[core]))
-                if total > 0:  # idle windows too: the rows of a core tell how long it was watched
-                    ns = window * busy // total
-                    self.writer.line({"name": f"core {core}", "cat": "other", "ph": "X", "dur": round(ns / 1000, 3),
-                                      "args": {"window_us": round(window / 1000, 3)}}, mid - ns // 2, pid=0, tid=core)
-                    self.writer.events += 1
-                    self.rows += 1
+                if total > 0:
+                    self.core_row(core, window * busy // total, now)
         self.core_last, self.core_last_ns = times, now
+
+    def core_row(self, core: int, busy_ns: int, end: int) -> None:
+        self.writer.line({"name": f"core {core}", "cat": "other", "ph": "X", "dur": round(busy_ns / 1000, 3)},
+                         end - busy_ns, pid=0, tid=core)
+        self.writer.events += 1
+        self.rows += 1
 
 
 class Since(NamedTuple):

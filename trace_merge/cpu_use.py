@@ -35,7 +35,8 @@ LAYER = "cpu"
 ROLES = ("main", "input", "compute", "comm", "workers", "unattributed")
 INPUT_ROLES = ("input", "workers")
 #: the columns the view reads
-COLUMNS = ("layer", "cat", "name", "rank", "pid", "tid", "host", "start_ns", "end_ns", "args")
+#: the columns the view reads (a summary-only merge keeps no ``host``: the sampler's header names it)
+COLUMNS = ("layer", "cat", "name", "rank", "pid", "tid", "start_ns", "end_ns")
 #: the app phases per rank whose CPU is shown (the longest): a run with thousands of phase names is not a table
 TOP_PHASES = 12
 #: thread names (``/proc``) that say a role by themselves: PyTorch names its threads
@@ -171,18 +172,21 @@ def cpu_view(frames: Iterable[pd.DataFrame], steps: pd.DataFrame, run_dir: Optio
     rows = pd.concat(cpu_parts, ignore_index=True) if cpu_parts else pd.DataFrame()
     if not len(rows):
         return None
-    rows = rows.assign(name=rows["name"].astype(object), host=rows["host"].astype(object))
+    records = sampler_records(run_dir)
+    hosts = {r: d.get("host") for r, d in records.items()}
+    rows = rows.assign(name=rows["name"].astype(object),
+                       host=[hosts.get(int(r)) or "?" for r in rows["rank"].to_numpy()])
     evidence = pd.concat(evidence_parts, ignore_index=True)
     producers = pd.concat(producer_parts, ignore_index=True)
     phases = pd.concat(phase_parts, ignore_index=True)
-    records = sampler_records(run_dir)
     programs = {r: int(d["cpu"]["program_pid"]) for r, d in records.items()
                 if isinstance(d["cpu"].get("program_pid"), int)}
     core_rows = rows[rows["pid"] == 0]
+    windows = core_windows(core_rows)
     thread_rows = rows[rows["pid"] != 0].copy()
     thread_rows["role"] = _roles(thread_rows, evidence, programs).to_numpy()
     available = _cores_available(records, core_rows)
-    spans = _sampled_spans(rows)
+    spans = _sampled_spans(rows, windows)
 
     threads = (thread_rows.assign(cpu_ns=thread_rows["end_ns"] - thread_rows["start_ns"])
                .groupby(["rank", "host", "pid", "tid", "name", "role"], dropna=False, sort=False)["cpu_ns"].sum()
@@ -196,10 +200,10 @@ def cpu_view(frames: Iterable[pd.DataFrame], steps: pd.DataFrame, run_dir: Optio
     view = CpuView(
         period_s=max(periods) if periods else None, threads=threads,
         per_epoch=_per_epoch(thread_rows, steps, available, spans),
-        during_compute=_during_compute(thread_rows, _busy_per_thread(producers), _one_rank_per_core(core_rows),
+        during_compute=_during_compute(thread_rows, _busy_per_thread(producers), _one_rank_per_core(windows),
                                        steps, available),
         phases=_phases(thread_rows, phases),
-        nodes=_nodes(thread_rows, core_rows, records, available, spans),
+        nodes=_nodes(thread_rows, windows, records, available, spans),
         sampler_share_of_core=max(shares) if shares else None)
     if (threads["role"] == "unattributed").any() and not (thread_rows["role"].isin(("input", "compute"))).any():
         view.notes.append("the program's threads other than its main thread are 'unattributed': no app interval or "
@@ -231,20 +235,32 @@ def _role_cores(rows: pd.DataFrame, starts: np.ndarray, ends: np.ndarray, wall_s
     return out
 
 
-def _sampled_spans(rows: pd.DataFrame) -> "dict[int, tuple[int, int]]":
-    """rank -> the time its sampler watched: its ``core <n>`` rows' windows (a thread's rows are only where it ran),
-    else its rows' first start and last end."""
+def core_windows(core_rows: pd.DataFrame) -> pd.DataFrame:
+    """The ``core <n>`` rows as windows: ``rank``, ``host``, ``core``, ``start_ns``, ``end_ns`` (a core's rows end at
+    its windows' ends, end to end from an origin row) and ``busy_ns``, the core's busy time in the window."""
+    if not len(core_rows):
+        return pd.DataFrame(columns=["rank", "host", "core", "start_ns", "end_ns", "busy_ns"])
+    c = core_rows.sort_values(["rank", "tid", "end_ns"], kind="stable")
+    ends = c["end_ns"].to_numpy(np.int64)
+    key = c["rank"].to_numpy(np.int64) * (1 << 20) + c["tid"].to_numpy(np.int64)
+    first = np.concatenate([[True], key[1:] != key[:-1]])  # a core's origin: no window ends before it
+    starts = np.concatenate([[0], ends[:-1]])
+    keep = ~first
+    return pd.DataFrame({"rank": c["rank"].to_numpy()[keep], "host": c["host"].to_numpy()[keep],
+                         "core": c["tid"].to_numpy()[keep], "start_ns": starts[keep], "end_ns": ends[keep],
+                         "busy_ns": (ends - c["start_ns"].to_numpy(np.int64))[keep]})
+
+
+def _sampled_spans(rows: pd.DataFrame, windows: pd.DataFrame) -> "dict[int, tuple[int, int]]":
+    """rank -> the time its sampler watched: its cores' windows (a thread's rows are only where it ran) and its
+    rows (the first window starts at the launcher's reading, before the sampler's first core reading)."""
     out: dict[int, tuple[int, int]] = {}
     for rank, g in rows.groupby("rank", sort=False):
-        core = g[(g["pid"] == 0).to_numpy()]
-        window = np.array([_window_ns(a) for a in core["args"]], dtype=float) if len(core) else np.zeros(0)
-        if window.any():
-            mid = (core["start_ns"].to_numpy(float) + core["end_ns"].to_numpy(float)) / 2
-            lo, hi = int((mid - window / 2).min()), int((mid + window / 2).max())
-        else:
-            lo, hi = int(g["start_ns"].min()), int(g["end_ns"].max())
-        # the first window starts at the launcher's reading, before the sampler's first core reading
-        out[int(rank)] = (min(lo, int(g["start_ns"].min())), max(hi, int(g["end_ns"].max())))
+        lo, hi = int(g["start_ns"].min()), int(g["end_ns"].max())
+        w = windows[(windows["rank"] == rank).to_numpy()]
+        if len(w):
+            lo, hi = min(lo, int(w["start_ns"].min())), max(hi, int(w["end_ns"].max()))
+        out[int(rank)] = (lo, hi)
     return out
 
 
@@ -282,12 +298,12 @@ DURING_COMPUTE = ["rank", "compute_s", "busy_cores", "input_cores", "profiled_in
                   "cores_available", "input_pct", "busy_pct"]
 
 
-def _one_rank_per_core(core_rows: pd.DataFrame) -> pd.DataFrame:
-    """The ``core <n>`` rows of one rank per host and core (ranks of a node that share cores record them alike)."""
-    if not len(core_rows):
-        return core_rows
-    first = core_rows.groupby(["host", "tid"], sort=False, dropna=False)["rank"].transform("min")
-    return core_rows[(core_rows["rank"] == first).to_numpy()]
+def _one_rank_per_core(windows: pd.DataFrame) -> pd.DataFrame:
+    """The core windows of one rank per host and core (ranks of a node that share cores record them alike)."""
+    if not len(windows):
+        return windows
+    first = windows.groupby(["host", "core"], sort=False, dropna=False)["rank"].transform("min")
+    return windows[(windows["rank"] == first).to_numpy()]
 
 
 def _during_compute(rows: pd.DataFrame, producers: pd.DataFrame, cores: pd.DataFrame, steps: pd.DataFrame,
@@ -325,7 +341,10 @@ def _during_compute(rows: pd.DataFrame, producers: pd.DataFrame, cores: pd.DataF
         busy = float(weighted.sum()) / 1e9 / compute_s if compute_s > 0 else None
         host = g["host"].iloc[0]
         c = cores[(cores["host"] == host).to_numpy()] if len(cores) else cores
-        node = (float((cover(c["end_ns"].to_numpy()) - cover(c["start_ns"].to_numpy())).sum()) / 1e9 / compute_s
+        # a window's busy time spread evenly over it (where inside the window the core was busy is not known)
+        length = (c["end_ns"] - c["start_ns"]).to_numpy(float)
+        inside = cover(c["end_ns"].to_numpy()) - cover(c["start_ns"].to_numpy())
+        node = (float((c["busy_ns"].to_numpy(float) * inside / np.maximum(length, 1.0)).sum()) / 1e9 / compute_s
                 if len(c) and compute_s > 0 else None)
         inputs = (float(weighted[is_input].sum()) / 1e9 + profiled) / compute_s if compute_s > 0 else None
         n = available.get(int(rank))
@@ -356,17 +375,7 @@ def _phases(rows: pd.DataFrame, phases: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(out, columns=["rank", "phase", "wall_s", "cpu_s", "cores"])
 
 
-def _window_ns(args: object) -> float:
-    """A ``core <n>`` row's window (``args.window_us``), ns; 0 when it has none."""
-    try:
-        doc = json.loads(args) if isinstance(args, str) else {}
-    except ValueError:
-        return 0.0
-    w = doc.get("window_us") if isinstance(doc, dict) else None
-    return float(w) * 1e3 if isinstance(w, (int, float)) and w > 0 else 0.0
-
-
-def _nodes(rows: pd.DataFrame, core_rows: pd.DataFrame, records: "dict[int, dict[str, Any]]",
+def _nodes(rows: pd.DataFrame, windows: pd.DataFrame, records: "dict[int, dict[str, Any]]",
            available: "dict[int, float]", spans: "dict[int, tuple[int, int]]") -> pd.DataFrame:
     """Per host: the job's cores (the union of its ranks' affinities), how busy they were (every process of the
     node) and how much of that was the job's; idle = cores - busy."""
@@ -380,17 +389,10 @@ def _nodes(rows: pd.DataFrame, core_rows: pd.DataFrame, records: "dict[int, dict
             c = records.get(r, {}).get("cpu", {}).get("cores")
             cores |= set(c) if isinstance(c, list) else set()
         n = float(len(cores)) if cores else max((available.get(r) or 0.0) for r in ranks)
-        c = core_rows[(core_rows["rank"].isin(ranks)).to_numpy()]
-        node_busy = None
-        if len(c):
-            c = _one_rank_per_core(c)
-            # every window of a watched core has a row (idle: duration 0) that says how long the window was
-            window = np.array([_window_ns(a) for a in c["args"]], dtype=float)
-            busy = (c["end_ns"] - c["start_ns"]).to_numpy(float)
-            per_core = pd.DataFrame({"core": c["tid"].to_numpy(), "busy": busy, "window": window}).groupby("core").sum()
-            per_core = per_core[per_core["window"] > 0]
-            if len(per_core):
-                node_busy = float((per_core["busy"] / per_core["window"]).sum())
+        c = _one_rank_per_core(windows[(windows["rank"].isin(ranks)).to_numpy()])
+        per_core = c.assign(window_ns=c["end_ns"] - c["start_ns"]).groupby("core")[["busy_ns", "window_ns"]].sum()
+        per_core = per_core[per_core["window_ns"] > 0]
+        node_busy = float((per_core["busy_ns"] / per_core["window_ns"]).sum()) if len(per_core) else None
         job = float((g["end_ns"] - g["start_ns"]).sum()) / 1e9 / wall if wall > 0 else None
         out.append({"host": host, "ranks": len(ranks), "cores": n, "wall_s": wall, "node_busy_cores": node_busy,
                     "job_busy_cores": job,
