@@ -100,3 +100,20 @@ def test_without_the_extension_capture_runs_in_pure_python(tmp_path: Path) -> No
                "tl.close()\n"
                "print(w.ACCEL is None, tl.events_written, tl.dropped)\n", tmp_path)
     assert p.stdout.split() == ["True", "5", "0"]
+
+
+@pytest.mark.skipif(not hasattr(writer.ACCEL, "Interval"), reason="the C record path is not built or not in use")
+def test_the_record_paths_interval_is_written_as_its_tuple() -> None:
+    """The C record path buffers an Interval where the pure one buffers (spec, t0, t1, tags): same line."""
+    from timelogger.writer import Writer, interval_head
+
+    tuples = [(interval_head(name, cat), t0, t0 + d, tags)
+              for name in NAMES for cat in ("io", "other")
+              for t0, d in ((0, 0), (-1, 1), (-5_000_123, 999), (2**62, 1001), (-(2**62), 123_456_789))
+              for tags in ('"rank":0', '"rank":1,"epoch":2,"step":3')]
+    intervals = [writer.ACCEL.Interval(*t) for t in tuples]
+    assert [tuple(iv) for iv in intervals] == tuples and all(len(iv) == 4 for iv in intervals)
+    off, mid = 1_700_000_000_000_000_000, ',"pid":7,"tid":8,"args":{'
+    pure = "".join(Writer._line(t, off, mid) for t in tuples).encode("utf-8", "backslashreplace")
+    for items in (tuples, intervals):
+        assert writer.ACCEL.format_intervals(items, off, mid, Writer._line) == (pure, len(tuples), [])

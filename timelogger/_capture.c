@@ -5,9 +5,10 @@
  *   UTF-8 encoded as Writer._write encodes them. A plain interval (spec, t0, t1, tags) is formatted here; any other
  *   item (args, an int beyond 64 bits, a name that is not valid UTF-8) by fallback(item, off, mid), the Python
  *   formatter. What fallback raises is collected in errors (the item is then left out), as the pure loop does.
- * - Recorder(tl, local, phase_type, slow_phase): one per TimeLogger. Called as tl.phase(name, cat="other") it
- *   makes a Phase; it also finds the calling thread's buffer (LocalBuffer.buf), cached per thread state id, which
- *   no other thread ever gets (ids are never reused; a forked child keeps its thread's id and its list).
+ * - Recorder(tl, local, specs, phase_type, slow_phase): one per TimeLogger. It holds the logger's _on and _tags
+ *   (the logger's attributes of those names read and write its on and tags) and finds the calling thread's buffer
+ *   (LocalBuffer.buf), cached per thread state id, which no other thread ever gets (ids are never reused; a forked
+ *   child keeps its thread's id and its list). Called as tl.phase(name, cat="other") it makes a Phase.
  * - Timed(rec, fn, spec): the decorator's wrapper; TimedIter(rec, it, spec, t_iter): TimeLogger.iterate's
  *   iterator; PhaseCore: Phase's __init__/__enter__/__exit__ (anything but the plain end goes to Phase._close).
  * The clock is CLOCK_MONOTONIC, which time.perf_counter_ns() reads on Linux; elsewhere only format_intervals is
@@ -18,6 +19,81 @@
 #include <stdint.h>
 #include <string.h>
 #include <time.h>
+
+/* ------------------------------------------------------------------ the buffered interval */
+
+/* What the C record path appends for an interval without args: the tuple (spec, t0, t1, tags) in a third of its
+ * memory and one allocation (a buffer holds max_lag's worth of them). It reads as that tuple (len 4, item[i]);
+ * strs only, so no cycles and no GC header. */
+typedef struct {
+    PyObject_HEAD
+    PyObject *spec, *tags;
+    int64_t t0, t1;
+} Interval;
+
+static PyTypeObject IntervalType;
+
+static PyObject *interval_make(PyObject *spec, int64_t t0, int64_t t1, PyObject *tags) {
+    Interval *iv = PyObject_New(Interval, &IntervalType);
+    if (!iv) return NULL;
+    Py_INCREF(spec);
+    Py_INCREF(tags);
+    iv->spec = spec;
+    iv->tags = tags;
+    iv->t0 = t0;
+    iv->t1 = t1;
+    return (PyObject *)iv;
+}
+
+static PyObject *interval_new(PyTypeObject *Py_UNUSED(tp), PyObject *args, PyObject *kw) {
+    PyObject *spec, *tags;
+    long long t0, t1;
+    if (kw && PyDict_GET_SIZE(kw)) {
+        PyErr_SetString(PyExc_TypeError, "Interval takes no keyword arguments");
+        return NULL;
+    }
+    if (!PyArg_ParseTuple(args, "ULLU:Interval", &spec, &t0, &t1, &tags)) return NULL;
+    return interval_make(spec, t0, t1, tags);
+}
+
+static void interval_dealloc(PyObject *self) {
+    Interval *iv = (Interval *)self;
+    Py_DECREF(iv->spec);
+    Py_DECREF(iv->tags);
+    PyObject_Free(self);
+}
+
+static Py_ssize_t interval_len(PyObject *Py_UNUSED(self)) { return 4; }
+
+static PyObject *interval_item(PyObject *self, Py_ssize_t i) {
+    Interval *iv = (Interval *)self;
+    switch (i) {
+    case 0: Py_INCREF(iv->spec); return iv->spec;
+    case 1: return PyLong_FromLongLong(iv->t0);
+    case 2: return PyLong_FromLongLong(iv->t1);
+    case 3: Py_INCREF(iv->tags); return iv->tags;
+    default: PyErr_SetString(PyExc_IndexError, "Interval index out of range"); return NULL;
+    }
+}
+
+static PyObject *interval_repr(PyObject *self) {
+    Interval *iv = (Interval *)self;
+    return PyUnicode_FromFormat("Interval(%R, %lld, %lld, %R)", iv->spec, (long long)iv->t0, (long long)iv->t1,
+                                iv->tags);
+}
+
+static PySequenceMethods interval_seq = {.sq_length = interval_len, .sq_item = interval_item};
+
+static PyTypeObject IntervalType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "timelogger._capture.Interval",
+    .tp_basicsize = sizeof(Interval),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Interval(spec, t0, t1, tags): a buffered interval, read as the tuple (spec, t0, t1, tags)",
+    .tp_new = interval_new,
+    .tp_dealloc = interval_dealloc,
+    .tp_repr = interval_repr,
+    .tp_as_sequence = &interval_seq,
+};
 
 /* ------------------------------------------------------------------ serialisation */
 
@@ -45,40 +121,59 @@ static void buf_put(Buf *b, const char *s, Py_ssize_t n) { /* caller reserved */
     b->len += n;
 }
 
-/* ns as Python's f"{ns // 1000}.{ns % 1000:03d}" (floor division: -1 ns is "-1.999") */
+static const char DIGITS2[] = "00010203040506070809101112131415161718192021222324252627282930313233343536373839"
+                              "40414243444546474849505152535455565758596061626364656667686970717273747576777879"
+                              "8081828384858687888990919293949596979899";
+
+/* ns as Python's f"{ns // 1000}.{ns % 1000:03d}" (floor division: -1 ns is "-1.999"); two digits a step */
 static void buf_us(Buf *b, int64_t ns) {
     int64_t q = ns / 1000, r = ns % 1000;
     if (r < 0) {
         r += 1000;
         q -= 1;
     }
-    char tmp[24];
-    int i = 24;
+    char tmp[28];
+    int i = 28;
+    tmp[--i] = (char)('0' + r % 10);
+    memcpy(tmp + (i -= 2), DIGITS2 + 2 * (r / 10), 2);
+    tmp[--i] = '.';
     uint64_t u = q < 0 ? (uint64_t)0 - (uint64_t)q : (uint64_t)q;
-    do {
-        tmp[--i] = (char)('0' + u % 10);
-        u /= 10;
-    } while (u);
+    while (u >= 100) {
+        memcpy(tmp + (i -= 2), DIGITS2 + 2 * (u % 100), 2);
+        u /= 100;
+    }
+    if (u >= 10) memcpy(tmp + (i -= 2), DIGITS2 + 2 * u, 2);
+    else tmp[--i] = (char)('0' + u);
     if (q < 0) tmp[--i] = '-';
-    buf_put(b, tmp + i, 24 - i);
-    char frac[4] = {'.', (char)('0' + r / 100), (char)('0' + r / 10 % 10), (char)('0' + r % 10)};
-    buf_put(b, frac, 4);
+    buf_put(b, tmp + i, 28 - i);
 }
 
 static const char DUR[] = ",\"dur\":";
 
 /* 1: formatted into b; 0: not a plain interval (b unchanged, no error); -1: error */
 static int format_plain(Buf *b, PyObject *item, int64_t off, const char *mid, Py_ssize_t mid_n) {
-    if (!PyTuple_CheckExact(item) || PyTuple_GET_SIZE(item) != 4) return 0;
-    PyObject *spec = PyTuple_GET_ITEM(item, 0), *o0 = PyTuple_GET_ITEM(item, 1), *o1 = PyTuple_GET_ITEM(item, 2),
-             *tags = PyTuple_GET_ITEM(item, 3);
-    if (!PyUnicode_CheckExact(spec) || !PyLong_CheckExact(o0) || !PyLong_CheckExact(o1) || !PyUnicode_CheckExact(tags))
-        return 0;
-    int ov0, ov1;
-    long long t0 = PyLong_AsLongLongAndOverflow(o0, &ov0), t1 = PyLong_AsLongLongAndOverflow(o1, &ov1);
+    PyObject *spec, *tags;
+    int64_t t0, t1;
+    if (Py_IS_TYPE(item, &IntervalType)) {
+        Interval *iv = (Interval *)item;
+        spec = iv->spec;
+        tags = iv->tags;
+        t0 = iv->t0;
+        t1 = iv->t1;
+    } else {
+        if (!PyTuple_CheckExact(item) || PyTuple_GET_SIZE(item) != 4) return 0;
+        PyObject *o0 = PyTuple_GET_ITEM(item, 1), *o1 = PyTuple_GET_ITEM(item, 2);
+        spec = PyTuple_GET_ITEM(item, 0);
+        tags = PyTuple_GET_ITEM(item, 3);
+        if (!PyLong_CheckExact(o0) || !PyLong_CheckExact(o1)) return 0;
+        int ov0, ov1;
+        t0 = PyLong_AsLongLongAndOverflow(o0, &ov0);
+        t1 = PyLong_AsLongLongAndOverflow(o1, &ov1);
+        if (ov0 || ov1) return 0;
+    }
+    if (!PyUnicode_CheckExact(spec) || !PyUnicode_CheckExact(tags)) return 0;
     int64_t ts, d;
-    if (ov0 || ov1 || __builtin_add_overflow((int64_t)t0, off, &ts) || __builtin_sub_overflow((int64_t)t1, (int64_t)t0, &d))
-        return 0;
+    if (__builtin_add_overflow(t0, off, &ts) || __builtin_sub_overflow(t1, t0, &d)) return 0;
     Py_ssize_t sn, tn;
     const char *s = PyUnicode_AsUTF8AndSize(spec, &sn);
     const char *t = s ? PyUnicode_AsUTF8AndSize(tags, &tn) : NULL;
@@ -162,7 +257,7 @@ fail:
 #ifdef __linux__
 /* ------------------------------------------------------------------ the record path */
 
-static PyObject *s_on, *s_tags, *s_specs, *s_buf, *s_ignored, *s_close, *s_exception, *s_exhausted, *s_recorder,
+static PyObject *s_buf, *s_ignored, *s_close, *s_exception, *s_exhausted, *s_recorder,
     *s_name, *s_cat, *s_other;
 
 static inline int64_t now_ns(void) { /* what time.perf_counter_ns() reads on Linux */
@@ -173,10 +268,12 @@ static inline int64_t now_ns(void) { /* what time.perf_counter_ns() reads on Lin
 
 typedef struct {
     PyObject_HEAD
-    PyObject *tl, *local, *phase_type, *slow_phase;
-    PyObject *buf; /* the buffer of the thread whose state id is tid */
+    PyObject *tl, *local, *specs, *phase_type, *slow_phase;
+    PyObject *tags; /* tl._tags */
+    PyObject *buf;  /* the buffer of the thread whose state id is tid */
     uint64_t tid;
     vectorcallfunc vectorcall;
+    char on; /* tl._on */
 } Recorder;
 
 static PyTypeObject RecorderType;
@@ -206,14 +303,8 @@ static PyObject *rec_buf(Recorder *r) {
     return b;
 }
 
-/* tl._on, as a truth value; -1 on error */
-static int rec_on(Recorder *r) {
-    PyObject *v = PyObject_GetAttr(r->tl, s_on);
-    if (!v) return -1;
-    int on = v == Py_True ? 1 : v == Py_False ? 0 : PyObject_IsTrue(v);
-    Py_DECREF(v);
-    return on;
-}
+/* tl._on (never an error: the -1 its callers test for is kept for a getter that could fail) */
+static inline int rec_on(Recorder *r) { return r->on; }
 
 /* tl._ignored(): an interval ended while the logger is off */
 static int rec_ignored(Recorder *r) {
@@ -222,11 +313,19 @@ static int rec_ignored(Recorder *r) {
     return res ? 0 : -1;
 }
 
-/* append (spec, t0, t1, tl._tags[, extra]) to the calling thread's buffer; extra is borrowed */
+/* append (spec, t0, t1, tl._tags[, extra]) to the calling thread's buffer (an Interval without extra); extra is
+   borrowed */
 static int rec_append(Recorder *r, PyObject *spec, int64_t t0, int64_t t1, PyObject *extra) {
-    PyObject *tags = PyObject_GetAttr(r->tl, s_tags);
-    if (!tags) return -1;
-    PyObject *t = PyTuple_New(extra ? 5 : 4);
+    if (!extra) {
+        PyObject *iv = interval_make(spec, t0, t1, r->tags);
+        PyObject *buf = iv ? rec_buf(r) : NULL;
+        int res = buf ? PyList_Append(buf, iv) : -1;
+        Py_XDECREF(iv);
+        return res;
+    }
+    PyObject *tags = r->tags;
+    Py_INCREF(tags);
+    PyObject *t = PyTuple_New(5);
     PyObject *a = PyLong_FromLongLong(t0), *b = PyLong_FromLongLong(t1);
     if (!t || !a || !b) {
         Py_XDECREF(t);
@@ -240,10 +339,8 @@ static int rec_append(Recorder *r, PyObject *spec, int64_t t0, int64_t t1, PyObj
     PyTuple_SET_ITEM(t, 1, a);
     PyTuple_SET_ITEM(t, 2, b);
     PyTuple_SET_ITEM(t, 3, tags);
-    if (extra) {
-        Py_INCREF(extra);
-        PyTuple_SET_ITEM(t, 4, extra);
-    }
+    Py_INCREF(extra);
+    PyTuple_SET_ITEM(t, 4, extra);
     PyObject *buf = rec_buf(r);
     int res = buf ? PyList_Append(buf, t) : -1;
     Py_DECREF(t);
@@ -285,13 +382,11 @@ static PyObject *rec_phase(PyObject *self, PyObject *const *args, size_t nargsf,
     if (plain) {
         int on = rec_on(r);
         if (on < 0) return NULL;
-        PyObject *specs = on ? PyObject_GetAttr(r->tl, s_specs) : NULL;
-        if (specs && PyDict_CheckExact(specs)) {
-            PyObject *by = PyDict_GetItemWithError(specs, cat);
+        if (on && PyDict_CheckExact(r->specs)) {
+            PyObject *by = PyDict_GetItemWithError(r->specs, cat);
             if (by && PyDict_CheckExact(by)) spec = PyDict_GetItemWithError(by, name);
             Py_XINCREF(spec);
         }
-        Py_XDECREF(specs);
         PyErr_Clear(); /* KeyError/TypeError: the Python method makes the spec or says what is wrong */
     }
     if (!spec) { /* TimeLogger.phase(tl, *args, **kw) */
@@ -323,15 +418,20 @@ static PyObject *rec_phase(PyObject *self, PyObject *const *args, size_t nargsf,
 
 static int rec_init(PyObject *self, PyObject *args, PyObject *kw) {
     Recorder *r = (Recorder *)self;
-    PyObject *tl, *local, *pt, *slow;
-    if (!PyArg_ParseTuple(args, "OOO!O:Recorder", &tl, &local, &PyType_Type, &pt, &slow)) return -1;
+    PyObject *tl, *local, *specs, *pt, *slow;
+    if (!PyArg_ParseTuple(args, "OOO!O!O:Recorder", &tl, &local, &PyDict_Type, &specs, &PyType_Type, &pt, &slow))
+        return -1;
     (void)kw;
     Py_INCREF(tl);
     Py_INCREF(local);
+    Py_INCREF(specs);
     Py_INCREF(pt);
     Py_INCREF(slow);
     Py_XSETREF(r->tl, tl);
     Py_XSETREF(r->local, local);
+    Py_XSETREF(r->specs, specs);
+    if (!r->tags) r->tags = PyUnicode_FromString("");
+    if (!r->tags) return -1;
     Py_XSETREF(r->phase_type, pt);
     Py_XSETREF(r->slow_phase, slow);
     Py_CLEAR(r->buf);
@@ -343,6 +443,8 @@ static int rec_traverse(PyObject *self, visitproc visit, void *arg) {
     Recorder *r = (Recorder *)self;
     Py_VISIT(r->tl);
     Py_VISIT(r->local);
+    Py_VISIT(r->specs);
+    Py_VISIT(r->tags);
     Py_VISIT(r->phase_type);
     Py_VISIT(r->slow_phase);
     Py_VISIT(r->buf);
@@ -353,6 +455,8 @@ static int rec_clear(PyObject *self) {
     Recorder *r = (Recorder *)self;
     Py_CLEAR(r->tl);
     Py_CLEAR(r->local);
+    Py_CLEAR(r->specs);
+    Py_CLEAR(r->tags);
     Py_CLEAR(r->phase_type);
     Py_CLEAR(r->slow_phase);
     Py_CLEAR(r->buf);
@@ -365,11 +469,40 @@ static void rec_dealloc(PyObject *self) {
     Py_TYPE(self)->tp_free(self);
 }
 
+/* tags must stay a str: the serialiser writes it as it is */
+static int rec_set_tags(PyObject *self, PyObject *v, void *Py_UNUSED(c)) {
+    if (!v || !PyUnicode_CheckExact(v)) {
+        PyErr_SetString(PyExc_TypeError, "Recorder.tags must be a str");
+        return -1;
+    }
+    Py_INCREF(v);
+    Py_XSETREF(((Recorder *)self)->tags, v);
+    return 0;
+}
+
+static PyObject *rec_get_tags(PyObject *self, void *Py_UNUSED(c)) {
+    PyObject *t = ((Recorder *)self)->tags;
+    Py_INCREF(t);
+    return t;
+}
+
+static PyGetSetDef rec_getset[] = {
+    {"tags", rec_get_tags, rec_set_tags, "the logger's _tags", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyMemberDef rec_members[] = {
+    {"on", T_BOOL, offsetof(Recorder, on), 0, "the logger's _on"},
+    {NULL, 0, 0, 0, NULL},
+};
+
 static PyTypeObject RecorderType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "timelogger._capture.Recorder",
     .tp_basicsize = sizeof(Recorder),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
-    .tp_doc = "Recorder(tl, local, phase_type, slow_phase): a TimeLogger's record path; calling it is tl.phase",
+    .tp_doc = "Recorder(tl, local, specs, phase_type, slow_phase): a TimeLogger's record path; calling it is tl.phase",
+    .tp_members = rec_members,
+    .tp_getset = rec_getset,
     .tp_vectorcall_offset = offsetof(Recorder, vectorcall),
     .tp_call = PyVectorcall_Call,
     .tp_new = PyType_GenericNew,
@@ -717,12 +850,21 @@ static struct PyModuleDef moduledef = {PyModuleDef_HEAD_INIT, "_capture", NULL, 
 PyMODINIT_FUNC PyInit__capture(void) {
     PyObject *m = PyModule_Create(&moduledef);
     if (!m) return NULL;
+    if (PyType_Ready(&IntervalType) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    Py_INCREF(&IntervalType);
+    if (PyModule_AddObject(m, "Interval", (PyObject *)&IntervalType) < 0) {
+        Py_DECREF(&IntervalType);
+        Py_DECREF(m);
+        return NULL;
+    }
 #ifdef __linux__
     struct {
         PyObject **s;
         const char *v;
-    } names[] = {{&s_on, "_on"},           {&s_tags, "_tags"},         {&s_specs, "_specs"},
-                 {&s_buf, "buf"},          {&s_ignored, "_ignored"},   {&s_close, "_close"},
+    } names[] = {{&s_buf, "buf"},          {&s_ignored, "_ignored"},   {&s_close, "_close"},
                  {&s_exception, "exception"}, {&s_exhausted, "exhausted"}, {&s_recorder, "_recorder"},
                  {&s_name, "__name__"},    {&s_cat, "cat"},            {&s_other, "other"}};
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)

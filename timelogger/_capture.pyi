@@ -1,12 +1,20 @@
 # The capture accelerator of _capture.c (what each part does: its header comment). Recorder, Timed, TimedIter and
-# PhaseCore exist on Linux only (the clock perf_counter_ns reads there); format_intervals everywhere.
-from typing import Any, Callable, Iterator, List, Optional, Tuple
+# PhaseCore exist on Linux only (the clock perf_counter_ns reads there); Interval and format_intervals everywhere.
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 def format_intervals(items: List[tuple], off: int, mid: str, fallback: Callable[[tuple, int, str], str],
                      /) -> Tuple[bytes, int, List[BaseException]]: ...
 
+class Interval:
+    def __init__(self, spec: str, t0: int, t1: int, tags: str, /) -> None: ...
+    def __len__(self) -> int: ...
+    def __getitem__(self, i: int) -> Any: ...
+
 class Recorder:
-    def __init__(self, tl: Any, local: Any, phase_type: type, slow_phase: Callable[..., Any], /) -> None: ...
+    on: bool
+    tags: str
+    def __init__(self, tl: Any, local: Any, specs: Dict[str, Dict[str, str]], phase_type: type,
+                 slow_phase: Callable[..., Any], /) -> None: ...
     def __call__(self, name: str, cat: str = "other") -> Any: ...
 
 class Timed:

@@ -8,6 +8,7 @@ layout and time base: ``docs/wire-format.md``.
 from __future__ import annotations
 
 import itertools
+import operator
 import os
 import sys
 import threading
@@ -213,6 +214,12 @@ class TimeLogger:
     Decorating with a logger that is disabled from the start returns the function unchanged.
     """
 
+    if not TYPE_CHECKING and _REC is not None:
+        # with the accelerator these live on the Recorder, where the C record path reads them without a lookup
+        _on = property(operator.attrgetter("_recorder.on"), lambda self, on: setattr(self._recorder, "on", on))
+        _tags = property(operator.attrgetter("_recorder.tags"),
+                         lambda self, tags: setattr(self._recorder, "tags", tags))
+
     def __init__(
         self,
         out_dir: Union[str, os.PathLike, None],
@@ -229,22 +236,22 @@ class TimeLogger:
         self.flush_interval = _in_range("flush_interval", flush_interval, *FLUSH_INTERVAL_RANGE)
         lag = self.flush_interval + 0.25 if max_lag is None else _in_range("max_lag", max_lag, *MAX_LAG_RANGE)
         self.max_lag = lag
+        self._specs: Dict[str, Dict[str, str]] = {c: {} for c in CATS}  # cat -> name -> head
+        self._spec_names: Dict[str, Tuple[str, str]] = {}  # head -> (name, cat)
+        self.writer = Writer(self.flush_interval, lag, on_failure=self._write_failed, close=self.close)
+        self._local = self.writer.local
+        if _REC is not None:  # holds _on and _tags (see the class body)
+            self._recorder = _REC.Recorder(self, self._local, self._specs, Phase, type(self).phase)
+            if out_dir is not None:  # a logger that may record: tl.phase(...) is the C call (it falls back to ours)
+                self.phase = self._recorder  # type: ignore[method-assign]
         # Read by the hot paths (phases, wrappers, iterators): plain attributes of this object, one lookup each.
         self._on = False
         self._closed = False
         self._failed = False  # a write failed: logging is off since, and every interval ending now is lost
-        self._specs: Dict[str, Dict[str, str]] = {c: {} for c in CATS}  # cat -> name -> head
-        self._spec_names: Dict[str, Tuple[str, str]] = {}  # head -> (name, cat)
         self._epoch: Optional[int] = None
         self._step: Optional[int] = None
         self._tags = ""
         self._retag()
-        self.writer = Writer(self.flush_interval, lag, on_failure=self._write_failed, close=self.close)
-        self._local = self.writer.local
-        if _REC is not None:
-            self._recorder = _REC.Recorder(self, self._local, Phase, type(self).phase)
-            if out_dir is not None:  # a logger that may record: tl.phase(...) is the C call (it falls back to ours)
-                self.phase = self._recorder  # type: ignore[method-assign]
         self.pid = os.getpid()
         self.anchor = anchor()
         self._off = self.anchor[0] - self.anchor[1]
