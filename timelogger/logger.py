@@ -8,7 +8,6 @@ layout and time base: ``docs/wire-format.md``.
 from __future__ import annotations
 
 import itertools
-import operator
 import os
 import sys
 import threading
@@ -35,6 +34,7 @@ _new = object.__new__
 #: the C record path (``timelogger/_capture.c``: the decorator's wrapper, the iterator, Phase's enter/exit and
 #: ``tl.phase``), or None: the pure Python code below, which records the same tuples
 _REC = ACCEL if hasattr(ACCEL, "Recorder") else None
+_MIRRORED = {"_on": "on", "_tags": "tags"}  # TimeLogger attributes the Recorder holds a copy of
 _F = TypeVar("_F", bound=Callable[..., Any])
 
 
@@ -215,10 +215,12 @@ class TimeLogger:
     """
 
     if not TYPE_CHECKING and _REC is not None:
-        # with the accelerator these live on the Recorder, where the C record path reads them without a lookup
-        _on = property(operator.attrgetter("_recorder.on"), lambda self, on: setattr(self._recorder, "on", on))
-        _tags = property(operator.attrgetter("_recorder.tags"),
-                         lambda self, tags: setattr(self._recorder, "tags", tags))
+        def __setattr__(self, name: str, value: Any) -> None:
+            # _on and _tags are copied to the Recorder, where the C record path reads them without a lookup (Python
+            # reads them here, as plain attributes: a property would slow the disabled path's checks)
+            object.__setattr__(self, name, value)
+            if name in _MIRRORED:
+                setattr(self._recorder, _MIRRORED[name], value)
 
     def __init__(
         self,
@@ -240,7 +242,7 @@ class TimeLogger:
         self._spec_names: Dict[str, Tuple[str, str]] = {}  # head -> (name, cat)
         self.writer = Writer(self.flush_interval, lag, on_failure=self._write_failed, close=self.close)
         self._local = self.writer.local
-        if _REC is not None:  # holds _on and _tags (see the class body)
+        if _REC is not None:  # holds copies of _on and _tags (__setattr__)
             self._recorder = _REC.Recorder(self, self._local, self._specs, Phase, type(self).phase)
             if out_dir is not None:  # a logger that may record: tl.phase(...) is the C call (it falls back to ours)
                 self.phase = self._recorder  # type: ignore[method-assign]
