@@ -117,3 +117,22 @@ def test_the_record_paths_interval_is_written_as_its_tuple() -> None:
     pure = "".join(Writer._line(t, off, mid) for t in tuples).encode("utf-8", "backslashreplace")
     for items in (tuples, intervals):
         assert writer.ACCEL.format_intervals(items, off, mid, Writer._line) == (pure, len(tuples), [])
+
+
+def test_a_phase_still_held_is_never_handed_out_again(tmp_path: Path) -> None:
+    """tl.phase may hand out a finished phase again (the C record path does): never one that is still held."""
+    tl = TimeLogger(tmp_path, rank=0, world_size=1)
+    with tl.phase("a", cat="io") as outer:
+        with tl.phase("a", cat="io") as inner:
+            assert inner is not outer
+    kept = tl.phase("a", cat="io")
+    kept.update(bytes=1)
+    again = tl.phase("a", cat="io")
+    assert again is not kept and again._args is None
+    with kept:
+        pass
+    for _ in range(3):
+        with tl.phase("a", cat="io"):
+            pass
+    tl.close()
+    assert tl.events_written == 6 and tl.dropped == 0

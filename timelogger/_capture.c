@@ -8,7 +8,8 @@
  * - Recorder(tl, local, specs, phase_type, slow_phase): one per TimeLogger. It holds the logger's _on and _tags
  *   (the logger's attributes of those names read and write its on and tags) and finds the calling thread's buffer
  *   (LocalBuffer.buf), cached per thread state id, which no other thread ever gets (ids are never reused; a forked
- *   child keeps its thread's id and its list). Called as tl.phase(name, cat="other") it makes a Phase.
+ *   child keeps its thread's id and its list). Called as tl.phase(name, cat="other") it makes a Phase, or hands
+ *   out again the last one it made when nothing else holds that any more (a `with` block is over).
  * - Timed(rec, fn, spec): the decorator's wrapper; TimedIter(rec, it, spec, t_iter): TimeLogger.iterate's
  *   iterator; PhaseCore: Phase's __init__/__enter__/__exit__ (anything but the plain end goes to Phase._close).
  * The clock is CLOCK_MONOTONIC, which time.perf_counter_ns() reads on Linux; elsewhere only format_intervals is
@@ -271,6 +272,8 @@ typedef struct {
     PyObject *tl, *local, *specs, *phase_type, *slow_phase;
     PyObject *tags; /* tl._tags */
     PyObject *buf;  /* the buffer of the thread whose state id is tid */
+    PyObject *name, *cat, *spec; /* the last phase made: its spec, found again without a lookup */
+    PyObject *spare;             /* the last Phase made, used again once nothing else holds it */
     uint64_t tid;
     vectorcallfunc vectorcall;
     char on; /* tl._on */
@@ -379,13 +382,22 @@ static PyObject *rec_phase(PyObject *self, PyObject *const *args, size_t nargsf,
                 PyUnicode_Compare(PyTuple_GET_ITEM(kwnames, 0), s_cat) == 0));
     if (plain && nkw) cat = args[1];
     PyObject *spec = NULL;
-    if (plain) {
-        int on = rec_on(r);
-        if (on < 0) return NULL;
-        if (on && PyDict_CheckExact(r->specs)) {
+    if (plain && rec_on(r)) {
+        if (name == r->name && cat == r->cat) { /* a (name, cat) keeps its spec: entries are only ever added */
+            spec = r->spec;
+            Py_INCREF(spec);
+        } else if (PyDict_CheckExact(r->specs)) {
             PyObject *by = PyDict_GetItemWithError(r->specs, cat);
             if (by && PyDict_CheckExact(by)) spec = PyDict_GetItemWithError(by, name);
-            Py_XINCREF(spec);
+            if (spec) {
+                Py_INCREF(name);
+                Py_INCREF(cat);
+                Py_INCREF(spec);
+                Py_XSETREF(r->name, name);
+                Py_XSETREF(r->cat, cat);
+                Py_XSETREF(r->spec, spec);
+                Py_INCREF(spec);
+            }
         }
         PyErr_Clear(); /* KeyError/TypeError: the Python method makes the spec or says what is wrong */
     }
@@ -399,13 +411,25 @@ static PyObject *rec_phase(PyObject *self, PyObject *const *args, size_t nargsf,
         if (full != small) PyMem_Free(full);
         return res;
     }
+    PhaseCore *ph = (PhaseCore *)r->spare;
+    if (ph && Py_REFCNT(ph) == 1) { /* the last `with` is over and nobody kept its phase: a fresh one, reused */
+        Py_INCREF(ph);
+        PyObject *old_spec = ph->spec, *old_args = ph->args;
+        ph->spec = spec;
+        Py_INCREF(Py_None);
+        ph->args = Py_None;
+        ph->entered = 0;
+        Py_DECREF(old_spec); /* last: these may run arbitrary code, and ph is held now */
+        Py_XDECREF(old_args);
+        return (PyObject *)ph;
+    }
     PyTypeObject *tp = (PyTypeObject *)r->phase_type;
     PyObject *p = tp->tp_alloc(tp, 0);
     if (!p) {
         Py_DECREF(spec);
         return NULL;
     }
-    PhaseCore *ph = (PhaseCore *)p;
+    ph = (PhaseCore *)p;
     Py_INCREF(r->tl);
     ph->tl = r->tl;
     ph->spec = spec;
@@ -413,6 +437,8 @@ static PyObject *rec_phase(PyObject *self, PyObject *const *args, size_t nargsf,
     ph->args = Py_None;
     Py_INCREF(r);
     ph->rec = r;
+    Py_INCREF(p);
+    Py_XSETREF(r->spare, p);
     return p;
 }
 
@@ -448,6 +474,10 @@ static int rec_traverse(PyObject *self, visitproc visit, void *arg) {
     Py_VISIT(r->phase_type);
     Py_VISIT(r->slow_phase);
     Py_VISIT(r->buf);
+    Py_VISIT(r->name);
+    Py_VISIT(r->cat);
+    Py_VISIT(r->spec);
+    Py_VISIT(r->spare);
     return 0;
 }
 
@@ -460,6 +490,10 @@ static int rec_clear(PyObject *self) {
     Py_CLEAR(r->phase_type);
     Py_CLEAR(r->slow_phase);
     Py_CLEAR(r->buf);
+    Py_CLEAR(r->name);
+    Py_CLEAR(r->cat);
+    Py_CLEAR(r->spec);
+    Py_CLEAR(r->spare);
     return 0;
 }
 
