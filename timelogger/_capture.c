@@ -306,7 +306,7 @@ static PyObject *rec_buf(Recorder *r) {
     return b;
 }
 
-/* tl._on (never an error: the -1 its callers test for is kept for a getter that could fail) */
+/* tl._on */
 static inline int rec_on(Recorder *r) { return r->on; }
 
 /* tl._ignored(): an interval ended while the logger is off */
@@ -557,9 +557,7 @@ typedef struct {
 
 static PyObject *timed_call(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
     Timed *w = (Timed *)self;
-    int on = rec_on(w->rec);
-    if (on < 0) return NULL;
-    if (!on) {
+    if (!rec_on(w->rec)) {
         if (rec_ignored(w->rec) < 0) return NULL;
         return PyObject_Vectorcall(w->fn, args, nargsf, kwnames);
     }
@@ -680,13 +678,9 @@ static PyObject *titer_next(PyObject *self) {
     PyObject *item = PyIter_Next(w->it);
     int on = rec_on(w->rec);
     if (item) {
-        int res = on < 0 ? -1 : on ? rec_append(w->rec, w->spec, t0, now_ns(), NULL) : rec_ignored(w->rec);
+        int res = on ? rec_append(w->rec, w->spec, t0, now_ns(), NULL) : rec_ignored(w->rec);
         if (res < 0) Py_CLEAR(item);
         return item;
-    }
-    if (on < 0) {
-        Py_CLEAR(w->it);
-        return NULL;
     }
     if (PyErr_Occurred()) { /* recorded, and raised on; the iterator is finished */
         if (on) rec_append_exception(w->rec, w->spec, t0, now_ns());
@@ -801,13 +795,9 @@ static PyObject *phase_exit(PyObject *self, PyObject *const *args, Py_ssize_t na
     }
     int entered = p->entered;
     p->entered = 0;
-    if (entered && args[0] == Py_None && p->args == Py_None && p->rec) {
-        int on = rec_on(p->rec);
-        if (on < 0) return NULL;
-        if (on) {
-            if (rec_append(p->rec, p->spec, p->t0, t1, NULL) < 0) return NULL;
-            Py_RETURN_NONE;
-        }
+    if (entered && args[0] == Py_None && p->args == Py_None && p->rec && rec_on(p->rec)) {
+        if (rec_append(p->rec, p->spec, p->t0, t1, NULL) < 0) return NULL;
+        Py_RETURN_NONE;
     }
     /* the rest in Python: Phase._close(t0 or None, t1, et) */
     PyObject *t0o = entered ? PyLong_FromLongLong(p->t0) : (Py_INCREF(Py_None), Py_None);
