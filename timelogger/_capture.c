@@ -11,7 +11,8 @@
  *   child keeps its thread's id and its list). Called as tl.phase(name, cat="other") it makes a Phase, or hands
  *   out again the last one it made when nothing else holds that any more (a `with` block is over).
  * - Timed(rec, fn, spec): the decorator's wrapper; TimedIter(rec, it, spec, t_iter): TimeLogger.iterate's
- *   iterator; PhaseCore: Phase's __init__/__enter__/__exit__ (anything but the plain end goes to Phase._close).
+ *   iterator; PhaseCore: Phase's __init__/__enter__/__exit__/__call__ (anything but the plain end goes to
+ *   Phase._close).
  * The clock is CLOCK_MONOTONIC, which time.perf_counter_ns() reads on Linux; elsewhere only format_intervals is
  * built. */
 #define PY_SSIZE_T_CLEAN
@@ -832,10 +833,34 @@ static void phase_dealloc(PyObject *self) {
     Py_TYPE(self)->tp_free(self);
 }
 
-static PyMethodDef phase_methods[] = {
-    {"__enter__", phase_enter, METH_NOARGS, NULL},
-    {"__exit__", (PyCFunction)(void (*)(void))phase_exit, METH_FASTCALL, NULL},
-    {NULL, NULL, 0, NULL},
+/* The phase itself is what `with` finds as its __enter__ and __exit__ (SelfDescr below): no bound method is made
+   per block. Called with no argument it enters, with three it exits, with one it decorates (Phase.__call__). */
+static PyObject *phase_call(PyObject *self, PyObject *args, PyObject *kw) {
+    Py_ssize_t n = PyTuple_GET_SIZE(args);
+    if (kw && PyDict_GET_SIZE(kw)) {
+        PyErr_SetString(PyExc_TypeError, "a Phase takes no keyword arguments");
+        return NULL;
+    }
+    if (n == 0) return phase_enter(self, NULL);
+    if (n == 3) return phase_exit(self, &PyTuple_GET_ITEM(args, 0), 3);
+    if (n == 1) return PyObject_CallMethod(((PhaseCore *)self)->tl, "_wrap", "OO", PyTuple_GET_ITEM(args, 0),
+                                           ((PhaseCore *)self)->spec);
+    PyErr_SetString(PyExc_TypeError, "a Phase decorates one function");
+    return NULL;
+}
+
+/* __enter__ and __exit__ of PhaseCore: the instance they are looked up on, which phase_call serves */
+static PyObject *selfdescr_get(PyObject *self, PyObject *obj, PyObject *Py_UNUSED(type)) {
+    PyObject *r = obj ? obj : self;
+    Py_INCREF(r);
+    return r;
+}
+
+static PyTypeObject SelfDescrType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "timelogger._capture.SelfDescr",
+    .tp_basicsize = sizeof(PyObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_descr_get = selfdescr_get,
 };
 
 static PyMemberDef phase_members[] = {
@@ -852,7 +877,7 @@ static PyTypeObject PhaseCoreType = {
     .tp_doc = "PhaseCore(tl, spec): Phase's timing (__enter__/__exit__); the rest of __exit__ is Phase._close",
     .tp_new = PyType_GenericNew,
     .tp_init = phase_init,
-    .tp_methods = phase_methods,
+    .tp_call = phase_call,
     .tp_members = phase_members,
     .tp_traverse = phase_traverse,
     .tp_clear = phase_clear,
@@ -895,8 +920,17 @@ PyMODINIT_FUNC PyInit__capture(void) {
         if (!(*names[i].s = PyUnicode_InternFromString(names[i].v))) goto fail;
     PyTypeObject *types[] = {&RecorderType, &TimedType, &TimedIterType, &PhaseCoreType};
     const char *tnames[] = {"Recorder", "Timed", "TimedIter", "PhaseCore"};
+    if (PyType_Ready(&SelfDescrType) < 0) goto fail;
     for (size_t i = 0; i < 4; i++) {
         if (PyType_Ready(types[i]) < 0) goto fail;
+        if (types[i] == &PhaseCoreType) {
+            PyObject *d = PyObject_New(PyObject, &SelfDescrType);
+            int bad = !d || PyDict_SetItemString(PhaseCoreType.tp_dict, "__enter__", d) < 0 ||
+                      PyDict_SetItemString(PhaseCoreType.tp_dict, "__exit__", d) < 0;
+            Py_XDECREF(d);
+            if (bad) goto fail;
+            PyType_Modified(&PhaseCoreType);
+        }
         Py_INCREF(types[i]);
         if (PyModule_AddObject(m, tnames[i], (PyObject *)types[i]) < 0) {
             Py_DECREF(types[i]);

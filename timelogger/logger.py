@@ -93,6 +93,10 @@ class _PhaseCore:
         self._t0 = None
         return self._close(t0, t1, et)  # type: ignore[attr-defined]  # Phase's
 
+    def __call__(self, fn: _F) -> _F:
+        """Decorate ``fn`` (here, not in Phase: its C twin serves ``with`` through the call slot too)."""
+        return self._tl._wrap(fn, self._spec)
+
 
 if TYPE_CHECKING:
     _PhaseBase = _PhaseCore
@@ -149,9 +153,6 @@ class Phase(_PhaseBase):
         else:
             self._args.update(values)
         return self
-
-    def __call__(self, fn: _F) -> _F:
-        return self._tl._wrap(fn, self._spec)
 
     def __repr__(self) -> str:
         return f"Phase({self.name!r}, cat={self.cat!r})"
