@@ -21,7 +21,7 @@ env-latest: $(VENV_LATEST)/.stamp
 env-torch: $(VENV_TORCH)/.stamp
 	$(VENV_TORCH)/bin/python $(BYTECODE)
 
-$(VENV)/.stamp: tools/requirements-tf215.txt setup.cfg setup.py trace_merge/readers/_pfwscan.c trace_merge/_sweep.c
+$(VENV)/.stamp: tools/requirements-tf215.txt setup.cfg setup.py trace_merge/readers/_pfwscan.c trace_merge/_sweep.c timelogger/_capture.c
 	@echo "== setting up $(VENV) (TF 2.15 + MPICH + Horovod 0.28.1; Horovod builds from source, ~3 min once)"
 	test -x $(VENV)/bin/python || $(PY) -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip wheel setuptools
@@ -32,7 +32,7 @@ $(VENV)/.stamp: tools/requirements-tf215.txt setup.cfg setup.py trace_merge/read
 	$(VENV)/bin/python -c "import horovod.tensorflow, tensorflow, mpi4py, h5py, pandas, pyarrow, duckdb, darshan, dftracer"
 	touch $@
 
-$(VENV_LATEST)/.stamp: tools/requirements-latest.txt setup.cfg setup.py trace_merge/readers/_pfwscan.c trace_merge/_sweep.c
+$(VENV_LATEST)/.stamp: tools/requirements-latest.txt setup.cfg setup.py trace_merge/readers/_pfwscan.c trace_merge/_sweep.c timelogger/_capture.c
 	@echo "== setting up $(VENV_LATEST) (newest TensorFlow, no Horovod)"
 	test -x $(VENV_LATEST)/bin/python || $(PY) -m venv $(VENV_LATEST)
 	$(VENV_LATEST)/bin/pip install -q --upgrade pip wheel setuptools
@@ -40,7 +40,7 @@ $(VENV_LATEST)/.stamp: tools/requirements-latest.txt setup.cfg setup.py trace_me
 	$(VENV_LATEST)/bin/pip install -q --no-deps -e .
 	touch $@
 
-$(VENV_TORCH)/.stamp: tools/requirements-torch.txt setup.cfg setup.py trace_merge/readers/_pfwscan.c trace_merge/_sweep.c
+$(VENV_TORCH)/.stamp: tools/requirements-torch.txt setup.cfg setup.py trace_merge/readers/_pfwscan.c trace_merge/_sweep.c timelogger/_capture.c
 	@echo "== setting up $(VENV_TORCH) (PyTorch's CPU build, MPICH, the merge stack, TensorFlow's CPU build for DLIO)"
 	test -x $(VENV_TORCH)/bin/python || $(PY) -m venv $(VENV_TORCH)
 	$(VENV_TORCH)/bin/pip install -q --upgrade pip wheel setuptools

@@ -12,7 +12,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "trace_merge"
 PACKAGES = (ROOT / "trace_merge", ROOT / "timelogger")
-NATIVE = {"trace_merge._sweep", "trace_merge._lifeline", "trace_merge.readers._pfwscan"}  # compiled, no .py
+NATIVE = {"trace_merge._sweep", "trace_merge._lifeline", "trace_merge.readers._pfwscan",  # compiled, no .py
+          "timelogger._capture"}
 REPORTING = {"trace_merge.cli", "trace_merge.report", "trace_merge.plots", "trace_merge.perfetto",
              "trace_merge.darshan_view", "trace_merge.noise", "trace_merge.findings", "trace_merge.run",
              "trace_merge.opening"}

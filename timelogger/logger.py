@@ -13,12 +13,12 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple, TypeVar, Union, cast
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple, TypeVar, Union, cast
 
 from . import process, torch_profile
 from ._env import detect_rank_world, hostname
 from .tf import StepProfiler, launcher_window
-from .writer import Writer, anchor, interval_head
+from .writer import ACCEL, Writer, anchor, interval_head
 
 __all__ = ["TimeLogger", "Phase", "CATS", "default_logger", "ENV_DIR"]
 
@@ -31,6 +31,10 @@ VERSION = "0.1.0"
 
 _pc = time.perf_counter_ns
 _new = object.__new__
+#: the C record path (``timelogger/_capture.c``: the decorator's wrapper, the iterator, Phase's enter/exit and
+#: ``tl.phase``), or None: the pure Python code below, which records the same tuples
+_REC = ACCEL if hasattr(ACCEL, "Recorder") else None
+_MIRRORED = {"_on": "on", "_tags": "tags"}  # TimeLogger attributes the Recorder holds a copy of
 _F = TypeVar("_F", bound=Callable[..., Any])
 
 
@@ -64,14 +68,9 @@ def _in_range(what: str, value: Any, lo: float, hi: float) -> float:
     return x
 
 
-class Phase:
-    """One timed phase: a context manager, a decorator, and the place for late values (``update``).
-
-    Obtained from :meth:`TimeLogger.phase` or :meth:`TimeLogger.timed`. As a context manager the interval runs
-    from ``__enter__`` to ``__exit__`` (an exception still closes it and is named in ``args.exception``). As a
-    decorator it times every call of the function; the wrapper keeps no per-call state on this object, so the
-    decorated function may recurse or run in several threads.
-    """
+class _PhaseCore:
+    """Phase's timing in pure Python (``_capture.PhaseCore`` is its C twin): ``__enter__`` reads the clock,
+    ``__exit__`` reads it again and hands the interval to ``Phase._close``."""
 
     __slots__ = ("_tl", "_spec", "_t0", "_args")
 
@@ -81,15 +80,7 @@ class Phase:
         self._t0: Optional[int] = None
         self._args: Optional[Dict[str, Any]] = None
 
-    @property
-    def name(self) -> str:
-        return self._tl._spec_names[self._spec][0]
-
-    @property
-    def cat(self) -> str:
-        return self._tl._spec_names[self._spec][1]
-
-    def __enter__(self) -> "Phase":
+    def __enter__(self) -> Any:
         self._t0 = _pc()
         return self
 
@@ -99,10 +90,44 @@ class Phase:
             t0 = self._t0  # unset until the first __enter__ (saves a store per phase on the hot path)
         except AttributeError:
             t0 = None
+        self._t0 = None
+        return self._close(t0, t1, et)  # type: ignore[attr-defined]  # Phase's
+
+    def __call__(self, fn: _F) -> _F:
+        """Decorate ``fn`` (here, not in Phase: its C twin serves ``with`` through the call slot too)."""
+        return self._tl._wrap(fn, self._spec)
+
+
+if TYPE_CHECKING:
+    _PhaseBase = _PhaseCore
+else:
+    _PhaseBase = _PhaseCore if _REC is None else _REC.PhaseCore
+
+
+class Phase(_PhaseBase):
+    """One timed phase: a context manager, a decorator, and the place for late values (``update``).
+
+    Obtained from :meth:`TimeLogger.phase` or :meth:`TimeLogger.timed`. As a context manager the interval runs
+    from ``__enter__`` to ``__exit__`` (an exception still closes it and is named in ``args.exception``). As a
+    decorator it times every call of the function; the wrapper keeps no per-call state on this object, so the
+    decorated function may recurse or run in several threads.
+    """
+
+    __slots__ = ()
+
+    @property
+    def name(self) -> str:
+        return self._tl._spec_names[self._spec][0]
+
+    @property
+    def cat(self) -> str:
+        return self._tl._spec_names[self._spec][1]
+
+    def _close(self, t0: Optional[int], t1: int, et: Any) -> None:
+        """The end of the interval begun at ``t0`` (None: never entered), after the exception ``et`` or None."""
         if t0 is None:
             self._tl.writer.warn_once("misuse", "timelogger: phase %r exited without being entered; ignored", self.name)
             return None
-        self._t0 = None
         tl = self._tl
         if not tl._on:
             tl._ignored()
@@ -128,9 +153,6 @@ class Phase:
         else:
             self._args.update(values)
         return self
-
-    def __call__(self, fn: _F) -> _F:
-        return self._tl._wrap(fn, self._spec)
 
     def __repr__(self) -> str:
         return f"Phase({self.name!r}, cat={self.cat!r})"
@@ -193,6 +215,14 @@ class TimeLogger:
     Decorating with a logger that is disabled from the start returns the function unchanged.
     """
 
+    if not TYPE_CHECKING and _REC is not None:
+        def __setattr__(self, name: str, value: Any) -> None:
+            # _on and _tags are copied to the Recorder, where the C record path reads them without a lookup (Python
+            # reads them here, as plain attributes: a property would slow the disabled path's checks)
+            object.__setattr__(self, name, value)
+            if name in _MIRRORED:
+                setattr(self._recorder, _MIRRORED[name], value)
+
     def __init__(
         self,
         out_dir: Union[str, os.PathLike, None],
@@ -209,18 +239,22 @@ class TimeLogger:
         self.flush_interval = _in_range("flush_interval", flush_interval, *FLUSH_INTERVAL_RANGE)
         lag = self.flush_interval + 0.25 if max_lag is None else _in_range("max_lag", max_lag, *MAX_LAG_RANGE)
         self.max_lag = lag
+        self._specs: Dict[str, Dict[str, str]] = {c: {} for c in CATS}  # cat -> name -> head
+        self._spec_names: Dict[str, Tuple[str, str]] = {}  # head -> (name, cat)
+        self.writer = Writer(self.flush_interval, lag, on_failure=self._write_failed, close=self.close)
+        self._local = self.writer.local
+        if _REC is not None:  # holds copies of _on and _tags (__setattr__)
+            self._recorder = _REC.Recorder(self, self._local, self._specs, Phase, type(self).phase)
+            if out_dir is not None:  # a logger that may record: tl.phase(...) is the C call (it falls back to ours)
+                self.phase = self._recorder  # type: ignore[method-assign]
         # Read by the hot paths (phases, wrappers, iterators): plain attributes of this object, one lookup each.
         self._on = False
         self._closed = False
         self._failed = False  # a write failed: logging is off since, and every interval ending now is lost
-        self._specs: Dict[str, Dict[str, str]] = {c: {} for c in CATS}  # cat -> name -> head
-        self._spec_names: Dict[str, Tuple[str, str]] = {}  # head -> (name, cat)
         self._epoch: Optional[int] = None
         self._step: Optional[int] = None
         self._tags = ""
         self._retag()
-        self.writer = Writer(self.flush_interval, lag, on_failure=self._write_failed, close=self.close)
-        self._local = self.writer.local
         self.pid = os.getpid()
         self.anchor = anchor()
         self._off = self.anchor[0] - self.anchor[1]
@@ -319,13 +353,16 @@ class TimeLogger:
             if self._closed or self._failed:
                 self._ignored()
             return _NULL  # type: ignore[return-value]
+        try:
+            spec = self._specs[cat][name]
+        except (KeyError, TypeError):
+            spec = self._spec(name, cat)
+        if _REC is not None:
+            return Phase(self, spec)  # (the Recorder that is tl.phase makes known ones itself)
         # Built without __init__: this runs once per interval and a Python-level __init__ frame is measurable.
         p = _new(Phase)
         p._tl = self
-        try:
-            p._spec = self._specs[cat][name]
-        except (KeyError, TypeError):
-            p._spec = self._spec(name, cat)
+        p._spec = spec
         p._args = None
         return p
 
@@ -368,14 +405,25 @@ class TimeLogger:
     def _wrap(self, fn: _F, spec: str) -> _F:
         if not self._on and not self._closed:
             return fn
+        timed_call: Any = self._timed_call(fn, spec) if _REC is None else _REC.Timed(self._recorder, fn, spec)
+        try:
+            timed_call.__wrapped__ = fn
+            for attr in ("__module__", "__name__", "__qualname__", "__doc__"):
+                setattr(timed_call, attr, getattr(fn, attr))
+            timed_call.__dict__.update(getattr(fn, "__dict__", {}))
+        except (AttributeError, TypeError):
+            pass
+        return timed_call
+
+    def _timed_call(self, fn: Callable[..., Any], spec: str) -> Callable[..., Any]:
+        """``fn``, each call recorded (pure Python; ``_capture.Timed`` is the C twin)."""
         tl = self
         local = self._local
         pc = _pc
 
         def timed_call(*args: Any, **kwargs: Any) -> Any:
             if not tl._on:
-                if tl._closed or tl._failed:
-                    tl._ignored()
+                tl._ignored()  # which does nothing unless the logger is closed or failed
                 return fn(*args, **kwargs)
             t0 = pc()
             try:
@@ -386,14 +434,7 @@ class TimeLogger:
             local.append((spec, t0, pc(), tl._tags))
             return result
 
-        try:
-            timed_call.__wrapped__ = fn  # type: ignore[attr-defined]
-            for attr in ("__module__", "__name__", "__qualname__", "__doc__"):
-                setattr(timed_call, attr, getattr(fn, attr))
-            timed_call.__dict__.update(getattr(fn, "__dict__", {}))
-        except (AttributeError, TypeError):
-            pass
-        return timed_call  # type: ignore[return-value]
+        return timed_call
 
     def iterate(self, iterable: Iterable[Any], name: str, cat: str = "wait") -> Iterator[Any]:
         """Yield from ``iterable``, timing each ``next()`` (not the loop body) as one interval.
@@ -405,9 +446,12 @@ class TimeLogger:
         if not self._on:
             return iter(iterable)
         t_iter = _pc()  # the first fetch includes the iterator's start-up (a tf.data iterator's, a loader's workers)
+        if _REC is not None:
+            return _REC.TimedIter(self._recorder, iter(iterable), self._spec(name, cat), t_iter)
         return self._iterate(iter(iterable), self._spec(name, cat), t_iter)
 
     def _iterate(self, it: Iterator[Any], spec: str, t_iter: int) -> Iterator[Any]:
+        """The pure Python twin of ``_capture.TimedIter``."""
         tl = self
         local = self._local
         pc = _pc

@@ -5,6 +5,8 @@ Layout of the hot path (see STYLE.md item 4): ending an interval appends one tup
 ``(spec, t0_ns, t1_ns, tags[, args])`` to a list owned by the calling thread (:class:`LocalBuffer`); a daemon thread
 turns the tuples into JSON lines every ``flush_interval`` seconds, or sooner when a thread has buffered
 :data:`CHUNK_EVENTS`. Nothing on the hot path allocates more than that tuple, calls ``json`` or takes a lock.
+Both halves have a C twin in the optional :data:`ACCEL` (``timelogger/_capture.c``) that gives the same tuples and
+the same bytes; ``$TIMELOGGER_PURE_PYTHON=1`` forces this pure standard-library code.
 
 Loss bound: the writer serialises and writes in chunks of :data:`CHUNK_EVENTS`, so lines reach the OS as they
 are made. Before each chunk it drops (and counts) every buffered interval that ended more than ``max_lag`` ago,
@@ -26,11 +28,12 @@ import threading
 import time
 import weakref
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union, cast
 
 from . import layout, process
 
-__all__ = ["Writer", "LocalBuffer", "CHUNK_EVENTS", "MAX_BUFFERED", "json_text", "interval_head", "anchor"]
+__all__ = ["Writer", "LocalBuffer", "CHUNK_EVENTS", "MAX_BUFFERED", "json_text", "interval_head", "anchor", "ACCEL",
+           "ENV_PURE"]
 
 _log = logging.getLogger("timelogger.logger")  # the loggers' warnings keep the name users filter them by
 
@@ -42,6 +45,24 @@ _end_of = operator.itemgetter(2)
 CHUNK_EVENTS = 4096
 #: hard bound on the intervals one thread may hold unwritten (the oldest beyond it are dropped and counted)
 MAX_BUFFERED = 1_000_000
+#: set (to anything but "" or "0") to record and write with the pure Python code even where the accelerator is built
+ENV_PURE = "TIMELOGGER_PURE_PYTHON"
+
+
+def _accelerator() -> Any:
+    """``timelogger._capture`` (built from ``timelogger/_capture.c`` by ``pip install``), or None where it was not
+    built (no C compiler) or :data:`ENV_PURE` asks for the pure path."""
+    if os.environ.get(ENV_PURE, "") not in ("", "0"):
+        return None
+    try:
+        from timelogger import _capture
+    except ImportError:
+        return None
+    return _capture
+
+
+#: the C record path and serialiser, or None (pure Python); chosen once, at import
+ACCEL = _accelerator()
 
 
 def json_text(value: Any) -> str:
@@ -90,6 +111,14 @@ def _finite(value: Any) -> Any:
     return value
 
 
+def _encoded(lines: Sequence[Union[str, bytes]]) -> bytes:
+    """Lines as the file's bytes: str lines in UTF-8, a lone surrogate as its escape (json_text escaped what it
+    could, see there); bytes (the accelerator's, encoded alike) as they are. A write's lines are all of one kind."""
+    if isinstance(lines[0], bytes):
+        return b"".join(cast(Sequence[bytes], lines))
+    return "".join(cast(Sequence[str], lines)).encode("utf-8", "backslashreplace")
+
+
 def _us(ns: int) -> str:
     """Nanoseconds as microseconds with exactly 3 decimals, without float rounding (epoch ns exceed 2**53)."""
     if ns < 0:
@@ -115,6 +144,7 @@ class LocalBuffer(threading.local):
 
     def __init__(self, register: Callable[[List[tuple]], None]) -> None:
         buf: List[tuple] = []
+        self.buf = buf  # what the accelerator appends to
         self.append = buf.append
         register(buf)
 
@@ -178,6 +208,8 @@ class Writer:
         self._warned: set = set()
         self._exit_with: Optional[threading.Thread] = None  # see reset_in_child
         self._close_pending = False  # close() called by a signal handler inside our own flush
+        # the C serialiser, or None: then every line is a str made by _line (same bytes either way)
+        self._format = None if ACCEL is None else ACCEL.format_intervals
         self.local = LocalBuffer(self._register)
 
     @property
@@ -487,10 +519,12 @@ class Writer:
             self._write(lines, kinds)
         self._forget_dead(entries)
 
-    def _drain(self, entries: List[_BufEntry], quota: List[int]) -> Tuple[List[str], List[int]]:
+    def _drain(self, entries: List[_BufEntry], quota: List[int]) -> Tuple[List[Any], List[int]]:
         """Take about :data:`CHUNK_EVENTS` intervals out of the buffers (at most ``quota[i]`` from entry i, which is
-        decremented) and serialise them. Returns the lines and, per line, 1 for an interval, 0 for metadata."""
-        out: List[str] = []
+        decremented) and serialise them. Returns the lines (str each, or with the accelerator bytes each holding
+        several lines) and, per line, 1 for an interval, 0 for metadata."""
+        fmt = self._format
+        out: List[Any] = []
         kinds: List[int] = []
         off = self._off
         pid = self._pid
@@ -509,25 +543,41 @@ class Writer:
             quota[i] -= n
             if not ent.announced:
                 ent.announced = True
-                out.append(self._meta_line("thread_name", {"name": ent.name, "tid": ent.tid}, items[0][1], ent.tid))
+                meta = self._meta_line("thread_name", {"name": ent.name, "tid": ent.tid}, items[0][1], ent.tid)
+                out.append(meta if fmt is None else _encoded([meta]))
                 kinds.append(0)
             mid = ',"pid":' + str(pid) + ',"tid":' + str(ent.tid) + ',"args":{'
+            if fmt is not None:  # plain intervals in C, the others through _line; what _line raises comes back
+                data, n_lines, errors = fmt(items, off, mid, self._line)
+                out.append(data)
+                kinds += [1] * n_lines
+                for exc in errors:
+                    self._unserialisable(exc)
+                continue
             for item in items:
                 try:
-                    t0 = item[1]
-                    ts = t0 + off
-                    d = item[2] - t0
-                    args = item[3] if len(item) == 4 else self._args_text(item[3], item[4])
-                    out.append(f'{item[0]}{ts // 1000}.{ts % 1000:03d},"dur":{d // 1000}.{d % 1000:03d}'
-                               f'{mid}{args}}}}}\n')
+                    out.append(self._line(item, off, mid))
                     kinds.append(1)
                 except BaseException as exc:  # noqa: B036 -- a value json cannot take, or whose __str__ raises
-                    # anything at all (a BaseException too): that interval is dropped and counted, the writer goes on
-                    self.dropped += 1
-                    self.warn_once("serialise", "timelogger: could not serialise an interval (%r); dropped", exc)
-                    if isinstance(exc, KeyboardInterrupt) and threading.current_thread() is threading.main_thread():
-                        process.defer_interrupt(exc)  # a real Ctrl-C during a flush of the main thread: raised after
+                    self._unserialisable(exc)
         return out, kinds
+
+    @classmethod
+    def _line(cls, item: tuple, off: int, mid: str) -> str:
+        """The line of one buffered interval; ``off``: wall minus perf ns, ``mid``: its pid, tid and ``"args":{``."""
+        t0 = item[1]
+        ts = t0 + off
+        d = item[2] - t0
+        args = item[3] if len(item) == 4 else cls._args_text(item[3], item[4])
+        return f'{item[0]}{ts // 1000}.{ts % 1000:03d},"dur":{d // 1000}.{d % 1000:03d}{mid}{args}}}}}\n'
+
+    def _unserialisable(self, exc: BaseException) -> None:
+        """An interval whose line could not be made (a value json cannot take, or whose ``__str__`` raises anything
+        at all, a BaseException too): it is dropped and counted, and the writer goes on."""
+        self.dropped += 1
+        self.warn_once("serialise", "timelogger: could not serialise an interval (%r); dropped", exc)
+        if isinstance(exc, KeyboardInterrupt) and threading.current_thread() is threading.main_thread():
+            process.defer_interrupt(exc)  # a real Ctrl-C during a flush of the main thread: raised after
 
     def _forget_dead(self, entries: List[_BufEntry]) -> None:
         dead = []
@@ -549,17 +599,18 @@ class Writer:
             return tags + "," + json_text(args)[1:-1]
         return json_text({**json.loads("{" + tags + "}"), **args})[1:-1]
 
-    def _write(self, lines: List[str], kinds: List[int]) -> bool:
+    def _write(self, lines: Sequence[Union[str, bytes]], kinds: List[int]) -> bool:
         """Write whole lines with system calls (so a ``kill -9`` after this loses nothing of them).
 
-        ``kinds[i]`` is 1 when line i is an interval. On a failed or short write (ENOSPC, EFBIG) the intervals
+        ``lines``: str lines, or bytes each holding whole lines (the accelerator's); ``kinds[i]`` is 1 when line i
+        is an interval. On a failed or short write (ENOSPC, EFBIG) the intervals
         whose whole line landed count as written and the rest as dropped, then logging stops. Returns success.
         """
         if self._fd is None or self.failed is not None:
             return False  # after a failed write nothing more goes to the file but the lost record
         if not lines:
             return True
-        data = "".join(lines).encode("utf-8", "backslashreplace")  # json_text escaped what it could not encode
+        data = _encoded(lines)
         done = 0
         try:
             while done < len(data):
@@ -568,13 +619,8 @@ class Writer:
             # off first: an interval that ends from now on is counted by count_lost, not left in a buffer
             self.failed = errno.errorcode.get(exc.errno or 0, "") or str(exc)
             self._on_failure()
-            landed = 0
-            pos = 0
-            for line, kind in zip(lines, kinds):
-                pos += len(line.encode("utf-8", "backslashreplace"))
-                if pos > done:
-                    break
-                landed += kind
+            # every line ends in its only raw newline (JSON escapes the others): the lines that landed whole
+            landed = sum(kinds[:data.count(b"\n", 0, done)])
             # what is still buffered can never be written either: count it now, not never
             lost = sum(kinds) - landed + self._drop_buffered()
             self.events_written += landed

@@ -8,7 +8,8 @@ thread count: the highest rate with nothing dropped (``sustained_events_per_s_<n
 producers unthrottled (as fast as Python runs them) the rate produced, the rate written and the dropped
 fraction, and the peak RSS growth — which stays bounded because the writer drops instead of buffering.
 Throttled producers sleep between bursts, as a training loop does between steps; unthrottled ones hold the
-GIL that the writer thread needs, which is the worst case.
+GIL that the writer thread needs, which is the worst case. ``accelerated``: whether the C accelerator
+(``timelogger._capture``) recorded and wrote; ``TIMELOGGER_PURE_PYTHON=1`` measures the pure Python path.
 """
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any, Dict, Optional
 
-from timelogger import TimeLogger
+from timelogger import TimeLogger, writer
 
 
 @dataclass(frozen=True)
@@ -88,7 +89,7 @@ def _run(n_threads: int, rate: Optional[int], seconds: float) -> Dict[str, Any]:
 
 def measure(cfg: Config) -> Dict[str, Any]:
     out: Dict[str, Any] = {"config": asdict(cfg), "python": sys.version.split()[0], "cpus": os.cpu_count(),
-                           "load_avg_1min_before": os.getloadavg()[0]}
+                           "accelerated": writer.ACCEL is not None, "load_avg_1min_before": os.getloadavg()[0]}
     for n in cfg.threads:
         sustained, first_dropping = 0, None
         rate = cfg.start_rate

@@ -37,9 +37,11 @@ def mpiexec() -> str:
 
 def clean_env(**extra: str) -> dict[str, str]:
     """The test environment without launcher/timelogger variables (MPI's, Slurm's, torchrun's), plus ``extra``; venv
-    bin first on PATH."""
+    bin first on PATH. ``TIMELOGGER_PURE_PYTHON`` stays: a run of the tests on the pure capture path is one in every
+    process."""
     env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("TIMELOGGER_", "PMI_", "PMIX_", "OMPI_", "SLURM_", "HOROVOD_", "DFTRACER_",
+           if k == "TIMELOGGER_PURE_PYTHON"
+           or not k.startswith(("TIMELOGGER_", "PMI_", "PMIX_", "OMPI_", "SLURM_", "HOROVOD_", "DFTRACER_",
                                 "TORCHELASTIC_"))
            and k not in ("LD_PRELOAD", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
                          "MASTER_PORT")}
