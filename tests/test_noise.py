@@ -191,7 +191,8 @@ def test_the_noise_comparison_shows_the_cpu_layer_of_quiet_and_noisy_runs(tmp_pa
     is not the job's (its CPU is in the node's figure only)."""
     from trace_merge.run import Run
 
-    script = ("import time\nt0 = time.process_time()\nimport timelogger\nfor i in range(3):\n    with timelogger.phase('Work', cat='compute'):\n"
+    script = ("import time\nt0 = time.process_time()\nimport timelogger\nfor i in range(3):\n"
+              "    with timelogger.phase('Work', cat='compute'):\n"
               "        t = time.process_time()\n        while time.process_time() - t < 0.4: pass\n"
               "print(time.process_time() - t0)\n")
     runs, own = [], []
