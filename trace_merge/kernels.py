@@ -35,7 +35,16 @@ from trace_merge.attribution import PRIORITY
 from trace_merge.component_view import ComponentView, view_df
 from trace_merge.explain import explain
 from trace_merge.frameworks import framework_of, words_for
-from trace_merge.schema import LAYERS, as_text, concat_frames, empty_frame, only_columns, present_codes
+from trace_merge.schema import (
+    LAYERS,
+    SIDE_LAYERS,
+    as_text,
+    category_mask,
+    concat_frames,
+    empty_frame,
+    only_columns,
+    present_codes,
+)
 from trace_merge.study import ORIGINAL_STUDY
 from trace_merge.verdict import Verdict
 
@@ -341,6 +350,13 @@ class Summary:
     cpu: Optional[Any] = None
 
 
+def job_span(frame: pd.DataFrame) -> Optional[tuple]:
+    """(first start, last end) of the job's own rows in ``frame``: the sidecars' layers (the noise generators, the
+    CPU sampler, which starts before the program does) are measurements beside the job, not its time."""
+    own = frame[~category_mask(frame["layer"], lambda x: x in SIDE_LAYERS)] if len(frame) else frame
+    return (int(own["start_ns"].min()), int(own["end_ns"].max())) if len(own) else None
+
+
 def rank_parts(frame: pd.DataFrame, job: JobFacts, layers: "str | Sequence[str] | None" = None,
                view: Optional[ComponentView] = ORIGINAL_STUDY) -> RankParts:
     """The kernel: one rank's rows (``frame``) in, its share of every summary table out (``view``: the component
@@ -349,7 +365,7 @@ def rank_parts(frame: pd.DataFrame, job: JobFacts, layers: "str | Sequence[str] 
     use, base_layers = job.use(layers), job.base(layers)
     # the tables of the frame's own rows before the read rows are copied out, so their peaks do not add up
     of_rows = dict(study_view=view_df(frame, view), event_stats=event_stat_parts(frame),
-                   span=(int(frame["start_ns"].min()), int(frame["end_ns"].max())) if len(frame) else None)
+                   span=job_span(frame))
     reads = bw_.classified_reads(frame, job.app_files)
     # the columns only the tables of rows read (durations, bytes, offsets, files) are let go once the reads have
     # their copies, before the bandwidths' and the attribution's peaks, when the caller holds no other reference to
@@ -396,8 +412,9 @@ def rank_parts_of_windows(windows: "Callable[[Sequence[str]], Iterable[pd.DataFr
         if not len(frame):
             continue
         events.append(event_stat_parts(frame))
-        lo = int(frame["start_ns"].min()) if lo is None else min(lo, int(frame["start_ns"].min()))
-        hi = int(frame["end_ns"].max()) if hi is None else max(hi, int(frame["end_ns"].max()))
+        span = job_span(frame)
+        if span is not None:
+            lo, hi = (span if lo is None else (min(lo, span[0]), max(hi, span[1])))
         study.append(frame[((frame["layer"] == "app") & frame["name"].isin(view_phases)).to_numpy()])
         reads.add(frame)
     bandwidth, epoch_bandwidth, data_files = reads.tables()
