@@ -353,7 +353,7 @@ def findings_main(args: argparse.Namespace) -> int:
 
 def summary_main(args: argparse.Namespace) -> int:
     from trace_merge import darshan_view
-    from trace_merge.formatting import text_width
+    from trace_merge.formatting import json_indented, text_width
 
     run = _open_run(args.path, args, summary_only=True)
     view = darshan_view.darshan_view(run)
@@ -366,7 +366,7 @@ def summary_main(args: argparse.Namespace) -> int:
         doc = run.summary(parts)
         if view is not None:
             doc["darshan"] = view.as_dict()
-        _out(json.dumps(doc, indent=1, default=str))
+        _out(json_indented(doc))
     elif args.brief:
         _out(_brief_text(run, parts, text_width()))
     else:
