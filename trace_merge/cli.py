@@ -213,9 +213,9 @@ def _glossary(parts) -> "tuple[tuple[str, str], ...]":
 
 
 def _profile_words(parts) -> str:
-    from trace_merge.frameworks import framework_of, words_for
+    from trace_merge.frameworks import words_for
 
-    return words_for(framework_of(parts.event_stats, parts.input_bound)).profile
+    return words_for(parts.framework).profile
 
 
 def _where_text(parts, width: int) -> "list[str]":
