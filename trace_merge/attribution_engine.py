@@ -237,10 +237,11 @@ class _Frame:
         self.name = name.cat.codes.to_numpy()  # int8/16/32 as the categories need: read, never written
         self.names = _with_missing(name.cat.categories.to_numpy(dtype=object).tolist())
         self.is_step_phase = np.append(name.cat.categories == STEP_PHASE, False)
-        self.is_anchor = np.array([is_marker(str(x)) for x in name.cat.categories] + [False])
-        self.is_torch_step = np.array([bool(_PROFILER_STEP.match(str(x))) for x in name.cat.categories] + [False])
-        self.is_collective = np.array([bool(_COLLECTIVE.match(str(c))) for c in name.cat.categories] + [False])
-        self.is_negotiation = np.array([bool(_NEGOTIATION.match(str(c))) for c in name.cat.categories] + [False])
+        texts = [str(x) for x in name.cat.categories]  # once: a run may have a hundred thousand distinct names
+        self.is_anchor = np.array([is_marker(x) for x in texts] + [False])
+        self.is_torch_step = np.array([bool(_PROFILER_STEP.match(x)) for x in texts] + [False])
+        self.is_collective = np.array([bool(_COLLECTIVE.match(x)) for x in texts] + [False])
+        self.is_negotiation = np.array([bool(_NEGOTIATION.match(x)) for x in texts] + [False])
         self._kept: Optional[np.ndarray] = None
         self._lower: Optional[np.ndarray] = None
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import Optional
 
 import pandas as pd
 
@@ -122,16 +122,6 @@ TORCH_WORDS = Words(
                "producer thread or process into a bounded queue")
 
 
-def _any_name(pattern: "re.Pattern[str]", names: Sequence[str]) -> bool:
-    """Whether ``pattern`` matches in any of ``names``: one search over the names joined by newlines (a run may
-    have a hundred thousand distinct names), in MULTILINE mode so that ``^``/``$`` hold at each name's ends; one
-    search per name when a name holds a newline itself."""
-    text = "\n".join(names)
-    if text.count("\n") != max(len(names) - 1, 0):
-        return any(pattern.search(n) for n in names)
-    return re.compile(pattern.pattern, pattern.flags | re.MULTILINE).search(text) is not None
-
-
 def framework_of(event_stats: pd.DataFrame, per_rank: Optional[pd.DataFrame] = None) -> Optional[str]:
     """:data:`PYTORCH`, :data:`TENSORFLOW` or None (no evidence), from the run's event names (``event_stats``:
     ``layer``, ``name``, ``count``) and the verdict table's ``profiler`` column. PyTorch needs PyTorch evidence and
@@ -142,8 +132,8 @@ def framework_of(event_stats: pd.DataFrame, per_rank: Optional[pd.DataFrame] = N
         torch, tf = PYTORCH in profilers, "TF" in profilers
     if len(event_stats) and "name" in event_stats:
         names = pd.unique(as_text(event_stats["name"]).dropna())
-        torch = torch or _any_name(_TORCH_NAMES, names)
-        tf = tf or _any_name(_TF_NAMES, names)
+        torch = torch or any(_TORCH_NAMES.search(n) for n in names)
+        tf = tf or any(_TF_NAMES.search(n) for n in names)
     if torch and not tf:
         return PYTORCH
     return TENSORFLOW if tf else None
