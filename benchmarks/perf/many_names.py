@@ -102,7 +102,8 @@ def make_run(cache: Path, events: int, names: int, files: int, posix: bool) -> P
 
 
 def summary_cmd(run: Path, text: bool) -> list[str]:
-    return [sys.executable, "-m", "trace_merge", "summary", str(run), *([] if text else ["--json"])]
+    # -P: a checkout in the working directory must not shadow this one
+    return [sys.executable, "-P", "-m", "trace_merge", "summary", str(run), *([] if text else ["--json"])]
 
 
 def bench(root: Path, runs: int, text: bool) -> dict:
