@@ -35,3 +35,43 @@ def test_ranks_tables_are_concatenated_in_rank_order_whatever_order_they_come_in
     assert concat_tables([missing, zero.astype({"rank": "Int64"})])["x"].tolist() == [9, 5]  # missing last, as sorted
     epochs = [pd.DataFrame({"rank": [0, 0], "epoch": [2, 1]}), pd.DataFrame({"rank": [1], "epoch": [0]})]
     assert concat_tables(epochs, ("rank", "epoch"))["epoch"].tolist() == [1, 2, 0]
+
+
+def test_json_indented_writes_what_json_dumps_writes() -> None:
+    """The summary's JSON writer gives json.dumps(indent=..., default=str)'s text: tables of records (the fast
+    path, a column at a time) and everything else, numpy scalars, NaN, odd keys and strings included."""
+    import enum
+    import json
+    import random
+
+    import numpy as np
+
+    from trace_merge.formatting import json_indented
+
+    class Small(enum.IntEnum):
+        A = 3
+
+    scalars = [1.5, float("nan"), float("inf"), -float("inf"), -0.0, 1e300, 5e-324, np.float64(2.5), np.int64(7),
+               np.bool_(True), True, False, None, Small.A, "x\u00e9\n\x00\"\\", "\U0001f600", "a,b", "%s %", 10**30]
+    rng = random.Random(1)
+
+    def value(depth: int = 0):
+        c = rng.random()
+        if depth > 3 or c < 0.4:
+            return rng.choice(scalars)
+        if c < 0.6:
+            return [value(depth + 1) for _ in range(rng.randint(0, 4))]
+        if c < 0.8:  # records: same keys, scalar values; now and then one that leaves the fast path
+            keys = rng.sample(["k", "%k", "1.5", '"q"', "\u00e9"], rng.randint(1, 4))
+            rows = [{k: rng.choice(scalars) for k in keys} for _ in range(rng.randint(1, 5))]
+            if rng.random() < 0.2:
+                rows.append({k: value(depth + 1) for k in keys})
+            if rng.random() < 0.1:
+                rows.append({k: 1 for k in reversed(keys)})
+            return rows
+        return {rng.choice(["k", 3, 2.5, None, True, "\u00e9"]): value(depth + 1) for _ in range(rng.randint(0, 4))}
+
+    for _ in range(3000):
+        doc = value()
+        assert json_indented(doc) == json.dumps(doc, indent=1, default=str)
+    assert json_indented({}) == "{}" and json_indented([]) == "[]"

@@ -264,10 +264,11 @@ DATALOADER_WAIT = "enumerate(DataLoader)#"
 def _framework_waits(event_stats: pd.DataFrame, dataloader: bool) -> bool:
     if not len(event_stats):
         return False
-    fw = (as_text(event_stats["layer"]) == "framework") & (as_text(event_stats["cat"]) == "wait")
-    torch = as_text(event_stats["name"]).str.startswith(DATALOADER_WAIT).fillna(False)
-    keep = fw & (torch if dataloader else ~torch)
-    return bool(event_stats.loc[keep.to_numpy(dtype=bool), "count"].sum() > 0)
+    # the framework layer's wait rows first: the names of every row (one per distinct name) are not needed
+    fw = event_stats[((event_stats["layer"].astype(object) == "framework")
+                      & (event_stats["cat"].astype(object) == "wait")).to_numpy(dtype=bool)]
+    torch = as_text(fw["name"]).str.startswith(DATALOADER_WAIT, na=False).to_numpy(dtype=bool)
+    return bool(fw.loc[torch if dataloader else ~torch, "count"].sum() > 0)
 
 
 def has_tfdata(event_stats: pd.DataFrame) -> bool:
@@ -337,7 +338,8 @@ def epochs_as_text(df: pd.DataFrame, missing: str) -> pd.DataFrame:
     breakdown (the whole-run row), ``"none"`` in the layered breakdown (outside any epoch)."""
     if not len(df):
         return df
-    return df.assign(epoch=[missing if pd.isna(e) else str(int(e)) for e in df["epoch"]])
+    codes, epochs = pd.factorize(df["epoch"])  # a few epochs for many rows: each written once; missing: -1
+    return df.assign(epoch=np.array([str(int(e)) for e in epochs] + [missing], dtype=object)[codes])
 
 
 __all__ = [

@@ -238,10 +238,11 @@ class _Frame:
         self.name = name.cat.codes.to_numpy()  # int8/16/32 as the categories need: read, never written
         self.names = _with_missing(name.cat.categories.to_numpy(dtype=object).tolist())
         self.is_step_phase = np.append(name.cat.categories == STEP_PHASE, False)
-        self.is_anchor = np.array([is_marker(str(x)) for x in name.cat.categories] + [False])
-        self.is_torch_step = np.array([bool(_PROFILER_STEP.match(str(x))) for x in name.cat.categories] + [False])
-        self.is_collective = np.array([bool(_COLLECTIVE.match(str(c))) for c in name.cat.categories] + [False])
-        self.is_negotiation = np.array([bool(_NEGOTIATION.match(str(c))) for c in name.cat.categories] + [False])
+        texts = [str(x) for x in name.cat.categories]  # once: a run may have a hundred thousand distinct names
+        self.is_anchor = np.array([is_marker(x) for x in texts] + [False])
+        self.is_torch_step = np.array([bool(_PROFILER_STEP.match(x)) for x in texts] + [False])
+        self.is_collective = np.array([bool(_COLLECTIVE.match(x)) for x in texts] + [False])
+        self.is_negotiation = np.array([bool(_NEGOTIATION.match(x)) for x in texts] + [False])
         self._kept: Optional[np.ndarray] = None
         self._lower: Optional[np.ndarray] = None
 
@@ -799,7 +800,6 @@ class Attribution:
         name = c.name[rows]
         local = combined_codes(r, ep, name)
         ngroups_local = int(local.max()) + 1 if local.size else 0
-        to_group = np.full(ngroups_local, -1, dtype=_I8)
         first_any = np.full(ngroups_local, rows.size, dtype=_I8)
         np.minimum.at(first_any, local, np.arange(rows.size, dtype=_I8))
         own_at = np.flatnonzero(own)
@@ -810,17 +810,22 @@ class Attribution:
         has_own = first_own < rows.size
         j = np.where(has_own, first_own, first_any)  # (a group only in the halo has its facts from an earlier slab)
         at = np.where(has_own, rows[j] if c.position is None else c.position[rows[j]], -1)
-        keys = zip(r[first_any].tolist(), ep[first_any].tolist(), name[first_any].tolist())
-        facts = zip(at.tolist(), r[j].tolist(), ep[j].tolist(), name[j].tolist(),
-                    c.cat_priority[c.cat[rows[j]]].tolist(), has_own.tolist())
-        for i, (key, (at_g, *first, own_g)) in enumerate(zip(keys, facts)):
-            code = self._groups.get(key)
-            if code is None:
-                code = self._groups[key] = len(self.group_first)
-                self.group_first.append([at_g, *first])
-            elif own_g and at_g < self.group_first[code][0]:  # a frame not in start order
-                self.group_first[code] = [at_g, *first]
-            to_group[i] = code
+        keys = list(zip(r[first_any].tolist(), ep[first_any].tolist(), name[first_any].tolist()))
+        facts = list(zip(at.tolist(), r[j].tolist(), ep[j].tolist(), name[j].tolist(),
+                         c.cat_priority[c.cat[rows[j]]].tolist()))
+        # a slab's keys are distinct: the new ones get the next codes in slab order, in bulk (a group per
+        # distinct phase name: there may be a hundred thousand)
+        to_group = np.fromiter((self._groups.get(k, -1) for k in keys), dtype=_I8, count=ngroups_local)
+        known = to_group >= 0
+        new = np.flatnonzero(~known).tolist()
+        to_group[new] = np.arange(len(self.group_first), len(self.group_first) + len(new), dtype=_I8)
+        self._groups.update(zip([keys[i] for i in new], to_group[new].tolist()))
+        self.group_first.extend([list(facts[i]) for i in new])
+        # a known group's own row earlier than its first: a frame not in start order
+        for i in np.flatnonzero(known & has_own).tolist():
+            code = int(to_group[i])
+            if facts[i][0] < self.group_first[code][0]:
+                self.group_first[code] = list(facts[i])
         key = to_group[local]
         n = len(self.group_first)
         self._add("calls", np.bincount(key[own], minlength=n), n)

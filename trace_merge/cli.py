@@ -213,9 +213,9 @@ def _glossary(parts) -> "tuple[tuple[str, str], ...]":
 
 
 def _profile_words(parts) -> str:
-    from trace_merge.frameworks import framework_of, words_for
+    from trace_merge.frameworks import words_for
 
-    return words_for(framework_of(parts.event_stats, parts.input_bound)).profile
+    return words_for(parts.framework).profile
 
 
 def _where_text(parts, width: int) -> "list[str]":
@@ -355,7 +355,7 @@ def findings_main(args: argparse.Namespace) -> int:
 
 def summary_main(args: argparse.Namespace) -> int:
     from trace_merge import darshan_view
-    from trace_merge.formatting import text_width
+    from trace_merge.formatting import json_indented, text_width
 
     run = _open_run(args.path, args, summary_only=True)
     view = darshan_view.darshan_view(run)
@@ -368,7 +368,7 @@ def summary_main(args: argparse.Namespace) -> int:
         doc = run.summary(parts)
         if view is not None:
             doc["darshan"] = view.as_dict()
-        _out(json.dumps(doc, indent=1, default=str))
+        _out(json_indented(doc))
     elif args.brief:
         _out(_brief_text(run, parts, text_width()))
     else:

@@ -17,7 +17,7 @@ import pandas as pd
 from trace_merge.attribution import COMPONENTS
 from trace_merge.explain import COMPONENT_LABELS, unexplained_text
 from trace_merge.formatting import size_text as _size
-from trace_merge.frameworks import Words, framework_of, words_for
+from trace_merge.frameworks import Words, words_for
 from trace_merge.schema import FS_LAYERS, SIDE_LAYERS
 from trace_merge.verdict import IDLE_LABEL
 
@@ -106,9 +106,9 @@ def _input_phases(layered: pd.DataFrame) -> pd.DataFrame:
 
 
 def words_of(a: "Summary") -> Words:
-    """The words of the run's framework (:func:`trace_merge.frameworks.framework_of`: PyTorch's knobs for a PyTorch
-    run, TensorFlow's otherwise)."""
-    return words_for(framework_of(a.event_stats, a.input_bound))
+    """The words of the run's framework (``a.framework``, found once by :func:`trace_merge.frameworks.framework_of`:
+    PyTorch's knobs for a PyTorch run, TensorFlow's otherwise)."""
+    return words_for(a.framework)
 
 
 def _has_layer(layered: pd.DataFrame, layer: str) -> bool:

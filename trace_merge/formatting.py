@@ -18,7 +18,8 @@ import math
 import re
 import shutil
 import textwrap
-from typing import Any, Iterable, Mapping
+from json.encoder import encode_basestring_ascii
+from typing import Any, Callable, Iterable, Mapping
 
 import pandas as pd
 
@@ -175,6 +176,129 @@ def json_plain(obj: Any) -> Any:
     return str(obj)
 
 
+def _float_text(x: float) -> str:
+    """A float as ``json.dumps`` writes it (``allow_nan``: NaN, Infinity, -Infinity)."""
+    if x != x:
+        return "NaN"
+    if x in (math.inf, -math.inf):
+        return "Infinity" if x > 0 else "-Infinity"
+    return float.__repr__(x)
+
+
+#: the JSON text of a scalar of exactly these types (subclasses take json's own checks, in :func:`_encode`)
+_SCALAR: dict[type, Callable[[Any], str]] = {
+    str: encode_basestring_ascii, int: int.__repr__, float: _float_text, bool: lambda b: "true" if b else "false",
+    type(None): lambda _: "null"}
+
+
+def _key_text(key: Any) -> str:
+    """A dict key as ``json.dumps`` writes it (str, float, bool, None and int keys; others are a TypeError)."""
+    if isinstance(key, str):
+        return encode_basestring_ascii(key)
+    if isinstance(key, float):
+        return encode_basestring_ascii(_float_text(key))
+    if key is True or key is False or key is None:
+        return encode_basestring_ascii(_SCALAR[type(key)](key))
+    if isinstance(key, int):
+        return encode_basestring_ascii(int.__repr__(key))
+    raise TypeError(f"keys must be str, int, float, bool or None, not {key.__class__.__name__}")
+
+
+def _column_texts(values: list) -> "list[str] | None":
+    """The JSON texts of a column of scalars (None: a value of another type). Columns without strings go through
+    json's C encoder at once (no number's text holds a comma), strings through its C string encoder."""
+    types = set(map(type, values))
+    if not types <= _SCALAR.keys():
+        return None
+    if str not in types:
+        return json.dumps(values, separators=(",", ":"))[1:-1].split(",")
+    if types == {str}:
+        return list(map(encode_basestring_ascii, values))
+    return [_SCALAR[type(v)](v) for v in values]
+
+
+def _records_text(items: "list | tuple", level: int, indent: str) -> "str | None":
+    """The text of a list of flat dicts with the same keys (a table's records), a column at a time; None for
+    any other list."""
+    first = items[0]
+    if type(first) is not dict or not first:
+        return None
+    keys = tuple(first)
+    if not all(type(d) is dict and tuple(d) == keys for d in items):
+        return None
+    columns = []
+    for key in keys:
+        texts = _column_texts([d[key] for d in items])
+        if texts is None:
+            return None
+        columns.append(texts)
+    inner = "\n" + indent * (level + 2)
+    # one %-template per record: its keys' texts are fixed, its values filled in
+    template = "{" + ",".join(inner + _key_text(k).replace("%", "%%") + ": %s" for k in keys) + \
+        "\n" + indent * (level + 1) + "}"
+    outer = "\n" + indent * (level + 1)
+    return "[" + outer + ("," + outer).join([template % row for row in zip(*columns)]) + "\n" + indent * level + "]"
+
+
+def _encode(obj: Any, level: int, indent: str, default: Callable[[Any], Any], out: list[str]) -> None:
+    """Append the text of ``obj`` at nesting ``level`` to ``out``: :func:`json.dumps`' pure-Python encoder's output,
+    with a dict's scalar values written in one pass (the per-name tables hold a dict per name)."""
+    scalar = _SCALAR.get(type(obj))
+    if scalar is not None:
+        out.append(scalar(obj))
+    elif isinstance(obj, str):
+        out.append(encode_basestring_ascii(obj))
+    elif obj is None or obj is True or obj is False:
+        out.append(_SCALAR[type(obj)](obj))
+    elif isinstance(obj, int):
+        out.append(int.__repr__(obj))
+    elif isinstance(obj, float):
+        out.append(_float_text(obj))
+    elif isinstance(obj, (list, tuple)):
+        if not obj:
+            out.append("[]")
+            return
+        records = _records_text(obj, level, indent)
+        if records is not None:
+            out.append(records)
+            return
+        inner = "\n" + indent * (level + 1)
+        out.append("[" + inner)
+        for i, item in enumerate(obj):
+            if i:
+                out.append("," + inner)
+            _encode(item, level + 1, indent, default, out)
+        out.append("\n" + indent * level + "]")
+    elif isinstance(obj, dict):
+        if not obj:
+            out.append("{}")
+            return
+        inner = "\n" + indent * (level + 1)
+        out.append("{" + inner)
+        first = True
+        for key, value in obj.items():
+            head = ("" if first else "," + inner) + _key_text(key) + ": "
+            first = False
+            scalar = _SCALAR.get(type(value))
+            if scalar is not None:
+                out.append(head + scalar(value))
+            else:
+                out.append(head)
+                _encode(value, level + 1, indent, default, out)
+        out.append("\n" + indent * level + "}")
+    else:
+        _encode(default(obj), level, indent, default, out)
+
+
+def json_indented(obj: Any, indent: int = 1, default: Callable[[Any], Any] = str) -> str:
+    """``json.dumps(obj, indent=indent, default=default)``, the same text, several times faster on large documents
+    (json's C encoder writes no indented text; its Python one costs a generator step per value: a summary's per-name
+    tables hold a dict per distinct name). Circular references are not detected."""
+    out: list[str] = []
+    _encode(obj, 0, " " * indent, default, out)
+    return "".join(out)
+
+
 __all__ = ["MISSING", "BYTES_IN", "DEFAULT_WIDTH", "sig3", "size_text", "cell", "formatted", "UNITS", "number",
            "readable", "text_width", "Preformatted", "wrap", "frame_text", "json_records",
-           "json_plain"]
+           "json_plain", "json_indented"]

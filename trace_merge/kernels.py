@@ -329,6 +329,9 @@ class Summary:
         One sentence for each place where the headline numbers seem to disagree, saying why.
     view
         The component view of ``study_view`` (:data:`~trace_merge.study.ORIGINAL_STUDY` by default).
+    framework
+        :func:`~trace_merge.frameworks.framework_of` the run (its event names and profilers), found once: every
+        finding's advice takes its words.
     """
 
     metrics: Metrics
@@ -346,6 +349,7 @@ class Summary:
     event_stats: pd.DataFrame
     explanations: list[str] = field(default_factory=list)
     view: Optional[ComponentView] = None
+    framework: Optional[str] = None
     #: the cpu layer's tables (:func:`trace_merge.cpu_use.cpu_view`), set by :meth:`trace_merge.run.Run.analyse`
     cpu: Optional[Any] = None
 
@@ -575,7 +579,7 @@ def combine(parts: Sequence[RankParts], job: JobFacts, counters: Optional[pd.Dat
     return Summary(metrics=metrics, verdict=v, layered=layered, breakdown=bd, exposed_io=exp, input_bound=per,
                    steps=series, bandwidth=bw, bandwidth_totals=totals, epoch_bandwidth=per_epoch,
                    epoch_bandwidth_totals=epoch_totals, study_view=study, event_stats=stats,
-                   explanations=explain(metrics, v, layered, words_for(framework)), view=view)
+                   explanations=explain(metrics, v, layered, words_for(framework)), view=view, framework=framework)
 
 
 class SummaryHook:
