@@ -16,7 +16,6 @@ import numpy as np
 import pandas as pd
 import pytest
 
-import timelogger.logger as tl_logger
 from timelogger import TimeLogger
 from timelogger.layout import APP_DIR, DARSHAN_DIR
 from trace_merge import dxt_clock
@@ -55,16 +54,8 @@ def _write_app(run: Path, dxt: pd.DataFrame, offsets: dict, rename: "str | None"
                 t0 = int(g["start_ns"].min()) + offsets[int(rank)] - int(before)
                 t1 = int(g["end_ns"].max()) + offsets[int(rank)] + int(after)
                 script.append((t0, t1, rename or str(g["file"].iloc[0]), int(g["bytes"].sum())))
-        for t0, t1, fname, nbytes in script:
-            clock = iter((t0 - tl._off, t1 - tl._off))  # wall ns -> the logger's perf_counter_ns
-            real = tl_logger._pc
-            tl_logger._pc = lambda clock=clock: next(clock)
-            try:
-                with tl.phase("Read File", cat="io") as ph:
-                    if with_file:
-                        ph.update(file=fname, bytes=nbytes)
-            finally:
-                tl_logger._pc = real
+        for t0, t1, fname, nbytes in script:  # intervals at given wall times: what a phase there would write
+            tl.record("Read File", t0, t1, cat="io", **({"file": fname, "bytes": nbytes} if with_file else {}))
         tl.close()
 
 
