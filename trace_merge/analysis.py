@@ -54,7 +54,7 @@ from trace_merge.intervals import (
 # the summary lives beside the kernels that build it; re-exported here, where users look for it
 from trace_merge.kernels import Metrics, Summary, overall_breakdown
 from trace_merge.merged import Merge, Partition
-from trace_merge.schema import Layers, as_text, empty_frame, layer_order, layers_key, rank_groups
+from trace_merge.schema import RANK_GROUP_ROWS, Layers, as_text, empty_frame, layer_order, layers_key, rank_groups
 from trace_merge.study import ORIGINAL_STUDY, study_view_df
 from trace_merge.threads import thread_map
 from trace_merge.verdict import INPUT_BOUND_HIGH_PCT, INPUT_BOUND_MODERATE_PCT, Verdict, verdict_label
@@ -169,7 +169,7 @@ def summarise(frame: pd.DataFrame, counters: Optional[pd.DataFrame] = None,
     by :func:`trace_merge.kernels.combine` (the same kernels a partitioned merge runs per partition)."""
     # small ranks a group to a kernel call (the kernels take one rank's rows or several's: their fixed costs are paid
     # once per group); no rows: the kernels' empty tables, with their columns
-    groups = rank_groups(frame, kernels.GROUP_ROWS) or [([0], frame)]
+    groups = rank_groups(frame, RANK_GROUP_ROWS) or [([0], frame)]
     job = kernels.JobFacts.of([f for _, rows in groups for f in kernels.ranks_facts(rows)])
     # groups in parallel: pandas' group-by kernels, numpy's sorts and merges release the GIL
     parts = thread_map(lambda item: kernels.rank_parts(item[1], job, layers), groups)

@@ -166,10 +166,6 @@ class JobFacts:
         return att_.SharedCollectives(starts, ends, len(seen))
 
 
-#: a frame's ranks are summarised in groups of about this many rows (:func:`trace_merge.analysis.summarise`): a
-#: thousand ranks of a few hundred rows each paid the kernels' fixed costs a thousand times (docs/measurements.md,
-#: "Trace shapes"); a larger rank is a group of its own
-GROUP_ROWS = 1 << 16
 #: by default, a step series of this many rows or more is packed when its :class:`RankParts` is pickled: several
 #: times smaller, for some of the worker's and the driver's time; below it the driver's memory is not at stake
 #: (measurements: docs/partitioned.md, "A rank's step series crosses to the driver packed")

@@ -254,7 +254,7 @@ def concat_frames(frames: list[pd.DataFrame]) -> pd.DataFrame:
     if len(frames) == 1:
         return frames[0][columns].reset_index(drop=True)
     # columns in parallel: the copies (and the page faults of millions of fresh rows) run without the GIL
-    out = dict(zip(columns, thread_map(column, columns)))
+    out = dict(zip(columns, thread_map(column, columns, rows=sum(len(f) for f in frames))))
     return pd.DataFrame(out, columns=columns, copy=False)  # no block consolidation copy
 
 
@@ -291,6 +291,12 @@ class SourceData:
     counters: pd.DataFrame = field(default_factory=empty_counters)
     meta: SourceMeta = field(default_factory=SourceMeta)
     warnings: list[str] = field(default_factory=list)
+
+
+#: small ranks are merged (:func:`trace_merge.partitioned.merge_ranks`, in memory) and summarised
+#: (:func:`trace_merge.analysis.summarise`) in groups of about this many rows: a thousand ranks of a few hundred rows
+#: each paid a task's and the kernels' fixed costs a thousand times (docs/measurements.md, "Trace shapes")
+RANK_GROUP_ROWS = 1 << 16
 
 
 def by_rank(frame: pd.DataFrame) -> "list[tuple[int, pd.DataFrame]]":
