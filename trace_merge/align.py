@@ -242,7 +242,7 @@ def propagate_steps(frame: pd.DataFrame, in_place: bool = False) -> pd.DataFrame
 
     ranks = list(apps_of)
     # numpy releases the GIL in the sorts, searches and gathers that make up a rank's work
-    thread_map(one_rank, ranks, rows=len(frame))
+    thread_map(one_rank, ranks)
     for col, (vals, missing) in values.items():
         if out[col].array._data is not vals:  # copies (not the column's own buffers) become the new column
             out[col] = pd.arrays.IntegerArray(vals, missing)
@@ -617,7 +617,7 @@ def time_order(frame: pd.DataFrame) -> pd.DataFrame:
         return frame.reset_index(drop=True)
     columns = list(frame.columns)
     # one gather per column; numpy and pandas' take kernels release the GIL, so columns go in parallel
-    arrays = thread_map(lambda c: frame[c].array.take(order), columns, rows=len(order))
+    arrays = thread_map(lambda c: frame[c].array.take(order), columns)
     return pd.DataFrame(dict(zip(columns, arrays)), columns=columns, copy=False)
 
 
@@ -648,10 +648,8 @@ class TimeOrdered:
         self._parts = list(parts)
         self._placed: dict = {}
         self.order = None
-        self.rows = 0
         if self._parts:
             self._placed = {"layer": self._column("layer"), "start_ns": self._column("start_ns")}
-            self.rows = len(self._placed["start_ns"])
             self.order = rows_time_order(np.asarray(self._placed["start_ns"], dtype=np.int64), self._placed["layer"])
 
     def _column(self, name: str) -> Any:
@@ -667,7 +665,7 @@ class TimeOrdered:
             return values if self.order is None else values.take(self.order)
 
         # two columns at a time: the gathers release the GIL, and the rank is held once plus a few columns
-        arrays = thread_map(in_order, columns, most=2, rows=self.rows)
+        arrays = thread_map(in_order, columns, most=2)
         return pd.DataFrame(dict(zip(columns, arrays)), columns=list(columns), copy=False)
 
 

@@ -639,13 +639,14 @@ def merge_ranks(tasks: "Sequence[RankTask]") -> "list[RankResult]":
     out: list[RankResult] = []
     for task, (rank, rows) in zip(tasks, by_rank(frame)):
         at = rows.index.to_numpy()
-        rows.index = pd.RangeIndex(len(rows))
-        # the rank's layers in the order of its own rows' categories (its pieces', united), as merge_rank counts them
-        layers = concat_column([p.column(task.names, "layer").iloc[:0] for p in task.pieces], "layer").categories
-        counts = rows["layer"].value_counts(sort=False)
+        # each categorical column with the rank's own categories (its pieces', united), as merge_rank gives them
+        rows = pd.DataFrame({c: rows[c].cat.set_categories(concat_column(
+            [p.column(task.names, c).iloc[:0] for p in task.pieces], c).categories).array
+            if FRAME_DTYPES[c] == "category" else rows[c].array for c in rows.columns}, copy=False)
         out.append(RankResult(rank, len(rows), InMemory(rows) if task.keep else NotKept(),
                               int(rows["start_ns"].min()), int(rows["end_ns"].max()), residual.get(rank, {}), [],
-                              [] if out else warnings, {str(k): int(counts[k]) for k in layers if counts[k]}, None,
+                              [] if out else warnings,
+                              {str(k): int(v) for k, v in rows["layer"].value_counts(sort=False).items() if v}, None,
                               int(dxt[at].sum())))
         for p in task.pieces:
             p.discard()

@@ -29,19 +29,11 @@ def set_limit(threads: int) -> None:
     _limit = max(1, int(threads))
 
 
-#: column work over fewer rows than this runs in the calling thread (:func:`thread_map`'s ``rows``): a pool's
-#: threads cost more to start and hand the GIL between than a small rank's gathers take (docs/measurements.md,
-#: "Trace shapes")
-THREADS_FROM_ROWS = 1 << 16
-
-
-def thread_map(fn: Callable[[T], R], items: Iterable[T], most: Optional[int] = None,
-               rows: Optional[int] = None) -> list[R]:
+def thread_map(fn: Callable[[T], R], items: Iterable[T], most: Optional[int] = None) -> list[R]:
     """``[fn(x) for x in items]``, in up to ``most`` threads (and the process's limit); in this thread when that is
-    one, or when the work is over ``rows`` rows, fewer than :data:`THREADS_FROM_ROWS`. Results in the order of
-    ``items``; the first exception is raised."""
+    one. Results in the order of ``items``; the first exception is raised."""
     items = list(items)
-    threads = 1 if rows is not None and rows < THREADS_FROM_ROWS else min(_limit, len(items), most or _limit)
+    threads = min(_limit, len(items), most or _limit)
     if threads <= 1:
         return [fn(x) for x in items]
     with ThreadPoolExecutor(max_workers=threads) as pool:
