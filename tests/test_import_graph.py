@@ -23,7 +23,7 @@ ANALYSIS = {"trace_merge.analysis", "trace_merge.kernels", "trace_merge.attribut
 MERGE_LAYER = {"trace_merge.sources", "trace_merge.threads", "trace_merge.merge", "trace_merge.store",
                "trace_merge.align", "trace_merge.schema", "trace_merge.identity", "trace_merge.dxt_clock",
                "trace_merge.readers", "trace_merge.readers.pfw", "trace_merge.partitioned", "trace_merge.engines",
-               "trace_merge.merged", "trace_merge.readers.torch_trace"}
+               "trace_merge.merged", "trace_merge.readers.torch_trace", "trace_merge.rank_windows"}
 
 
 def _module_name(path: Path) -> str:

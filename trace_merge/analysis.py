@@ -54,7 +54,7 @@ from trace_merge.intervals import (
 # the summary lives beside the kernels that build it; re-exported here, where users look for it
 from trace_merge.kernels import Metrics, Summary, overall_breakdown
 from trace_merge.merged import Merge, Partition
-from trace_merge.schema import Layers, as_text, by_rank, empty_frame, layer_order, layers_key
+from trace_merge.schema import RANK_GROUP_ROWS, Layers, as_text, empty_frame, layer_order, layers_key, rank_groups
 from trace_merge.study import ORIGINAL_STUDY, study_view_df
 from trace_merge.threads import thread_map
 from trace_merge.verdict import INPUT_BOUND_HIGH_PCT, INPUT_BOUND_MODERATE_PCT, Verdict, verdict_label
@@ -167,10 +167,12 @@ def summarise(frame: pd.DataFrame, counters: Optional[pd.DataFrame] = None,
               layers: "str | Sequence[str] | None" = None) -> Summary:
     """Everything a summary or report shows: :func:`trace_merge.kernels.rank_parts` of each rank's rows, reduced
     by :func:`trace_merge.kernels.combine` (the same kernels a partitioned merge runs per partition)."""
-    ranks = by_rank(frame) or [(0, frame)]  # no rows: the kernels' empty tables, with their columns
-    job = kernels.JobFacts.of([kernels.rank_facts(rows, r) for r, rows in ranks])
-    # ranks in parallel: pandas' group-by kernels, numpy's sorts and merges release the GIL
-    parts = thread_map(lambda item: kernels.rank_parts(item[1], job, layers), ranks)
+    # small ranks a group to a kernel call (the kernels take one rank's rows or several's: their fixed costs are paid
+    # once per group); no rows: the kernels' empty tables, with their columns
+    groups = rank_groups(frame, RANK_GROUP_ROWS) or [([0], frame)]
+    job = kernels.JobFacts.of([f for _, rows in groups for f in kernels.ranks_facts(rows)])
+    # groups in parallel: pandas' group-by kernels, numpy's sorts and merges release the GIL
+    parts = thread_map(lambda item: kernels.rank_parts(item[1], job, layers), groups)
     return kernels.combine(parts, job, counters)
 
 

@@ -958,12 +958,17 @@ class SharedCollectives:
     ranks: int
 
 
+def collective_mask(rows: pd.DataFrame) -> np.ndarray:
+    """Which of ``rows`` are executing collectives (comm layer, positive duration): :func:`shared_collectives`'."""
+    return (rows["layer"] == "comm").to_numpy() & _collective_rows(rows) & \
+        (rows["end_ns"].to_numpy() > rows["start_ns"].to_numpy())
+
+
 def shared_collectives(rows: pd.DataFrame, attributed_ranks: int) -> SharedCollectives:
     """The executing collectives among ``rows`` (comm layer, positive duration; of one partition or the job)."""
     if not len(rows):
         return SharedCollectives(_EMPTY, _EMPTY, attributed_ranks)
-    keep = (rows["layer"] == "comm").to_numpy() & _collective_rows(rows) & \
-        (rows["end_ns"].to_numpy() > rows["start_ns"].to_numpy())
+    keep = collective_mask(rows)
     return SharedCollectives(rows["start_ns"].to_numpy(dtype=_I8)[keep], rows["end_ns"].to_numpy(dtype=_I8)[keep],
                              attributed_ranks)
 

@@ -78,15 +78,32 @@ def _read_mask(frame: pd.DataFrame) -> np.ndarray:
 
 def app_file_names(frame: pd.DataFrame) -> frozenset:
     """Normalised ``file`` names of the app layer's read rows (:func:`read_rows`' test, bytes known or not)."""
+    return app_file_names_by(frame, np.zeros(len(frame), dtype=np.int64), 1)[0]
+
+
+def app_file_names_by(frame: pd.DataFrame, group: np.ndarray, groups: int) -> "list[frozenset]":
+    """:func:`app_file_names` of each group of ``frame``'s rows (``group``: each row's, 0 to ``groups - 1``), in
+    one pass over the rows (a frame of many small ranks)."""
+    out: "list[frozenset]" = [frozenset()] * groups
     if not len(frame):
-        return frozenset()
+        return out
     app = (frame["layer"] == "app").to_numpy(dtype=bool, na_value=False)
     if not app.any():
-        return frozenset()
+        return out
     files = frame["file"].astype("category").array
-    read = files.codes[app & _read_mask(frame)]
-    named = np.flatnonzero(np.bincount(read + 1, minlength=len(files.categories) + 1)[1:])  # missing (-1) left out
-    return frozenset(n for n in (os.path.normpath(str(files.categories[c])) for c in named) if n not in (".", "/"))
+    read = app & _read_mask(frame)
+    code, at = files.codes[read].astype(np.int64), group[read]
+    known = code >= 0  # missing (-1) left out
+    width = len(files.categories)
+    pairs = np.unique(at[known] * width + code[known])  # (group, file) pairs, each once
+    name = {int(c): os.path.normpath(str(files.categories[c])) for c in np.unique(pairs % width)}
+    named: dict = {}
+    for g, c in zip((pairs // width).tolist(), (pairs % width).tolist()):
+        if name[c] not in (".", "/"):
+            named.setdefault(g, set()).add(name[c])
+    for g, names in named.items():
+        out[g] = frozenset(names)
+    return out
 
 
 def _named_by_app(path: str, names: frozenset) -> bool:

@@ -32,6 +32,7 @@ import pandas as pd
 from trace_merge import attribution as att_
 from trace_merge import bandwidth as bw_
 from trace_merge.attribution import PRIORITY
+from trace_merge.attribution_engine import collective_mask
 from trace_merge.component_view import ComponentView, view_df
 from trace_merge.explain import explain
 from trace_merge.frameworks import framework_of, words_for
@@ -43,7 +44,6 @@ from trace_merge.schema import (
     concat_frames,
     empty_frame,
     only_columns,
-    present_codes,
 )
 from trace_merge.study import ORIGINAL_STUDY
 from trace_merge.verdict import Verdict
@@ -72,20 +72,44 @@ class RankFacts:
 
 def rank_facts(frame: pd.DataFrame, rank: int) -> RankFacts:
     """:class:`RankFacts` of ``frame``, the rows of ``rank``."""
+    return _facts(frame, np.zeros(len(frame), dtype=_I8), [rank])[0]
+
+
+def ranks_facts(frame: pd.DataFrame) -> "list[RankFacts]":
+    """:func:`rank_facts` of each rank of ``frame`` (ascending), every rank in one pass over the rows: a group of
+    many small ranks (:func:`~trace_merge.schema.rank_groups`) pays the passes' fixed costs once."""
     if not len(frame):
-        return RankFacts(rank, {}, (), frozenset(), np.zeros(0, _I8), np.zeros(0, _I8))
+        return []
+    code, ranks = pd.factorize(frame["rank"].to_numpy(), sort=True)
+    return _facts(frame, code.astype(_I8), [int(r) for r in ranks])
+
+
+def _facts(frame: pd.DataFrame, code: np.ndarray, ranks: "list[int]") -> "list[RankFacts]":
+    """:class:`RankFacts` of ``ranks``, each row's rank given by ``code`` (its index in ``ranks``)."""
+    n = len(ranks)
+    if not len(frame):
+        return [RankFacts(int(r), {}, (), frozenset(), np.zeros(0, _I8), np.zeros(0, _I8)) for r in ranks]
     layer = frame["layer"].astype("category").array
-    counts = np.bincount(layer.codes + 1, minlength=len(layer.categories) + 1)[1:]  # missing (-1) left out
+    width = len(layer.categories) + 1  # missing (-1) as 0, left out below
+    key = code * width + layer.codes + 1
+    counts = np.bincount(key, minlength=n * width).reshape(n, width)[:, 1:]
     timed = frame["end_ns"].to_numpy() > frame["start_ns"].to_numpy()
-    timed_codes = present_codes(layer.codes[timed], len(layer.categories))
-    shared = att_.shared_collectives(frame, 0)
-    return RankFacts(
-        rank=int(rank),
-        rows_per_layer={str(k): int(v) for k, v in zip(layer.categories, counts) if v},
-        timed_layers=tuple(str(layer.categories[c]) for c in timed_codes),
-        app_files=bw_.app_file_names(frame),
-        collective_starts=shared.starts, collective_ends=shared.ends,
-    )
+    timed_counts = np.bincount(key[timed], minlength=n * width).reshape(n, width)[:, 1:]
+    app_files = bw_.app_file_names_by(frame, code, n)
+    collective = collective_mask(frame)
+    # each rank's collectives in the frame's order: a stable sort by rank, cut where the rank changes
+    order = np.argsort(code[collective], kind="stable")
+    cuts = np.cumsum(np.bincount(code[collective], minlength=n))[:-1]
+    starts = np.split(frame["start_ns"].to_numpy(dtype=_I8)[collective][order], cuts)
+    ends = np.split(frame["end_ns"].to_numpy(dtype=_I8)[collective][order], cuts)
+    names = [str(c) for c in layer.categories]
+    return [RankFacts(
+        rank=int(r),
+        rows_per_layer={names[c]: int(v) for c, v in enumerate(counts[i].tolist()) if v},
+        timed_layers=tuple(names[c] for c in np.flatnonzero(timed_counts[i])),
+        app_files=app_files[i],
+        collective_starts=starts[i], collective_ends=ends[i],
+    ) for i, r in enumerate(ranks)]
 
 
 @dataclass

@@ -48,7 +48,6 @@ from trace_merge import engines, sources
 from trace_merge.dxt_clock import place_source
 from trace_merge.engines import Engine, Inline
 from trace_merge.errors import TraceInputError
-from trace_merge.intervals import time_windows
 from trace_merge.merged import (
     ArrowFile,
     InMemory,
@@ -61,6 +60,7 @@ from trace_merge.merged import (
     schema_dtypes,
 )
 from trace_merge.outputs import pid_alive
+from trace_merge.rank_windows import RankWindows
 from trace_merge.readers import detect, rank_from_name, read_any
 from trace_merge.readers.darshan import dxt_rows
 from trace_merge.readers.pfw import DFTracerMeta, PfwMeta, TimeLoggerMeta
@@ -68,6 +68,7 @@ from trace_merge.schema import (
     COUNTER_DTYPES,
     FRAME_COLUMNS,
     FRAME_DTYPES,
+    RANK_GROUP_ROWS,
     SourceData,
     SourceMeta,
     by_rank,
@@ -496,94 +497,16 @@ class RankResult:
     dxt_segments: int  # Darshan DXT segments among the rows
 
 
-def _position_dtype(rows: int) -> type:
-    return np.int32 if rows < np.iinfo(np.int32).max else np.int64
-
-
-class _RankWindows:
-    """A rank's rows in time order, window by window, gathered from its pieces: the order is taken once from the
-    pieces' starts and layers, the categories of every categorical column united once (each window has them all),
-    and a window's rows read from the pieces it intersects."""
-
-    def __init__(self, parts: "list[Callable[[str], pd.Series]]", columns: Sequence[str], rank: int, rows: int) -> None:
-        self._parts = parts
-        starts = [np.asarray(part("start_ns"), dtype=np.int64) for part in parts]
-        self._offsets = np.cumsum([0] + [len(s) for s in starts])
-        start = np.concatenate(starts)
-        del starts
-        layer = concat_column([part("layer") for part in parts], "layer")
-        order: Optional[np.ndarray] = A.rows_time_order(start, layer)
-        # int32 positions where they fit: the order is held while the windows are read
-        # (docs/measurements.md#partitioned)
-        self.order: np.ndarray = np.arange(start.size, dtype=_position_dtype(start.size)) if order is None else \
-            order.astype(_position_dtype(start.size))
-        del order
-        self.cuts = time_windows(start[self.order], rows)
-        #: :func:`~trace_merge.align.check_layer_overlap` of the rank (from its starts, ends and layers, not its rows)
-        is_app = np.asarray(layer == "app")
-        end = np.concatenate([np.asarray(part("end_ns"), dtype=np.int64)[is_app[a:b]]
-                              for part, a, b in zip(parts, self._offsets, self._offsets[1:])])
-        found = A.rank_layer_overlap(rank, start[is_app], end, start[~is_app], layer[~is_app])
-        self.warnings = [found] if found else []
-        del start, end, layer
-        # the categories of every categorical column united in order of first appearance, as concat_column does,
-        # from the pieces' own categories
-        self._categories = {}
-        for c in columns:
-            if FRAME_DTYPES[c] == "category":
-                united = None
-                for part in parts:
-                    cats = part(c).cat.categories
-                    united = cats if united is None else united.append(cats[~cats.isin(united)])
-                self._categories[c] = united
-
-        self._held: dict = {}  # (piece, column) -> its values (:meth:`window`)
-
-    def categories(self, column: str) -> pd.Index:
-        return self._categories[column]
-
-    def __call__(self, columns: Sequence[str]):
-        for a, b in zip(self.cuts, self.cuts[1:]):
-            yield self.window(self.order[a:b], columns)
-
-    def window(self, rows: np.ndarray, columns: Sequence[str]) -> pd.DataFrame:
-        piece = np.searchsorted(self._offsets, rows, "right") - 1
-        need = np.unique(piece).tolist()
-        local = np.zeros(len(self._offsets), dtype=np.int64)
-        sizes = [self._offsets[j + 1] - self._offsets[j] for j in need]
-        local[need] = np.cumsum([0] + sizes)[:-1] - self._offsets[need]  # row of the rank -> row of the pieces' concat
-        at = rows + local[piece]
-        # a piece's columns are kept while windows need it: windows in time order use the same few pieces in turn
-        self._held = {(j, c): v for (j, c), v in self._held.items() if j in need and c in columns}
-        out = {}
-        for c in columns:
-            cols = [self._held[j, c] if (j, c) in self._held else self._hold(j, c) for j in need]
-            if c in self._categories:
-                codes = cols[0] if len(cols) == 1 else np.concatenate(cols)
-                out[c] = pd.Categorical.from_codes(codes[at], categories=self._categories[c])
-            else:
-                out[c] = concat_column(cols, c).take(at)
-        return pd.DataFrame(out, columns=list(columns), copy=False)
-
-    def _hold(self, j: int, column: str) -> Any:
-        """Piece ``j``'s ``column``: the codes of the rank's categories for a categorical one."""
-        col = self._parts[j](column)
-        if column in self._categories:
-            col = col.cat.set_categories(self._categories[column]).cat.codes.to_numpy()
-        self._held[j, column] = col
-        return col
-
-
 def _merge_rank_in_windows(task: RankTask) -> RankResult:
     """:func:`merge_rank` of a rank of more than ``task.windows.above_rows`` rows
     (:class:`~trace_merge.engines.Windows`), a window of ``task.windows.rows`` held at a time: ordered once
-    (:class:`_RankWindows`), its steps propagated in two passes (:func:`~trace_merge.align.propagate_windows`),
-    written window by window to its partition file, and summarised from that file window by window. The same rows,
-    tags and tables as :func:`merge_rank`'s (tests/test_windows.py)."""
+    (:class:`~trace_merge.rank_windows.RankWindows`), its steps propagated in two passes
+    (:func:`~trace_merge.align.propagate_windows`), written window by window to its partition file, and summarised
+    from that file window by window. The same rows, tags and tables as :func:`merge_rank`'s (tests/test_windows.py)."""
     import pyarrow as pa
 
     columns = [c for c in FRAME_COLUMNS if c in task.columns]
-    windows = _RankWindows([functools.partial(p.column, task.names) for p in task.pieces if p.rows], columns,
+    windows = RankWindows([functools.partial(p.column, task.names) for p in task.pieces if p.rows], columns,
                            task.rank, task.windows.rows)
     n = len(windows.order)
     warnings = list(windows.warnings)
@@ -665,17 +588,8 @@ def merge_rank(task: RankTask) -> RankResult:
             clocks += [c.as_dict() for c in found]
             warnings += [] if task.darshan_alone else notes
         del app, posix
-    columns = [c for c in FRAME_COLUMNS if c in task.columns]
-    rows = A.TimeOrdered(parts)
-    del parts
-    frame = rows.frame([c for c in columns if c not in A.LATE_COLUMNS])
-    warnings += A.check_layer_overlap(frame)
-    residual = A.residual_parts(frame, task.residual_basis)
-    frame = A.propagate_steps(frame, in_place=True)  # the rows are this task's own (TimeOrdered made them)
-    late = rows.frame([c for c in columns if c in A.LATE_COLUMNS])
-    del rows
-    frame = pd.DataFrame({c: late[c] if c in late.columns else frame[c] for c in columns}, copy=False)
-    del late
+    frame, overlaps, residual = _merged_rows(parts, task.columns, task.residual_basis)
+    warnings += overlaps
     partition: Partition = InMemory(frame) if task.keep else NotKept()
     if task.keep and task.out is not None:
         _write_arrow(frame, Path(task.out))
@@ -693,6 +607,70 @@ def merge_rank(task: RankTask) -> RankResult:
     for p in task.pieces:
         p.discard()
     return result
+
+
+def _merged_rows(parts: list, columns: Sequence[str], basis: A.ResidualBasis, ranks: bool = False
+                 ) -> "tuple[pd.DataFrame, list[str], dict]":
+    """The rows of ``parts`` (one rank's, or several ``ranks``') in time order, checked, their steps propagated:
+    the rows, the checks' warnings and the residual's parts (rank -> its parts, for several ranks)."""
+    rows = A.TimeOrdered(parts)
+    del parts
+    frame = rows.frame([c for c in FRAME_COLUMNS if c in columns and c not in A.LATE_COLUMNS])
+    warnings = A.check_layer_overlap(frame)
+    residual = A.residual_parts(frame, basis) if not ranks else \
+        {r: A.residual_parts(f, basis) for r, f in by_rank(frame)} if basis.fw and basis.app else {}
+    frame = A.propagate_steps(frame, in_place=True)  # the rows are this task's own (TimeOrdered made them)
+    late = rows.frame([c for c in FRAME_COLUMNS if c in columns and c in A.LATE_COLUMNS])
+    del rows
+    return pd.DataFrame({c: late[c] if c in late.columns else frame[c] for c in FRAME_COLUMNS if c in columns},
+                        copy=False), warnings, residual
+
+
+def merge_ranks(tasks: "Sequence[RankTask]") -> "list[RankResult]":
+    """:func:`merge_rank` of each task; the small ranks of an in-memory merge (:func:`_rank_groups`) at once: their
+    rows ordered, checked and tagged as one frame (each step works rank by rank), then cut rank by rank. The same
+    rows in the same order as rank by rank, for one task's fixed costs (docs/measurements.md, "Trace shapes")."""
+    if len(tasks) == 1:
+        return [merge_rank(tasks[0])]
+    first = tasks[0]
+    frame, warnings, residual = _merged_rows([functools.partial(p.column, t.names) for t in tasks for p in t.pieces
+                                              if p.rows], first.columns, first.residual_basis, ranks=True)
+    dxt = dxt_rows(frame)
+    out: list[RankResult] = []
+    for task, (rank, rows) in zip(tasks, by_rank(frame)):
+        at = rows.index.to_numpy()
+        # each categorical column with the rank's own categories (its pieces', united), as merge_rank gives them
+        rows = pd.DataFrame({c: rows[c].cat.set_categories(concat_column(
+            [p.column(task.names, c).iloc[:0] for p in task.pieces], c).categories).array
+            if FRAME_DTYPES[c] == "category" else rows[c].array for c in rows.columns}, copy=False)
+        out.append(RankResult(rank, len(rows), InMemory(rows) if task.keep else NotKept(),
+                              int(rows["start_ns"].min()), int(rows["end_ns"].max()), residual.get(rank, {}), [],
+                              [] if out else warnings,
+                              {str(k): int(v) for k, v in rows["layer"].value_counts(sort=False).items() if v}, None,
+                              int(dxt[at].sum())))
+        for p in task.pieces:
+            p.discard()
+    return out
+
+
+def _rank_groups(tasks: "list[RankTask]") -> "list[list[RankTask]]":
+    """An in-memory merge's rank tasks in groups of consecutive ranks for :func:`merge_ranks`, a group closed once
+    it holds :data:`~trace_merge.schema.RANK_GROUP_ROWS` rows; a rank of as many rows, or with DXT segments to
+    place, or with none, is a group of its own."""
+    groups: list = []
+    held, joinable = 0, False  # rows of the last group; whether it takes more ranks
+    for t in tasks:
+        rows = sum(p.rows for p in t.pieces)
+        if not rows or rows >= RANK_GROUP_ROWS or any(p.kind == "darshan" for p in t.pieces):
+            groups.append([t])
+            joinable = False
+        elif joinable and held < RANK_GROUP_ROWS:
+            groups[-1].append(t)
+            held += rows
+        else:
+            groups.append([t])
+            held, joinable = rows, True
+    return groups
 
 
 def over_ranks(engine: Engine, fn: Any, partitions: "dict[int, Partition]", rows: "dict[int, int]", *extra: Any
@@ -901,7 +879,10 @@ def _run(path: Optional[Path], tasks: "list[SourceTask]", manifest: Optional[dic
     rank_tasks = [RankTask(rank, pieces_of[rank], str(spill / f"partition-rank-{rank}.arrow") if spill else None,
                            names, darshan_alone, basis, columns, analysis, job, keep_rows, rank_windows)
                   for rank in sorted(pieces_of)]
-    done = engine.map(merge_rank, rank_tasks, sizes=[sum(p.rows for p in t.pieces) for t in rank_tasks])
+    # merged in memory, small ranks go a group to a task: their rows end as one frame whatever the partitions
+    groups = _rank_groups(rank_tasks) if spill is None else [[t] for t in rank_tasks]
+    done = [d for ds in engine.map(merge_ranks, groups, sizes=[sum(p.rows for t in g for p in t.pieces)
+                                                                for g in groups]) for d in ds]
     clock("ranks", len(rank_tasks))  # each task removed its pieces (merge_rank)
     for d in done:
         warnings.extend(d.warnings)

@@ -293,13 +293,37 @@ class SourceData:
     warnings: list[str] = field(default_factory=list)
 
 
+#: small ranks are merged (:func:`trace_merge.partitioned.merge_ranks`, in memory) and summarised
+#: (:func:`trace_merge.analysis.summarise`) in groups of about this many rows: a thousand ranks of a few hundred rows
+#: each paid a task's and the kernels' fixed costs a thousand times (docs/measurements.md, "Trace shapes")
+RANK_GROUP_ROWS = 1 << 16
+
+
 def by_rank(frame: pd.DataFrame) -> "list[tuple[int, pd.DataFrame]]":
     """A frame's rows per rank (ascending), each in the frame's order."""
+    return [(ranks[0], rows) for ranks, rows in rank_groups(frame, 0)]
+
+
+def rank_groups(frame: pd.DataFrame, rows: int) -> "list[tuple[list[int], pd.DataFrame]]":
+    """A frame's rows in groups of consecutive whole ranks (ascending), a group closed once it holds ``rows`` rows
+    (0: a rank each); in a group, its ranks one after another, each rank's rows in the frame's order."""
     if not len(frame):
         return []
     ranks = frame["rank"].to_numpy()
     uniq = np.sort(pd.unique(ranks))  # hashed: a piece's few ranks, not a sort of its rows
     if len(uniq) == 1:
-        return [(int(uniq[0]), frame)]
-    groups = pd.Series(np.arange(len(frame))).groupby(ranks, sort=True).indices
-    return [(int(r), frame.take(rows)) for r, rows in groups.items()]
+        return [([int(uniq[0])], frame)]
+    out: list = []
+    members: list = []
+    at: list = []
+    held = 0
+    for r, idx in pd.Series(np.arange(len(frame))).groupby(ranks, sort=True).indices.items():
+        members.append(int(r))
+        at.append(idx)
+        held += len(idx)
+        if held >= rows:
+            out.append((members, frame.take(at[0] if len(at) == 1 else np.concatenate(at))))
+            members, at, held = [], [], 0
+    if members:
+        out.append((members, frame.take(at[0] if len(at) == 1 else np.concatenate(at))))
+    return out

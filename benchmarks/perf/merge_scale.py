@@ -1,10 +1,14 @@
 """``trace-merge summary --json`` against ``dftracer_stats`` on generated DFTracer traces; one JSON line per set.
 
-Run: ``python benchmarks/perf/merge_scale.py [--small | --sets 0.6M,5M,20M,50M] [--scheduler ADDRESS|local]
-[--cache DIR] [--keep] [--runs N]``.
+Run: ``python benchmarks/perf/merge_scale.py [--small | --sets 0.6M,5M,20M,50M | --shapes]
+[--scheduler ADDRESS|local] [--cache DIR] [--keep] [--runs N]``.
 
 Trace sets (``dftracer_gen_fake_trace``, 8 ranks x 20 epochs, 2 hosts): ``0.6M`` (200 steps), ``5M`` (1630),
-``20M`` (6520), ``50M`` (16300); ``--small`` is one ~15 k-event set. For each set it
+``20M`` (6520), ``50M`` (16300); ``--small`` is one ~15 k-event set. The trace shapes (issue 50, :data:`SHAPES`:
+one table, name -> ranks, hosts, epochs, steps), about 5 M events each but one: ``7ranks`` (a rank count no
+multiple of the cores), ``4hosts`` (fewer ranks over more hosts, more epochs), ``200epochs``, ``1000ranks`` (1,000
+small ranks, 760 k events) and ``1rank`` (one huge rank); ``--shapes`` runs them and the 5M set cold (use ``--runs
+3``) and ends with a line of each one's ratio. For each set it
 
 1. copies the cached set twice, so that each tool gets a first ("cold") pass over files it has never seen, their
    pages evicted from the page cache before it (``posix_fadvise(DONTNEED)``; the tools themselves stay cached, as
@@ -52,7 +56,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
@@ -77,11 +81,19 @@ class TraceSet:
 
 
 SMALL = (TraceSet("15k", ranks=4, epochs=4, steps=50),)
+#: the trace shapes (issue 50), each about the 5M set's size but one: a summary's speed must not hang on the shape
+SHAPES = (TraceSet("7ranks", ranks=7, epochs=20, steps=1860),  # a rank count no multiple of the cores
+          TraceSet("4hosts", ranks=4, hosts=4, epochs=40, steps=1630),  # fewer ranks over more hosts, more epochs
+          TraceSet("200epochs", ranks=8, epochs=200, steps=163),  # many epochs
+          TraceSet("1000ranks", ranks=1000, hosts=10, epochs=2, steps=20),  # a 1,000-node job's many small ranks
+          TraceSet("1rank", ranks=1, hosts=1, epochs=20, steps=13000))  # one huge rank
 SETS = {ts.name: ts for ts in (TraceSet("0.6M", ranks=8, epochs=20, steps=200),
                               TraceSet("5M", ranks=8, epochs=20, steps=1630),
                               TraceSet("20M", ranks=8, epochs=20, steps=6520),
-                              TraceSet("50M", ranks=8, epochs=20, steps=16300))}
+                              TraceSet("50M", ranks=8, epochs=20, steps=16300), *SHAPES)}
 DEFAULT_SETS = "0.6M,5M,20M"
+#: ``--shapes``: the project's own shape (the 5M set) and the others
+SHAPE_SETS = ",".join(["5M", *(ts.name for ts in SHAPES)])
 #: peak memory targets (MiB) by set
 MEMORY_TARGET_MIB = {"20M": 1024.0, "50M": 1024.0}
 #: trace-merge's wall time at most this share of dftracer_stats' (cold, and re-summary against the indexed one) ...
@@ -114,7 +126,8 @@ def tool(name: str) -> str:
 
 def generate(ts: TraceSet, cache: Path) -> Path:
     """The cached trace set, generated on first use."""
-    out = cache / f"{ts.name}-p{ts.ranks}-e{ts.epochs}-s{ts.steps}"
+    hosts = f"-H{ts.hosts}" if ts.hosts != TraceSet.hosts else ""  # (the 2-host sets' names as they were)
+    out = cache / f"{ts.name}-p{ts.ranks}{hosts}-e{ts.epochs}-s{ts.steps}"
     done = out / ".complete"
     if not done.exists():
         shutil.rmtree(out, ignore_errors=True)
@@ -149,8 +162,8 @@ class Timed:
     peak_pss_mib: float  # largest sum of the tree's proportional set sizes (shared pages split between sharers)
     peak_rss_mib: float  # largest sum of the tree's resident sets (shared pages counted in every process)
     stdout: str
-    sampled_wall_s: "float | None" = None  # :func:`measured`: the wall time of the run whose memory was sampled
-    walls: "list[float] | None" = None  # :func:`measured`: the wall times of the runs alone (``wall_s``: median)
+    sampled_wall_s: float = 0.0  # :func:`measured`: the wall time of the run whose memory was sampled
+    walls: list[float] = field(default_factory=list)  # :func:`measured`: the runs alone's (``wall_s``: median)
 
 
 def measured(tools: "Mapping[str, tuple[Sequence[str], Callable[[], None]]]", runs: int = 1) -> "dict[str, Timed]":
@@ -375,7 +388,7 @@ def measure(ts: TraceSet, cache: Path, work: Path, scheduler: "str | None" = Non
                        "duckdb_ratio_range": [round(duck_lo, 3), round(duck_hi, 3)]})
     else:
         result["duckdb_s"] = "not measured: duckdb is not installed (make bench installs it)"
-    if not cold_only:
+    if merged is not None and again is not None and warm is not None:
         result.update({"merge_s": round(merged.wall_s, 3), "merge_peak_pss_MiB": round(merged.peak_pss_mib, 1),
                        "resummary_s": round(again.wall_s, 3), "dftracer_stats_indexed_s": round(warm.wall_s, 3),
                        "resummary_ratio": round(again.wall_s / warm.wall_s, 3),
@@ -430,6 +443,8 @@ def main(argv: "Sequence[str] | None" = None) -> int:
     parser.add_argument("--keep", action="store_true", help="keep the per-run copies (under the cache dir)")
     parser.add_argument("--sets", default=DEFAULT_SETS,
                         help=f"comma-separated sets of {', '.join(SETS)} (default: {DEFAULT_SETS})")
+    parser.add_argument("--shapes", action="store_true",
+                        help=f"the trace shapes ({SHAPE_SETS}), cold only, then a line of each one's ratio")
     parser.add_argument("--cold-only", action="store_true",
                         help="only the cold summaries (no merge, re-summary or indexed dftracer_stats): the 50M set")
     parser.add_argument("--scheduler", metavar="ADDRESS", default=None,
@@ -439,21 +454,37 @@ def main(argv: "Sequence[str] | None" = None) -> int:
     args = parser.parse_args(argv)
     if args.runs < 1:
         raise BenchmarkError(f"--runs: {args.runs}: at least 1")
+    if args.shapes:
+        args.sets, args.cold_only = SHAPE_SETS, True
     unknown = [x for x in args.sets.split(",") if x not in SETS]
     if unknown:
         raise BenchmarkError(f"--sets: unknown set(s) {', '.join(unknown)} (known: {', '.join(SETS)})")
     args.cache.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="run-", dir=args.cache))
     ok = True
+    results = []
     try:
         for ts in SMALL if args.small else [SETS[x] for x in args.sets.split(",")]:
             result = measure(ts, args.cache, work, args.scheduler, args.cold_only, args.runs)
             ok = ok and result["stats_equal"]
+            results.append(result)
             print(json.dumps(result), flush=True)
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
+    if args.shapes:
+        print(json.dumps(shape_ratios(results)), flush=True)
     return 0 if ok else 1
+
+
+def shape_ratios(results: Sequence[dict]) -> dict:
+    """``--shapes``' last line: per set, the cold ratio to ``dftracer_stats`` (median and range of the runs) and
+    whether it meets the target, and whether every set does."""
+    per = {r["set"]: {"ratio": r["ratio"], "ratio_range": r["ratio_range"], "trace_merge_s": r["trace_merge_s"],
+                      "dftracer_stats_s": r["dftracer_stats_cold_s"], "stats_equal": r["stats_equal"],
+                      f"le_{STATS_RATIO_TARGET:g}x": r["ratio"] <= STATS_RATIO_TARGET} for r in results}
+    return {"shapes": per, "all_le_target": all(v[f"le_{STATS_RATIO_TARGET:g}x"] for v in per.values()),
+            "runs": results[0]["runs"] if results else 0}
 
 
 if __name__ == "__main__":
