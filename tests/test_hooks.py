@@ -123,7 +123,9 @@ def test_no_hooks_switches_them_off_and_the_manifest_says_so(tmp_path):
 
 def test_hooks_that_saw_nothing_say_so_at_the_end_and_in_the_summary(tmp_path):
     run_dir = tmp_path / "run"
-    p = _launch(run_dir, sys.executable, "-c", "print('no training here')", options=("--tf-profile=2:5",))
+    # a second long: the CPU sampler beside it has started (a Python process) and sampled it
+    p = _launch(run_dir, sys.executable, "-c", "import time; time.sleep(1); print('no training here')",
+                options=("--tf-profile=2:5",))
     assert "timelogger: hooks saw no framework loop" in p.stderr
     assert "--tf-profile: nothing profiled in rank 0" in p.stderr and "2:5" in p.stderr
     s = subprocess.run([str(BIN / "trace-merge"), "summary", str(run_dir)], env=_env(), capture_output=True,

@@ -599,6 +599,7 @@ def _prepare_in(args: argparse.Namespace, env: Dict[str, str], made: List[Path],
         try:
             noise_pids = [x.pid for x in record.noise_started or [] if x.pid is not None]
             record.cpu_sampler = cpu.start(run_dir, rank, world, layers.cpu.period_s, os.environ, noise_pids)
+            env[cpu.ENV_SAMPLER] = str(record.cpu_sampler)  # the program asks it for a last sample at its exit
         except OSError as exc:
             raise LaunchError(f"{run_dir / layout.CPU_DIR}: cannot start the CPU sampler ({exc.strerror or exc})"
                               ) from exc

@@ -12,7 +12,8 @@ whose duration is that CPU time, centred in the window (``cat`` ``other``, ``nam
 own ``pid`` and ``tid``): the layer's durations add up to CPU seconds, placed to within one period. CPU time of a
 thread that ended or a child process that was reaped between two samples is recovered from its process's (or
 parent's) totals, so that nothing is lost between samples; only the last period of the program itself is (it has
-gone when the sampler looks).
+gone when the sampler looks), unless the program asks for a last sample at its exit (:func:`final_sample`, which the
+zero-code hooks call).
 
 The cores of the node the program may run on are written as ``core <n>`` intervals (``pid`` 0, ``tid`` the core)
 whose duration is the core's busy time in a window of :data:`SLOW_EVERY` periods, or the last one to the program's
@@ -45,6 +46,10 @@ SLOW_EVERY = 10
 #: thread stat files kept open at most (one descriptor each); beyond it a thread's file is opened per sample
 MAX_OPEN = 512
 STOP_SIGNALS = {signal.SIGTERM, signal.SIGINT}
+#: a sample now: the program's last one, asked for at its exit (:func:`final_sample`)
+SAMPLE_NOW = signal.SIGUSR1
+#: the program's environment: its sampler's pid (set by the launcher)
+ENV_SAMPLER = "TIMELOGGER_CPU_SAMPLER"
 TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 _TICK_NS = 10**9 // TICK
 
@@ -386,7 +391,7 @@ def sample(program: int, run_dir: Path, rank: int, world: int, period: float, pa
     """The sampler process's main loop (``python -m timelogger.cpu``)."""
     stop = sidecar.Stop(parent)
     # waited for, not handled: the sampler closes its file as soon as the program has gone, not a period later
-    signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS | {SAMPLE_NOW})
     if os.getppid() != parent:
         return 0  # the job is already gone
     from ._env import hostname
@@ -407,7 +412,13 @@ def sample(program: int, run_dir: Path, rank: int, world: int, period: float, pa
     try:
         while not stop.stopped():
             rest = next_at - time.perf_counter()
-            got = signal.sigtimedwait(STOP_SIGNALS, rest) if rest > 0 else None
+            got = signal.sigtimedwait(STOP_SIGNALS | {SAMPLE_NOW}, rest) if rest > 0 else None
+            if got is not None and got.si_signo == SAMPLE_NOW:
+                # the program at its exit: its last moments, and its children's it has reaped, before it goes
+                sampler.sample()
+                sampler.node(time.perf_counter_ns())
+                sampler.writer.fh.flush()
+                continue
             if got is not None:
                 stop(got.si_signo, None)
                 break
@@ -423,6 +434,28 @@ def sample(program: int, run_dir: Path, rank: int, world: int, period: float, pa
                      {"samples": sampler.samples, "sampler_cpu_s": round(used, 4),
                       "sampler_share_of_core": round(used / wall, 5) if wall > 0 else None})
     return 0
+
+
+def final_sample(run_dir: str, timeout: float = 0.2) -> bool:
+    """In the program, at its exit: ask its sampler (``$TIMELOGGER_CPU_SAMPLER``) for a sample now and wait until it
+    is written (its file grows; at most ``timeout`` s), so that the program's last period is not lost. Whether it
+    was."""
+    try:
+        pid = int(os.environ.get(ENV_SAMPLER, ""))
+        (path,) = Path(run_dir, CPU_DIR).glob(f"rank-*-pid-{os.getpid()}.pfw")
+        size = path.stat().st_size
+        os.kill(pid, SAMPLE_NOW)
+    except (ValueError, OSError):
+        return False
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        time.sleep(0.002)
+        try:
+            if path.stat().st_size > size:
+                return True
+        except OSError:
+            return False
+    return False
 
 
 def start(run_dir: Path, rank: int, world: int, period: float, env: Mapping[str, str],

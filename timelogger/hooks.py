@@ -292,6 +292,10 @@ def _at_exit() -> None:
         tl.close()  # a logger made here has no exit handler of its own (one registered while they run is not called)
     if launched:
         print(f"timelogger: {line}", file=sys.stderr)
+        from . import cpu
+        from .logger import ENV_DIR
+
+        cpu.final_sample(os.environ.get(ENV_DIR, ""))  # the program's last moments in the cpu layer
 
 
 _reported = False

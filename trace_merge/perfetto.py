@@ -130,6 +130,9 @@ def export_perfetto(frame: pd.DataFrame, path: "str | os.PathLike[str]", *, forc
         ``path`` exists and ``force`` is False.
     """
     path = Path(path)
+    # the cpu layer's rows are CPU time per sample window, placed to within a period: no slices of work on a timeline
+    if len(frame):
+        frame = frame[~category_mask(frame["layer"], lambda x: x == "cpu")]
     t0 = int(frame["start_ns"].min()) if len(frame) else 0
     # roles from the calls as made, before polls are folded away
     lanes = lane_names(frame) if len(frame) else None
