@@ -381,8 +381,14 @@ class Summary:
 def job_span(frame: pd.DataFrame) -> Optional[tuple]:
     """(first start, last end) of the job's own rows in ``frame``: the sidecars' layers (the noise generators, the
     CPU sampler, which starts before the program does) are measurements beside the job, not its time."""
-    own = frame[~category_mask(frame["layer"], lambda x: x in SIDE_LAYERS)] if len(frame) else frame
-    return (int(own["start_ns"].min()), int(own["end_ns"].max())) if len(own) else None
+    if not len(frame):
+        return None
+    own = ~category_mask(frame["layer"], lambda x: x in SIDE_LAYERS)
+    if own.all():  # no copy of a big rank's columns for a mask that keeps them all
+        return int(frame["start_ns"].min()), int(frame["end_ns"].max())
+    if not own.any():
+        return None
+    return int(frame["start_ns"].to_numpy()[own].min()), int(frame["end_ns"].to_numpy()[own].max())
 
 
 def rank_parts(frame: pd.DataFrame, job: JobFacts, layers: "str | Sequence[str] | None" = None,
