@@ -127,10 +127,11 @@ def test_contention_on_a_real_keras_image_pipeline(jpegs, tmp_path, memory):
     a = run.analyse()
     dc = a.cpu.during_compute.iloc[0]
     keys = {f.key for f in run.findings(a)}
+    share = max(dc["input_pct"], dc["profiled_input_pct"])  # TensorFlow's threads: its profile's busy time
     if memory:
-        assert dc["input_pct"] < 10 and "cpu_contention" not in keys, dc
+        assert share < 10 and "cpu_contention" not in keys, dc
     else:
-        assert dc["input_pct"] >= 25 and "cpu_contention" in keys, dc
+        assert share >= 25 and "cpu_contention" in keys, dc
 
 
 def test_idle_cores_of_a_loop_that_sleeps(tmp_path):

@@ -51,7 +51,7 @@ class CpuView:
     period_s: Optional[float]
     threads: pd.DataFrame  # rank, host, pid, tid, name, role, cpu_s
     per_epoch: pd.DataFrame  # rank, epoch (NA: the whole run), wall_s, cores_available, busy_cores, <role>_cores
-    during_compute: pd.DataFrame  # rank, compute_s, busy_cores, input_cores, cores_available, input_pct, busy_pct
+    during_compute: pd.DataFrame  # rank, compute_s, busy_cores, input_cores, profiled_input_cores, ... (DURING_COMPUTE)
     phases: pd.DataFrame  # rank, phase, wall_s, cpu_s, cores
     nodes: pd.DataFrame  # host, ranks, cores, wall_s, node_busy_cores, job_busy_cores, idle_cores
     sampler_share_of_core: Optional[float] = None
@@ -295,7 +295,7 @@ def _busy_per_thread(rows: pd.DataFrame) -> pd.DataFrame:
 
 
 DURING_COMPUTE = ["rank", "compute_s", "busy_cores", "input_cores", "profiled_input_cores", "node_busy_cores",
-                  "cores_available", "input_pct", "busy_pct"]
+                  "cores_available", "input_pct", "profiled_input_pct", "busy_pct"]
 
 
 def _one_rank_per_core(windows: pd.DataFrame) -> pd.DataFrame:
@@ -309,11 +309,11 @@ def _one_rank_per_core(windows: pd.DataFrame) -> pd.DataFrame:
 def _during_compute(rows: pd.DataFrame, producers: pd.DataFrame, cores: pd.DataFrame, steps: pd.DataFrame,
                     available: "dict[int, float]") -> pd.DataFrame:
     """Per rank: the CPU its threads used while its steps computed: the CPU inside its step cycles weighted by each
-    cycle's compute share (where inside a cycle the compute fell is finer than the sample period). The input side:
-    the threads whose role is :data:`INPUT_ROLES`, plus the busy time of the framework profile's input threads
-    (``producers``: tf.data's; TensorFlow's thread ids are not the OS's, so its threads have no role in the cpu
-    layer; their busy time, at most the CPU of the program's unattributed threads, is an upper bound of their CPU:
-    it holds their file reads). ``busy_pct`` is the busier of
+    cycle's compute share (where inside a cycle the compute fell is finer than the sample period). The input side
+    (``input_cores``): the threads whose role is :data:`INPUT_ROLES`; ``profiled_input_cores``: the busy time of the
+    framework profile's input threads (``producers``: tf.data's; TensorFlow's thread ids are not the OS's, so its
+    threads have no role in the cpu layer): cores' worth of threads that wanted a core, an upper bound of their CPU
+    (it holds their waits for a core and their file reads). ``busy_pct`` is the busier of
     the rank's own threads and its node's cores (``cores``: every process, whose windows are ten periods)."""
     out = []
     if not len(steps):
@@ -335,9 +335,6 @@ def _during_compute(rows: pd.DataFrame, producers: pd.DataFrame, cores: pd.DataF
         is_input = g["role"].isin(INPUT_ROLES).to_numpy()
         p = producers[producers["rank"].to_numpy() == rank]
         profiled = float((cover(p["end_ns"].to_numpy()) - cover(p["start_ns"].to_numpy())).sum()) / 1e9
-        # tf.data's threads are among the program's unattributed ones: their busy time is at most those threads' CPU
-        # (a thread waiting for a core is busy in the profile, not on a core)
-        profiled = min(profiled, float(weighted[(g["role"] == "unattributed").to_numpy()].sum()) / 1e9)
         busy = float(weighted.sum()) / 1e9 / compute_s if compute_s > 0 else None
         host = g["host"].iloc[0]
         c = cores[(cores["host"] == host).to_numpy()] if len(cores) else cores
@@ -346,12 +343,13 @@ def _during_compute(rows: pd.DataFrame, producers: pd.DataFrame, cores: pd.DataF
         inside = cover(c["end_ns"].to_numpy()) - cover(c["start_ns"].to_numpy())
         node = (float((c["busy_ns"].to_numpy(float) * inside / np.maximum(length, 1.0)).sum()) / 1e9 / compute_s
                 if len(c) and compute_s > 0 else None)
-        inputs = (float(weighted[is_input].sum()) / 1e9 + profiled) / compute_s if compute_s > 0 else None
+        inputs = float(weighted[is_input].sum()) / 1e9 / compute_s if compute_s > 0 else None
         n = available.get(int(rank))
         out.append({"rank": int(rank), "compute_s": compute_s, "busy_cores": busy, "input_cores": inputs,
                     "profiled_input_cores": profiled / compute_s if compute_s > 0 else None,
                     "node_busy_cores": node, "cores_available": n,
                     "input_pct": 100 * inputs / n if n and inputs is not None else None,
+                    "profiled_input_pct": 100 * profiled / compute_s / n if n and compute_s > 0 else None,
                     "busy_pct": 100 * max(busy or 0.0, node or 0.0) / n if n and busy is not None else None})
     return pd.DataFrame(out, columns=DURING_COMPUTE)
 

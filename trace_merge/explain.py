@@ -250,8 +250,10 @@ def cpu_text(view: "CpuView", width: int) -> list[str]:
             continue
         of = f" of {r.cores_available:g} cores ({r.input_pct:.0f} %)" if r.cores_available else ""
         node = f", the node's processes {r.node_busy_cores:.2f}" if pd.notna(r.node_busy_cores) else ""
-        lines.append(f"rank {r.rank}: while its steps computed ({r.compute_s:.3g} s), the input side's threads used "
-                     f"{r.input_cores:.2f}{of}, all its threads {r.busy_cores:.2f}{node}")
+        profiled = (f"; tf.data's threads were busy {r.profiled_input_cores:.2f} cores' worth in the TF profile "
+                    "(running or waiting for a core)" if r.profiled_input_cores else "")
+        lines.append(f"rank {r.rank}: while its steps computed ({r.compute_s:.3g} s), its input threads and workers "
+                     f"used {r.input_cores:.2f}{of}, all its threads {r.busy_cores:.2f}{node}{profiled}")
     if len(view.phases):
         lines += ["CPU inside app phases (the rank's threads, cores = CPU s ÷ the phase's time):",
                   frame_text(view.phases, width)]

@@ -411,24 +411,32 @@ def _cpu_contention_finding(a: "Summary") -> Optional[Finding]:
     dc = a.cpu.during_compute if a.cpu is not None else None
     if dc is None or not len(dc):
         return None
-    hit = dc[(dc["input_pct"].fillna(0) >= 100 * CPU_INPUT_SHARE)
-             & (dc["busy_pct"].fillna(0) >= 100 * CPU_SATURATED_SHARE)]
+    share = np.maximum(dc["input_pct"].astype(float).fillna(0), dc["profiled_input_pct"].astype(float).fillna(0))
+    hit = dc[(share >= 100 * CPU_INPUT_SHARE) & (dc["busy_pct"].fillna(0) >= 100 * CPU_SATURATED_SHARE)]
     if not len(hit):
         return None
-    worst = hit.sort_values("input_pct", ascending=False).iloc[0]
+    worst = hit.loc[share[hit.index].idxmax()]
     ranks = ", ".join(str(int(r)) for r in hit["rank"])
+    cores = worst["cores_available"]
+    parts = [f"rank {int(worst['rank'])}: while its steps computed ({worst['compute_s']:.3g} s)"]
+    if worst["input_cores"] and worst["input_pct"] >= 100 * CPU_INPUT_SHARE:
+        parts.append(f"its input threads and workers used {worst['input_cores']:.2f} of its {cores:g} cores "
+                     f"({worst['input_pct']:.0f} %)")
+    if pd.notna(worst["profiled_input_pct"]) and worst["profiled_input_pct"] >= 100 * CPU_INPUT_SHARE:
+        parts.append(f"tf.data's threads were busy {worst['profiled_input_cores']:.2f} cores' worth in the TF profile "
+                     f"({worst['profiled_input_pct']:.0f} % of its {cores:g} cores: threads running or waiting for a "
+                     "core)")
+    parts.append(f"all its threads used {worst['busy_cores']:.2f} cores"
+                 + (f", the node's processes {worst['node_busy_cores']:.2f}" if pd.notna(worst["node_busy_cores"])
+                    else ""))
     return Finding(
         "cpu_contention", "medium",
-        "Input work competes with the step for the CPU: the input side used a large share of the cores while the "
-        "steps computed",
-        f"rank {int(worst['rank'])}: while its steps computed ({worst['compute_s']:.3g} s), the input side's threads "
-        f"used {worst['input_cores']:.2f} of its {worst['cores_available']:g} cores ({worst['input_pct']:.0f} %) and "
-        f"all its threads {worst['busy_cores']:.2f}"
-        + (f", the node's processes {worst['node_busy_cores']:.2f}" if pd.notna(worst["node_busy_cores"]) else "")
-        + f" (busiest: {worst['busy_pct']:.0f} %); ranks over {100 * CPU_INPUT_SHARE:.0f} % with the cores "
+        "Input work competes with the step for the CPU: while the steps computed, the input side took or wanted a "
+        "large share of the cores",
+        "; ".join(parts) + f"; ranks over {100 * CPU_INPUT_SHARE:.0f} % with the cores "
         f"{100 * CPU_SATURATED_SHARE:.0f} % busy: {ranks}",
-        "cpu + app", words_of(a).input_cpu,
-        float((hit["compute_s"] * hit["input_pct"] / 100).sum()))
+        "cpu + app" + (" + framework" if pd.notna(worst["profiled_input_pct"]) and worst["profiled_input_pct"] else ""),
+        words_of(a).input_cpu, float((hit["compute_s"] * share[hit.index] / 100).sum()))
 
 
 def _idle_cores_finding(a: "Summary") -> Optional[Finding]:
