@@ -1,13 +1,13 @@
 """The CPU sampler: ``timelogger run`` (unless ``--no-cpu``) follows the CPU time of every thread of every process of
 the rank (the program, its forked or spawned workers and their children) from ``/proc``, every ``--cpu-period``
-seconds (default 0.2), into ``RUN_DIR/cpu/rank-<r>-pid-<p>.pfw`` (``p``: the program's pid; the ``cpu`` layer:
+seconds (default 1), into ``RUN_DIR/cpu/rank-<r>-pid-<p>.pfw`` (``p``: the program's pid; the ``cpu`` layer:
 ``docs/cpu.md``).
 
 What one sample reads, per followed process: its thread list (``/proc/<pid>/task``), each thread's
 ``/proc/<pid>/task/<tid>/stat`` (kept open and re-read: utime + stime, the thread's name), the process's own
 ``stat`` (its whole CPU time, which keeps the time of threads that have ended, and its children's once it has reaped
 them) and its main thread's ``children``; the ``children`` of its threads that ran and the node's ``/proc/stat``
-(per core) every :data:`SLOW_EVERY` samples. A thread with CPU time in a sample window is written as one interval
+(per core) about every :data:`SLOW_S` seconds. A thread with CPU time in a sample window is written as one interval
 whose duration is that CPU time, centred in the window (``cat`` ``other``, ``name`` the thread's name, the thread's
 own ``pid`` and ``tid``): the layer's durations add up to CPU seconds, placed to within one period. CPU time of a
 thread that ended or a child process that was reaped between two samples is recovered from its process's (or
@@ -16,7 +16,7 @@ gone when the sampler looks), unless the program asks for a last sample at its e
 zero-code hooks call).
 
 The cores of the node the program may run on are written as ``core <n>`` intervals (``pid`` 0, ``tid`` the core)
-whose duration is the core's busy time in a window of :data:`SLOW_EVERY` periods, or the last one to the program's
+whose duration is the core's busy time in a window of about :data:`SLOW_S` seconds, or the last one to the program's
 end (all processes of the node, not only the job's), ending at the window's end: a core's rows are its windows end
 to end (an idle window's row has duration 0, and a row of duration 0 at the first reading is their origin).
 
@@ -38,11 +38,12 @@ from . import sidecar
 
 CPU_DIR = "cpu"  # timelogger.layout.CPU_DIR
 LAYER = "cpu"
-#: default sample period (s): ``--cpu-period`` (the sampler's cost per sample grows with the threads it reads:
-#: docs/measurements.md#cpu-sampler)
-PERIOD_S = 0.2
-#: the node's per-core counters and the children of the threads that ran are read every this many samples
-SLOW_EVERY = 10
+#: default sample period (s): ``--cpu-period``. Shorter periods measurably slowed a job whose ranks meet in an
+#: allreduce every few ms on fully busy cores, though the sampler's own CPU stayed under 0.5 % of a core
+#: (docs/measurements.md#cpu-sampler); the layer's figures are sums over many windows
+PERIOD_S = 1.0
+#: the node's per-core counters and the children of the threads that ran are read about this often (s)
+SLOW_S = 2.0
 #: thread stat files kept open at most (one descriptor each); beyond it a thread's file is opened per sample
 MAX_OPEN = 512
 STOP_SIGNALS = {signal.SIGTERM, signal.SIGINT}
@@ -154,8 +155,10 @@ class Sampler:
     """Follows the program ``pid`` and its descendants; :meth:`sample` writes one window's rows."""
 
     def __init__(self, pid: int, writer: sidecar.Writer, cores: Sequence[int], exclude: Sequence[int] = (),
-                 since: Optional["Since"] = None) -> None:
+                 since: Optional["Since"] = None, period: float = PERIOD_S) -> None:
         self.writer = writer
+        #: the slow readings (:data:`SLOW_S`) every this many samples
+        self.slow_every = max(1, round(SLOW_S / period))
         #: the other sidecars (this sampler, noise generators) are children of the launcher, not of the job
         self.exclude = set(exclude) | {os.getpid()}
         self.cores = sorted(cores)
@@ -185,13 +188,13 @@ class Sampler:
         now = time.perf_counter_ns()
         self.samples += 1
         self.scan(now, emit=True)
-        if self.samples % SLOW_EVERY == 0:
+        if self.samples % self.slow_every == 0:
             self.node(now)
         self.writer.fh.flush()
         self.last_ns = now
 
     def scan(self, now: int, emit: bool) -> None:
-        slow = self.samples % SLOW_EVERY == 0
+        slow = self.samples % self.slow_every == 0
         # first every process (and its new children), then the reaped children's time: a child reaped during the
         # scan is known to have gone before its parent's total is compared
         for pid in list(self.procs):
@@ -320,7 +323,7 @@ class Sampler:
 
     def children(self, proc: _Process, every_thread: bool) -> List[int]:
         """Child pids of ``proc``: of its main thread each sample, of its other threads that ran since the last
-        such reading every :data:`SLOW_EVERY` (a thread that starts a process runs; most of a framework's pool
+        such reading every :data:`SLOW_S` (a thread that starts a process runs; most of a framework's pool
         threads wait)."""
         tids = [proc.pid]
         if every_thread:
@@ -406,7 +409,7 @@ def sample(program: int, run_dir: Path, rank: int, world: int, period: float, pa
     writer = sidecar.Writer(run_dir / CPU_DIR / f"rank-{rank}-pid-{program}.pfw", {
         "rank": rank, "world_size": world, "hostname": hostname(), "layer": LAYER, "cpu": settings,
         "versions": {"python": sys.version.split()[0], "timelogger": VERSION}, "argv": sys.argv}, "cpu sampler")
-    sampler = Sampler(program, writer, cores, exclude, since)
+    sampler = Sampler(program, writer, cores, exclude, since, period)
     start_cpu, start = own_cpu_s(), time.perf_counter()
     next_at = start + period
     try:
