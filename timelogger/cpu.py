@@ -38,9 +38,9 @@ from . import sidecar
 
 CPU_DIR = "cpu"  # timelogger.layout.CPU_DIR
 LAYER = "cpu"
-#: default sample period (s): ``--cpu-period``. Shorter periods measurably slowed a job whose ranks meet in an
-#: allreduce every few ms on fully busy cores, though the sampler's own CPU stayed under 0.5 % of a core
-#: (docs/measurements.md#cpu-sampler); the layer's figures are sums over many windows
+#: default sample period (s): ``--cpu-period``; the layer's figures are sums over many windows. Its cost, and how a
+#: job whose ranks meet in an allreduce every few ms on fully busy cores fared at shorter periods:
+#: docs/measurements.md#cpu-sampler
 PERIOD_S = 1.0
 #: the node's per-core counters and the children of the threads that ran are read about this often (s)
 SLOW_S = 2.0
