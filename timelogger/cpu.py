@@ -165,7 +165,6 @@ class Sampler:
         self.procs: Dict[int, _Process] = {pid: _Process(pid, None)}
         self.open_fds = 0
         self.samples = 0
-        self.rows = 0
         self.last_ns = time.perf_counter_ns()
         self.core_last = core_times()
         self.core_last_ns = self.last_ns
@@ -343,7 +342,6 @@ class Sampler:
         self.writer.line({"name": name, "cat": "other", "ph": "X", "dur": round(cpu_ns / 1000, 3)},
                          mid - cpu_ns // 2, pid=pid, tid=tid)
         self.writer.events += 1
-        self.rows += 1
 
     def node(self, now: int) -> None:
         """The busy time of each of the program's cores since the last reading (all processes of the node): one row
@@ -362,7 +360,6 @@ class Sampler:
         self.writer.line({"name": f"core {core}", "cat": "other", "ph": "X", "dur": round(busy_ns / 1000, 3)},
                          end - busy_ns, pid=0, tid=core)
         self.writer.events += 1
-        self.rows += 1
 
 
 class Since(NamedTuple):

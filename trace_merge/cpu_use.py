@@ -29,7 +29,7 @@ from typing import Any, Iterable, Optional
 import numpy as np
 import pandas as pd
 
-from trace_merge.intervals import merge_intervals
+from trace_merge.intervals import covered_ns, merge_intervals
 
 LAYER = "cpu"
 ROLES = ("main", "input", "compute", "comm", "workers", "unattributed")
@@ -75,11 +75,9 @@ def sampler_records(run_dir: Optional[Path]) -> "dict[int, dict[str, Any]]":
         return out
     for path in sorted((run_dir / layout.CPU_DIR).glob("rank-*.pfw")):
         try:
-            lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+            header, close = (_event(line) for line in _header_and_last_line(path))
         except OSError:
             continue
-        header = _event(lines[1] if len(lines) > 1 else "")
-        close = _event(lines[-1]) if lines else None
         args = (header or {}).get("args") or {}
         rank = args.get("rank")
         if isinstance(rank, int) and isinstance(args.get("cpu"), dict):
@@ -87,6 +85,17 @@ def sampler_records(run_dir: Optional[Path]) -> "dict[int, dict[str, Any]]":
                          "close": (close or {}).get("args") if (close or {}).get("name") == "timelogger_close"
                          else None}
     return out
+
+
+def _header_and_last_line(path: Path) -> "tuple[str, str]":
+    """A ``.pfw`` file's header line (the one after ``[``) and its last line, without reading what is between."""
+    with open(path, "rb") as fh:
+        fh.readline()
+        header = fh.readline()
+        size = fh.seek(0, 2)
+        fh.seek(max(0, size - 4096))
+        last = fh.read().rstrip(b"\n").rsplit(b"\n", 1)[-1]
+    return header.decode("utf-8", "replace"), last.decode("utf-8", "replace")
 
 
 def _event(line: str) -> Optional[dict]:
@@ -97,10 +106,10 @@ def _event(line: str) -> Optional[dict]:
     return doc if isinstance(doc, dict) else None
 
 
-def _cover(starts: np.ndarray, ends: np.ndarray, weights: Optional[np.ndarray] = None):
-    """``F(t)``: the weighted length of the disjoint sorted intervals before ``t`` (``F(b) - F(a)`` is the weighted
-    overlap of ``[a, b)`` with them; weight 1 when none are given)."""
-    w = np.ones(starts.size) if weights is None else np.asarray(weights, dtype=float)
+def _weighted_cover(starts: np.ndarray, ends: np.ndarray, weights: np.ndarray):
+    """``F(t)``: the length of the disjoint sorted intervals before ``t``, each weighted (``F(b) - F(a)`` is the
+    weighted overlap of ``[a, b)`` with them; unweighted: :func:`~trace_merge.intervals.covered_ns`)."""
+    w = np.asarray(weights, dtype=float)
     before = np.concatenate([[0.0], np.cumsum((ends - starts) * w)])
 
     def cover(t: np.ndarray) -> np.ndarray:
@@ -118,8 +127,7 @@ def _overlap_s(rows: pd.DataFrame, starts: Iterable[int], ends: Iterable[int]) -
     s, e = merge_intervals(starts, ends)
     if not s.size or not len(rows):
         return 0.0
-    cover = _cover(s, e)
-    return float((cover(rows["end_ns"].to_numpy()) - cover(rows["start_ns"].to_numpy())).sum()) / 1e9
+    return float(covered_ns(s, e, rows["start_ns"].to_numpy(), rows["end_ns"].to_numpy()).sum()) / 1e9
 
 
 def _roles(threads: pd.DataFrame, evidence: pd.DataFrame, programs: "dict[int, int]") -> pd.Series:
@@ -328,7 +336,7 @@ def _during_compute(rows: pd.DataFrame, producers: pd.DataFrame, cores: pd.DataF
         keep = np.concatenate([[True], s[1:] >= np.maximum.accumulate(e)[:-1]])  # disjoint cycles only
         s, e = s[keep], e[keep]
         share = (st["compute_s"].to_numpy(float) / st["step_s"].to_numpy(float))[keep]
-        cover = _cover(s, e, share)
+        cover = _weighted_cover(s, e, share)
         compute_s = float(st["compute_s"].to_numpy(float)[keep].sum())
 
         weighted = cover(g["end_ns"].to_numpy()) - cover(g["start_ns"].to_numpy())

@@ -93,7 +93,7 @@ class RunCells:
 
 
 def run_cells(run: "Run", from_epoch: Optional[int] = None) -> RunCells:
-    view = run.analyse().cpu
+    view = run.cpu()  # the nodes' figures need no step cycles: no second attribution of the run
     nodes = view.nodes if view is not None else None
     cpu = {k: float(nodes[k].sum()) for k in CPU_FIGURES if nodes[k].notna().any()} if nodes is not None else {}
     return RunCells(str(run.path), noise_label(run.manifest), phase_seconds(run.layered_breakdown(), from_epoch),

@@ -241,10 +241,17 @@ class Run:
             Layers the breakdown, exposed I/O and verdict are made from (default: ``app`` when present).
         """
         a = analysis.summarise_merge(self.merge, layers)
-        if a.cpu is None and self.rows_per_layer().get(cpu_use.LAYER):
-            a.cpu = cpu_use.cpu_view(self.merge.rank_frames(cpu_use.COLUMNS), a.steps,
-                                     self.path if self.path.is_dir() else None)
+        if a.cpu is None:
+            a.cpu = self.cpu(a.steps)
         return a
+
+    def cpu(self, steps: Optional[pd.DataFrame] = None) -> "Optional[cpu_use.CpuView]":
+        """:func:`trace_merge.cpu_use.cpu_view` of this run (None without a cpu layer); without the summary's step
+        cycles (``steps``) it has no per-epoch or while-computing figures."""
+        if not self.rows_per_layer().get(cpu_use.LAYER):
+            return None
+        return cpu_use.cpu_view(self.merge.rank_frames(cpu_use.COLUMNS), pd.DataFrame() if steps is None else steps,
+                                self.path if self.path.is_dir() else None)
 
     def findings(self, parts: "Optional[analysis.Summary]" = None) -> "list[Finding]":
         """:func:`trace_merge.findings.findings` of this run: what to change, most important first."""
