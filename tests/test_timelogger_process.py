@@ -129,6 +129,48 @@ signal.signal(signal.SIGTERM, mine)
     assert ev[-1]["name"] == "timelogger_close" and intervals(ev, "busy")  # closed by atexit after sys.exit
 
 
+# The main thread blocks SIGTERM and waits on a lock nobody releases; a thread of the program takes the signal. The
+# handler can only run in the main thread, which never runs again (as a pool worker blocked on the task queue's
+# lock while Pool.terminate() holds it): only the flush thread can end the process.
+_STALLED = """
+import signal, sys, threading, time
+from timelogger import TimeLogger
+{mine}
+tl = TimeLogger(sys.argv[1], rank=0, world_size=1)
+for i in range(100):
+    with tl.phase("Read Sample", cat="io"):
+        pass
+threading.Thread(target=time.sleep, args=(60,), daemon=True).start()  # SIGTERM is not blocked there
+signal.pthread_sigmask(signal.SIG_BLOCK, {{signal.SIGTERM}})
+held = threading.Lock()
+held.acquire()
+print("READY", flush=True)
+held.acquire()
+"""
+
+
+def test_a_sigterm_the_blocked_main_thread_cannot_take_still_ends_the_process(tmp_path: Path) -> None:
+    proc = _start_busy(tmp_path, _STALLED.format(mine=""))
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(timeout=20)
+    assert proc.returncode == -signal.SIGTERM  # as the default action would have, with the file closed first
+    (path,) = app_files(tmp_path)
+    ev = read_pfw(path)
+    close = meta(ev, "timelogger_close")
+    assert close and close[0]["args"]["exit"] == {"reason": "signal", "signal": "SIGTERM"}
+    assert len(intervals(ev, "Read Sample")) == 100
+
+
+def test_a_stalled_sigterm_waits_for_the_programs_own_handler(tmp_path: Path) -> None:
+    mine = "signal.signal(signal.SIGTERM, lambda *a: sys.exit(7))"
+    proc = _start_busy(tmp_path, _STALLED.format(mine=mine))
+    proc.send_signal(signal.SIGTERM)
+    with pytest.raises(subprocess.TimeoutExpired):  # its handler waits for the main thread, as without timelogger
+        proc.wait(timeout=2.0)
+    proc.kill()
+    proc.wait(timeout=10)
+
+
 def test_atexit_flushes_without_close(tmp_path: Path) -> None:
     run_py(f"""
 from timelogger import TimeLogger

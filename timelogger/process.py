@@ -9,6 +9,8 @@
   in the child each open logger forgets the parent's buffers and file and opens its own.
 - a signal handler that runs inside the main thread's own flush or close only notes the signal; the interrupted
   call delivers it when done (:func:`busy_enter`, :func:`busy_exit`), so the file is never cut short by our own kill.
+- a SIGTERM whose handler cannot run because the main thread stays blocked (:func:`end_stalled_sigterm`) is acted on
+  by the flush threads, as the default action would have ended the process.
 """
 from __future__ import annotations
 
@@ -18,12 +20,14 @@ import os
 import signal
 import sys
 import threading
+import time
 import weakref
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Protocol
+from typing import Any, Callable, Dict, List, Optional, Protocol, Tuple
 
 __all__ = ["ForkHold", "Hooked", "register", "unregister", "call_in_forked_child", "busy_enter", "busy_exit",
-           "defer_interrupt", "exit_reason", "exit_on_sigterm", "before_close", "in_multiprocessing_child"]
+           "defer_interrupt", "exit_reason", "exit_on_sigterm", "before_close", "in_multiprocessing_child",
+           "end_stalled_sigterm", "block_process_signals"]
 
 _log = logging.getLogger("timelogger.logger")  # the name users filter the loggers' warnings by
 
@@ -168,6 +172,7 @@ def _after_fork_child() -> None:
     _forking.clear()
     # another thread of the parent may have held these at fork time; nobody can release them in the child
     _hooks_lock = threading.Lock()
+    _forget_wakeup_in_child()
     for reset in _child_resets:
         reset()
     loggers = [tl for tl in list(_live) if tl.enabled]
@@ -214,6 +219,7 @@ def exit_on_sigterm(status: int) -> None:
     _sigterm_exit = status
     signal.signal(signal.SIGTERM, _on_sigterm)
     _sigterm_installed = True
+    _watch_wakeup()
 
 
 def _install_sigterm() -> None:
@@ -227,6 +233,99 @@ def _install_sigterm() -> None:
         _sigterm_installed = True
     except (ValueError, OSError) as exc:
         _log.debug("timelogger: cannot install SIGTERM handler: %s", exc)
+        return
+    _watch_wakeup()
+
+
+# A Python signal handler runs when the main thread next runs bytecode. A SIGTERM that lands between the main
+# thread's last check and a blocking wait (multiprocessing's semaphore tries sem_trywait, then blocks in sem_wait), or
+# in another thread while the main one waits, waits with it; when nothing ever wakes the main thread (Pool.terminate()
+# holds the task queue's lock while it signals the workers blocked on it), the process never ends, where the
+# default action would have ended it at once. The interpreter writes every signal's number to its wakeup fd from
+# the C handler, whatever the thread; the flush threads read it, and if our handler has not started within
+# STALLED_SIGTERM_S they do what it would have done.
+STALLED_SIGTERM_S = 0.5
+#: (read, write) ends of the wakeup pipe, when this process's wakeup fd is ours
+_wakeup: Optional[Tuple[int, int]] = None
+#: when the flush threads saw a SIGTERM that our handler has not yet taken
+_term_seen_at: Optional[float] = None
+#: our handler took a SIGTERM that ends the process (or noted it inside our own flush)
+_sigterm_started = False
+#: held by whichever of the handler and a flush thread ends the process on SIGTERM
+_ending = threading.Lock()
+
+
+def _watch_wakeup() -> None:
+    """Make the interpreter's wakeup fd ours (main thread), unless the program (asyncio) has set its own."""
+    global _wakeup
+    if _wakeup is not None:
+        return
+    r, w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        old = signal.set_wakeup_fd(w, warn_on_full_buffer=False)
+    except (ValueError, OSError) as exc:
+        _log.debug("timelogger: cannot watch for a stalled SIGTERM: %s", exc)
+        old = None
+    if old is not None and old != -1:
+        signal.set_wakeup_fd(old)  # the program's own: it keeps it, and a stalled SIGTERM stays as without us
+    if old != -1:
+        os.close(r)
+        os.close(w)
+        return
+    _wakeup = (r, w)
+
+
+def _forget_wakeup_in_child() -> None:
+    """A forked child shares the parent's pipe: it gets its own (after fork the forking thread is the main one)."""
+    global _wakeup, _term_seen_at, _sigterm_started, _ending
+    _term_seen_at, _sigterm_started, _ending = None, False, threading.Lock()
+    if _wakeup is None:
+        return
+    inherited, _wakeup = _wakeup, None
+    try:
+        current = signal.set_wakeup_fd(-1)
+    except (ValueError, OSError):
+        current = None
+    for fd in inherited:
+        os.close(fd)
+    if current == inherited[1]:
+        _watch_wakeup()
+    elif current is not None and current != -1:
+        signal.set_wakeup_fd(current)  # the program's own since: it keeps it
+
+
+def block_process_signals() -> None:
+    """In a thread of ours: leave SIGTERM and SIGINT to the program's threads, so the kernel wakes the main thread
+    with them (a signal handled in another thread does not interrupt the main thread's wait)."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})
+
+
+def _sigterm_ends_process() -> bool:
+    """Whether our handler ends the process on SIGTERM (no program handler of its own to call, not ignored)."""
+    if signal.getsignal(signal.SIGTERM) is not _on_sigterm:
+        return False
+    return _sigterm_exit is not None or not (callable(_prev_sigterm) or _prev_sigterm == signal.SIG_IGN)
+
+
+def end_stalled_sigterm() -> None:
+    """Called by each flush thread when it wakes: a SIGTERM that should have ended the process, and whose handler has
+    not started within :data:`STALLED_SIGTERM_S`, is acted on here: the loggers close and the process ends as our
+    handler would have ended it."""
+    global _term_seen_at
+    if _wakeup is None:
+        return
+    try:
+        got = os.read(_wakeup[0], 512)
+    except OSError:  # BlockingIOError: nothing came
+        got = b""
+    if int(signal.SIGTERM) in got and _term_seen_at is None and not _sigterm_started:
+        _term_seen_at = time.monotonic()
+    if _term_seen_at is None or _sigterm_started or time.monotonic() - _term_seen_at < STALLED_SIGTERM_S:
+        return
+    if not _sigterm_ends_process():
+        _term_seen_at = None  # the program's handler or SIG_IGN: it waits for the main thread, as without us
+        return
+    _end_on_sigterm(in_main=False)
 
 
 # Signal handlers run in the main thread between bytecodes, possibly in the middle of our own close()/flush()
@@ -270,26 +369,49 @@ def defer_interrupt(exc: BaseException) -> None:
 
 def _on_sigterm(signum: int, frame: Any) -> None:
     """Flush, then do what was there before: the previous Python handler, ignoring, or dying of SIGTERM."""
-    global _pending_signal, _exit_signal
+    global _pending_signal, _sigterm_started
     if _main_busy:
         _pending_signal = signum
+        _sigterm_started = True
         return
-    if _sigterm_exit is not None:
-        _exit_signal = "SIGTERM"
-        _close_all()
-        os._exit(_sigterm_exit)
     prev = _prev_sigterm
-    if callable(prev):
+    if _sigterm_exit is None and callable(prev):
         _flush_all()
         prev(signum, frame)
         return
-    if prev == signal.SIG_IGN:
+    if _sigterm_exit is None and prev == signal.SIG_IGN:
         _flush_all()
+        return
+    _sigterm_started = True
+    _end_on_sigterm(in_main=True)
+
+
+def _end_on_sigterm(in_main: bool) -> None:
+    """Close every logger, then exit with :func:`exit_on_sigterm`'s status or die of SIGTERM; once per process."""
+    global _exit_signal
+    if not _ending.acquire(blocking=False):
+        while in_main:  # a flush thread is ending the process: the main thread waits for it
+            time.sleep(1.0)
         return
     _exit_signal = "SIGTERM"
     _close_all()
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    os.kill(os.getpid(), signal.SIGTERM)
+    if _sigterm_exit is not None:
+        os._exit(_sigterm_exit)
+    if in_main:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)
+        return
+    try:  # signal.signal() is for the main thread only: reset the action through libc, then signal this thread
+        import ctypes
+        libc = ctypes.CDLL(None)
+        libc.signal.argtypes = (ctypes.c_int, ctypes.c_void_p)
+        libc.signal.restype = ctypes.c_void_p
+        libc.signal(int(signal.SIGTERM), None)  # SIG_DFL
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+        signal.pthread_kill(threading.get_ident(), signal.SIGTERM)
+    except Exception as exc:  # no ctypes: the exit status a shell gives a process that died of SIGTERM
+        _log.debug("timelogger: cannot die of SIGTERM from a thread: %s", exc)
+    os._exit(128 + int(signal.SIGTERM))
 
 
 #: set when the process is about to die of a signal, for the close record

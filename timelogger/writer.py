@@ -282,11 +282,13 @@ class Writer:
         return True
 
     def _flusher(self) -> None:
+        process.block_process_signals()
         stop = self._stop
         # Wake often enough to flush by size (a thread with a chunk's worth buffered) as well as by time.
         poll = min(self.flush_interval, 0.05)
         due = time.monotonic() + self.flush_interval
         while not stop.wait(poll):
+            process.end_stalled_sigterm()
             owner = self._exit_with
             if owner is not None and not owner.is_alive():
                 # a child forked from a thread other than the main one ends when that thread returns: nothing runs
