@@ -72,6 +72,41 @@ def test_per_thread_cpu_matches_the_threads_own_clocks(tmp_path):
     assert a.cpu.sampler_share_of_core is not None and a.cpu.sampler_share_of_core < 0.01
 
 
+#: stops its own sampler (Ctrl-Z, a suspended batch job) past the sampler's deadline, then lets it go on
+STOPPED = textwrap.dedent("""
+    import json, os, signal, threading, time
+    def burn(seconds):
+        t0 = time.thread_time()
+        while time.thread_time() - t0 < seconds:
+            pass
+    sampler = int(os.environ["TIMELOGGER_CPU_SAMPLER"])
+    burn(0.3)
+    os.kill(sampler, signal.SIGSTOP)
+    burn(0.6)
+    os.kill(sampler, signal.SIGCONT)
+    time.sleep(0.3)
+    with open(f"/proc/{sampler}/stat") as f:
+        state = f.read().rsplit(")", 1)[1].split()[0]
+    burn(0.3)
+    print(json.dumps({"state": state, "cpu_s": time.thread_time(), "pid": os.getpid(),
+                      "tid": threading.get_native_id()}))
+""")
+
+
+def test_a_sampler_stopped_and_continued_goes_on_sampling(tmp_path):
+    """CPython's sigtimedwait, interrupted past its deadline, returns an unfilled siginfo: the sampler must take it
+    for the timeout it is, not end on a garbage signal number. The CPU of the stopped time is counted after."""
+    p = _launch(tmp_path / "run", STOPPED, "--cpu-period", "0.05", cwd=tmp_path)
+    assert p.returncode == 0, p.stderr[-3000:]
+    measured = json.loads(p.stdout.strip().splitlines()[-1])
+    assert measured["state"] in ("S", "R"), measured  # still sampling, not a zombie
+    (cpu_file,) = (tmp_path / "run" / "cpu").glob("rank-0-*.pfw")
+    close = json.loads(cpu_file.read_text().splitlines()[-1])
+    assert close["name"] == "timelogger_close" and close["args"]["exit"]["stopped_by"] in ("SIGTERM", "program ended")
+    threads = Run.open(tmp_path / "run").analyse().cpu.threads.set_index(["pid", "tid"])["cpu_s"]
+    assert threads[(measured["pid"], measured["tid"])] == pytest.approx(measured["cpu_s"], rel=0.10)
+
+
 def test_no_cpu_and_the_period(tmp_path):
     script = "import time; time.sleep(0.3)"
     p = _launch(tmp_path / "off", script, "--no-cpu", cwd=tmp_path)

@@ -386,6 +386,18 @@ def own_cpu_s() -> float:
     return t.user + t.system
 
 
+def waited_signal(timeout: float) -> Optional[int]:
+    """The stop or sample-now signal that came within ``timeout`` s, or None. A process stopped (SIGSTOP, Ctrl-Z, a
+    suspended batch job) past its deadline and then continued gets an unfilled siginfo from CPython's
+    ``sigtimedwait`` (interrupted, the deadline passed: it returns what the kernel never wrote): only a number of
+    the waited set counts."""
+    if timeout <= 0:
+        return None
+    got = signal.sigtimedwait(STOP_SIGNALS | {SAMPLE_NOW}, timeout)
+    signo = None if got is None else got.si_signo
+    return signo if signo in STOP_SIGNALS or signo == SAMPLE_NOW else None
+
+
 def sample(program: int, run_dir: Path, rank: int, world: int, period: float, parent: int,
            exclude: Sequence[int] = (), since: Optional[Since] = None) -> int:
     """The sampler process's main loop (``python -m timelogger.cpu``)."""
@@ -412,15 +424,15 @@ def sample(program: int, run_dir: Path, rank: int, world: int, period: float, pa
     try:
         while not stop.stopped():
             rest = next_at - time.perf_counter()
-            got = signal.sigtimedwait(STOP_SIGNALS | {SAMPLE_NOW}, rest) if rest > 0 else None
-            if got is not None and got.si_signo == SAMPLE_NOW:
+            got = waited_signal(rest)
+            if got == SAMPLE_NOW:
                 # the program at its exit: its last moments, and its children's it has reaped, before it goes
                 sampler.sample()
                 sampler.node(time.perf_counter_ns())
                 sampler.writer.fh.flush()
                 continue
             if got is not None:
-                stop(got.si_signo, None)
+                stop(got, None)
                 break
             next_at = max(next_at + period, time.perf_counter())  # never catch up with a burst of samples
             if program not in sampler.procs:
