@@ -284,11 +284,14 @@ static PyTypeObject RecorderType;
 
 typedef struct { /* Phase's core (below) */
     PyObject_HEAD
+    vectorcallfunc vectorcall; /* phase_vectorcall: `with` calls __enter__/__exit__ without an argument tuple */
     PyObject *tl, *spec, *args;
     Recorder *rec;
     int64_t t0;
     int entered;
 } PhaseCore;
+
+static PyTypeObject PhaseCoreType;
 
 
 /* borrowed: the calling thread's buffer list */
@@ -835,18 +838,47 @@ static void phase_dealloc(PyObject *self) {
 
 /* The phase itself is what `with` finds as its __enter__ and __exit__ (SelfDescr below): no bound method is made
    per block. Called with no argument it enters, with three it exits, with one it decorates (Phase.__call__). */
-static PyObject *phase_call(PyObject *self, PyObject *args, PyObject *kw) {
-    Py_ssize_t n = PyTuple_GET_SIZE(args);
-    if (kw && PyDict_GET_SIZE(kw)) {
+static PyObject *phase_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
+    Py_ssize_t n = PyVectorcall_NARGS(nargsf);
+    if (kwnames && PyTuple_GET_SIZE(kwnames)) {
         PyErr_SetString(PyExc_TypeError, "a Phase takes no keyword arguments");
         return NULL;
     }
     if (n == 0) return phase_enter(self, NULL);
-    if (n == 3) return phase_exit(self, &PyTuple_GET_ITEM(args, 0), 3);
-    if (n == 1) return PyObject_CallMethod(((PhaseCore *)self)->tl, "_wrap", "OO", PyTuple_GET_ITEM(args, 0),
+    if (n == 3) return phase_exit(self, args, 3);
+    if (n == 1) return PyObject_CallMethod(((PhaseCore *)self)->tl, "_wrap", "OO", args[0],
                                            ((PhaseCore *)self)->spec);
     PyErr_SetString(PyExc_TypeError, "a Phase decorates one function");
     return NULL;
+}
+
+static PyObject *phase_call(PyObject *self, PyObject *args, PyObject *kw) {
+    if (kw && PyDict_GET_SIZE(kw)) {
+        PyErr_SetString(PyExc_TypeError, "a Phase takes no keyword arguments");
+        return NULL;
+    }
+    return phase_vectorcall(self, &PyTuple_GET_ITEM(args, 0), (size_t)PyTuple_GET_SIZE(args), NULL);
+}
+
+static PyObject *phase_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
+    PyObject *self = PyType_GenericNew(type, args, kw);
+    if (self) ((PhaseCore *)self)->vectorcall = phase_vectorcall;
+    return self;
+}
+
+/* Phase, a Python subclass: CPython before 3.12 does not pass the vectorcall flag on to heap subtypes (they call
+   through tp_call, with an argument tuple per call); the offset is inherited with tp_call, so setting the flag is
+   enough. */
+static PyObject *use_vectorcall(PyObject *Py_UNUSED(m), PyObject *cls) {
+    if (!PyType_Check(cls) || !PyType_IsSubtype((PyTypeObject *)cls, &PhaseCoreType) ||
+        ((PyTypeObject *)cls)->tp_call != PhaseCoreType.tp_call ||
+        ((PyTypeObject *)cls)->tp_vectorcall_offset != PhaseCoreType.tp_vectorcall_offset) {
+        PyErr_SetString(PyExc_TypeError, "use_vectorcall: a subclass of PhaseCore that keeps its call slot");
+        return NULL;
+    }
+    ((PyTypeObject *)cls)->tp_flags |= Py_TPFLAGS_HAVE_VECTORCALL;
+    PyType_Modified((PyTypeObject *)cls);
+    Py_RETURN_NONE;
 }
 
 /* __enter__ and __exit__ of PhaseCore: the instance they are looked up on, which phase_call serves */
@@ -873,9 +905,10 @@ static PyMemberDef phase_members[] = {
 static PyTypeObject PhaseCoreType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "timelogger._capture.PhaseCore",
     .tp_basicsize = sizeof(PhaseCore),
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_BASETYPE,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_VECTORCALL,
     .tp_doc = "PhaseCore(tl, spec): Phase's timing (__enter__/__exit__); the rest of __exit__ is Phase._close",
-    .tp_new = PyType_GenericNew,
+    .tp_vectorcall_offset = offsetof(PhaseCore, vectorcall),
+    .tp_new = phase_new,
     .tp_init = phase_init,
     .tp_call = phase_call,
     .tp_members = phase_members,
@@ -890,6 +923,9 @@ static PyTypeObject PhaseCoreType = {
 static PyMethodDef methods[] = {
     {"format_intervals", (PyCFunction)(void (*)(void))format_intervals, METH_FASTCALL,
      "format_intervals(items, off, mid, fallback) -> (bytes, lines, errors): a chunk of intervals' lines"},
+#ifdef __linux__
+    {"use_vectorcall", use_vectorcall, METH_O, "use_vectorcall(cls): calls of a PhaseCore subclass by vectorcall"},
+#endif
     {NULL, NULL, 0, NULL},
 };
 

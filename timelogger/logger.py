@@ -158,6 +158,10 @@ class Phase(_PhaseBase):
         return f"Phase({self.name!r}, cat={self.cat!r})"
 
 
+if hasattr(_REC, "use_vectorcall") and not TYPE_CHECKING:
+    _REC.use_vectorcall(Phase)
+
+
 class _NullPhase:
     """What a disabled logger hands out: enter/exit/update do nothing, decorating returns the function."""
 

@@ -21,8 +21,8 @@ import contextlib
 import json
 import os
 import random
-import signal
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -126,9 +126,10 @@ def toggled(run_dir: Path, data: Path, ranks: int, every: float, epochs: int) ->
     on, off = statistics.median(got[True]), statistics.median(got[False])
     return {"samplers": len(pids), "samples": [c.get("samples") for c in closes],
             "stopped_by": sorted({c["exit"]["stopped_by"] for c in closes}),
-            "running_s": round(sum(b - a for a, b, state in spans if state), 1), "steps_running": len(got[True]), "steps_stopped": len(got[False]),
-            "step_ms_running": round(on * 1e3, 3), "step_ms_stopped": round(off * 1e3, 3),
-            "ratio": round(on / off, 4), "mean_ratio": round(statistics.mean(got[True]) / statistics.mean(got[False]), 4)}
+            "running_s": round(sum(b - a for a, b, state in spans if state), 1),
+            "steps_running": len(got[True]), "steps_stopped": len(got[False]),
+            "step_ms_running": round(on * 1e3, 3), "step_ms_stopped": round(off * 1e3, 3), "ratio": round(on / off, 4),
+            "mean_ratio": round(statistics.mean(got[True]) / statistics.mean(got[False]), 4)}
 
 
 def main() -> int:
