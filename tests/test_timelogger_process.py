@@ -166,7 +166,7 @@ def test_a_stalled_sigterm_waits_for_the_programs_own_handler(tmp_path: Path) ->
     proc = _start_busy(tmp_path, _STALLED.format(mine=mine))
     proc.send_signal(signal.SIGTERM)
     with pytest.raises(subprocess.TimeoutExpired):  # its handler waits for the main thread, as without timelogger
-        proc.wait(timeout=2.0)
+        proc.wait(timeout=1.5)  # three times the flush threads' grace
     proc.kill()
     proc.wait(timeout=10)
 
