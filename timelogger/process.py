@@ -260,7 +260,9 @@ def _watch_wakeup() -> None:
     global _wakeup
     if _wakeup is not None:
         return
-    r, w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    r, w = os.pipe()  # not inherited by exec (PEP 446)
+    os.set_blocking(r, False)
+    os.set_blocking(w, False)
     try:
         old = signal.set_wakeup_fd(w, warn_on_full_buffer=False)
     except (ValueError, OSError) as exc:
@@ -297,7 +299,8 @@ def _forget_wakeup_in_child() -> None:
 def block_process_signals() -> None:
     """In a thread of ours: leave SIGTERM and SIGINT to the program's threads, so the kernel wakes the main thread
     with them (a signal handled in another thread does not interrupt the main thread's wait)."""
-    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})
 
 
 def _sigterm_ends_process() -> bool:
