@@ -47,8 +47,10 @@ SLOW_S = 2.0
 #: thread stat files kept open at most (one descriptor each); beyond it a thread's file is opened per sample
 MAX_OPEN = 512
 STOP_SIGNALS = {signal.SIGTERM, signal.SIGINT}
-#: a sample now: the program's last one, asked for at its exit (:func:`final_sample`)
+#: the program's last sample, asked for at its exit (:func:`final_sample`): taken, then the file is closed
 SAMPLE_NOW = signal.SIGUSR1
+#: the close record's ``stopped_by`` after :data:`SAMPLE_NOW`
+AT_EXIT = "program at exit"
 #: the program's environment: its sampler's pid (set by the launcher)
 ENV_SAMPLER = "TIMELOGGER_CPU_SAMPLER"
 TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
@@ -426,11 +428,11 @@ def sample(program: int, run_dir: Path, rank: int, world: int, period: float, pa
             rest = next_at - time.perf_counter()
             got = waited_signal(rest)
             if got == SAMPLE_NOW:
-                # the program at its exit: its last moments, and its children's it has reaped, before it goes
+                # the program at its exit: its last moments, and its children's it has reaped, before it goes; the
+                # file is closed before the program ends, so whoever waits for the program reads a closed file
                 sampler.sample()
-                sampler.node(time.perf_counter_ns())
-                sampler.writer.fh.flush()
-                continue
+                stop.why = AT_EXIT
+                break
             if got is not None:
                 stop(got, None)
                 break
@@ -448,14 +450,13 @@ def sample(program: int, run_dir: Path, rank: int, world: int, period: float, pa
     return 0
 
 
-def final_sample(run_dir: str, timeout: float = 0.2) -> bool:
-    """In the program, at its exit: ask its sampler (``$TIMELOGGER_CPU_SAMPLER``) for a sample now and wait until it
-    is written (its file grows; at most ``timeout`` s), so that the program's last period is not lost. Whether it
-    was."""
+def final_sample(run_dir: str, timeout: float = 1.0) -> bool:
+    """In the program, at its exit: ask its sampler (``$TIMELOGGER_CPU_SAMPLER``) for a last sample and wait until it
+    has closed its file (at most ``timeout`` s), so that the program's last period is not lost and the launcher's
+    caller, once the program has ended, finds the file complete. Whether it was."""
     try:
         pid = int(os.environ.get(ENV_SAMPLER, ""))
         (path,) = Path(run_dir, CPU_DIR).glob(f"rank-*-pid-{os.getpid()}.pfw")
-        size = path.stat().st_size
         os.kill(pid, SAMPLE_NOW)
     except (ValueError, OSError):
         return False
@@ -463,8 +464,10 @@ def final_sample(run_dir: str, timeout: float = 0.2) -> bool:
     while time.monotonic() < deadline:
         time.sleep(0.002)
         try:
-            if path.stat().st_size > size:
-                return True
+            with open(path, "rb") as f:
+                f.seek(max(0, os.fstat(f.fileno()).st_size - 4096))
+                if b'"name":"timelogger_close"' in f.read():
+                    return True
         except OSError:
             return False
     return False
