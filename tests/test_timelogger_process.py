@@ -152,7 +152,10 @@ held.acquire()
 def test_a_sigterm_the_blocked_main_thread_cannot_take_still_ends_the_process(tmp_path: Path) -> None:
     proc = _start_busy(tmp_path, _STALLED.format(mine=""))
     proc.send_signal(signal.SIGTERM)
-    proc.wait(timeout=20)
+    try:
+        proc.wait(timeout=20)
+    finally:
+        proc.kill()  # a no-op once it has ended; on failure no process is left behind
     assert proc.returncode == -signal.SIGTERM  # as the default action would have, with the file closed first
     (path,) = app_files(tmp_path)
     ev = read_pfw(path)
@@ -165,10 +168,12 @@ def test_a_stalled_sigterm_waits_for_the_programs_own_handler(tmp_path: Path) ->
     mine = "signal.signal(signal.SIGTERM, lambda *a: sys.exit(7))"
     proc = _start_busy(tmp_path, _STALLED.format(mine=mine))
     proc.send_signal(signal.SIGTERM)
-    with pytest.raises(subprocess.TimeoutExpired):  # its handler waits for the main thread, as without timelogger
-        proc.wait(timeout=1.5)  # three times the flush threads' grace
-    proc.kill()
-    proc.wait(timeout=10)
+    try:
+        with pytest.raises(subprocess.TimeoutExpired):  # its handler waits for the main thread, as without timelogger
+            proc.wait(timeout=1.5)  # three times the flush threads' grace
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
 
 
 def test_atexit_flushes_without_close(tmp_path: Path) -> None:
