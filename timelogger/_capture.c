@@ -292,6 +292,7 @@ typedef struct { /* Phase's core (below) */
 } PhaseCore;
 
 static PyTypeObject PhaseCoreType;
+static PyObject *phase_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames);
 
 
 /* borrowed: the calling thread's buffer list */
@@ -434,6 +435,7 @@ static PyObject *rec_phase(PyObject *self, PyObject *const *args, size_t nargsf,
         return NULL;
     }
     ph = (PhaseCore *)p;
+    ph->vectorcall = phase_vectorcall; /* as phase_new does: made here without it */
     Py_INCREF(r->tl);
     ph->tl = r->tl;
     ph->spec = spec;
@@ -852,14 +854,6 @@ static PyObject *phase_vectorcall(PyObject *self, PyObject *const *args, size_t 
     return NULL;
 }
 
-static PyObject *phase_call(PyObject *self, PyObject *args, PyObject *kw) {
-    if (kw && PyDict_GET_SIZE(kw)) {
-        PyErr_SetString(PyExc_TypeError, "a Phase takes no keyword arguments");
-        return NULL;
-    }
-    return phase_vectorcall(self, &PyTuple_GET_ITEM(args, 0), (size_t)PyTuple_GET_SIZE(args), NULL);
-}
-
 static PyObject *phase_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
     PyObject *self = PyType_GenericNew(type, args, kw);
     if (self) ((PhaseCore *)self)->vectorcall = phase_vectorcall;
@@ -881,7 +875,7 @@ static PyObject *use_vectorcall(PyObject *Py_UNUSED(m), PyObject *cls) {
     Py_RETURN_NONE;
 }
 
-/* __enter__ and __exit__ of PhaseCore: the instance they are looked up on, which phase_call serves */
+/* __enter__ and __exit__ of PhaseCore: the instance they are looked up on, which phase_vectorcall serves */
 static PyObject *selfdescr_get(PyObject *self, PyObject *obj, PyObject *Py_UNUSED(type)) {
     PyObject *r = obj ? obj : self;
     Py_INCREF(r);
@@ -910,7 +904,7 @@ static PyTypeObject PhaseCoreType = {
     .tp_vectorcall_offset = offsetof(PhaseCore, vectorcall),
     .tp_new = phase_new,
     .tp_init = phase_init,
-    .tp_call = phase_call,
+    .tp_call = PyVectorcall_Call, /* a call with a tuple (a subclass without the flag) goes to phase_vectorcall */
     .tp_members = phase_members,
     .tp_traverse = phase_traverse,
     .tp_clear = phase_clear,
