@@ -464,10 +464,8 @@ def final_sample(run_dir: str, timeout: float = 1.0) -> bool:
     while time.monotonic() < deadline:
         time.sleep(0.002)
         try:
-            with open(path, "rb") as f:
-                f.seek(max(0, os.fstat(f.fileno()).st_size - 4096))
-                if b'"name":"timelogger_close"' in f.read():
-                    return True
+            if sidecar.last_line(path).startswith(b'{"name":"timelogger_close"'):
+                return True
         except OSError:
             return False
     return False

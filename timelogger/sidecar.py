@@ -23,6 +23,13 @@ _PR_SET_PDEATHSIG = 1
 NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
 
 
+def last_line(path: "str | os.PathLike[str]") -> bytes:
+    """The last line of a sidecar's file (its close record once it has closed), read from the file's last 4 KiB."""
+    with open(path, "rb") as fh:
+        fh.seek(max(0, fh.seek(0, os.SEEK_END) - 4096))
+        return fh.read().rstrip(b"\n").rsplit(b"\n", 1)[-1]
+
+
 def prctl_pdeathsig(sig: int) -> bool:
     """Ask the kernel to send ``sig`` to this process when its parent thread exits (Linux only)."""
     try:

@@ -89,13 +89,12 @@ def sampler_records(run_dir: Optional[Path]) -> "dict[int, dict[str, Any]]":
 
 def _header_and_last_line(path: Path) -> "tuple[str, str]":
     """A ``.pfw`` file's header line (the one after ``[``) and its last line, without reading what is between."""
+    from timelogger.sidecar import last_line
+
     with open(path, "rb") as fh:
         fh.readline()
         header = fh.readline()
-        size = fh.seek(0, 2)
-        fh.seek(max(0, size - 4096))
-        last = fh.read().rstrip(b"\n").rsplit(b"\n", 1)[-1]
-    return header.decode("utf-8", "replace"), last.decode("utf-8", "replace")
+    return header.decode("utf-8", "replace"), last_line(path).decode("utf-8", "replace")
 
 
 def _event(line: str) -> Optional[dict]:

@@ -31,6 +31,9 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+from trace_merge.cpu_use import sampler_records  # noqa: E402
+
 BIN = Path(sys.executable).parent
 
 
@@ -97,7 +100,6 @@ def toggled(run_dir: Path, data: Path, ranks: int, every: float, epochs: int) ->
         pids = samplers_of(run_dir)
     running = random.random() < 0.5
     spans: list[tuple[float, float, bool]] = []  # (from, to, samplers running) in wall seconds
-    since = time.time()
     while p.poll() is None:
         for pid in pids:
             try:
@@ -122,10 +124,10 @@ def toggled(run_dir: Path, data: Path, ranks: int, every: float, epochs: int) ->
             if a <= t0 and t1 <= b:
                 got[state].append(t1 - t0)
     # the samplers sampled through the job (not ended by the first stop): their close records count the samples
-    closes = [json.loads(f.read_text().splitlines()[-1])["args"] for f in (run_dir / "cpu").glob("rank-*.pfw")]
+    closes = [r["close"] or {} for r in sampler_records(run_dir).values()]
     on, off = statistics.median(got[True]), statistics.median(got[False])
     return {"samplers": len(pids), "samples": [c.get("samples") for c in closes],
-            "stopped_by": sorted({c["exit"]["stopped_by"] for c in closes}),
+            "stopped_by": sorted({c.get("exit", {}).get("stopped_by", "no close record") for c in closes}),
             "running_s": round(sum(b - a for a, b, state in spans if state), 1),
             "steps_running": len(got[True]), "steps_stopped": len(got[False]),
             "step_ms_running": round(on * 1e3, 3), "step_ms_stopped": round(off * 1e3, 3), "ratio": round(on / off, 4),
