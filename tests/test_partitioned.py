@@ -124,7 +124,7 @@ def test_stored_merge_is_rank_row_groups_and_a_resummary_reads_them(generated: P
     full = Run.open(run, partitioned=False)
     assert full.cached and len(full.frame) == info["rows"] and full.frame["host"].notna().all()
     # the partition files are written as they are read (Arrow), rows kept in memory through pandas: the same file
-    in_memory = partitioned.merge_in_memory(generated)
+    in_memory = partitioned.merge_in_memory(generated, batches=False)  # as `trace-merge merge` makes it
     assert in_memory.in_memory
     assert store.write_parquet(in_memory, tmp_path / "mem.parquet") == layout
     assert pq.read_table(tmp_path / "mem.parquet").equals(pq.read_table(run / MERGED), check_metadata=True)
@@ -511,3 +511,74 @@ def test_a_spilled_piece_reads_back_as_the_frame_it_was(tmp_path: Path) -> None:
     (tmp_path / "h.piece").write_bytes(path.read_bytes()[:40])
     with pytest.raises(TraceInputError, match=r"h\.piece: a spilled piece's header is damaged"):
         partitioned._read_piece(str(tmp_path / "h.piece"))
+
+
+def _line(name: str, cat: str, pid: int, ts: int, dur: int, **args: object) -> str:
+    return json.dumps({"name": name, "cat": cat, "pid": pid, "tid": pid, "ts": ts, "dur": dur, "ph": 1,
+                       "args": args})
+
+
+def _odd_traces(run: Path) -> None:
+    """Beside ``run``'s generated ranks, DFTracer traces a batch must read apart or keep apart: a second file of rank
+    2 from another host with rank 2's pid, its own epochs (DLIO's), a row without a host, a process call and an
+    AI-tracer event; a file whose escaped string the scanner declines; one with string ``ph``; one whose clock is a
+    day away."""
+    host = '{"name":"HH","ph":4,"args":{"name":"node-x","value":"hx"}}'
+    files = '{"name":"FH","ph":4,"args":{"name":"/data/x.h5","value":"fx"}}'
+    t0 = 1_000_000_000
+    (run / "more").mkdir()
+    (run / "more" / "rank_2.pfw").write_text("\n".join([
+        "[", host, files,
+        _line("pipeline.epoch", "pipeline", 1002, t0, 500, hhash="hx", epoch=7),
+        _line("pread", "POSIX", 1002, t0 + 10, 5, hhash="hx", fhash="fx", ret=100),
+        _line("read", "POSIX", 1002, t0 + 20, 5, fhash="fx", ret=50),
+        _line("fork", "POSIX", 1002, t0 + 30, 2, hhash="hx", ret=0),
+        _line("compute.forward", "compute", 1002, t0 + 40, 100, hhash="hx"),
+        _line("pread", "POSIX", 1002, t0 + 600, 5, hhash="hx", fhash="fx", ret=100),
+    ]) + "\n")
+    (run / "rank_5.pfw").write_text("\n".join([
+        "[", host, _line('a "quoted" name', "POSIX", 1005, t0, 5, hhash="hx"), _line("read", "POSIX", 1005, t0 + 9, 5,
+                                                                                  hhash="hx", ret=1)]) + "\n")
+    (run / "rank_6.pfw").write_text("[\n" + _line("read", "POSIX", 1006, t0, 5, ret=3).replace('"ph": 1', '"ph": "X"')
+                                    + "\n")
+    (run / "rank_7.pfw").write_text("[\n" + _line("read", "POSIX", 1007, t0 + 86_400 * 10**6 * 3, 5, ret=3) + "\n")
+
+
+def test_small_traces_read_in_batches_merge_as_read_one_by_one(generated: Path, tmp_path: Path) -> None:
+    """Batches change how small DFTracer traces are read, not what comes out: rows, their order, categories' values,
+    metadata, warnings, residual and the summary."""
+    run = shutil.copytree(generated, tmp_path / "traces")
+    _odd_traces(run)
+    from trace_merge.readers import pfw
+
+    paths = sorted(str(p) for p in run.rglob("*.pfw*"))
+    batch, alone = pfw.read_batch(paths, args=False)
+    assert batch is not None and sorted(alone) == [str(run / "rank_5.pfw"), str(run / "rank_6.pfw")]
+    one = {p: pfw.read(p, args=False) for p in paths}
+    assert [f.meta for f in batch.files] == [one[f.path].meta for f in batch.files]
+    assert batch.rows == [len(one[f.path].frame) for f in batch.files]
+    ref = pd.concat([one[f.path].frame for f in batch.files], ignore_index=True)
+    as_text = {c: object for c in ref.columns if FRAME_DTYPES[c] == "category"}
+    pd.testing.assert_frame_equal(batch.frame.astype(as_text), ref.astype(as_text))
+    assert set(batch.frame.loc[batch.frame["name"] == "read", "host"]) >= {"node-x"}  # the file's one host
+    assert batch.frame["epoch"].eq(7).sum() == 5  # rank 2's other process: its own epoch window only
+
+    # beside an app layer (its median start given), rank 7's file is left out, as ingested alone
+    tasks = [partitioned.SourceTask(i, p, "dftracer", None, partitioned.SUMMARY_COLUMNS, app_median=1e12)
+             for i, p in enumerate(paths)]
+    for got, want in zip(partitioned.ingest_batch(tasks), map(partitioned.ingest, tasks)):
+        assert (got.path, got.warnings, got.dropped, got.rows, got.median, got.window, got.meta) == (
+            want.path, want.warnings, want.dropped, want.rows, want.median, want.window, want.meta)
+        assert got.dropped == got.path.endswith("rank_7.pfw")
+
+    batched = partitioned.merge_in_memory(run)
+    alone_merge = partitioned.merge_in_memory(run, batches=False)
+    for m in (batched, alone_merge):
+        assert sorted(m.partitions) == [0, 1, 2, 3, 5, 6, 7]
+    pd.testing.assert_frame_equal(batched.frame.astype(as_text), alone_merge.frame.astype(as_text))
+    assert batched.warnings == alone_merge.warnings and batched.residual == alone_merge.residual
+    assert batched.sources == alone_merge.sources and batched.rows_per_layer() == alone_merge.rows_per_layer()
+    for rank in batched.partitions:  # a rank loaded alone (its categories: its batch's, the values the same)
+        pd.testing.assert_frame_equal(batched.partitions[rank].load().astype(as_text),
+                                      alone_merge.partitions[rank].load().astype(as_text))
+    assert_same_summary(Run(run, batched), Run(run, alone_merge))

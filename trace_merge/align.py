@@ -113,6 +113,12 @@ def assign_ranks(frame: pd.DataFrame, procs: Sequence[Process], path: str,
     there is one and keep the reader's rank otherwise. Rows left without a rank (-1) are never silent: a warning
     naming ``path`` and their pids is added to ``warnings`` (once per source).
     """
+    return assign_ranks_of_files(frame, procs, [path], [len(frame)], warnings)
+
+
+def assign_ranks_of_files(frame: pd.DataFrame, procs: Sequence[Process], paths: Sequence[str], rows: Sequence[int],
+                          warnings: "list[str] | None" = None) -> pd.DataFrame:
+    """:func:`assign_ranks` of the rows of several sources, one after the other (``rows``: each one's count)."""
     if not len(frame):
         return frame
     by_host_pid = {(p.host, p.pid): p.rank for p in procs if p.host}
@@ -120,7 +126,7 @@ def assign_ranks(frame: pd.DataFrame, procs: Sequence[Process], path: str,
     for p in procs:
         by_pid.setdefault(p.pid, p.rank)
     ranks = frame["rank"].to_numpy().copy()
-    file_rank = rank_from_name(path)
+    file_ranks = [rank_from_name(path) for path in paths]
     # Unique (host, pid) pairs are few: map them, not the rows. One int64 key per row:
     # host category code (+1, so a missing host is 0) in the high bits, pid (< 2**32) in the low ones.
     host = frame["host"].astype("category")
@@ -138,18 +144,24 @@ def assign_ranks(frame: pd.DataFrame, procs: Sequence[Process], path: str,
     row_rank = mapped[inverse]
     known = row_rank >= 0
     ranks[known] = row_rank[known]
-    if file_rank is not None:
-        ranks[~known] = file_rank
+    named = np.repeat(np.array([-2 if r is None else r for r in file_ranks], dtype=np.int64), rows)  # -2: none
+    by_name = ~known & (named != -2)
+    ranks[by_name] = named[by_name]
     out = frame.copy(deep=False)  # only whole columns are replaced below
     out["rank"] = ranks.astype(np.int64)
     unplaced = ranks < 0
     if warnings is not None and unplaced.any():
-        pids = sorted(set(frame["pid"].to_numpy()[unplaced].tolist()))
-        shown = ", ".join(str(p) for p in pids[:5]) + (", ..." if len(pids) > 5 else "")
-        text = (f"{path}: {int(unplaced.sum()):,} rows of process(es) {shown} could not be placed on a rank (no app "
-                "file, launch record or rank in the file name names them); they are pooled as rank -1")
-        if not any(w.startswith(f"{path}: ") and "pooled as rank -1" in w for w in warnings):
-            warnings.append(text)
+        bounds = np.cumsum([0, *rows])
+        for path, lo, hi in zip(paths, bounds[:-1], bounds[1:]):
+            if not unplaced[lo:hi].any():
+                continue
+            pids = sorted(set(frame["pid"].to_numpy()[lo:hi][unplaced[lo:hi]].tolist()))
+            shown = ", ".join(str(p) for p in pids[:5]) + (", ..." if len(pids) > 5 else "")
+            text = (f"{path}: {int(unplaced[lo:hi].sum()):,} rows of process(es) {shown} could not be placed on a "
+                    "rank (no app file, launch record or rank in the file name names them); they are pooled as "
+                    "rank -1")
+            if not any(w.startswith(f"{path}: ") and "pooled as rank -1" in w for w in warnings):
+                warnings.append(text)
     return out
 
 

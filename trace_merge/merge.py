@@ -19,13 +19,16 @@ from .schema import SourceData
 from .store import read_merged, write_merged
 
 
-def merge_path(path: "str | os.PathLike[str]") -> Merge:
+def merge_path(path: "str | os.PathLike[str]", batches: bool = True) -> Merge:
     """Read, align and merge every trace under ``path`` (:func:`trace_merge.partitioned.merge_in_memory`).
 
     Parameters
     ----------
     path
         A run directory, a directory of loose trace files (recursively), or one trace file.
+    batches
+        Small DFTracer traces are read in batches (False: one by one, each rank's categories exactly its files', as
+        ``merged.parquet`` stores them; the rows are the same).
 
     Returns
     -------
@@ -37,7 +40,7 @@ def merge_path(path: "str | os.PathLike[str]") -> Merge:
     TraceInputError
         Nothing usable was found (the message lists what was looked for, and why files failed).
     """
-    return merge_in_memory(path)
+    return merge_in_memory(path, batches=batches)
 
 
 def merge_sources(read: "list[SourceData]", launch_ns: "int | None" = None,

@@ -2,9 +2,10 @@
 counters, and one :class:`MergeInfo` of what the merge found (the same record ``merge_info.json`` stores), plus the
 analysis' summary when the merge ran one.
 
-A partition is a rank's rows in one of three places (:class:`InMemory`, :class:`ArrowFile` written by this merge,
-:class:`RowGroups` of a stored ``merged.parquet``), or :class:`NotKept` (a merge that kept only its summary); each
-loads its rows with the schema's dtypes, only the columns asked for.
+A partition is a rank's rows in one of four places (:class:`InMemory`, :class:`InGroup`: a span of a frame several
+ranks share, :class:`ArrowFile` written by this merge, :class:`RowGroups` of a stored ``merged.parquet``), or
+:class:`NotKept` (a merge that kept only its summary); each loads its rows with the schema's dtypes, only the columns
+asked for.
 """
 from __future__ import annotations
 
@@ -136,6 +137,49 @@ class InMemory:
 
     def load(self, columns: Optional[Sequence[str]] = None) -> pd.DataFrame:
         return self.frame if columns is None else self.frame[[c for c in columns if c in self.frame.columns]]
+
+
+@dataclass(frozen=True, eq=False)
+class InGroup:
+    """A rank's rows held in memory as the span ``span`` of a frame that several ranks merged together share
+    (:func:`trace_merge.partitioned.merge_ranks`): cut out, with the rank's own categories (``categories``: column ->
+    categories, its pieces' united), only when loaded alone."""
+
+    frame: pd.DataFrame
+    span: tuple[int, int]
+    categories: "dict[str, pd.Index]"
+    kept: bool = True
+    in_memory: bool = True
+
+    def load(self, columns: Optional[Sequence[str]] = None) -> pd.DataFrame:
+        rows = self.frame.iloc[self.span[0]:self.span[1]]
+        own = self.categories
+        return pd.DataFrame({c: rows[c].cat.set_categories(own[c]).array if c in own else rows[c].array
+                             for c in rows.columns if columns is None or c in columns}, copy=False)
+
+
+def _whole_groups(parts: "list[Partition]") -> "list[Partition | pd.DataFrame]":
+    """``parts`` (a rank each, in rank order) with each run of :class:`InGroup` spans that covers its frame
+    from end to end replaced by that frame: the ranks' rows in the same order, and, with their categories united,
+    the same categories (a group's frame has the union of its ranks')."""
+    out: list = []
+    at = 0
+    while at < len(parts):
+        p = parts[at]
+        if isinstance(p, InGroup) and p.span[0] == 0:
+            reach, end = p.span[1], at + 1
+            while end < len(parts):
+                q = parts[end]
+                if not (isinstance(q, InGroup) and q.frame is p.frame and q.span[0] == reach):
+                    break
+                reach, end = q.span[1], end + 1
+            if reach == len(p.frame):
+                out.append(p.frame)
+                at = end
+                continue
+        out.append(p)
+        at += 1
+    return out
 
 
 @dataclass(frozen=True)
@@ -308,11 +352,13 @@ class Merge:
     def _load_partitions(self, columns: Optional[Sequence[str]] = None, ranks: Optional[Sequence[int]] = None
                          ) -> pd.DataFrame:
         use = [r for r in sorted(self.partitions) if ranks is None or r in set(ranks)]
-        frames = [self.partitions[r].load(columns) for r in use]
-        if not frames:
-            return empty_frame() if columns is None else empty_frame()[list(columns)]
         if columns is not None:
-            return pd.concat(frames, ignore_index=True)
+            frames = [self.partitions[r].load(columns) for r in use]
+            return pd.concat(frames, ignore_index=True) if frames else empty_frame()[list(columns)]
+        frames = [p if isinstance(p, pd.DataFrame) else p.load()
+                  for p in _whole_groups([self.partitions[r] for r in use])]
+        if not frames:
+            return empty_frame()
         frame = time_order(concat_frames(frames))
         for c in FRAME_COLUMNS:  # a summary's partitions leave out args and host
             if c not in frame.columns:

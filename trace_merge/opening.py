@@ -51,7 +51,8 @@ class MergeOptions:
     use_stored
         Use a trusted stored merge (False: merge the sources, as ``trace-merge merge`` does).
     all_columns
-        A partitioned merge keeps every column (``args`` and ``host`` too: what ``merged.parquet`` stores).
+        A partitioned merge keeps every column (``args`` and ``host`` too: what ``merged.parquet`` stores), and an
+        in-memory merge reads its sources one by one (each rank's categories exactly its files', as stored).
     partition_above_bytes, partition_above_rows
         Sources of at least this many bytes are merged partition by partition; a stored merge of at least this many
         rows is summarised partition by partition.
@@ -113,7 +114,7 @@ def open_merge(path: "str | os.PathLike[str]", options: MergeOptions = MergeOpti
             return whole
     size = partitioned_input(p, options)
     if size is None:
-        res = merge.merge_path(p)
+        res = merge.merge_path(p, batches=not options.all_columns)  # a stored merge keeps its files' categories
         res.frame  # noqa: B018  (loaded now: the rows of a run merged in memory are one frame)
     else:
         res = _merge_partitioned(p, size, options)

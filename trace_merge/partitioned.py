@@ -50,6 +50,7 @@ from trace_merge.engines import Engine, Inline
 from trace_merge.errors import TraceInputError
 from trace_merge.merged import (
     ArrowFile,
+    InGroup,
     InMemory,
     Merge,
     MergeInfo,
@@ -72,7 +73,6 @@ from trace_merge.schema import (
     SourceData,
     SourceMeta,
     by_rank,
-    concat_column,
     concat_frames,
     empty_counters,
     empty_frame,
@@ -269,9 +269,18 @@ class Piece:
     rows: int
     residual_flags: dict  # :func:`trace_merge.align.residual_flags` of the rows
     frame: Optional[pd.DataFrame] = None
+    #: in memory only: the rows are ``frame``'s from ``span[0]`` to ``span[1]``, a frame that other pieces share (a
+    #: batch of small sources read together, :func:`ingest_batch`); adjacent spans go on together (:func:`_joined`)
+    span: Optional[tuple[int, int]] = None
 
     def load(self) -> pd.DataFrame:
+        if self.span is not None:
+            return self._shared().iloc[self.span[0]:self.span[1]]
         return self.frame if self.path is None else _read_piece(self.path)
+
+    def _shared(self) -> pd.DataFrame:
+        assert self.frame is not None, "a span's frame is kept until the piece is discarded"
+        return self.frame
 
     def resolved(self, names: dict) -> pd.DataFrame:
         """The piece's rows, DFTracer file hashes resolved by ``names`` (hash -> path)."""
@@ -279,11 +288,13 @@ class Piece:
 
     def column(self, names: dict, name: str) -> pd.Series:
         """One column of :meth:`resolved` (read from the piece's file alone)."""
-        col = _read_piece_column(self.path, name) if self.path is not None else self.load()[name]
+        col = (_read_piece_column(self.path, name) if self.path is not None else self.load()[name]
+               if self.span is None else self._shared()[name].iloc[self.span[0]:self.span[1]])
         return resolve_names(col.to_frame(), names)[name] if name == "file" and self.kind == "dftracer" else col
 
     def store(self, frame: pd.DataFrame) -> None:
         """Replace the piece's rows."""
+        self.span = None
         if self.path is None:
             self.frame = frame
         else:
@@ -293,6 +304,20 @@ class Piece:
         self.frame = None
         if self.path is not None:
             Path(self.path).unlink(missing_ok=True)
+
+
+def _joined(pieces: "Sequence[Piece]") -> "list[Piece]":
+    """``pieces`` with each run of adjacent spans of one shared frame as one piece (a batch's ranks merged together
+    take its frame whole, not cut rank by rank and put together again)."""
+    out: list[Piece] = []
+    for p in pieces:
+        last = out[-1] if out else None
+        if (p.span is not None and last is not None and last.span is not None and last.frame is p.frame
+                and last.span[1] == p.span[0] and last.kind == p.kind):
+            out[-1] = replace(last, rows=last.rows + p.rows, span=(last.span[0], p.span[1]))
+        else:
+            out.append(p)
+    return out
 
 
 def _spill(frame: pd.DataFrame, source: str, kind: str, tag: str, spill: Optional[Path], columns: Sequence[str],
@@ -347,6 +372,7 @@ class SourceResult:
     starts: Optional[np.ndarray] = None  # app files: every start (the app layer's median)
     median: Optional[float] = None  # other sources: the median of their rows' starts (clocks set a day apart)
     dropped: bool = False
+    rows: int = 0  # the source's rows in pieces (a batch's pieces may hold several sources' rows)
 
 
 def ingest(task: SourceTask) -> SourceResult:
@@ -378,6 +404,7 @@ def ingest(task: SourceTask) -> SourceResult:
             pieces, facts = _spill(frame, task.path, task.kind, f"{task.index:06d}-{b:05d}", spill, task.columns,
                                    task.analysis)
             out.pieces += pieces
+            out.rows += len(frame)
             out.facts += facts
             del src, frame  # not kept while the next block is read
         if pids and isinstance(meta, PfwMeta):
@@ -390,16 +417,110 @@ def ingest(task: SourceTask) -> SourceResult:
         out.error = f"{task.path}: {exc}"
         return out
     if task.kind not in A.APP_KINDS and medians:
-        out.median = median = _weighted_median(medians)
-    if task.kind not in A.APP_KINDS and task.app_median is not None and medians:
-        if abs(median - task.app_median) > A.DIFFERENT_DAY_NS:
-            hours = (median - task.app_median) / 3.6e12
-            out.warnings.append(f"{task.path}: timestamps are {hours:+.1f} h from the app layer's (a different run "
-                                "or a wrong clock); left out of the merge")
-            out.dropped = True
-            for p in out.pieces:
-                p.discard()
-            out.pieces, out.facts, out.counters = [], [], None
+        out.median = _weighted_median(medians)
+    far = _another_day(task.path, out.median, task.app_median) if out.median is not None else None
+    if far is not None:
+        out.warnings.append(far)
+        out.dropped = True
+        for p in out.pieces:
+            p.discard()
+        out.pieces, out.facts, out.counters, out.rows = [], [], None, 0
+    return out
+
+
+def _another_day(path: str, median: float, app_median: Optional[float]) -> Optional[str]:
+    """The warning leaving out a source whose rows' median start lies a day or more from the app layer's."""
+    if app_median is None or abs(median - app_median) <= A.DIFFERENT_DAY_NS:
+        return None
+    return (f"{path}: timestamps are {(median - app_median) / 3.6e12:+.1f} h from the app layer's (a different run "
+            "or a wrong clock); left out of the merge")
+
+
+#: small DFTracer traces merged in memory are read in batches of about this much text (estimated as
+#: :func:`~trace_merge.readers.pfw.read_blocks` does): a few tens of thousands of rows, a rank group's worth
+SOURCE_BATCH_BYTES = 16 << 20
+
+
+def _source_batches(tasks: "Sequence[SourceTask]") -> "list[list[SourceTask]]":
+    """The tasks of small DFTracer traces (read whole, not in blocks) in batches for :func:`ingest_batch`, in rank
+    order as their names give it (a batch's ranks then make one rank group, :func:`_rank_groups`); batches of one
+    are left out."""
+    from trace_merge.readers.pfw import GZIP_RATIO, STREAM_BLOCK_BYTES
+
+    small: list = []
+    for t in tasks:
+        if t.kind != "dftracer" or t.data is not None or t.analysis is not None or t.spill is not None:
+            continue
+        try:
+            with open(t.path, "rb") as fh:
+                text = os.fstat(fh.fileno()).st_size * (GZIP_RATIO if fh.read(2) == b"\x1f\x8b" else 1)
+        except OSError:
+            continue  # ingest says why
+        if text <= 2 * STREAM_BLOCK_BYTES:
+            rank = rank_from_name(t.path)
+            small.append(((rank is None, rank or 0, t.index), text, t))
+    batches: list = []
+    held = SOURCE_BATCH_BYTES
+    for _, text, t in sorted(small, key=lambda x: x[0]):
+        if held + text > SOURCE_BATCH_BYTES:
+            batches.append([])
+            held = 0
+        batches[-1].append(t)
+        held += text
+    return [b for b in batches if len(b) > 1]
+
+
+def ingest_batch(tasks: "Sequence[SourceTask]") -> "list[SourceResult]":
+    """:func:`ingest` of each of several small DFTracer traces (in memory): read together
+    (:func:`~trace_merge.readers.pfw.read_batch`), each rank's rows a span of the batch's one frame; those the batch
+    leaves out are ingested one by one. The same results, in the order of ``tasks``."""
+    from trace_merge.readers import pfw
+
+    if len(tasks) == 1:
+        return [ingest(tasks[0])]
+    first = tasks[0]
+    batch, alone = pfw.read_batch([t.path for t in tasks], args="args" in first.columns)
+    done = {t.path: ingest(t) for t in tasks if t.path in set(alone)}
+    if batch is not None:
+        done.update(_batch_results(batch, first))
+    return [done[t.path] for t in tasks]
+
+
+def _batch_results(batch: Any, task: SourceTask) -> "dict[str, SourceResult]":
+    """:func:`ingest_batch`'s results of the files read together (``task``: one of theirs, for the shared tables)."""
+    paths = [f.path for f in batch.files]
+    warnings: list[str] = []
+    frame = A.assign_ranks_of_files(batch.frame, task.procs, paths, batch.rows, warnings)
+    start, end = frame["start_ns"].to_numpy(), frame["end_ns"].to_numpy()
+    bounds = np.cumsum([0, *batch.rows])
+    owner = np.repeat(np.arange(len(paths)), batch.rows)
+    out: dict[str, SourceResult] = {}
+    for f, lo, hi in zip(batch.files, bounds[:-1], bounds[1:]):
+        r = out[f.path] = SourceResult(f.path, "dftracer", meta=f.meta,
+                                       warnings=f.warnings + [w for w in warnings if w.startswith(f"{f.path}: ")])
+        r.window = (int(start[lo:hi].min()), int(end[lo:hi].max()))
+        r.median = float(np.median(start[lo:hi]))
+        far = _another_day(f.path, r.median, task.app_median)
+        if far is not None:
+            r.warnings.append(far)
+            r.dropped = True
+            owner[lo:hi] = -1
+    if (owner < 0).any():
+        frame, owner = frame[owner >= 0], owner[owner >= 0]
+    frame = only_columns(A.apply_offsets(frame, task.offsets), task.columns)
+    ranks = frame["rank"].to_numpy()
+    if len(ranks) > 1 and (np.diff(ranks) < 0).any():  # each rank's rows together, in the files' order
+        order = np.argsort(ranks, kind="stable")
+        frame, ranks, owner = frame.take(order), ranks[order], owner[order]
+    frame = frame.reset_index(drop=True)
+    uniq, firsts = np.unique(ranks, return_index=True)
+    flags = A.residual_flags(frame)  # the pieces' flags are only ever summed: the batch's go on its first
+    for k, (rank, lo, hi) in enumerate(zip(uniq, firsts, [*firsts[1:], len(frame)])):
+        r = out[paths[owner[lo]]]
+        r.pieces.append(Piece(None, r.path, "dftracer", int(rank), int(hi - lo), flags if k == 0 else {},
+                              frame=frame, span=(int(lo), int(hi))))
+    for r, n in zip(out.values(), np.bincount(owner, minlength=len(paths))):
+        r.rows = int(n)
     return out
 
 
@@ -628,28 +749,63 @@ def _merged_rows(parts: list, columns: Sequence[str], basis: A.ResidualBasis, ra
 
 def merge_ranks(tasks: "Sequence[RankTask]") -> "list[RankResult]":
     """:func:`merge_rank` of each task; the small ranks of an in-memory merge (:func:`_rank_groups`) at once: their
-    rows ordered, checked and tagged as one frame (each step works rank by rank), then cut rank by rank. The same
-    rows in the same order as rank by rank, for one task's fixed costs (docs/measurements.md, "Trace shapes")."""
+    rows ordered, checked and tagged as one frame (each step works rank by rank), then put rank after rank, each
+    rank's partition a span of that frame (:class:`~trace_merge.merged.InGroup`). The same rows in the same order
+    as rank by rank, for one task's fixed costs (docs/measurements.md, "Trace shapes")."""
     if len(tasks) == 1:
         return [merge_rank(tasks[0])]
     first = tasks[0]
-    frame, warnings, residual = _merged_rows([functools.partial(p.column, t.names) for t in tasks for p in t.pieces
-                                              if p.rows], first.columns, first.residual_basis, ranks=True)
-    dxt = dxt_rows(frame)
+    frame, warnings, residual = _merged_rows([functools.partial(p.column, first.names) for p in
+                                              _joined([p for t in tasks for p in t.pieces]) if p.rows],
+                                             first.columns, first.residual_basis, ranks=True)
+    ranks = frame["rank"].to_numpy()
+    if (np.diff(ranks) < 0).any():  # each rank's rows together, in time order
+        order = np.argsort(ranks, kind="stable")
+        frame, ranks = frame.take(order).reset_index(drop=True), ranks[order]
+    uniq, firsts = np.unique(ranks, return_index=True)
+    ends = np.append(firsts[1:], len(frame))
+    lows = np.minimum.reduceat(frame["start_ns"].to_numpy(), firsts)
+    highs = np.maximum.reduceat(frame["end_ns"].to_numpy(), firsts)
+    dxt = np.add.reduceat(dxt_rows(frame).astype(np.int64), firsts)
+    layer = frame["layer"].array
+    layers = np.bincount(np.repeat(np.arange(len(uniq)), ends - firsts) * (len(layer.categories) + 1)
+                         + layer.codes + 1, minlength=len(uniq) * (len(layer.categories) + 1)
+                         ).reshape(len(uniq), -1)[:, 1:]  # rank x layer code: rows
+    code_of = {c: i for i, c in enumerate(layer.categories)}
     out: list[RankResult] = []
-    for task, (rank, rows) in zip(tasks, by_rank(frame)):
-        at = rows.index.to_numpy()
-        # each categorical column with the rank's own categories (its pieces', united), as merge_rank gives them
-        rows = pd.DataFrame({c: rows[c].cat.set_categories(concat_column(
-            [p.column(task.names, c).iloc[:0] for p in task.pieces], c).categories).array
-            if FRAME_DTYPES[c] == "category" else rows[c].array for c in rows.columns}, copy=False)
-        out.append(RankResult(rank, len(rows), InMemory(rows) if task.keep else NotKept(),
-                              int(rows["start_ns"].min()), int(rows["end_ns"].max()), residual.get(rank, {}), [],
-                              [] if out else warnings,
-                              {str(k): int(v) for k, v in rows["layer"].value_counts(sort=False).items() if v}, None,
-                              int(dxt[at].sum())))
+    shared: dict = {}
+    for k, (task, rank, lo, hi) in enumerate(zip(tasks, uniq, firsts, ends)):
+        assert task.rank == rank, "a group's tasks are its ranks, ascending"
+        own = _own_categories(task, shared)
+        # in the order of the rank's own layer categories, as its frame's value_counts gives them
+        layer_rows = {str(c): int(layers[k, code_of[c]]) for c in own["layer"]
+                      if c in code_of and layers[k, code_of[c]]}
+        out.append(RankResult(int(rank), int(hi - lo), InGroup(frame, (int(lo), int(hi)), own) if task.keep
+                              else NotKept(), int(lows[k]), int(highs[k]), residual.get(int(rank), {}), [],
+                              [] if out else warnings, layer_rows, None, int(dxt[k])))
         for p in task.pieces:
             p.discard()
+    return out
+
+
+def _own_categories(task: RankTask, shared: dict) -> "dict[str, pd.Index]":
+    """The categories of a rank's categorical columns, its pieces' united, as :func:`merge_rank` gives them. A
+    span's are its shared frame's: found once per frame (``shared``, kept by the caller while the frames live)."""
+    def of(p: Piece, c: str) -> pd.Index:
+        if p.span is None:
+            return p.column(task.names, c).array.categories
+        key = (id(p.frame), p.kind, c)
+        if key not in shared:
+            whole = p._shared()
+            shared[key] = whole, Piece(None, p.source, p.kind, p.rank, len(whole), {}, frame=whole
+                                        ).column(task.names, c).array.categories
+        return shared[key][1]
+
+    out = {}
+    for c in task.columns:
+        if FRAME_DTYPES[c] == "category":
+            found = [of(p, c) for p in task.pieces]
+            out[c] = found[0] if len(found) == 1 else pd.Index(pd.unique(np.concatenate(found)), dtype=object)
     return out
 
 
@@ -770,15 +926,16 @@ def merge_partitioned(path: "str | os.PathLike[str]", engine: Optional[Engine] =
 _THREADS = max(1, min(4, os.cpu_count() or 1))
 
 
-def merge_in_memory(path: "str | os.PathLike[str]", threads: int = _THREADS) -> Merge:
+def merge_in_memory(path: "str | os.PathLike[str]", threads: int = _THREADS, batches: bool = True) -> Merge:
     """The same pipeline in this process, every piece and partition kept in memory and every column kept, without
     the summary (:func:`trace_merge.merge.merge_path`: a run that fits in memory), reading up to ``threads`` files
-    at once."""
+    at once, small DFTracer traces in batches (:func:`ingest_batch`; ``batches=False``: one by one, each rank's
+    categories then exactly its files', as a stored merge keeps them)."""
     path = Path(path)
     files, manifest, warnings, inputs = _found(path)
     tasks = _tasks(files, warnings, None, FRAME_COLUMNS, None)
     return _run(path, tasks, manifest, warnings, inputs, Inline(threads), None, FRAME_COLUMNS, None,
-                _launch(manifest), sources.launch_records(path))
+                _launch(manifest), sources.launch_records(path), batches=batches)
 
 
 def merge_read(read: Sequence[SourceData], launch_ns: Optional[int] = None,
@@ -817,7 +974,7 @@ def _tasks(files: list, warnings: list, spill: Optional[str], columns: tuple, an
 def _run(path: Optional[Path], tasks: "list[SourceTask]", manifest: Optional[dict], warnings: list, inputs: dict,
          engine: Engine, spill: Optional[Path], columns: tuple, analysis: Optional[Analysis], launch: Optional[int],
          launched: Sequence[LaunchRecord], keep_rows: bool = True,
-         rank_windows: engines.Windows = engines.Windows()) -> Merge:
+         rank_windows: engines.Windows = engines.Windows(), batches: bool = False) -> Merge:
     app_tasks = [t for t in tasks if t.kind in A.APP_KINDS]
     clock = _Clock(engine)
     app_results = engine.map(ingest, app_tasks)
@@ -845,7 +1002,7 @@ def _run(path: Optional[Path], tasks: "list[SourceTask]", manifest: Optional[dic
         rank = rank_from_name(t.path) if t.kind == "xplane" else None
         t.procs, t.offsets, t.app_median = procs, offsets, app_median
         t.anchors = anchors.get(rank, []) if rank is not None else all_anchors
-    results += engine.map(ingest, other)
+    results += _ingest_all(engine, other, batches)
     clock("other sources", len(other))
     for r in results:
         if r.error is not None:
@@ -854,7 +1011,7 @@ def _run(path: Optional[Path], tasks: "list[SourceTask]", manifest: Optional[dic
         if r.dropped:
             dropped.append(r.path)
     usable = [r for r in results if r.error is None and r.path not in dropped and
-              (r.pieces or (r.counters is not None and len(r.counters)))]
+              (r.rows or (r.counters is not None and len(r.counters)))]
     if not usable:
         why = "; ".join(warnings) if warnings else "all empty"
         raise TraceInputError(path if path is not None else ", ".join(t.path for t in tasks) or "no sources",
@@ -874,7 +1031,7 @@ def _run(path: Optional[Path], tasks: "list[SourceTask]", manifest: Optional[dic
         for p in r.pieces:
             pieces_of.setdefault(p.rank, []).append(p)
     job = analysis.job([f for r in kept for f in r.facts], names) if analysis is not None else None
-    darshan_alone = all(r.kind == "darshan" for r in kept if r.pieces)
+    darshan_alone = all(r.kind == "darshan" for r in kept if r.rows)
     basis = A.ResidualBasis.of([_residual_flags(r) for r in kept])
     rank_tasks = [RankTask(rank, pieces_of[rank], str(spill / f"partition-rank-{rank}.arrow") if spill else None,
                            names, darshan_alone, basis, columns, analysis, job, keep_rows, rank_windows)
@@ -908,6 +1065,16 @@ def _run(path: Optional[Path], tasks: "list[SourceTask]", manifest: Optional[dic
         counters=counters_df, info=info, manifest=manifest, spill=spill, job=job, summary=summary,
         parts=[d.parts for d in done] if analysis is not None else None,
         dxt_segments=sum(d.dxt_segments for d in done))
+
+
+def _ingest_all(engine: Engine, tasks: "list[SourceTask]", in_batches: bool) -> "list[SourceResult]":
+    """:func:`ingest` of each task on ``engine``, in their order; with ``in_batches``, small DFTracer traces merged
+    in memory in batches (:func:`ingest_batch`)."""
+    batches = _source_batches(tasks) if in_batches else []
+    batched = {t.index for b in batches for t in b}
+    work = batches + [[t] for t in tasks if t.index not in batched]
+    done = {t.index: r for group, results in zip(work, engine.map(ingest_batch, work)) for t, r in zip(group, results)}
+    return [done[t.index] for t in tasks]
 
 
 class _Clock:

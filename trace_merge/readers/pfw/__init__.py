@@ -78,7 +78,7 @@ from .options import (
     PARSER_ENV,
     ParseOptions,
 )
-from .reader import read, read_blocks
+from .reader import Batch, read, read_batch, read_blocks
 from .semantics import AI_CAT_RULES, EPOCH_EVENTS, ITEM_CALLS, PROCESS_CALLS, RW_CALLS, ai_cat
 from .tables import event_schema, event_table
 from .text import GZIP_RATIO, STREAM_BLOCK_BYTES, arrow_input, body_span
@@ -89,5 +89,5 @@ __all__ = [
     "MAX_LINE_BYTES", "MAX_TEXT_RATIO", "MIN_TEXT_LIMIT", "OUTLIER_GAP_NS", "OUTLIER_MAX_ROWS", "OUTLIER_MAX_SHARE",
     "PARSER_ENV", "PROCESS_CALLS", "RW_CALLS", "STREAM_BLOCK_BYTES", "STR_ARGS", "DFTracerMeta", "ParseOptions",
     "PfwMeta", "TimeLoggerMeta", "TraceInputError", "ai_cat", "arrow_input", "body_span", "event_schema",
-    "event_table", "read", "read_blocks",
+    "event_table", "Batch", "read", "read_batch", "read_blocks",
 ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, replace
 from typing import Callable, Optional
 
 import numpy as np
@@ -10,7 +11,7 @@ import pandas as pd
 
 from ...schema import MAX_RANKS, SIDE_LAYERS, SourceData, checked_int, to_frame
 from .events import Cols, State, as_str, json_default
-from .meta import file_meta
+from .meta import PfwMeta, file_meta
 from .semantics import ITEM_CALLS, PROCESS_CALLS, RW_CALLS, ai_cats, classify, epoch_windows, name_mask
 
 
@@ -79,11 +80,53 @@ def _args_column(cols: Cols, state: State, timelogger: bool,
     return _strings(_recode(cols.cat, text))
 
 
+@dataclass
+class FileRows:
+    """One file's share of a frame built from several files' events (:func:`batch_frame`): its rows are the next
+    ``rows`` of the columns."""
+
+    path: str
+    state: State
+    warnings: list[str]
+    rows: int
+
+
 def source_data(path: str, state: State, cols: Cols, kind: str, warnings: list[str], parser: str) -> SourceData:
     """The :class:`SourceData` of one file (or block): its frame and metadata."""
+    frame, (meta,) = _frame([FileRows(path, state, warnings, cols.n)], cols, kind, parser)
+    return SourceData(path=path, kind=kind, frame=frame, meta=meta, warnings=warnings)
+
+
+def batch_frame(files: "list[FileRows]", cols: Cols, parser: str) -> "Optional[tuple[pd.DataFrame, list[PfwMeta]]]":
+    """One frame of several DFTracer files' events (``cols``: theirs, file after file) and each file's metadata,
+    as :func:`source_data` of each would give them; ``None`` when their hash tables disagree on a hash (each is then
+    read alone)."""
+    for table in ("HH", "FH"):
+        united: dict[str, str] = {}
+        for f in files:
+            for key, value in f.state.maps[table].items():
+                if united.setdefault(key, value) != value:
+                    return None
+    return _frame(files, cols, "dftracer", parser)
+
+
+def _per_row(files: "list[FileRows]", values: "list[Optional[str]]") -> pd.Categorical:
+    """A categorical column holding each file's value on its rows (None: missing)."""
+    categories = list(dict.fromkeys(v for v in values if v is not None))
+    codes = np.array([categories.index(v) if v is not None else -1 for v in values], dtype=np.int32)
+    return pd.Categorical.from_codes(np.repeat(codes, [f.rows for f in files]),
+                                     categories=pd.Index(categories, dtype=object))
+
+
+def _frame(files: "list[FileRows]", cols: Cols, kind: str, parser: str) -> "tuple[pd.DataFrame, list[PfwMeta]]":
+    """The frame of ``cols``, the events of ``files`` one after the other (several only of DFTracer traces), and
+    each file's metadata."""
     n = cols.n
     timelogger = kind == "timelogger"
+    assert len(files) == 1 or not timelogger, "TimeLogger files are read one at a time"
+    state = files[0].state
     header = state.header or {}
+    sizes = [f.rows for f in files]
 
     # rows of DFTracer's own bookkeeping never reach here (both parsers route them to meta)
     classes = [classify(str(c), timelogger) for c in cols.cat.categories]
@@ -93,26 +136,32 @@ def source_data(path: str, state: State, cols: Cols, kind: str, warnings: list[s
     cat = _recode(cols.cat, lambda c: classify(str(c), timelogger)[1])
 
     # rank
-    default_rank = checked_int(header, "rank", 0, MAX_RANKS - 1, path, warnings) if timelogger else None
-    if default_rank is None:
+    if timelogger:
+        default_ranks = [checked_int(header, "rank", 0, MAX_RANKS - 1, files[0].path, files[0].warnings)]
+    else:
+        default_ranks = [None]
+    if default_ranks[0] is None:
         from .. import rank_from_name  # the one file-name rank rule, shared with the other readers
 
-        default_rank = rank_from_name(path)
+        default_ranks = [rank_from_name(f.path) for f in files]
     rvals, rmask = cols.ints["rank"]
-    rank = np.where(rmask, -1 if default_rank is None else default_rank, rvals).astype(np.int64)
+    defaults = np.array([-1 if r is None else r for r in default_ranks], dtype=np.int64)
+    rank = np.where(rmask, defaults[0] if len(files) == 1 else np.repeat(defaults, sizes), rvals).astype(np.int64)
 
     # host
     if timelogger:
         host = _constant(as_str(header.get("hostname")), n)
     else:
-        hosts = state.maps["HH"]
+        hosts = {k: v for f in files for k, v in f.state.maps["HH"].items()}
         host = _recode(cols.strs["hhash"], lambda h: hosts.get(h, h))
-        if len(set(hosts.values())) == 1:
-            host = _fill(host, _constant(next(iter(hosts.values())), n))
+        only = [next(iter(set(m.values()))) if len(set(m.values())) == 1 else None
+                for m in (f.state.maps["HH"] for f in files)]  # a file of one host: its rows' host where missing
+        if any(v is not None for v in only):
+            host = _fill(host, _constant(only[0], n) if len(files) == 1 else _per_row(files, only))
 
     # file
-    files = state.maps["FH"]
-    file_ = _fill(_recode(cols.strs["fhash"], lambda h: files.get(h, h)), _fill(cols.strs["file"], cols.strs["fname"]))
+    names = {k: v for f in files for k, v in f.state.maps["FH"].items()}
+    file_ = _fill(_recode(cols.strs["fhash"], lambda h: names.get(h, h)), _fill(cols.strs["file"], cols.strs["fname"]))
 
     # bytes: explicit args.bytes, else ret of read/write calls
     bvals, bmask = cols.ints["bytes"]
@@ -132,6 +181,12 @@ def source_data(path: str, state: State, cols: Cols, kind: str, warnings: list[s
             cat = cat.add_categories(["other"]) if "other" not in cat.categories else cat.copy()
             cat[process] = "other"
         cat = ai_cats(cols, layer, cat)
+    if timelogger:
+        epoch = cols.ints["epoch"]
+    else:  # epochs are windows per process: a process of each file (pids of two hosts may be equal)
+        keyed = cols if len(files) == 1 else replace(
+            cols, pid=(np.repeat(np.arange(len(files), dtype=np.int64), sizes) << 32) | (cols.pid & 0xFFFFFFFF))
+        epoch = epoch_windows(keyed, cols.ints["epoch"])
     frame = to_frame(
         {
             "layer": layer,
@@ -146,11 +201,13 @@ def source_data(path: str, state: State, cols: Cols, kind: str, warnings: list[s
             "bytes": _masked(byte_vals, byte_mask),
             "offset": _masked(*cols.ints["offset"]),
             "file": file_,
-            "epoch": _masked(*(cols.ints["epoch"] if timelogger else epoch_windows(cols, cols.ints["epoch"]))),
+            "epoch": _masked(*epoch),
             "step": _masked(*cols.ints["step"]),
             "args": args_col if n else None,
         },
         owned=True,  # every column built here for this frame
     )
-    meta = file_meta(path, state, cols, kind, parser, default_rank, warnings)
-    return SourceData(path=path, kind=kind, frame=frame, meta=meta, warnings=warnings)
+    bounds = np.cumsum([0, *sizes])
+    metas = [file_meta(f.path, f.state, cols.pid[lo:hi], kind, parser, r, f.warnings)
+             for f, r, lo, hi in zip(files, default_ranks, bounds[:-1], bounds[1:])]
+    return frame, metas

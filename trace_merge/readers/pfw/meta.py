@@ -6,10 +6,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional
 
+import numpy as np
 import pandas as pd
 
 from ...schema import MAX_RANKS, SIDE_LAYERS, SourceMeta, checked_int
-from .events import Cols, Json, State, as_int, as_str
+from .events import Json, State, as_int, as_str
 
 #: a clock offset between two ranks beyond a day is a corrupt value (a day off is a different run, see align)
 _MAX_OFFSET_NS = 24 * 3600 * 10**9
@@ -88,16 +89,17 @@ class DFTracerMeta(PfwMeta):
     dftracer_events: list[str] = field(default_factory=list)
 
 
-def file_meta(path: str, state: State, cols: Cols, kind: str, parser: str, rank: Optional[int],
+def file_meta(path: str, state: State, event_pids: np.ndarray, kind: str, parser: str, rank: Optional[int],
               warnings: list[str]) -> PfwMeta:
-    """The metadata of a file (or block) whose events are ``cols``; ``rank`` is its rows' default rank."""
-    frame_pids = pd.unique(cols.pid).tolist() if cols.n else []  # hashed, not sorted: sorted below
+    """The metadata of a file (or block) whose events have the processes ``event_pids`` (one per event); ``rank``
+    is its rows' default rank."""
+    frame_pids = pd.unique(event_pids).tolist() if len(event_pids) else []  # hashed, not sorted: sorted below
     pids = sorted(set(int(p) for p in frame_pids) | state.meta_pids)
     pid = pids[0] if len(pids) == 1 else None
     if state.no_ts:
         warnings.append(f"{path}: {state.no_ts} complete events without a numeric ts skipped")
     meta = _timelogger(path, state, pid, warnings) if kind == "timelogger" else _dftracer(state, pid)
-    meta.parser, meta.events, meta.pids, meta.rank = parser, cols.n, pids, rank
+    meta.parser, meta.events, meta.pids, meta.rank = parser, len(event_pids), pids, rank
     meta.truncated_last_line, meta.ignored_events = state.truncated_last_line, dict(state.ignored)
     meta.events_without_ts, meta.other_metadata = state.no_ts, dict(state.other_meta)
     meta.thread_names, meta.process_names = state.thread_names, state.process_names

@@ -2,18 +2,25 @@
 block), and the parser chain each body of event lines goes through."""
 from __future__ import annotations
 
+import itertools
 import os
-from typing import Iterator, Optional, TypeVar
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Iterator, Optional, Sequence, TypeVar
+
+import pandas as pd
 
 from ...errors import TraceInputError
 from ...schema import SourceData
 from .events import HASH_TABLES, Cols, State
-from .frame import source_data
+from .frame import FileRows, batch_frame, source_data
 from .lines import parse_lines
 from .options import ParseOptions
-from .tables import parse_table
+from .tables import event_schema, parse_table, ph_is_string, scanned_table, table_columns
 from .text import GZIP_RATIO, STREAM_BLOCK_BYTES, arrow_input, body_span, load, looks_timelogger, text_blocks
 from .validate import drop_outliers, outliers
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 _T = TypeVar("_T")
 
@@ -95,6 +102,73 @@ def _finish(path: str, state: State, cols: Optional[Cols], parser: str, warnings
     if cols.n == 0 and not state.saw_any:
         raise TraceInputError(path, "not a .pfw trace: no line is a JSON trace event")
     return source_data(path, state, cols, kind, warnings, parser)
+
+
+@dataclass
+class Batch:
+    """Small DFTracer files read together (:func:`read_batch`): one frame of their rows, file after file."""
+
+    frame: pd.DataFrame
+    files: list[SourceData]  # each file's metadata and warnings, its frame left empty
+    rows: list[int]  # each file's rows in :attr:`frame`, in the order of :attr:`files`
+
+
+def read_batch(paths: Sequence[str], args: bool = True, options: Optional[ParseOptions] = None
+               ) -> "tuple[Optional[Batch], list[str]]":
+    """Read small DFTracer files together: each one's text is parsed by the table parsers on its own, then their
+    tables become one frame in one pass (a 1,000-rank job's small files each paid the frame's fixed costs).
+
+    Returns the batch of the files read so (``None``: none) and the paths left to :func:`read`, one at a time:
+    those with anything for a warning (a damaged or truncated file, a long line), those the table parsers decline,
+    TimeLogger files, and every file of a batch whose hash tables disagree or whose timestamps need a look line by
+    line. The batch's rows and metadata are those :func:`read` gives each file.
+    """
+    options = options if options is not None else ParseOptions.from_env()
+    alone: list[str] = []
+    taken: list[tuple[str, State, "pa.Table", bool]] = []
+    for path in paths:
+        warnings: list[str] = []
+        try:
+            raw = load(path, warnings, options)
+        except TraceInputError:
+            alone.append(path)  # read alone, its error said there
+            continue
+        span = body_span(raw)
+        if warnings or span is None or span[0] >= span[1] or span[3] or looks_timelogger(raw, span[0]):
+            alone.append(path)
+            continue
+        table, ph_is_str = _table(arrow_input(raw, span[0], span[1]), options)
+        if table is None or (taken and ph_is_str != taken[0][3]):
+            alone.append(path)
+            continue
+        taken.append((path, State(path, args=args), table, ph_is_str))
+    if not taken:
+        return None, alone
+    found = table_columns([t for _, _, t, _ in taken], taken[0][3], [s for _, s, _, _ in taken], options)
+    built = None
+    if found is not None:
+        cols, rows = found
+        bounds = [0, *itertools.accumulate(rows)]
+        if not any(outliers(cols.ts[lo:hi]).any() for lo, hi in zip(bounds[:-1], bounds[1:])):
+            alone += [path for (path, _, _, _), n in zip(taken, rows) if not n]  # what read says of a file of none
+            files = [FileRows(path, state, [], n) for (path, state, _, _), n in zip(taken, rows) if n]
+            built = batch_frame(files, cols, "scan") if files else None
+    if built is None:
+        return None, alone + [path for (path, _, _, _) in taken if path not in alone]
+    frame, metas = built
+    return Batch(frame, [SourceData(f.path, "dftracer", frame.iloc[:0], meta=m, warnings=f.warnings)
+                         for f, m in zip(files, metas)], [f.rows for f in files]), alone
+
+
+def _table(body: "bytes | memoryview", options: ParseOptions) -> "tuple[Optional[pa.Table], bool]":
+    """The event lines read by the native scanner alone (``None`` where it declines), and whether ``ph`` is a
+    string."""
+    import pyarrow as pa
+
+    ph_is_str = ph_is_string(body)
+    if not len(body):
+        return None, ph_is_str
+    return scanned_table(body, event_schema(ph_is_str, pa.int64()), options), ph_is_str
 
 
 def read_blocks(path: "str | os.PathLike[str]", block_bytes: int = STREAM_BLOCK_BYTES, args: bool = True,

@@ -136,13 +136,15 @@ def epoch_windows(cols: Cols, epoch: "tuple[np.ndarray, np.ndarray]") -> "tuple[
     values, missing = epoch[0].copy(), epoch[1].copy()
     pid, start = np.asarray(cols.pid), np.asarray(cols.ts)
     end = start + np.asarray(cols.dur)
+    by_pid = np.argsort(pid, kind="stable")  # each process's rows together: its epochs look at its rows only
+    sorted_pid = pid[by_pid]
     for p in np.unique(pid[is_epoch]):
-        ev = np.flatnonzero(is_epoch & (pid == p))
+        mine = by_pid[np.searchsorted(sorted_pid, p, "left"):np.searchsorted(sorted_pid, p, "right")]
+        ev = mine[is_epoch[mine]]
         ev = ev[np.argsort(start[ev], kind="stable")]
-        mine = pid == p
         for k, i in enumerate(ev):
             number = int(epoch[0][i]) if not epoch[1][i] else k  # its own epoch arg where it has one
-            inside = mine & (start >= start[i]) & (start <= end[i])
+            inside = mine[(start[mine] >= start[i]) & (start[mine] <= end[i])]
             values[inside], missing[inside] = number, False
     return values, missing
 

@@ -11,7 +11,7 @@ import logging
 import os
 import threading
 from types import ModuleType
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Optional, Sequence
 
 import numpy as np
 import pandas as pd
@@ -57,7 +57,8 @@ def parse_table(body: "bytes | memoryview", state: State, options: ParseOptions)
         return Cols.empty(), "arrow"
     try:
         table, ph_is_str, engine = event_table(body, options)
-        return _columns(table, ph_is_str, state, options), engine
+        found = table_columns([table], ph_is_str, [state], options)
+        return (found[0] if found is not None else None), engine
     except (pa.ArrowException, ValueError) as err:  # type conflicts, garbage, >2 GiB string columns...
         log.debug("%s: pyarrow.json cannot read this file (%s); using the line parser", state.path, err)
         return None, "lines"
@@ -81,14 +82,19 @@ def event_schema(ph_is_str: bool, number: "pa.DataType") -> "pa.Schema":
     )
 
 
+def ph_is_string(body: "bytes | memoryview") -> bool:
+    """Whether the lines' ``ph`` is a string (``"X"``) rather than DFTracer's integer, from the first one."""
+    head = bytes(body[:65536])
+    at = head.find(b'"ph":')
+    return at != -1 and head[at + 5 : at + 7].lstrip()[:1] == b'"'
+
+
 def event_table(body: "bytes | memoryview", options: ParseOptions) -> "tuple[pa.Table, bool, str]":
     """The event lines as a table of the reader's fixed schema, whether ``ph`` is a string, and the engine."""
     import pyarrow as pa
     import pyarrow.json as pj
 
-    head = bytes(body[:65536])
-    at = head.find(b'"ph":')
-    ph_is_str = at != -1 and head[at + 5 : at + 7].lstrip()[:1] == b'"'
+    ph_is_str = ph_is_string(body)
 
     def parse(number: "pa.DataType") -> "pa.Table":
         return pj.read_json(
@@ -114,18 +120,26 @@ def event_table(body: "bytes | memoryview", options: ParseOptions) -> "tuple[pa.
         return parse(pa.decimal128(38, 9)), ph_is_str, "arrow"
 
 
-def _columns(table: "pa.Table", ph_is_str: bool, state: State, options: ParseOptions) -> Optional[Cols]:
-    """The complete events of a parsed table; ``None`` when the line parser must read them instead (it names
-    the lines of absurd names or values)."""
+def table_columns(tables: "Sequence[pa.Table]", ph_is_str: bool, states: "Sequence[State]", options: ParseOptions
+                  ) -> "Optional[tuple[Cols, list[int]]]":
+    """The complete events of parsed tables, one per file (``states``: each file's), as one :class:`Cols`, file
+    after file, and how many events each file gave; ``None`` when the line parser must read them instead (it names
+    the lines of absurd names or values), or, for several files, when their time units differ (each is then read
+    alone)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
+    sizes = [t.num_rows for t in tables]
+    table = (tables[0] if len(tables) == 1 else pa.concat_tables(tables)).combine_chunks()  # dictionaries united
     if table.num_rows == 0:
         return None
-    table = table.combine_chunks()
+    owner = np.repeat(np.arange(len(tables)), sizes) if len(tables) > 1 else np.zeros(table.num_rows, np.intp)
 
     def col(tbl: "pa.Table", name: str) -> "pa.Array":
         return tbl.column(name).chunk(0) if tbl.num_rows else pa.array([], tbl.schema.field(name).type)
+
+    def rows_of(mask: "pa.Array") -> np.ndarray:
+        return np.flatnonzero(mask.to_numpy(zero_copy_only=False))
 
     ph = col(table, "ph")
     complete_value, meta_value = ("X", "M") if ph_is_str else (1, 4)
@@ -134,28 +148,36 @@ def _columns(table: "pa.Table", ph_is_str: bool, state: State, options: ParseOpt
     is_book = pc.and_(is_complete, pc.fill_null(pc.equal(col(table, "cat"), BOOKKEEPING_CAT), False))
     special = pc.or_(is_meta, is_book)
     if pc.any(special).as_py():
-        for row in table.filter(special).select(["name", "cat", "ph", "pid", "tid", "args"]).to_pylist():
+        taken = table.filter(special).select(["name", "cat", "ph", "pid", "tid", "args"]).to_pylist()
+        for at, row in zip(rows_of(special), taken):
             if row["ph"] == meta_value and row["name"] in _RICH_METADATA:
                 return None
             args = {k: row["args"][k] for k in ("name", "value")} if row["args"] else None
-            state.take_special(dict(row, args=args))
+            states[owner[at]].take_special(dict(row, args=args))
     events = pc.and_(is_complete, pc.invert(is_book))
     other = pc.invert(pc.or_(events, special))
     if pc.any(other).as_py():
-        for item in pc.value_counts(pc.filter(ph, other)).to_pylist():
-            state.ignored[str(item["values"])] += item["counts"]
+        for at, value in zip(rows_of(other), pc.filter(ph, other).to_pylist()):
+            states[owner[at]].ignored[str(value)] += 1
     ts = col(table, "ts")
     if pc.any(pc.and_(events, ts.is_null())).as_py():
-        state.no_ts += pc.sum(pc.and_(events, ts.is_null())).as_py()
+        no_ts = np.bincount(owner[rows_of(pc.and_(events, ts.is_null()))], minlength=len(states))
+        for state, count in zip(states, no_ts):
+            state.no_ts += int(count)
         events = pc.and_(events, ts.is_valid())
     keep = events.to_numpy(zero_copy_only=False)
+    kept = np.bincount(owner[keep], minlength=len(states)).tolist()
     if keep.all():
         keep = slice(None)  # the usual case: no copies
     elif not keep.any():
-        return Cols.empty()
+        return Cols.empty(), kept
+    scales = {state.time_scale for state in states}
+    if len(scales) > 1:
+        return None
 
-    ts_ns = _to_ns(ts, state.time_scale)
-    dur_ns = _to_ns(col(table, "dur"), state.time_scale)
+    scale = scales.pop()
+    ts_ns = _to_ns(ts, scale)
+    dur_ns = _to_ns(col(table, "dur"), scale)
     if ts_ns is None or dur_ns is None:
         return None
     args = col(table, "args")
@@ -187,7 +209,7 @@ def _columns(table: "pa.Table", ph_is_str: bool, state: State, options: ParseOpt
         dur=dur_ns[keep],
         strs={k: categorical(fields[k]) for k in STR_ARGS},
         ints={k: ints(fields[k]) for k in INT_ARGS},
-    )
+    ), kept
 
 
 def scanned_table(body: "bytes | memoryview", schema: "pa.Schema", options: ParseOptions) -> "Optional[pa.Table]":
