@@ -254,7 +254,7 @@ def propagate_steps(frame: pd.DataFrame, in_place: bool = False) -> pd.DataFrame
 
     ranks = list(apps_of)
     # numpy releases the GIL in the sorts, searches and gathers that make up a rank's work
-    thread_map(one_rank, ranks)
+    thread_map(one_rank, ranks, rows=max((len(apps_of[r]) + len(targets_of.get(r, none)) for r in ranks), default=0))
     for col, (vals, missing) in values.items():
         if out[col].array._data is not vals:  # copies (not the column's own buffers) become the new column
             out[col] = pd.arrays.IntegerArray(vals, missing)
@@ -629,7 +629,7 @@ def time_order(frame: pd.DataFrame) -> pd.DataFrame:
         return frame.reset_index(drop=True)
     columns = list(frame.columns)
     # one gather per column; numpy and pandas' take kernels release the GIL, so columns go in parallel
-    arrays = thread_map(lambda c: frame[c].array.take(order), columns)
+    arrays = thread_map(lambda c: frame[c].array.take(order), columns, rows=len(frame))
     return pd.DataFrame(dict(zip(columns, arrays)), columns=columns, copy=False)
 
 
@@ -654,15 +654,24 @@ class TimeOrdered:
     united), each part a function giving one of its columns by name. Put together one column at a time, each part's
     column asked for when that column's turn comes: a rank merged from spilled pieces is held once, not as its pieces
     and their concatenation and then that and its copy in time order (docs/measurements.md#align). The order
-    is taken once (from ``layer`` and ``start_ns``); :meth:`frame` puts any columns in it, when they are needed."""
+    is taken once (from ``layer`` and ``start_ns``); :meth:`frame` puts any columns in it, when they are needed.
+    ``ranks_apart``: the rows rank after rank (ascending), each rank's in time order."""
 
-    def __init__(self, parts: "Sequence[Callable[[str], pd.Series]]") -> None:
+    def __init__(self, parts: "Sequence[Callable[[str], pd.Series]]", ranks_apart: bool = False) -> None:
         self._parts = list(parts)
         self._placed: dict = {}
         self.order = None
+        self.rows = 0
         if self._parts:
             self._placed = {"layer": self._column("layer"), "start_ns": self._column("start_ns")}
+            self.rows = len(self._placed["start_ns"])
             self.order = rows_time_order(np.asarray(self._placed["start_ns"], dtype=np.int64), self._placed["layer"])
+        if self._parts and ranks_apart:  # rank after rank, each in time order (several ranks merged at once)
+            rank = self._placed["rank"] = self._column("rank")
+            timed = np.arange(len(rank)) if self.order is None else self.order
+            in_time = np.asarray(rank)[timed]
+            if (np.diff(in_time) < 0).any():
+                self.order = timed[np.argsort(in_time, kind="stable")]
 
     def _column(self, name: str) -> Any:
         return concat_column([part(name) for part in self._parts], name)
@@ -677,7 +686,7 @@ class TimeOrdered:
             return values if self.order is None else values.take(self.order)
 
         # two columns at a time: the gathers release the GIL, and the rank is held once plus a few columns
-        arrays = thread_map(in_order, columns, most=2)
+        arrays = thread_map(in_order, columns, most=2, rows=self.rows)
         return pd.DataFrame(dict(zip(columns, arrays)), columns=list(columns), copy=False)
 
 

@@ -172,7 +172,8 @@ def summarise(frame: pd.DataFrame, counters: Optional[pd.DataFrame] = None,
     groups = rank_groups(frame, RANK_GROUP_ROWS) or [([0], frame)]
     job = kernels.JobFacts.of([f for _, rows in groups for f in kernels.ranks_facts(rows)])
     # groups in parallel: pandas' group-by kernels, numpy's sorts and merges release the GIL
-    parts = thread_map(lambda item: kernels.rank_parts(item[1], job, layers), groups)
+    parts = thread_map(lambda item: kernels.rank_parts(item[1], job, layers), groups,
+                       rows=max(len(rows) for _, rows in groups))
     return kernels.combine(parts, job, counters)
 
 

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional, Protocol, Sequence
 
 from trace_merge.errors import TraceInputError
+from trace_merge.threads import THREADED_ROWS
 
 log = logging.getLogger(__name__)
 
@@ -103,7 +104,8 @@ class Inline:
         self.workers = max(1, threads)
 
     def map(self, fn: Callable, items: Sequence[Any], sizes: Optional[Sequence[int]] = None) -> list:
-        if self.workers == 1 or len(items) < 2:
+        small = sizes is not None and max(sizes, default=0) < THREADED_ROWS  # Python work that threads only slow
+        if self.workers == 1 or len(items) < 2 or small:
             return [fn(item) for item in items]
         with ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="trace-merge") as pool:
             return list(pool.map(fn, items))  # in task order

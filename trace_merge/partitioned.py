@@ -732,9 +732,10 @@ def merge_rank(task: RankTask) -> RankResult:
 
 def _merged_rows(parts: list, columns: Sequence[str], basis: A.ResidualBasis, ranks: bool = False
                  ) -> "tuple[pd.DataFrame, list[str], dict]":
-    """The rows of ``parts`` (one rank's, or several ``ranks``') in time order, checked, their steps propagated:
-    the rows, the checks' warnings and the residual's parts (rank -> its parts, for several ranks)."""
-    rows = A.TimeOrdered(parts)
+    """The rows of ``parts`` (one rank's, or several ``ranks``': rank after rank) in time order, checked, their
+    steps propagated: the rows, the checks' warnings and the residual's parts (rank -> its parts, for several
+    ranks)."""
+    rows = A.TimeOrdered(parts, ranks_apart=ranks)
     del parts
     frame = rows.frame([c for c in FRAME_COLUMNS if c in columns and c not in A.LATE_COLUMNS])
     warnings = A.check_layer_overlap(frame)
@@ -758,10 +759,7 @@ def merge_ranks(tasks: "Sequence[RankTask]") -> "list[RankResult]":
     frame, warnings, residual = _merged_rows([functools.partial(p.column, first.names) for p in
                                               _joined([p for t in tasks for p in t.pieces]) if p.rows],
                                              first.columns, first.residual_basis, ranks=True)
-    ranks = frame["rank"].to_numpy()
-    if (np.diff(ranks) < 0).any():  # each rank's rows together, in time order
-        order = np.argsort(ranks, kind="stable")
-        frame, ranks = frame.take(order).reset_index(drop=True), ranks[order]
+    ranks = frame["rank"].to_numpy()  # rank after rank (TimeOrdered)
     uniq, firsts = np.unique(ranks, return_index=True)
     ends = np.append(firsts[1:], len(frame))
     lows = np.minimum.reduceat(frame["start_ns"].to_numpy(), firsts)
@@ -1072,8 +1070,11 @@ def _ingest_all(engine: Engine, tasks: "list[SourceTask]", in_batches: bool) -> 
     in memory in batches (:func:`ingest_batch`)."""
     batches = _source_batches(tasks) if in_batches else []
     batched = {t.index for b in batches for t in b}
-    work = batches + [[t] for t in tasks if t.index not in batched]
-    done = {t.index: r for group, results in zip(work, engine.map(ingest_batch, work)) for t, r in zip(group, results)}
+    alone = [[t] for t in tasks if t.index not in batched]
+    # a batch is Python work on small tables, which threads only slow (docs/measurements.md#threads)
+    done = {t.index: r for work, results in ((batches, Inline(1).map(ingest_batch, batches)),
+                                             (alone, engine.map(ingest_batch, alone)))
+            for group, rs in zip(work, results) for t, r in zip(group, rs)}
     return [done[t.index] for t in tasks]
 
 

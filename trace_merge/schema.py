@@ -254,7 +254,7 @@ def concat_frames(frames: list[pd.DataFrame]) -> pd.DataFrame:
     if len(frames) == 1:
         return frames[0][columns].reset_index(drop=True)
     # columns in parallel: the copies (and the page faults of millions of fresh rows) run without the GIL
-    out = dict(zip(columns, thread_map(column, columns)))
+    out = dict(zip(columns, thread_map(column, columns, rows=sum(len(f) for f in frames))))
     return pd.DataFrame(out, columns=columns, copy=False)  # no block consolidation copy
 
 

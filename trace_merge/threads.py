@@ -29,12 +29,19 @@ def set_limit(threads: int) -> None:
     _limit = max(1, int(threads))
 
 
-def thread_map(fn: Callable[[T], R], items: Iterable[T], most: Optional[int] = None) -> list[R]:
+#: work on fewer rows than this runs in the calling thread: the threads' hand-offs and the GIL they take turns at
+#: cost more than numpy's released stretches save (docs/measurements.md#threads)
+THREADED_ROWS = 1 << 18
+
+
+def thread_map(fn: Callable[[T], R], items: Iterable[T], most: Optional[int] = None, rows: Optional[int] = None
+               ) -> list[R]:
     """``[fn(x) for x in items]``, in up to ``most`` threads (and the process's limit); in this thread when that is
-    one. Results in the order of ``items``; the first exception is raised."""
+    one, or when ``rows`` (the rows one item works on) is under :data:`THREADED_ROWS`. Results in the order of
+    ``items``; the first exception is raised."""
     items = list(items)
     threads = min(_limit, len(items), most or _limit)
-    if threads <= 1:
+    if threads <= 1 or (rows is not None and rows < THREADED_ROWS):
         return [fn(x) for x in items]
     with ThreadPoolExecutor(max_workers=threads) as pool:
         return list(pool.map(fn, items))

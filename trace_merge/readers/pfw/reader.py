@@ -16,7 +16,7 @@ from .frame import FileRows, batch_frame, source_data
 from .lines import parse_lines
 from .options import ParseOptions
 from .tables import event_schema, parse_table, ph_is_string, scanned_table, table_columns
-from .text import GZIP_RATIO, STREAM_BLOCK_BYTES, arrow_input, body_span, load, looks_timelogger, text_blocks
+from .text import GZIP_RATIO, STREAM_BLOCK_BYTES, arrow_input, body_span, load, looks_timelogger, newlines, text_blocks
 from .validate import drop_outliers, outliers
 
 if TYPE_CHECKING:
@@ -125,7 +125,8 @@ def read_batch(paths: Sequence[str], args: bool = True, options: Optional[ParseO
     """
     options = options if options is not None else ParseOptions.from_env()
     alone: list[str] = []
-    taken: list[tuple[str, State, "pa.Table", bool]] = []
+    bodies: list[tuple[str, "bytes | memoryview"]] = []
+    ph_is_str = False
     for path in paths:
         warnings: list[str] = []
         try:
@@ -137,38 +138,47 @@ def read_batch(paths: Sequence[str], args: bool = True, options: Optional[ParseO
         if warnings or span is None or span[0] >= span[1] or span[3] or looks_timelogger(raw, span[0]):
             alone.append(path)
             continue
-        table, ph_is_str = _table(arrow_input(raw, span[0], span[1]), options)
-        if table is None or (taken and ph_is_str != taken[0][3]):
+        body = arrow_input(raw, span[0], span[1])
+        if bodies and ph_is_string(body) != ph_is_str:
             alone.append(path)
             continue
-        taken.append((path, State(path, args=args), table, ph_is_str))
-    if not taken:
+        ph_is_str = ph_is_string(body)
+        bodies.append((path, body))
+    # one scan of their lines together (a file's lines are its rows: one per line); where it declines, each
+    # file's own, to find the ones it declines
+    joined = _scan(b"\n".join(b for _, b in bodies), ph_is_str, options) if len(bodies) > 1 else None
+    if joined is not None:
+        tables, sizes = [joined], [newlines(b) + 1 for _, b in bodies]  # no newline after a body's last line
+    else:
+        scanned = [(path, _scan(b, ph_is_str, options)) for path, b in bodies]
+        alone += [path for path, t in scanned if t is None]
+        bodies = [(path, b) for (path, b), (_, t) in zip(bodies, scanned) if t is not None]
+        tables = [t for _, t in scanned if t is not None]
+        sizes = [t.num_rows for t in tables]
+    if not bodies:
         return None, alone
-    found = table_columns([t for _, _, t, _ in taken], taken[0][3], [s for _, s, _, _ in taken], options)
+    states = [State(path, args=args) for path, _ in bodies]
+    found = table_columns(tables, ph_is_str, states, options, sizes)
     built = None
     if found is not None:
         cols, rows = found
         bounds = [0, *itertools.accumulate(rows)]
         if not any(outliers(cols.ts[lo:hi]).any() for lo, hi in zip(bounds[:-1], bounds[1:])):
-            alone += [path for (path, _, _, _), n in zip(taken, rows) if not n]  # what read says of a file of none
-            files = [FileRows(path, state, [], n) for (path, state, _, _), n in zip(taken, rows) if n]
+            alone += [path for (path, _), n in zip(bodies, rows) if not n]  # what read says of a file of none
+            files = [FileRows(path, state, [], n) for (path, _), state, n in zip(bodies, states, rows) if n]
             built = batch_frame(files, cols, "scan") if files else None
     if built is None:
-        return None, alone + [path for (path, _, _, _) in taken if path not in alone]
+        return None, alone + [path for path, _ in bodies if path not in alone]
     frame, metas = built
     return Batch(frame, [SourceData(f.path, "dftracer", frame.iloc[:0], meta=m, warnings=f.warnings)
                          for f, m in zip(files, metas)], [f.rows for f in files]), alone
 
 
-def _table(body: "bytes | memoryview", options: ParseOptions) -> "tuple[Optional[pa.Table], bool]":
-    """The event lines read by the native scanner alone (``None`` where it declines), and whether ``ph`` is a
-    string."""
+def _scan(body: "bytes | memoryview", ph_is_str: bool, options: ParseOptions) -> "Optional[pa.Table]":
+    """The event lines read by the native scanner (``None`` where it declines)."""
     import pyarrow as pa
 
-    ph_is_str = ph_is_string(body)
-    if not len(body):
-        return None, ph_is_str
-    return scanned_table(body, event_schema(ph_is_str, pa.int64()), options), ph_is_str
+    return scanned_table(body, event_schema(ph_is_str, pa.int64()), options)
 
 
 def read_blocks(path: "str | os.PathLike[str]", block_bytes: int = STREAM_BLOCK_BYTES, args: bool = True,

@@ -120,20 +120,20 @@ def event_table(body: "bytes | memoryview", options: ParseOptions) -> "tuple[pa.
         return parse(pa.decimal128(38, 9)), ph_is_str, "arrow"
 
 
-def table_columns(tables: "Sequence[pa.Table]", ph_is_str: bool, states: "Sequence[State]", options: ParseOptions
-                  ) -> "Optional[tuple[Cols, list[int]]]":
-    """The complete events of parsed tables, one per file (``states``: each file's), as one :class:`Cols`, file
-    after file, and how many events each file gave; ``None`` when the line parser must read them instead (it names
-    the lines of absurd names or values), or, for several files, when their time units differ (each is then read
-    alone)."""
+def table_columns(tables: "Sequence[pa.Table]", ph_is_str: bool, states: "Sequence[State]", options: ParseOptions,
+                  sizes: "Optional[Sequence[int]]" = None) -> "Optional[tuple[Cols, list[int]]]":
+    """The complete events of parsed tables of one or more files (``states``: each file's; ``sizes``: each file's
+    rows of the tables, one after the other, by default a table each) as one :class:`Cols`, file after file, and how
+    many events each file gave; ``None`` when the line parser must read them instead (it names the lines of absurd
+    names or values), or, for several files, when their time units differ (each is then read alone)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    sizes = [t.num_rows for t in tables]
+    sizes = [t.num_rows for t in tables] if sizes is None else sizes
     table = (tables[0] if len(tables) == 1 else pa.concat_tables(tables)).combine_chunks()  # dictionaries united
     if table.num_rows == 0:
         return None
-    owner = np.repeat(np.arange(len(tables)), sizes) if len(tables) > 1 else np.zeros(table.num_rows, np.intp)
+    owner = np.repeat(np.arange(len(states)), sizes) if len(states) > 1 else np.zeros(table.num_rows, np.intp)
 
     def col(tbl: "pa.Table", name: str) -> "pa.Array":
         return tbl.column(name).chunk(0) if tbl.num_rows else pa.array([], tbl.schema.field(name).type)
