@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Iterator, Optional, Sequence, TypeVar
 import pandas as pd
 
 from ...errors import TraceInputError
-from ...schema import SourceData
+from ...schema import SourceData, empty_counters
 from .events import HASH_TABLES, Cols, State
 from .frame import FileRows, batch_frame, source_data
 from .lines import parse_lines
@@ -170,7 +170,8 @@ def read_batch(paths: Sequence[str], args: bool = True, options: Optional[ParseO
     if built is None:
         return None, alone + [path for path, _ in bodies if path not in alone]
     frame, metas = built
-    return Batch(frame, [SourceData(f.path, "dftracer", frame.iloc[:0], meta=m, warnings=f.warnings)
+    none, no_counters = frame.iloc[:0], empty_counters()  # shared: each file's rows are in the batch's frame
+    return Batch(frame, [SourceData(f.path, "dftracer", none, no_counters, meta=m, warnings=f.warnings)
                          for f, m in zip(files, metas)], [f.rows for f in files]), alone
 
 
