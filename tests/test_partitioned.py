@@ -20,7 +20,7 @@ from tests.helpers.compare import assert_same_report, assert_same_summary
 from tests.helpers.runs import make_dftracer_set, sources_only
 from tests.helpers.tools import BIN
 from timelogger.layout import MERGE_INFO, MERGED
-from trace_merge import engines, kernels, merge, partitioned, store
+from trace_merge import engines, kernels, merge, partitioned, pieces, store
 from trace_merge.errors import TraceInputError
 from trace_merge.merged import RowsNotKept
 from trace_merge.run import Run
@@ -492,25 +492,25 @@ def test_a_spilled_piece_reads_back_as_the_frame_it_was(tmp_path: Path) -> None:
         "cat": pd.Categorical(rng.integers(0, 4, n)),  # categories that are not text
     })
     path = tmp_path / "p.piece"
-    partitioned._write_piece(frame, path)
+    pieces.write_piece(frame, path)
     assert not list(tmp_path.glob("*.tmp"))
-    back = partitioned._read_piece(str(path))
+    back = pieces.read_piece(str(path))
     pd.testing.assert_frame_equal(back, frame.astype({"cat": "category"}), check_categorical=True)
     for name in frame.columns:
-        pd.testing.assert_series_equal(partitioned._read_piece_column(str(path), name), frame[name])
-    assert list(partitioned._read_piece(str(path), ["start_ns", "nothere", "layer"]).columns) == ["start_ns", "layer"]
+        pd.testing.assert_series_equal(pieces.read_piece_column(str(path), name), frame[name])
+    assert list(pieces.read_piece(str(path), ["start_ns", "nothere", "layer"]).columns) == ["start_ns", "layer"]
     empty = frame.drop(columns="cat").iloc[:0]  # the schema's columns: an empty frame keeps its categories
-    partitioned._write_piece(empty, tmp_path / "e.piece")
-    pd.testing.assert_frame_equal(partitioned._read_piece(str(tmp_path / "e.piece")), empty)
+    pieces.write_piece(empty, tmp_path / "e.piece")
+    pd.testing.assert_frame_equal(pieces.read_piece(str(tmp_path / "e.piece")), empty)
     (tmp_path / "x.piece").write_bytes(b"PAR1 not a piece")
     with pytest.raises(TraceInputError, match=r"x\.piece: not a spilled piece"):
-        partitioned._read_piece(str(tmp_path / "x.piece"))
+        pieces.read_piece(str(tmp_path / "x.piece"))
     (tmp_path / "c.piece").write_bytes(path.read_bytes()[: path.stat().st_size // 2])
     with pytest.raises(TraceInputError, match=r"c\.piece: a spilled piece cut short"):
-        partitioned._read_piece(str(tmp_path / "c.piece"))
+        pieces.read_piece(str(tmp_path / "c.piece"))
     (tmp_path / "h.piece").write_bytes(path.read_bytes()[:40])
     with pytest.raises(TraceInputError, match=r"h\.piece: a spilled piece's header is damaged"):
-        partitioned._read_piece(str(tmp_path / "h.piece"))
+        pieces.read_piece(str(tmp_path / "h.piece"))
 
 
 def _line(name: str, cat: str, pid: int, ts: int, dur: int, **args: object) -> str:
