@@ -151,7 +151,8 @@ class Piece:
     residual_flags: dict  # :func:`trace_merge.align.residual_flags` of the rows
     frame: Optional[pd.DataFrame] = None
     #: in memory only: the rows are ``frame``'s from ``span[0]`` to ``span[1]``, a frame that other pieces share (a
-    #: batch of small sources read together, :func:`~trace_merge.partitioned.ingest_batch`); adjacent spans go on together (:func:`joined`)
+    #: batch of small sources read together, :func:`~trace_merge.partitioned.ingest_batch`); adjacent spans go on
+    #: together (:func:`joined`)
     span: Optional[tuple[int, int]] = None
 
     def load(self) -> pd.DataFrame:
