@@ -11,8 +11,10 @@ import pandas as pd
 import pytest
 
 from tests.helpers.runs import make_dftracer_set
+from trace_merge import threads
 from trace_merge.errors import TraceInputError
 from trace_merge.readers import pfw
+from trace_merge.readers.pfw import reader
 from trace_merge.schema import concat_frames, to_frame
 
 BLOCK = 1 << 16  # 64 KiB of text per block: a ~1 MiB trace comes in many blocks
@@ -103,6 +105,37 @@ def test_a_corrupt_member_is_left_out_with_a_warning_and_reading_goes_on(trace: 
     full = len(pfw.read(trace).frame)
     assert 0 < rows < full  # the damaged member's events are gone, the rest are read
     assert abs(rows - len(whole.frame)) <= full // len(members) + 5  # as read() recovers, within one member
+
+
+def _made_first(items):
+    """:func:`trace_merge.threads.ahead` at its latest schedule: the next item is made before this one is handed on."""
+    items = iter(items)
+    coming = next(items, None)
+    while coming is not None:
+        item, coming = coming, next(items, None)
+        yield item
+
+
+def test_each_block_has_the_same_rows_and_warnings_whether_the_next_is_read_ahead_or_not(
+        trace: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The text of the next block is decompressed while one is parsed (:func:`trace_merge.threads.ahead`): what the
+    decompression finds still goes with the block it came with, however far the reading ahead has got."""
+    data = bytearray(_chunked(trace, tmp_path / "chunked.pfw.gz", parts=12).read_bytes())
+    for hit in _members(bytes(data))[3::4]:
+        data[hit + 40: hit + 60] = b"\xff" * 20
+    bad = tmp_path / "bad.pfw.gz"
+    bad.write_bytes(bytes(data[: int(len(data) * 0.9)]))  # and a truncated end
+    before = threads.limit()
+    try:
+        threads.set_limit(1)  # nothing read ahead
+        plain = [(len(p.frame), p.warnings) for p in pfw.read_blocks(bad, BLOCK)]
+        threads.set_limit(2)
+        assert [(len(p.frame), p.warnings) for p in pfw.read_blocks(bad, BLOCK)] == plain
+    finally:
+        threads.set_limit(before)
+    monkeypatch.setattr(reader, "ahead", _made_first)
+    assert [(len(p.frame), p.warnings) for p in pfw.read_blocks(bad, BLOCK)] == plain
+    assert sum(len(w) for _, w in plain) >= 3
 
 
 def test_a_truncated_stream_keeps_what_was_complete(trace: Path, tmp_path: Path) -> None:

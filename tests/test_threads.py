@@ -48,3 +48,39 @@ def test_a_pool_worker_gets_its_share_of_the_cores() -> None:
         assert {limit for limit, _ in got} == {max(1, cores // workers)}
         if workers == cores:
             assert {used for _, used in got} == {1}
+    # a wave of one task (one huge rank) runs in one worker, which has every core
+    pool = engines.LocalPool(workers=cores)
+    try:
+        assert pool.map(_limit_and_threads_used, [64], sizes=[1])[0][0] == cores
+    finally:
+        pool.close()
+
+
+def _made_in(made: list, n: int, fail_at: int = -1):
+    for i in range(n):
+        if i == fail_at:
+            raise ValueError(i)
+        made.append(threading.get_ident())
+        yield i
+
+
+def test_ahead_gives_the_items_in_order_making_the_next_in_a_thread_and_raises_where_they_fail() -> None:
+    before = threads.limit()
+    try:
+        for limit in (2, 1):
+            threads.set_limit(limit)
+            made: list = []
+            assert list(threads.ahead(_made_in(made, 5))) == list(range(5))
+            assert (threading.get_ident() in made) == (limit == 1)  # read ahead in a thread, else here
+            got = []
+            with pytest.raises(ValueError, match="3"):
+                for x in threads.ahead(_made_in(made, 5, fail_at=3)):
+                    got.append(x)
+            assert got == [0, 1, 2]
+            made.clear()
+            early = threads.ahead(_made_in(made, 100))
+            assert next(early) == 0
+            early.close()  # no more is made once the caller stops: at most the one read ahead
+            assert len(made) <= 2
+    finally:
+        threads.set_limit(before)

@@ -189,3 +189,34 @@ def test_a_stored_merge_is_written_a_row_group_at_a_time(tmp_path: Path) -> None
             assert 0 < group.num_rows <= 64
             assert group.column(rank_column).statistics.min == group.column(rank_column).statistics.max == part["rank"]
     assert pq.read_table(tmp_path / "small.parquet").equals(pq.read_table(tmp_path / "whole.parquet"))
+
+
+def test_a_windowed_ranks_summary_halves_run_as_tasks_of_their_own_alike(tmp_path: Path, caplog) -> None:
+    """The two halves of a windowed rank's summary (its tables of rows, its attribution) run as tasks of a wave of
+    their own, side by side on a pool: the same summary as one after the other inline, and the partition they read
+    (rows not kept) is gone after them."""
+    traces = make_dftracer_set(tmp_path / "gen", ranks=1, epochs=2, steps=8)
+
+    def summary(engine):
+        pm = partitioned.merge_partitioned(traces, engine=engine, analysis=kernels.SummaryHook(), keep_rows=False,
+                                           windows=engines.Windows(0, 40))
+        try:
+            assert pm.spill is not None and not list(pm.spill.rglob("*.arrow"))
+            return pm.summary
+        finally:
+            pm.cleanup()
+
+    pool = engines.LocalPool(workers=2)
+    try:
+        with caplog.at_level("DEBUG", logger="trace_merge.partitioned"):
+            got = summary(pool)
+    finally:
+        pool.close()
+    assert any("halves of ranks summarised window by window, 2 tasks" in r.getMessage() for r in caplog.records)
+    whole = summary(engines.Inline())
+    for f in dataclasses.fields(kernels.Summary):
+        a, b = getattr(got, f.name), getattr(whole, f.name)
+        if isinstance(a, pd.DataFrame):
+            pd.testing.assert_frame_equal(a, b, check_exact=True, obj=f.name)
+        else:
+            assert repr(a) == repr(b), f.name

@@ -394,7 +394,8 @@ class ReadSums:
         epoch = rows["epoch"].to_numpy(dtype=_I8, na_value=-1)
         has_epoch = rows["epoch"].notna().to_numpy()
         files = as_text(rows["file"]).to_numpy(dtype=object)
-        for lv, r, kind in set(zip(level.tolist(), rank.tolist(), np.where(data, 0, 1).tolist())):
+        # the distinct keys by hashing their codes, not a set of every row's tuple
+        for lv, r, kind in zip(*(k.tolist() for k in distinct_rows(level, rank, np.where(data, 0, 1)))):
             m = (level == lv) & (rank == r) & (data == (kind == 0))
             acc = self._kinds.setdefault((lv, r, kind), [0, None, None, 0, 0, 0, set()])
             self._union(acc, s[m], e[m])
@@ -402,11 +403,11 @@ class ReadSums:
             acc[4] += int(m.sum())
             acc[5] += int((e[m] - s[m]).sum())
             acc[6].update(pd.unique(layer[m]).tolist())
-        for lv, r in set(zip(level[data].tolist(), rank[data].tolist())):
+        for lv, r in zip(*(k.tolist() for k in distinct_rows(level[data], rank[data]))):
             m = data & (level == lv) & (rank == r)
             self._files.setdefault((lv, r), set()).update(f for f in pd.unique(files[m]) if isinstance(f, str))
         ep = data & has_epoch
-        for lv, r, epo in set(zip(level[ep].tolist(), rank[ep].tolist(), epoch[ep].tolist())):
+        for lv, r, epo in zip(*(k.tolist() for k in distinct_rows(level[ep], rank[ep], epoch[ep]))):
             m = ep & (level == lv) & (rank == r) & (epoch == epo)
             acc = self._epochs.setdefault((lv, r, epo), [0, None, None, 0, 0, set(), set()])
             self._union(acc, s[m], e[m])

@@ -143,12 +143,13 @@ class LocalPool:
         self.memory_bytes = memory_bytes or default_memory_bytes()
         self._pool: Optional[ProcessPoolExecutor] = None
 
-    def _executor(self, mmap_threshold: int) -> ProcessPoolExecutor:
+    def _executor(self, mmap_threshold: int, tasks: int) -> ProcessPoolExecutor:
         if self._pool is None:
             server = start_fork_server()  # started here if not before: with one BLAS thread
-            self._pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=server,
+            workers = min(self.workers, tasks)  # fewer tasks than workers: the cores shared among the tasks alone
+            self._pool = ProcessPoolExecutor(max_workers=workers, mp_context=server,
                                              initializer=_one_thread_each,
-                                             initargs=(mmap_threshold, (os.cpu_count() or 1) // self.workers))
+                                             initargs=(mmap_threshold, (os.cpu_count() or 1) // workers))
         return self._pool
 
     def map(self, fn: Callable, items: Sequence[Any], sizes: Optional[Sequence[int]] = None) -> list:
@@ -169,7 +170,7 @@ class LocalPool:
     def _map(self, fn: Callable, items: list, sizes: Optional[Sequence[int]]) -> list:
         # tasks sized by rows (a rank each) hold whole columns, mapped when large; the others (a file each) stream
         # blocks, reused from the heap (its workers end with the wave: the heap they keep is not the rank wave's)
-        pool = self._executor(WORKER_MMAP_THRESHOLD if sizes is not None else STREAMING_MMAP_THRESHOLD)
+        pool = self._executor(WORKER_MMAP_THRESHOLD if sizes is not None else STREAMING_MMAP_THRESHOLD, len(items))
         # a big rank's task hands back what it freed before the worker's next task (its heap would otherwise sit
         # under the next one's columns); other tasks leave it for the next, which needs as much: a file's blocks
         # (the wave's workers end with it), or a rank whose columns all come from the heap. Handed back, they

@@ -23,6 +23,7 @@ wherever the partitions are (a process pool, Dask workers).
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Optional, Sequence
 
@@ -418,15 +419,19 @@ def _parts_of(base: Optional[att_.Attribution], att: Optional[att_.Attribution],
               of_rows: dict) -> RankParts:
     """A rank's :class:`RankParts` from its attributions (``base``: of the base layers; ``att``: of the layers
     asked for) and its tables of rows."""
+    return RankParts(**_attribution_tables(base, att, job), **of_rows)
+
+
+def _attribution_tables(base: Optional[att_.Attribution], att: Optional[att_.Attribution], job: JobFacts) -> dict:
+    """The fields of :class:`RankParts` made from a rank's attributions."""
     series = att_.step_series_of(base)
-    return RankParts(
+    return dict(
         breakdown=att_.breakdown_of(att),
         exposed_io=att_.exposed_of(att),
         # dropped here, not in the reduction: a fifth less to send and for the driver to hold
         steps=series.drop(columns=att_.STEP_AXIS_COLUMNS),
         input_bound=att_.input_bound_of(base, series),
         layered=att_.layered_of(base if job.has_app else None),
-        **of_rows,
     )
 
 
@@ -435,10 +440,17 @@ def rank_parts_of_windows(windows: "Callable[[Sequence[str]], Iterable[pd.DataFr
                           view: Optional[ComponentView] = ORIGINAL_STUDY) -> RankParts:
     """:func:`rank_parts` of a rank given window by window: ``windows(columns)`` gives the rank's rows (only
     ``columns``) as consecutive frames in time order, cut where the start changes, with the same categories in each,
-    every time it is called. A window is held at a time: the tables of rows are sums carried from window to window
-    (:class:`~trace_merge.bandwidth.ReadSums`), the attribution sweeps the windows
-    (:func:`~trace_merge.attribution.attribution_of_windows`)."""
-    use, base_layers = job.use(layers), job.base(layers)
+    every time it is called. A window is held at a time. Its two halves, each its own passes over the windows
+    (:func:`rows_tables_of_windows`, :func:`attribution_tables_of_windows`), run as tasks of their own in a merge
+    (:meth:`SummaryHook.rank_halves`)."""
+    return RankParts(**rows_tables_of_windows(windows, job, view),
+                     **attribution_tables_of_windows(windows, job, layers))
+
+
+def rows_tables_of_windows(windows: "Callable[[Sequence[str]], Iterable[pd.DataFrame]]", job: JobFacts,
+                           view: Optional[ComponentView] = ORIGINAL_STUDY) -> dict:
+    """The tables of rows of :func:`rank_parts_of_windows`, in one pass: sums carried from window to window
+    (:class:`~trace_merge.bandwidth.ReadSums`)."""
     events, study, lo, hi = [], [], None, None
     reads = bw_.ReadSums(job.app_files)
     view_phases = view.phases() if view is not None else []
@@ -452,17 +464,23 @@ def rank_parts_of_windows(windows: "Callable[[Sequence[str]], Iterable[pd.DataFr
         study.append(frame[((frame["layer"] == "app") & frame["name"].isin(view_phases)).to_numpy()])
         reads.add(frame)
     bandwidth, epoch_bandwidth, data_files = reads.tables()
-    of_rows = dict(study_view=view_df(concat_frames(study) if study else empty_frame(), view),
-                   event_stats=_event_parts_reduced(events), span=(lo, hi) if lo is not None else None,
-                   bandwidth=bandwidth, epoch_bandwidth=epoch_bandwidth, data_files=data_files)
+    return dict(study_view=view_df(concat_frames(study) if study else empty_frame(), view),
+                event_stats=_event_parts_reduced(events), span=(lo, hi) if lo is not None else None,
+                bandwidth=bandwidth, epoch_bandwidth=epoch_bandwidth, data_files=data_files)
 
-    def source(columns: Sequence[str]):
-        return lambda: windows(columns)
 
-    base = att_.attribution_of_windows(source(att_.ATTRIBUTION_COLUMNS), base_layers, lower=True,
-                                       shared=job.shared(layers))
-    att = base if base_layers == use else att_.attribution_of_windows(source(att_.ATTRIBUTION_COLUMNS), use)
-    return _parts_of(base, att, job, of_rows)
+def attribution_tables_of_windows(windows: "Callable[[Sequence[str]], Iterable[pd.DataFrame]]", job: JobFacts,
+                                  layers: "str | Sequence[str] | None" = None) -> dict:
+    """The attribution's tables of :func:`rank_parts_of_windows`: its sweeps of the windows
+    (:func:`~trace_merge.attribution.attribution_of_windows`)."""
+    use, base_layers = job.use(layers), job.base(layers)
+
+    def source() -> Iterable[pd.DataFrame]:
+        return windows(att_.ATTRIBUTION_COLUMNS)
+
+    base = att_.attribution_of_windows(source, base_layers, lower=True, shared=job.shared(layers))
+    att = base if base_layers == use else att_.attribution_of_windows(source, use)
+    return _attribution_tables(base, att, job)
 
 
 def _event_parts_reduced(parts: Sequence[pd.DataFrame], by: Sequence[str] = ("layer", "cat", "name"),
@@ -638,9 +656,17 @@ class SummaryHook:
     def rank(self, rows: Any, job: JobFacts) -> RankParts:
         """``rows``: :class:`trace_merge.partitioned.RankRows`, taken here so that the kernel holds the only
         reference."""
-        if rows.windows is not None:  # a rank too big to hold whole
-            return rank_parts_of_windows(rows.windows, job, self.layers, self.view)
         return rank_parts(rows.take(), job, self.layers, self.view)
+
+    def rank_halves(self, windows: Callable, job: JobFacts) -> "list[Callable[[], dict]]":
+        """:meth:`rank` of a rank given window by window (``windows``, picklable) as its two independent halves
+        (:func:`rank_parts_of_windows`), tasks an engine can run side by side; :meth:`joined` makes their results
+        the rank's parts."""
+        return [functools.partial(rows_tables_of_windows, windows, job, self.view),
+                functools.partial(attribution_tables_of_windows, windows, job, self.layers)]
+
+    def joined(self, halves: Sequence[dict]) -> RankParts:
+        return RankParts(**{k: v for half in halves for k, v in half.items()})
 
     def combine(self, parts: Sequence[RankParts], job: JobFacts, counters: pd.DataFrame) -> Summary:
         return combine(list(parts) or [rank_parts(empty_frame(), job, self.layers, self.view)], job, counters,

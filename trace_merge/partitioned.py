@@ -15,7 +15,9 @@ a job at once.
 4. **Ranks**, one task each: load the rank's spilled rows, resolve file hashes with the run's tables, place Darshan
    DXT segments by content (:func:`trace_merge.dxt_clock.place_source`), order by time, propagate epoch/step, write
    the rank's partition (Arrow IPC, sorted by start time), and run the analysis hook on it (the summary kernels,
-   :func:`trace_merge.kernels.rank_parts`); return the small tables.
+   :func:`trace_merge.kernels.rank_parts`); return the small tables. A rank too big to hold whole is merged window
+   by window, and the hook's independent halves over its partition file run as tasks of their own, side by side, in
+   a wave after the ranks' (:func:`_summarise_halves`).
 5. The driver **reduces** them exactly (the hook's reduction, :func:`trace_merge.align.residual_of`).
 
 Peak memory is one task's: the largest source block or the largest rank partition, times the tasks run at once.
@@ -78,6 +80,7 @@ from trace_merge.schema import (
     empty_frame,
     only_columns,
 )
+from trace_merge.threads import ahead
 
 log = logging.getLogger(__name__)
 
@@ -96,7 +99,15 @@ class Analysis(Protocol):
         """The pieces' facts reduced, given to every rank (``names``: DFTracer file hash -> path of the run)."""
 
     def rank(self, rows: "RankRows", job: Any) -> Any:
-        """One rank's partition in (taken from ``rows``), its small tables out."""
+        """One rank's partition in (taken from ``rows``), its small tables out (a rank too big to hold whole:
+        :meth:`rank_halves`)."""
+
+    def rank_halves(self, windows: Callable, job: Any) -> "list[Callable[[], Any]]":
+        """:meth:`rank` of a rank too big to hold whole (``windows(columns)``, picklable: its rows window by window)
+        as independent tasks, run side by side after the rank's merge (:func:`_summarise_halves`)."""
+
+    def joined(self, halves: Sequence[Any]) -> Any:
+        """The rank's tables from its halves' results, in order."""
 
     def combine(self, parts: Sequence[Any], job: Any, counters: pd.DataFrame) -> Any:
         """The ranks' tables reduced (the summary)."""
@@ -107,12 +118,8 @@ class RankRows:
     reference: it can let them go as soon as it has read them, where a plain argument stays alive in every caller's
     frame until the hook returns, under the later tables' peaks (docs/measurements.md#partitioned)."""
 
-    def __init__(self, frame: Optional[pd.DataFrame], windows: Optional[Callable] = None) -> None:
-        self._frame = frame
-        #: a rank too big to hold whole (:data:`~trace_merge.engines.WINDOW_ABOVE_ROWS`): ``windows(columns)`` gives
-        #: its rows as frames in time order, cut where the start changes, every time it is called (None: :meth:`take`
-        #: the rows)
-        self.windows = windows
+    def __init__(self, frame: pd.DataFrame) -> None:
+        self._frame: Optional[pd.DataFrame] = frame
 
     def take(self) -> pd.DataFrame:
         frame, self._frame = self._frame, None
@@ -389,7 +396,7 @@ def _blocks(task: SourceTask):
     if task.kind == "dftracer":
         from trace_merge.readers import pfw
 
-        return pfw.read_blocks(task.path, args="args" in task.columns)  # a summary's pieces keep no args
+        return ahead(pfw.read_blocks(task.path, args="args" in task.columns))  # a summary's pieces keep no args
     kw: dict[str, Any] = {}
     if task.kind == "xplane":
         kw = {"rank": rank_from_name(task.path), "anchors": task.anchors}
@@ -430,14 +437,19 @@ class RankResult:
     layer_rows: dict  # layer -> rows
     parts: Any  # the analysis' tables of the rank (None without one)
     dxt_segments: int  # Darshan DXT segments among the rows
+    #: a rank summarised window by window: the analysis' halves, still to run (:func:`_summarise_halves`), and the
+    #: partition file they read, removed after them when the rows are not kept
+    halves: list = field(default_factory=list)
+    drop_after: Optional[str] = None
 
 
 def _merge_rank_in_windows(task: RankTask) -> RankResult:
     """:func:`merge_rank` of a rank of more than ``task.windows.above_rows`` rows
     (:class:`~trace_merge.engines.Windows`), a window of ``task.windows.rows`` held at a time: ordered once
     (:class:`~trace_merge.rank_windows.RankWindows`), its steps propagated in two passes
-    (:func:`~trace_merge.align.propagate_windows`), written window by window to its partition file, and summarised
-    from that file window by window. The same rows, tags and tables as :func:`merge_rank`'s (tests/test_windows.py)."""
+    (:func:`~trace_merge.align.propagate_windows`), written window by window to its partition file; the analysis'
+    halves, which read that file window by window, are handed back to run as tasks of their own
+    (:func:`_summarise_halves`). The same rows, tags and tables as :func:`merge_rank`'s (tests/test_windows.py)."""
     import pyarrow as pa
 
     columns = [c for c in FRAME_COLUMNS if c in task.columns]
@@ -483,22 +495,56 @@ def _merge_rank_in_windows(task: RankTask) -> RankResult:
     layer_rows = {str(k): layer_rows[str(k)] for k in windows.categories("layer") if layer_rows.get(str(k))}
     residual = A.residual_parts(concat_frames(residual_rows), task.residual_basis) if residual_rows else {}
 
-    def stored(cols: Sequence[str]):
-        for batch in file_batches(path):
-            have = [c for c in cols if c in batch.schema.names]
-            yield schema_dtypes(pa.Table.from_batches([batch]).select(have))
-            del batch
-
     kept: Partition = ArrowFile(str(path)) if task.keep else NotKept()
     result = RankResult(task.rank, n, kept, lo or 0, hi or 0, residual, [], warnings,
                         layer_rows, None, dxt)
-    if task.analysis is not None:
-        result.parts = task.analysis.rank(RankRows(None, stored), task.job)
+    if task.analysis is not None:  # summarised from the file by tasks of their own, side by side
+        result.halves = task.analysis.rank_halves(StoredWindows(str(path)), task.job)
     if not task.keep:
-        path.unlink(missing_ok=True)
+        if result.halves:
+            result.drop_after = str(path)
+        else:
+            path.unlink(missing_ok=True)
     for p in task.pieces:
         p.discard()
     return result
+
+
+class StoredWindows:
+    """``windows(columns)`` of a rank's partition file, its record batches in turn (the next read ahead), as the
+    analysis reads a rank too big to hold whole; picklable, for the tasks that summarise it."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def __call__(self, columns: Sequence[str]) -> Iterator[pd.DataFrame]:
+        import pyarrow as pa
+
+        return ahead(schema_dtypes(pa.Table.from_batches([batch]).select([c for c in columns
+                                                                           if c in batch.schema.names]))
+                     for batch in file_batches(self.path))
+
+
+def _summarise_halves(engine: Engine, done: "list[RankResult]", analysis: Analysis) -> int:
+    """Run the halves of the ranks summarised window by window (:func:`_merge_rank_in_windows`) on ``engine``, each a
+    task: one huge rank's passes run on two workers at once, not in turn on one (docs/measurements.md, "Trace
+    shapes"). Returns the tasks run."""
+    todo = [h for d in done for h in d.halves]
+    if not todo:
+        return 0
+    # each half holds a window of the rank at a time
+    out = iter(engine.map(_run_half, todo, sizes=[engines.WINDOW_ROWS] * len(todo)))
+    for d in done:
+        if d.halves:
+            d.parts = analysis.joined([next(out) for _ in d.halves])
+            d.halves = []
+        if d.drop_after is not None:
+            Path(d.drop_after).unlink(missing_ok=True)
+    return len(todo)
+
+
+def _run_half(half: Callable[[], Any]) -> Any:
+    return half()
 
 
 def merge_rank(task: RankTask) -> RankResult:
@@ -853,6 +899,8 @@ def _run(path: Optional[Path], tasks: "list[SourceTask]", manifest: Optional[dic
     done = [d for ds in engine.map(merge_ranks, groups, sizes=[sum(p.rows for t in g for p in t.pieces)
                                                                 for g in groups]) for d in ds]
     clock("ranks", len(rank_tasks))  # each task removed its pieces (merge_rank)
+    if analysis is not None:
+        clock("halves of ranks summarised window by window", _summarise_halves(engine, done, analysis))
     for d in done:
         warnings.extend(d.warnings)
     counters = [r.counters for r in kept if r.counters is not None and len(r.counters)]

@@ -10,6 +10,7 @@ import pandas as pd
 from trace_merge import align as A
 from trace_merge.intervals import time_windows
 from trace_merge.schema import FRAME_DTYPES, concat_column
+from trace_merge.threads import ahead
 
 
 def position_dtype(rows: int) -> type:
@@ -60,12 +61,11 @@ class RankWindows:
         return self._categories[column]
 
     def __call__(self, columns: Sequence[str]):
-        for a, b in zip(self.cuts, self.cuts[1:]):
-            yield self.window(self.order[a:b], columns)
+        return ahead(self.window(self.order[a:b], columns) for a, b in zip(self.cuts, self.cuts[1:]))
 
     def window(self, rows: np.ndarray, columns: Sequence[str]) -> pd.DataFrame:
         piece = np.searchsorted(self._offsets, rows, "right") - 1
-        need = np.unique(piece).tolist()
+        need = np.flatnonzero(np.bincount(piece)).tolist()  # the pieces it reads (no sort of its rows' pieces)
         local = np.zeros(len(self._offsets), dtype=np.int64)
         sizes = [self._offsets[j + 1] - self._offsets[j] for j in need]
         local[need] = np.cumsum([0] + sizes)[:-1] - self._offsets[need]  # row of the rank -> row of the pieces' concat

@@ -1,16 +1,18 @@
 """How many threads one task's column work may use: the gathers, concatenations and per-rank sweeps that numpy and
-pandas run without the GIL (:func:`thread_map`).
+pandas run without the GIL (:func:`thread_map`), and the next block or window made while one is worked on
+(:func:`ahead`: gunzip, the native scanner, numpy's gathers and Arrow's reads release the GIL).
 
 A process of its own uses every core. A local pool's worker shares the cores with the pool's other workers, each
 busy with a task of its own, so the pool's initializer gives it its share (:func:`set_limit`): there, a second
 thread only adds switches and hand-offs (more CPU, and no sooner done: the other core was busy with the other
-worker's task; docs/measurements.md#threads).
+worker's task; docs/measurements.md#threads). A wave of fewer tasks than workers starts as many workers as tasks,
+each with a larger share (one huge rank's task: every core).
 """
 from __future__ import annotations
 
 import os
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable, Iterable, Optional, TypeVar
+from typing import Callable, Generator, Iterable, Optional, TypeVar
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -45,3 +47,22 @@ def thread_map(fn: Callable[[T], R], items: Iterable[T], most: Optional[int] = N
         return [fn(x) for x in items]
     with ThreadPoolExecutor(max_workers=threads) as pool:
         return list(pool.map(fn, items))
+
+
+def ahead(items: Iterable[T]) -> Generator[T, None, None]:
+    """``items``' items in order, the next one made in a thread while the caller works on this one, where the
+    process may use a second thread (:func:`limit`); else plainly. Two items are alive at a time, not one."""
+    if _limit <= 1:
+        yield from items
+        return
+    it = iter(items)
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        coming = pool.submit(next, it)
+        while True:
+            try:
+                item = coming.result()
+            except StopIteration:
+                return
+            coming = pool.submit(next, it)
+            yield item
+            del item  # not held while the next one is waited for

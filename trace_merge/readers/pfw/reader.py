@@ -11,6 +11,7 @@ import pandas as pd
 
 from ...errors import TraceInputError
 from ...schema import SourceData, empty_counters
+from ...threads import ahead
 from .events import HASH_TABLES, Cols, State
 from .frame import FileRows, batch_frame, source_data
 from .lines import parse_lines
@@ -207,18 +208,21 @@ def read_blocks(path: "str | os.PathLike[str]", block_bytes: int = STREAM_BLOCK_
         yield read(path, args, options)  # one block anyway
         return
     found: list[str] = []  # what the decompression finds (a corrupt member, a truncated end), taken as it comes
-    blocks = text_blocks(path, gz, block_bytes, found, options)
-    line_offset, first = next(blocks, (0, b""))
+    # the next block's text is decompressed while this one is parsed (where a second thread may run: ahead), each
+    # with the warnings that came with it
+    blocks = ahead((at, text, _taken(found)) for at, text in text_blocks(path, gz, block_bytes, found, options))
+    line_offset, first, said = next(blocks, (0, b"", []))
     span = body_span(first)
     if span is None or looks_timelogger(first, span[0]):
+        blocks.close()  # no block read ahead beside the whole file's
         yield read(path, args, options)  # TimeLogger files keep free-form args: the line parser, whole
         return
     known: dict[str, dict[str, str]] = {k: {} for k in HASH_TABLES}
     time_metric = "US"
     block: Optional[bytes] = first
-    del first  # one block's text alive at a time
+    del first  # one block's text held here (and the next one's, read ahead)
     while block is not None:
-        warnings = _taken(found)  # those that came with this block's text
+        warnings = said
         state = State(path, known, time_metric, args)
         cols, parser = _parse_body(block, state, warnings, options, line_offset)
         known, time_metric = state.maps, state.time_metric
@@ -226,7 +230,7 @@ def read_blocks(path: "str | os.PathLike[str]", block_bytes: int = STREAM_BLOCK_
         out = source_data(path, state, cols if cols is not None else Cols.empty(), "dftracer", warnings,
                           parser if cols is not None else "none") if cols is not None or warnings else None
         block = cols = None
-        line_offset, block = next(blocks, (0, None))
+        line_offset, block, said = next(blocks, (0, None, []))
         if block is None and found:  # the stream's last words (a truncated end) go with its last output
             out = out or source_data(path, state, Cols.empty(), "dftracer", [], "none")
             out.warnings.extend(_taken(found))
