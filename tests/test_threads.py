@@ -71,7 +71,10 @@ def test_ahead_gives_the_items_in_order_making_the_next_in_a_thread_and_raises_w
             threads.set_limit(limit)
             made: list = []
             assert list(threads.ahead(_made_in(made, 5))) == list(range(5))
-            assert (threading.get_ident() in made) == (limit == 1)  # read ahead in a thread, else here
+            here = threading.get_ident()
+            assert made[:2] == [here] * 2 and (set(made[2:]) == {here}) == (limit == 1)  # the rest: in a thread
+            made.clear()
+            assert list(threads.ahead(_made_in(made, 1))) == [0] and made == [here]  # one item: no thread
             got = []
             with pytest.raises(ValueError, match="3"):
                 for x in threads.ahead(_made_in(made, 5, fail_at=3)):

@@ -10,6 +10,7 @@ each with a larger share (one huge rank's task: every core).
 """
 from __future__ import annotations
 
+import itertools
 import os
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Generator, Iterable, Optional, TypeVar
@@ -51,18 +52,23 @@ def thread_map(fn: Callable[[T], R], items: Iterable[T], most: Optional[int] = N
 
 def ahead(items: Iterable[T]) -> Generator[T, None, None]:
     """``items``' items in order, the next one made in a thread while the caller works on this one, where the
-    process may use a second thread (:func:`limit`); else plainly. Two items are alive at a time, not one."""
-    if _limit <= 1:
-        yield from items
-        return
+    process may use a second thread (:func:`limit`); else plainly. Two items are alive at a time, not one. The first
+    two are made here: one item (a small file read whole) starts no thread."""
     it = iter(items)
+    if _limit <= 1:
+        yield from it
+        return
+    yield from itertools.islice(it, 1)
+    try:
+        item = next(it)
+    except StopIteration:
+        return
     with ThreadPoolExecutor(max_workers=1) as pool:
-        coming = pool.submit(next, it)
         while True:
+            coming = pool.submit(next, it)
+            yield item
+            del item  # not held while the next one is waited for
             try:
                 item = coming.result()
             except StopIteration:
                 return
-            coming = pool.submit(next, it)
-            yield item
-            del item  # not held while the next one is waited for
