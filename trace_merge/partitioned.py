@@ -529,7 +529,7 @@ def _summarise_halves(engine: Engine, done: "list[RankResult]", analysis: Analys
     """Run the halves of the ranks summarised window by window (:func:`_merge_rank_in_windows`) on ``engine``, each a
     task: one huge rank's passes run on two workers at once, not in turn on one (docs/measurements.md, "Trace
     shapes"). Returns the tasks run."""
-    todo = [h for d in done for h in d.halves]
+    todo = [HalfTask(d.rank, h) for d in done for h in d.halves]
     if not todo:
         return 0
     # each half holds a window of the rank at a time
@@ -543,8 +543,14 @@ def _summarise_halves(engine: Engine, done: "list[RankResult]", analysis: Analys
     return len(todo)
 
 
-def _run_half(half: Callable[[], Any]) -> Any:
-    return half()
+@dataclass
+class HalfTask:
+    rank: int  # whose half (a worker that dies names it)
+    run: Callable[[], Any]
+
+
+def _run_half(task: HalfTask) -> Any:
+    return task.run()
 
 
 def merge_rank(task: RankTask) -> RankResult:
