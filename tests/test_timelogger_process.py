@@ -149,8 +149,20 @@ held.acquire()
 """
 
 
+def _start_stalled(tmp_path: Path, mine: str) -> subprocess.Popen:
+    """:data:`_STALLED`, once its main thread is asleep in its lock: a SIGTERM sent between its READY and that
+    wait would run the handler in the main thread, between two bytecodes, and the stall would not be tested."""
+    proc = _start_busy(tmp_path, _STALLED.format(mine=mine))
+    stat = Path(f"/proc/{proc.pid}/task/{proc.pid}/stat")
+    deadline, asleep = time.monotonic() + 10, 0
+    while asleep < 3 and time.monotonic() < deadline:  # three looks 20 ms apart: not a wait for the GIL
+        asleep = asleep + 1 if stat.read_text().rsplit(")", 1)[1].split()[0] == "S" else 0
+        time.sleep(0.02)
+    return proc
+
+
 def test_a_sigterm_the_blocked_main_thread_cannot_take_still_ends_the_process(tmp_path: Path) -> None:
-    proc = _start_busy(tmp_path, _STALLED.format(mine=""))
+    proc = _start_stalled(tmp_path, "")
     proc.send_signal(signal.SIGTERM)
     try:
         proc.wait(timeout=20)
@@ -165,8 +177,7 @@ def test_a_sigterm_the_blocked_main_thread_cannot_take_still_ends_the_process(tm
 
 
 def test_a_stalled_sigterm_waits_for_the_programs_own_handler(tmp_path: Path) -> None:
-    mine = "signal.signal(signal.SIGTERM, lambda *a: sys.exit(7))"
-    proc = _start_busy(tmp_path, _STALLED.format(mine=mine))
+    proc = _start_stalled(tmp_path, "signal.signal(signal.SIGTERM, lambda *a: sys.exit(7))")
     proc.send_signal(signal.SIGTERM)
     try:
         with pytest.raises(subprocess.TimeoutExpired):  # its handler waits for the main thread, as without timelogger
