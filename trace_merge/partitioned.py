@@ -66,7 +66,7 @@ from trace_merge.pieces import Piece, joined
 from trace_merge.rank_windows import RankWindows
 from trace_merge.readers import detect, rank_from_name, read_any
 from trace_merge.readers.darshan import dxt_rows
-from trace_merge.readers.pfw import DFTracerMeta, PfwMeta, TimeLoggerMeta
+from trace_merge.readers.pfw import Batch, DFTracerMeta, PfwMeta, TimeLoggerMeta
 from trace_merge.schema import (
     COUNTER_DTYPES,
     FRAME_COLUMNS,
@@ -301,13 +301,14 @@ def ingest_batch(tasks: "Sequence[SourceTask]") -> "list[SourceResult]":
         return [ingest(tasks[0])]
     first = tasks[0]
     batch, alone = pfw.read_batch([t.path for t in tasks], args="args" in first.columns)
-    done = {t.path: ingest(t) for t in tasks if t.path in set(alone)}
+    read_alone = set(alone)
+    done = {t.path: ingest(t) for t in tasks if t.path in read_alone}
     if batch is not None:
         done.update(_batch_results(batch, first))
     return [done[t.path] for t in tasks]
 
 
-def _batch_results(batch: Any, task: SourceTask) -> "dict[str, SourceResult]":
+def _batch_results(batch: Batch, task: SourceTask) -> "dict[str, SourceResult]":
     """:func:`ingest_batch`'s results of the files read together (``task``: one of theirs, for the shared tables)."""
     paths = [f.path for f in batch.files]
     warnings: list[str] = []
