@@ -140,10 +140,10 @@ def read_batch(paths: Sequence[str], args: bool = True, options: Optional[ParseO
             alone.append(path)
             continue
         body = arrow_input(raw, span[0], span[1])
-        if bodies and ph_is_string(body) != ph_is_str:
+        if bodies and ph_is_string(body) != ph_is_str:  # the batch's lines are read with the first file's ``ph``
             alone.append(path)
             continue
-        ph_is_str = ph_is_string(body)
+        ph_is_str = ph_is_str if bodies else ph_is_string(body)
         bodies.append((path, body))
     # one scan of their lines together (a file's lines are its rows: one per line); where it declines, each
     # file's own, to find the ones it declines
