@@ -535,13 +535,16 @@ def _odd_traces(run: Path) -> None:
         _line("fork", "POSIX", 1002, t0 + 30, 2, hhash="hx", ret=0),
         _line("compute.forward", "compute", 1002, t0 + 40, 100, hhash="hx"),
         _line("pread", "POSIX", 1002, t0 + 600, 5, hhash="hx", fhash="fx", ret=100),
+        _line("read", "POSIX", 1002, t0 + 700, 5).replace('"ph": 1', '"ph": 3'),  # not a complete event: counted
     ]) + "\n")
     (run / "rank_5.pfw").write_text("\n".join([
         "[", host, _line('a "quoted" name', "POSIX", 1005, t0, 5, hhash="hx"), _line("read", "POSIX", 1005, t0 + 9, 5,
                                                                                   hhash="hx", ret=1)]) + "\n")
     (run / "rank_6.pfw").write_text("[\n" + _line("read", "POSIX", 1006, t0, 5, ret=3).replace('"ph": 1', '"ph": "X"')
                                     + "\n")
-    (run / "rank_7.pfw").write_text("[\n" + _line("read", "POSIX", 1007, t0 + 86_400 * 10**6 * 3, 5, ret=3) + "\n")
+    far = t0 + 86_400 * 10**6 * 3
+    (run / "rank_7.pfw").write_text("[\n" + _line("read", "POSIX", 1007, far, 5, ret=3) + "\n"
+                                    + _line("read", "POSIX", 1007, far, 5).replace('"ph": 1', '"ph": 2') + "\n")
 
 
 def test_small_traces_read_in_batches_merge_as_read_one_by_one(generated: Path, tmp_path: Path) -> None:
@@ -556,6 +559,8 @@ def test_small_traces_read_in_batches_merge_as_read_one_by_one(generated: Path, 
     assert batch is not None and sorted(alone) == [str(run / "rank_5.pfw"), str(run / "rank_6.pfw")]
     one = {p: pfw.read(p, args=False) for p in paths}
     assert [f.meta for f in batch.files] == [one[f.path].meta for f in batch.files]
+    ignored = {Path(f.path).name: f.meta.ignored_events for f in batch.files if f.meta.ignored_events}
+    assert ignored == {"rank_2.pfw": {"3": 1}, "rank_7.pfw": {"2": 1}}
     assert batch.rows == [len(one[f.path].frame) for f in batch.files]
     ref = pd.concat([one[f.path].frame for f in batch.files], ignore_index=True)
     as_text = {c: object for c in ref.columns if FRAME_DTYPES[c] == "category"}

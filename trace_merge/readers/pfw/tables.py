@@ -156,9 +156,16 @@ def table_columns(tables: "Sequence[pa.Table]", ph_is_str: bool, states: "Sequen
             states[owner[at]].take_special(dict(row, args=args))
     events = pc.and_(is_complete, pc.invert(is_book))
     other = pc.invert(pc.or_(events, special))
-    if pc.any(other).as_py():
-        for at, value in zip(rows_of(other), pc.filter(ph, other).to_pylist()):
-            states[owner[at]].ignored[str(value)] += 1
+    if pc.any(other).as_py():  # counted per value, each file's in the order its values first appear
+        found = pc.dictionary_encode(pc.filter(ph, other), null_encoding="encode")
+        values, codes = found.dictionary.to_pylist(), found.indices.to_numpy(zero_copy_only=False)
+        owners = owner[rows_of(other)]
+        for o in np.unique(owners):
+            mine = codes[owners == o]
+            seen, first = np.unique(mine, return_index=True)
+            counts = np.bincount(mine, minlength=len(values))
+            for code in seen[np.argsort(first)]:
+                states[o].ignored[str(values[code])] += int(counts[code])
     ts = col(table, "ts")
     if pc.any(pc.and_(events, ts.is_null())).as_py():
         no_ts = np.bincount(owner[rows_of(pc.and_(events, ts.is_null()))], minlength=len(states))
